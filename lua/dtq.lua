@@ -1,0 +1,909 @@
+#!lua name=dtq
+--[[
+dtq Functions library. Every state transition of a task happens in one of these
+functions, atomically. The daemon loads this file with FUNCTION LOAD REPLACE after
+replacing the namespace line below, so `<ns>_enqueue` and friends exist per namespace.
+
+Conventions:
+- errors are error replies whose first word is a stable code (INVALID_ARGUMENT, NOT_FOUND,
+  WRONG_STATE, PAYLOAD_TOO_LARGE, QUEUE_FULL, IDEMPOTENCY_IN_PROGRESS, ID_EXISTS);
+- every time comes from the server clock (TIME), never from a caller;
+- numbers are written with %d: tostring() would turn epoch ms into 1.7e+12.
+Checklist: statuses here must match src/task.c and SPEC 3.
+]]
+local NS, PREFIX = 'dtq', 'dtq' -- replaced at load time (scripts.c)
+
+local GROUP = 'workers'
+local TERMINAL = {succeeded = true, failed = true, dead_lettered = true, cancelled = true,
+                  expired = true}
+local TERMINAL_EVENTS = {TASK_SUCCEEDED = true, TASK_FAILED = true, TASK_DEAD_LETTERED = true,
+                         TASK_CANCELLED = true, TASK_EXPIRED = true, WORKER_STARTED = true,
+                         WORKER_STOPPED = true}
+local DEFAULTS = {max_payload_bytes = 262144, max_queue_depth = 1000000,
+                  default_max_attempts = 5, default_priority = 5, task_retention_s = 604800,
+                  idem_ttl_s = 86400, dlq_maxlen = 10000, result_retention_s = 3600,
+                  events = 'all', events_stream_maxlen = 0, dlq_enabled = 1}
+
+local function fmt(n) return string.format('%d', n) end
+local function k(...) return PREFIX .. ':' .. table.concat({...}, ':') end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function iso(ms)
+  local s = math.floor(ms / 1000)
+  local days, rem = math.floor(s / 86400), s % 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+                          - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
+                       math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
+end
+
+-- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis.
+local function load_config()
+  local names = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
+                 'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
+                 'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
+  local vals = redis.call('HMGET', k('config'), unpack(names))
+  local c = {}
+  for i, name in ipairs(names) do
+    local v = vals[i]
+    if not v then v = DEFAULTS[name] end
+    if name ~= 'events' then v = tonumber(v) or DEFAULTS[name] end
+    c[name] = v
+  end
+  return c
+end
+
+local function hgetall(key)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return nil end
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  return h
+end
+
+local function valid_name(s, max)
+  return type(s) == 'string' and #s >= 1 and #s <= max and not s:find('[^%w%._:%-]')
+end
+
+local function parse_int(s, lo, hi)
+  if type(s) ~= 'string' or not s:match('^%-?%d+$') then return nil end
+  local n = tonumber(s)
+  if not n or n < lo or n > hi then return nil end
+  return n
+end
+
+local function event_id(ms)
+  return 'evt-' .. fmt(ms) .. '-' .. fmt(redis.call('INCR', k('seq')))
+end
+
+-- Publishes one lifecycle event (SPEC 10), honouring [limits] events and the stream cap.
+local function emit(c, ms, etype, h, worker_id, meta)
+  if c.events == 'off' then return end
+  if c.events == 'terminal' and not TERMINAL_EVENTS[etype] then return end
+  local ev = {event_id = event_id(ms), ts = iso(ms), type = etype, task_id = h.id or '',
+              queue = h.queue or '', task_type = h.task_type or '',
+              attempt = tonumber(h.attempt) or 0, worker_id = worker_id or ''}
+  if meta then ev.metadata = meta end
+  local json = cjson.encode(ev)
+  redis.call('PUBLISH', k('events'), json)
+  if c.events_stream_maxlen > 0 then
+    redis.call('XADD', k('stream', 'events'), 'MAXLEN', '~', fmt(c.events_stream_maxlen), '*',
+               'event', json)
+  end
+end
+
+-- Publishes a JSON event built by the daemon (its hot path builds them, not Lua).
+local function emit_raw(c, json)
+  if json == nil or json == '' then return end
+  redis.call('PUBLISH', k('events'), json)
+  if c.events_stream_maxlen > 0 then
+    redis.call('XADD', k('stream', 'events'), 'MAXLEN', '~', fmt(c.events_stream_maxlen), '*',
+               'event', json)
+  end
+end
+
+local function idem_set(h, state, ms)
+  if not h.idempotency_key or h.idempotency_key == '' then return end
+  local rec = cjson.encode({task_id = h.id, state = state, updated_at = ms})
+  redis.call('SET', k('idempotency', h.queue, h.idempotency_key), rec, 'XX', 'KEEPTTL')
+end
+
+local function stream_key(queue, priority)
+  return k('stream', queue, 'p' .. fmt(priority))
+end
+
+local function ack(stream, entry_id)
+  redis.call('XACK', stream, GROUP, entry_id)
+  redis.call('XDEL', stream, entry_id)
+end
+
+-- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
+local function finish_terminal(c, tkey, h, status, ms, extra)
+  local args = {'status', status, 'updated_at', fmt(ms), 'finished_at', fmt(ms)}
+  for f, v in pairs(extra or {}) do
+    args[#args + 1] = f
+    args[#args + 1] = v
+  end
+  redis.call('HSET', tkey, unpack(args))
+  redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
+  h.status = status
+  idem_set(h, status == 'succeeded' and 'completed' or 'failed', ms)
+end
+
+-- Permanent failure: dead_lettered + DLQ entry, or failed when the DLQ is disabled.
+local function dead_letter(c, tkey, h, ms, err, class, worker_id, no_dlq)
+  if c.dlq_enabled == 0 or no_dlq then
+    finish_terminal(c, tkey, h, 'failed', ms, {last_error = err, last_error_class = class})
+    emit(c, ms, 'TASK_FAILED', h, worker_id)
+    return 'failed'
+  end
+  local dlq_id = redis.call('XADD', k('stream', 'dead-letter'), 'MAXLEN', '~',
+    fmt(c.dlq_maxlen), '*',
+    'task_id', h.id, 'queue', h.queue or '', 'task_type', h.task_type or '',
+    'payload', h.payload or '', 'attempt', h.attempt or '1',
+    'max_attempts', h.max_attempts or '', 'priority', h.priority or '',
+    'timeout_ms', h.timeout_ms or '', 'idempotency_key', h.idempotency_key or '',
+    'failed_at_ms', fmt(ms), 'attempts_made', h.attempt or '1', 'last_error', err,
+    'last_error_class', class, 'retryable', '0', 'worker_id', worker_id or '',
+    'original_queue', h.queue or '')
+  finish_terminal(c, tkey, h, 'dead_lettered', ms,
+                  {last_error = err, last_error_class = class, dlq_entry = dlq_id})
+  emit(c, ms, 'TASK_DEAD_LETTERED', h, worker_id, {last_error = err})
+  return 'dead_lettered'
+end
+
+-- max_attempts and timeout_ms: the task's own, else the handler's, else the defaults.
+local function resolve(h, policy)
+  local per = policy.t[h.task_type]
+  local ma = tonumber(h.own_max_attempts) or (per and per[1]) or policy.d[1]
+  local to = tonumber(h.own_timeout_ms) or (per and per[2]) or policy.d[2]
+  return ma, to
+end
+
+--[[ The decision for one stream entry delivered to `worker` (by XREADGROUP or
+XAUTOCLAIM). Returns a claimed-task array to run, or nil when the entry was settled
+here (acknowledged as terminal, cancelled, expired, duplicate, invalid or lost). ]]
+local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local tid, ent_attempt, tkey, h
+  local source = stream .. '/' .. entry_id
+
+  if f.task_type ~= nil or f.attempt == nil then
+    -- A raw producer entry (SPEC 4b): materialize it on first read.
+    local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
+    tid = derived
+    if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
+    tkey = k('task', tid)
+    h = hgetall(tkey)
+    if h and h.source ~= source then
+      if f.task_id ~= nil and tid ~= derived then
+        -- A producer's id that exists already: the entry is a duplicate.
+        ack(stream, entry_id)
+        emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker)
+        return nil
+      end
+    end
+    if not h then
+      local err
+      if f.task_type == nil then err = 'missing field task_type'
+      elseif not valid_name(f.task_type, 128) then
+        err = 'task_type must match [A-Za-z0-9._:-]{1,128}'
+      elseif f.payload == nil then err = 'missing field payload'
+      elseif #f.payload > c.max_payload_bytes then
+        err = 'payload of ' .. fmt(#f.payload) .. ' bytes exceeds max_payload_bytes '
+              .. fmt(c.max_payload_bytes)
+      elseif not pcall(cjson.decode, f.payload) then err = 'payload is not valid JSON'
+      elseif f.task_id ~= nil and not valid_name(f.task_id, 64) then
+        err = 'task_id must match [A-Za-z0-9._:-]{1,64}'
+      elseif f.max_attempts ~= nil and not parse_int(f.max_attempts, 1, 1000) then
+        err = 'max_attempts must be an integer in [1, 1000]'
+      elseif f.timeout_ms ~= nil and not parse_int(f.timeout_ms, 1, 2^53) then
+        err = 'timeout_ms must be a positive integer'
+      elseif f.ttl_seconds ~= nil and not parse_int(f.ttl_seconds, 1, 2^53) then
+        err = 'ttl_seconds must be a positive integer'
+      elseif f.idempotency_key ~= nil and (#f.idempotency_key < 1 or #f.idempotency_key > 256) then
+        err = 'idempotency_key must be 1-256 bytes'
+      end
+      if err == nil and f.idempotency_key ~= nil then
+        local ikey = k('idempotency', queue, f.idempotency_key)
+        local rec = {task_id = tid, state = 'processing', updated_at = ms}
+        if not redis.call('SET', ikey, cjson.encode(rec), 'NX', 'EX', fmt(c.idem_ttl_s)) then
+          ack(stream, entry_id)
+          emit(c, ms, 'TASK_DUPLICATE_ABSORBED', {id = tid, queue = queue,
+               task_type = f.task_type, attempt = 1}, worker,
+               {idempotency_key = f.idempotency_key})
+          return nil
+        end
+      end
+      h = {id = tid, queue = queue, task_type = f.task_type or '', payload = f.payload or '',
+           status = 'queued', attempt = '1', priority = fmt(band), created_at = fmt(ms),
+           updated_at = fmt(ms), metadata = '{}', cancel_requested = '0', source = source}
+      if err == nil then
+        h.own_max_attempts = f.max_attempts
+        h.own_timeout_ms = f.timeout_ms
+        h.ttl_seconds = f.ttl_seconds
+        h.idempotency_key = f.idempotency_key
+      end
+      local args = {}
+      for name, v in pairs(h) do
+        args[#args + 1] = name
+        args[#args + 1] = v
+      end
+      redis.call('HSET', tkey, unpack(args))
+      if err ~= nil then
+        dead_letter(c, tkey, h, ms, 'invalid entry: ' .. err, 'invalid_entry', worker)
+        ack(stream, entry_id)
+        return nil
+      end
+    end
+    ent_attempt = 1
+  else
+    tid = f.task_id
+    ent_attempt = tonumber(f.attempt)
+    tkey = k('task', tid)
+    h = hgetall(tkey)
+    if not h then
+      ack(stream, entry_id) -- the task expired or was deleted: nothing left to run
+      return nil
+    end
+  end
+
+  local status = h.status
+  if TERMINAL[status] or status == 'retrying' then
+    redis.call('SREM', k('cancelled'), tid)
+    ack(stream, entry_id)
+    return nil
+  end
+  if redis.call('SISMEMBER', k('cancelled'), tid) == 1 then
+    redis.call('SREM', k('cancelled'), tid)
+    finish_terminal(c, tkey, h, 'cancelled', ms)
+    emit(c, ms, 'TASK_CANCELLED', h, worker)
+    ack(stream, entry_id)
+    return nil
+  end
+  local adopt = false
+  if status == 'running' and h.carrier == source then
+    -- Redelivery of the entry that carries a running attempt: its worker is lost.
+    local ma = tonumber(h.max_attempts) or 1
+    if tonumber(h.attempt) >= ma then
+      dead_letter(c, tkey, h, ms, 'worker_lost', 'worker_lost', worker)
+      ack(stream, entry_id)
+      return nil
+    end
+    adopt = true
+  elseif status ~= 'queued' or ent_attempt ~= tonumber(h.attempt) then
+    ack(stream, entry_id)
+    emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker, {entry_attempt = ent_attempt})
+    return nil
+  end
+  local ttl = tonumber(h.ttl_seconds)
+  if not adopt and ttl and ms >= tonumber(h.created_at) + ttl * 1000 then
+    finish_terminal(c, tkey, h, 'expired', ms)
+    emit(c, ms, 'TASK_EXPIRED', h, worker)
+    ack(stream, entry_id)
+    return nil
+  end
+
+  local attempt = tonumber(h.attempt)
+  if adopt then attempt = attempt + 1 end
+  local ma, to = resolve(h, policy)
+  redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
+             'started_at', fmt(ms), 'updated_at', fmt(ms), 'max_attempts', fmt(ma),
+             'timeout_ms', fmt(to), 'carrier', source)
+  return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to,
+          h.own_max_attempts and 1 or 0}
+end
+
+local function decode_policy(json)
+  local ok, p = pcall(cjson.decode, json or '')
+  if not ok or type(p) ~= 'table' or type(p.d) ~= 'table' then
+    return {d = {DEFAULTS.default_max_attempts, 30000}, t = {}}
+  end
+  if type(p.t) ~= 'table' then p.t = {} end
+  return p
+end
+
+local function ensure_group(stream)
+  redis.pcall('XGROUP', 'CREATE', stream, GROUP, '0', 'MKSTREAM')
+end
+
+--[[ FCALL <ns>_fetch numkeys KEYS ARGV
+KEYS: for each served queue, its paused key then its ten streams p9..p0.
+ARGV: worker_id, count, policy-json, then the queue names in KEYS order.
+Reads up to `count` new entries in strict order (queue order, then p9 first), settles
+the ones that must not run and claims the rest (queued -> running). Returns
+{claimed-tasks, block-streams, entries-read}; block-streams (stream, last-id pairs) is
+filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is -1 when
+a missing group was recreated and the daemon should fetch again at once. ]]
+local function fetch(keys, args)
+  local worker, count, policy = args[1], tonumber(args[2]), decode_policy(args[3])
+  local c = load_config()
+  local ms = now_ms()
+  local claimed, read, created = {}, 0, false
+  local nq = #args - 3
+  for qi = 1, nq do
+    local queue = args[3 + qi]
+    local base = (qi - 1) * 11
+    if redis.call('EXISTS', keys[base + 1]) == 0 then
+      for band = 9, 0, -1 do
+        if read >= count then break end
+        local stream = keys[base + 2 + (9 - band)]
+        local ok, res = pcall(redis.call, 'XREADGROUP', 'GROUP', GROUP, worker, 'COUNT',
+                              count - read, 'STREAMS', stream, '>')
+        if not ok then
+          ensure_group(stream) -- the stream or its group was deleted: recreate, read next time
+          created = true
+          res = nil
+        end
+        if res then
+          for _, e in ipairs(res[1][2]) do
+            read = read + 1
+            local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2])
+            if t then claimed[#claimed + 1] = t end
+          end
+        end
+      end
+    end
+  end
+  local block = {}
+  if read == 0 and not created then
+    for qi = 1, nq do
+      local base = (qi - 1) * 11
+      if redis.call('EXISTS', keys[base + 1]) == 0 then
+        for j = 2, 11 do
+          local last = redis.call('XREVRANGE', keys[base + j], '+', '-', 'COUNT', 1)
+          block[#block + 1] = keys[base + j]
+          block[#block + 1] = (last[1] and last[1][1]) or '0-0'
+        end
+      end
+    end
+  end
+  if created then read = -1 end -- tells the daemon to fetch again at once
+  return {claimed, block, read}
+end
+
+--[[ FCALL <ns>_reap numkeys streams... ARGV: worker_id, min_idle_ms, count, policy-json,
+then for each stream its queue name and band. Takes entries idle longer than min_idle_ms
+from lost workers (XAUTOCLAIM) and adopts or settles them. Returns claimed tasks. ]]
+local function reap(keys, args)
+  local worker, min_idle, count = args[1], args[2], tonumber(args[3])
+  local policy = decode_policy(args[4])
+  local c = load_config()
+  local ms = now_ms()
+  local claimed = {}
+  for i, stream in ipairs(keys) do
+    local queue, band = args[3 + 2 * i], tonumber(args[4 + 2 * i])
+    local ok, res = pcall(redis.call, 'XAUTOCLAIM', stream, GROUP, worker, min_idle, '0-0',
+                          'COUNT', count)
+    if ok then
+      for _, e in ipairs(res[2]) do
+        if e[2] then
+          local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2])
+          if t then claimed[#claimed + 1] = t end
+        end
+      end
+      for _, gone in ipairs(res[3] or {}) do redis.call('XACK', stream, GROUP, gone) end
+    end
+  end
+  return claimed
+end
+
+--[[ FCALL <ns>_claim 1 <task-key> <attempt> <worker_id> <stream> <entry_id>
+The claim alone: queued -> running only if the hash is queued at that attempt. Exactly one
+of any number of concurrent claimants gets 'running'; the others get WRONG_STATE. ]]
+local function claim(keys, args)
+  local h = hgetall(keys[1])
+  if not h then return redis.error_reply('NOT_FOUND') end
+  if h.status ~= 'queued' or tonumber(h.attempt) ~= tonumber(args[1]) then
+    return redis.error_reply('WRONG_STATE ' .. h.status)
+  end
+  local ms = now_ms()
+  redis.call('HSET', keys[1], 'status', 'running', 'worker_id', args[2], 'started_at', fmt(ms),
+             'updated_at', fmt(ms), 'carrier', (args[3] or '') .. '/' .. (args[4] or ''))
+  return 'running'
+end
+
+--[[ FCALL <ns>_finish 0 worker_id n record... — completes n attempts at once.
+A record is 11 values: task_id attempt outcome stream entry_id result result_flag error
+error_class delay_ms event_json. outcome: s(ucceeded) r(etry) d(ead) f(ailed) c(ancelled);
+result_flag: n (null), r (result), t (truncated result). Per record, in this order: the
+hash's status, the event, the follow-up write (result, schedule, DLQ), the idempotency
+record, and only then the acknowledgement; all entries of a stream are acknowledged with
+one XACK and one XDEL. A record whose task is no longer this attempt's (adopted, or
+already finished by a replay of this call) is 'stale' and acknowledges nothing. ]]
+local function finish(keys, args)
+  local worker, n = args[1], tonumber(args[2])
+  local c = load_config()
+  local ms = now_ms()
+  local out, acks = {}, {}
+  for i = 0, n - 1 do
+    local b = 2 + i * 11
+    local tid, attempt, outcome = args[b + 1], tonumber(args[b + 2]), args[b + 3]
+    local stream, entry_id = args[b + 4], args[b + 5]
+    local tkey = k('task', tid)
+    local h = hgetall(tkey)
+    local verdict = 'ok'
+    if not h then
+      verdict = 'gone'
+    elseif h.status ~= 'running' or tonumber(h.attempt) ~= attempt or h.worker_id ~= worker then
+      verdict = 'stale'
+    else
+      local err, class = args[b + 8], args[b + 9]
+      if h.cancel_requested == '1' and outcome ~= 's' then outcome = 'c' end
+      if outcome == 's' then
+        local extra = {}
+        if args[b + 7] ~= 'n' then
+          redis.call('SET', k('result', tid), args[b + 6], 'EX', fmt(c.result_retention_s))
+          if args[b + 7] == 't' then extra.result_truncated = '1' end
+        end
+        redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms),
+                   'finished_at', fmt(ms))
+        if extra.result_truncated then redis.call('HSET', tkey, 'result_truncated', '1') end
+        emit_raw(c, args[b + 11])
+        redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
+        idem_set(h, 'completed', ms)
+      elseif outcome == 'r' then
+        redis.call('HSET', tkey, 'status', 'retrying', 'updated_at', fmt(ms), 'last_error', err,
+                   'last_error_class', class)
+        emit_raw(c, args[b + 11])
+        redis.call('ZADD', k('retry', 'schedule'), fmt(ms + tonumber(args[b + 10])), tid)
+      elseif outcome == 'c' then
+        finish_terminal(c, tkey, h, 'cancelled', ms)
+        emit(c, ms, 'TASK_CANCELLED', h, worker)
+        verdict = 'cancelled'
+      else
+        verdict = dead_letter(c, tkey, h, ms, err, class, worker, outcome == 'f')
+      end
+    end
+    if verdict ~= 'stale' then
+      acks[stream] = acks[stream] or {}
+      table.insert(acks[stream], entry_id)
+    end
+    out[#out + 1] = verdict
+  end
+  for stream, ids in pairs(acks) do
+    redis.call('XACK', stream, GROUP, unpack(ids))
+    redis.call('XDEL', stream, unpack(ids))
+  end
+  return out
+end
+
+--[[ FCALL <ns>_handback 0 worker_id n (task_id attempt stream entry_id reason)...
+Drain: gives interrupted attempts back for another worker at once. The interrupted
+attempt counts: attempt+1 and a fresh entry, or dead_lettered when it was the last. ]]
+local function handback(keys, args)
+  local worker, n = args[1], tonumber(args[2])
+  local c = load_config()
+  local ms = now_ms()
+  local out = {}
+  for i = 0, n - 1 do
+    local b = 2 + i * 5
+    local tid, attempt, stream, entry_id = args[b + 1], tonumber(args[b + 2]), args[b + 3],
+                                           args[b + 4]
+    local tkey = k('task', tid)
+    local h = hgetall(tkey)
+    if h and h.status == 'running' and tonumber(h.attempt) == attempt and h.worker_id == worker then
+      if attempt >= (tonumber(h.max_attempts) or 1) then
+        out[#out + 1] = dead_letter(c, tkey, h, ms, args[b + 5], 'interrupted', worker)
+      else
+        h.attempt = fmt(attempt + 1)
+        redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms),
+                   'last_error', args[b + 5], 'last_error_class', 'interrupted')
+        redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
+                   'attempt', h.attempt)
+        emit(c, ms, 'TASK_QUEUED', h, worker, {reason = 'handback'})
+        out[#out + 1] = 'queued'
+      end
+      ack(stream, entry_id)
+    else
+      out[#out + 1] = 'stale'
+    end
+  end
+  return out
+end
+
+local function opt_error(msg) return redis.error_reply('INVALID_ARGUMENT ' .. msg) end
+
+--[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
+Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
+task_id. Replies {task_id, 'created'|'duplicate'}. ]]
+local function enqueue(keys, args)
+  local queue, ttype, payload = args[1], args[2], args[3]
+  if not valid_name(queue, 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if not valid_name(ttype, 128) then
+    return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if payload == nil then return opt_error('payload is required') end
+  if (#args - 3) % 2 ~= 0 then return opt_error('options come in name value pairs') end
+  local c = load_config()
+  local o = {priority = c.default_priority}
+  local limits = {priority = {0, 9}, max_attempts = {1, 1000}, timeout_ms = {1, 2^53},
+                  delay_ms = {0, 2^53}, ttl_seconds = {1, 2^53}}
+  for i = 4, #args, 2 do
+    local name, v = args[i], args[i + 1]
+    if limits[name] then
+      local n = parse_int(v, limits[name][1], limits[name][2])
+      if not n then
+        return opt_error(name .. ' must be an integer in [' .. fmt(limits[name][1]) .. ', '
+                         .. fmt(limits[name][2]) .. ']')
+      end
+      o[name] = n
+    elseif name == 'idempotency_key' then
+      if #v < 1 or #v > 256 then return opt_error('idempotency_key must be 1-256 bytes') end
+      o.idempotency_key = v
+    elseif name == 'task_id' then
+      if not valid_name(v, 64) then return opt_error('task_id must match [A-Za-z0-9._:-]{1,64}') end
+      o.task_id = v
+    else
+      return opt_error('unknown option ' .. name)
+    end
+  end
+  if #payload > c.max_payload_bytes then
+    return redis.error_reply('PAYLOAD_TOO_LARGE payload is ' .. fmt(#payload) ..
+                             ' bytes, max_payload_bytes is ' .. fmt(c.max_payload_bytes))
+  end
+  if not pcall(cjson.decode, payload) then return opt_error('payload is not valid JSON') end
+
+  local ikey
+  if o.idempotency_key then
+    ikey = k('idempotency', queue, o.idempotency_key)
+    local rec = redis.call('GET', ikey)
+    if rec then
+      local ok, r = pcall(cjson.decode, rec)
+      if ok and type(r) == 'table' then
+        if r.state == 'processing' then
+          return redis.error_reply('IDEMPOTENCY_IN_PROGRESS ' .. tostring(r.task_id))
+        end
+        return {tostring(r.task_id), 'duplicate'}
+      end
+    end
+  end
+  if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
+    return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
+  end
+  local depth = 0
+  for band = 0, 9 do depth = depth + redis.call('XLEN', stream_key(queue, band)) end
+  if depth >= c.max_queue_depth then
+    return redis.error_reply('QUEUE_FULL queue ' .. queue .. ' holds ' .. fmt(depth) ..
+                             ' entries, max_queue_depth is ' .. fmt(c.max_queue_depth))
+  end
+
+  local ms = now_ms()
+  local tid = o.task_id or (fmt(ms) .. '-' .. fmt(redis.call('INCR', k('seq'))))
+  local delayed = o.delay_ms and o.delay_ms > 0
+  local h = {id = tid, queue = queue, task_type = ttype, payload = payload,
+             status = delayed and 'pending' or 'queued', attempt = '1',
+             priority = fmt(o.priority), created_at = fmt(ms), updated_at = fmt(ms),
+             metadata = '{}', cancel_requested = '0'}
+  if o.max_attempts then h.own_max_attempts = fmt(o.max_attempts) end
+  if o.timeout_ms then h.own_timeout_ms = fmt(o.timeout_ms) end
+  if o.ttl_seconds then h.ttl_seconds = fmt(o.ttl_seconds) end
+  if o.idempotency_key then h.idempotency_key = o.idempotency_key end
+  local hargs = {}
+  for name, v in pairs(h) do
+    hargs[#hargs + 1] = name
+    hargs[#hargs + 1] = v
+  end
+  redis.call('HSET', k('task', tid), unpack(hargs))
+  if ikey then
+    redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
+               'EX', fmt(c.idem_ttl_s))
+  end
+  if delayed then
+    redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
+  else
+    redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
+    emit(c, ms, 'TASK_QUEUED', h, '')
+  end
+  return {tid, 'created'}
+end
+
+--[[ Scheduler. FCALL <ns>_sched_claim 2 <schedule> <claimed> <batch> <claim_timeout_ms>
+Returns stale claims to the schedule (due now), then moves up to `batch` due members from
+the schedule to the claimed set, scored with the claim time. Returns the claimed ids. ]]
+local function sched_claim(keys, args)
+  local batch, claim_timeout = tonumber(args[1]), tonumber(args[2])
+  local ms = now_ms()
+  local stale = redis.call('ZRANGEBYSCORE', keys[2], '-inf', fmt(ms - claim_timeout), 'LIMIT',
+                           0, batch)
+  for _, id in ipairs(stale) do
+    redis.call('ZREM', keys[2], id)
+    redis.call('ZADD', keys[1], fmt(ms), id)
+  end
+  local due = redis.call('ZRANGEBYSCORE', keys[1], '-inf', fmt(ms), 'LIMIT', 0, batch)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', keys[1], id)
+    redis.call('ZADD', keys[2], fmt(ms), id)
+  end
+  return due
+end
+
+--[[ FCALL <ns>_sched_promote 1 <claimed> <worker_id> id... — enqueues claimed tasks:
+gone/terminal -> drop; cancelled -> cancelled; TTL passed -> expired; already queued ->
+drop without XADD (an earlier pass got that far); retrying -> attempt+1, queued, XADD,
+TASK_RETRIED; pending -> queued, XADD, TASK_QUEUED. The XADD precedes the claim removal.
+Returns the number of entries written. ]]
+local function sched_promote(keys, args)
+  local worker = args[1]
+  local c = load_config()
+  local ms = now_ms()
+  local moved = 0
+  for i = 2, #args do
+    local tid = args[i]
+    local tkey = k('task', tid)
+    local h = hgetall(tkey)
+    if h and not TERMINAL[h.status] then
+      local ttl = tonumber(h.ttl_seconds)
+      if redis.call('SISMEMBER', k('cancelled'), tid) == 1 then
+        redis.call('SREM', k('cancelled'), tid)
+        finish_terminal(c, tkey, h, 'cancelled', ms)
+        emit(c, ms, 'TASK_CANCELLED', h, worker)
+      elseif (h.status == 'pending' or h.status == 'queued') and ttl and
+             ms >= tonumber(h.created_at) + ttl * 1000 then
+        finish_terminal(c, tkey, h, 'expired', ms)
+        emit(c, ms, 'TASK_EXPIRED', h, worker)
+      elseif h.status == 'retrying' or h.status == 'pending' then
+        local etype = 'TASK_QUEUED'
+        if h.status == 'retrying' then
+          h.attempt = fmt(tonumber(h.attempt) + 1)
+          etype = 'TASK_RETRIED'
+        end
+        redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
+        redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
+                   'attempt', h.attempt)
+        emit(c, ms, etype, h, worker)
+        moved = moved + 1
+      end
+    end
+    redis.call('ZREM', keys[1], tid)
+  end
+  return moved
+end
+
+-- FCALL <ns>_lock_refresh 1 <lock> <worker_id> <ms>: compare-and-pexpire.
+local function lock_refresh(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    redis.call('PEXPIRE', keys[1], args[2])
+    return 1
+  end
+  return 0
+end
+
+-- FCALL <ns>_lock_release 1 <lock> <worker_id>: compare-and-delete.
+local function lock_release(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    redis.call('DEL', keys[1])
+    return 1
+  end
+  return 0
+end
+
+------------------------------------------------------------------------------ admin
+
+local function audit(action, tid, actor, ms)
+  redis.call('XADD', k('stream', 'audit'), 'MAXLEN', '~', '10000', '*', 'actor',
+             actor or 'redis-cli', 'action', action, 'task_id', tid or '', 'ts', fmt(ms))
+end
+
+local function dlq_remove(h)
+  if h.dlq_entry and h.dlq_entry ~= '' then
+    redis.call('XDEL', k('stream', 'dead-letter'), h.dlq_entry)
+  end
+end
+
+local function requeue_one(c, tid, ms)
+  local tkey = k('task', tid)
+  local h = hgetall(tkey)
+  if not h then return nil, 'NOT_FOUND task ' .. tid end
+  if h.status ~= 'dead_lettered' and h.status ~= 'failed' then
+    return nil, 'WRONG_STATE ' .. h.status
+  end
+  local ok, meta = pcall(cjson.decode, h.metadata or '{}')
+  if not ok or type(meta) ~= 'table' then meta = {} end
+  meta.previous_attempts = tonumber(h.attempt) or 1
+  dlq_remove(h)
+  h.attempt = '1'
+  h.status = 'queued'
+  redis.call('HSET', tkey, 'status', 'queued', 'attempt', '1', 'metadata', cjson.encode(meta),
+             'updated_at', fmt(ms), 'dlq_entry', '')
+  redis.call('HDEL', tkey, 'finished_at', 'worker_id', 'carrier')
+  redis.call('PERSIST', tkey)
+  idem_set(h, 'processing', ms)
+  redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
+             'attempt', '1')
+  emit(c, ms, 'TASK_QUEUED', h, '', {requeued = true})
+  return 'queued'
+end
+
+-- FCALL <ns>_requeue 0 <task_id> [actor]
+local function requeue(keys, args)
+  if not args[1] then return opt_error('task_id is required') end
+  local ms = now_ms()
+  local r, err = requeue_one(load_config(), args[1], ms)
+  if not r then return redis.error_reply(err) end
+  audit('requeue', args[1], args[2], ms)
+  return r
+end
+
+-- FCALL <ns>_requeue_dlq 0 [count] [actor]: the oldest `count` dead letters; returns how many.
+local function requeue_dlq(keys, args)
+  local count = 2^53
+  if args[1] and args[1] ~= '' then
+    count = parse_int(args[1], 1, 2^53)
+    if not count then return opt_error('count must be a positive integer') end
+  end
+  local c = load_config()
+  local ms = now_ms()
+  local done = 0
+  local entries = redis.call('XRANGE', k('stream', 'dead-letter'), '-', '+', 'COUNT',
+                             fmt(math.min(count, 1000000)))
+  for _, e in ipairs(entries) do
+    local f = {}
+    for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+    local r = f.task_id and requeue_one(c, f.task_id, ms)
+    if r then
+      done = done + 1
+      audit('requeue_dlq', f.task_id, args[2], ms)
+    else
+      -- An entry whose task is gone or moved on cannot be requeued; drop the stale record.
+      redis.call('XDEL', k('stream', 'dead-letter'), e[1])
+    end
+  end
+  return done
+end
+
+-- FCALL <ns>_discard 0 <task_id> [actor]
+local function discard(keys, args)
+  if not args[1] then return opt_error('task_id is required') end
+  local tkey = k('task', args[1])
+  local h = hgetall(tkey)
+  if not h then return redis.error_reply('NOT_FOUND task ' .. args[1]) end
+  if h.status ~= 'dead_lettered' then return redis.error_reply('WRONG_STATE ' .. h.status) end
+  local c = load_config()
+  local ms = now_ms()
+  local ok, meta = pcall(cjson.decode, h.metadata or '{}')
+  if not ok or type(meta) ~= 'table' then meta = {} end
+  meta.discarded = true
+  dlq_remove(h)
+  redis.call('HSET', tkey, 'metadata', cjson.encode(meta), 'updated_at', fmt(ms), 'dlq_entry', '')
+  redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
+  audit('discard', args[1], args[2], ms)
+  return 'discarded'
+end
+
+-- FCALL <ns>_purge_dlq 0 [actor]: every dead-letter entry; returns how many.
+local function purge_dlq(keys, args)
+  local n = redis.call('XLEN', k('stream', 'dead-letter'))
+  redis.call('DEL', k('stream', 'dead-letter'))
+  audit('purge_dlq', '', args[1], now_ms())
+  return n
+end
+
+-- FCALL <ns>_cancel 0 <task_id> [actor]
+local function cancel(keys, args)
+  if not args[1] then return opt_error('task_id is required') end
+  local tkey = k('task', args[1])
+  local h = hgetall(tkey)
+  if not h then return redis.error_reply('NOT_FOUND task ' .. args[1]) end
+  local c = load_config()
+  local ms = now_ms()
+  local reply
+  if h.status == 'queued' or h.status == 'pending' or h.status == 'retrying' then
+    redis.call('ZREM', k('retry', 'schedule'), args[1])
+    finish_terminal(c, tkey, h, 'cancelled', ms)
+    emit(c, ms, 'TASK_CANCELLED', h, '')
+    reply = 'cancelled'
+  elseif h.status == 'running' then
+    redis.call('HSET', tkey, 'cancel_requested', '1', 'updated_at', fmt(ms))
+    reply = 'cancel_requested'
+  else
+    return redis.error_reply('WRONG_STATE ' .. h.status)
+  end
+  audit('cancel', args[1], args[2], ms)
+  return reply
+end
+
+local function pause_resume(action, args)
+  if not valid_name(args[1], 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if action == 'pause' then
+    redis.call('SET', k('queue', args[1], 'paused'), '1')
+  else
+    redis.call('DEL', k('queue', args[1], 'paused'))
+  end
+  audit(action, '', args[2], now_ms())
+  return action == 'pause' and 'paused' or 'resumed'
+end
+
+local function pause(keys, args) return pause_resume('pause', args) end
+local function resume(keys, args) return pause_resume('resume', args) end
+
+-- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8).
+local function stats(keys, args)
+  local queues, order = {}, {}
+  local cursor = '0'
+  local pat = PREFIX:gsub('[%[%]%*%?{}]', '\\%0') .. ':stream:*:p[0-9]'
+  repeat
+    local r = redis.call('SCAN', cursor, 'MATCH', pat, 'COUNT', 1000, 'TYPE', 'stream')
+    cursor = r[1]
+    for _, key in ipairs(r[2]) do
+      local q = key:sub(#PREFIX + 9, -4)
+      if not queues[q] then
+        queues[q] = true
+        order[#order + 1] = q
+      end
+    end
+  until cursor == '0'
+  table.sort(order)
+  local out = {}
+  for _, q in ipairs(order) do
+    local len, pending = 0, 0
+    for band = 0, 9 do
+      local s = stream_key(q, band)
+      if redis.call('EXISTS', s) == 1 then
+        len = len + redis.call('XLEN', s)
+        local ok, p = pcall(redis.call, 'XPENDING', s, GROUP)
+        if ok then pending = pending + p[1] end
+      end
+    end
+    out[#out + 1] = 'queue:' .. q .. ':depth'
+    out[#out + 1] = math.max(0, len - pending)
+    out[#out + 1] = 'queue:' .. q .. ':pending'
+    out[#out + 1] = pending
+    out[#out + 1] = 'queue:' .. q .. ':paused'
+    out[#out + 1] = redis.call('EXISTS', k('queue', q, 'paused'))
+  end
+  local live = 0
+  for _, w in ipairs(redis.call('SMEMBERS', k('workers'))) do
+    live = live + redis.call('EXISTS', k('worker', w))
+  end
+  for _, kv in ipairs({{'scheduled', redis.call('ZCARD', k('retry', 'schedule'))},
+                       {'claimed', redis.call('ZCARD', k('retry', 'claimed'))},
+                       {'dlq', redis.call('XLEN', k('stream', 'dead-letter'))},
+                       {'workers', live}}) do
+    out[#out + 1] = kv[1]
+    out[#out + 1] = kv[2]
+  end
+  return out
+end
+
+local function reg(name, fn, ro)
+  local spec = {function_name = NS .. '_' .. name, callback = fn}
+  if ro then spec.flags = {'no-writes'} end
+  redis.register_function(spec)
+end
+
+reg('enqueue', enqueue)
+reg('fetch', fetch)
+reg('reap', reap)
+reg('claim', claim)
+reg('finish', finish)
+reg('handback', handback)
+reg('sched_claim', sched_claim)
+reg('sched_promote', sched_promote)
+reg('lock_refresh', lock_refresh)
+reg('lock_release', lock_release)
+reg('requeue', requeue)
+reg('requeue_dlq', requeue_dlq)
+reg('discard', discard)
+reg('purge_dlq', purge_dlq)
+reg('cancel', cancel)
+reg('pause', pause)
+reg('resume', resume)
+reg('stats', stats, true)

@@ -1,0 +1,479 @@
+/* config.c: the key table, the INI reader (inih), environment overrides and validation.
+ * Checklist: a key added here must also be documented in config.example.ini (a test
+ * compares the two) and in SPEC 12. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <ini.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+enum key_type { KEY_STR, KEY_INT, KEY_DOUBLE, KEY_BOOL };
+
+typedef struct config_key {
+    const char *section;
+    const char *key;
+    enum key_type type;
+    size_t offset;
+    const char *def;
+    double min, max; /* bounds for numbers */
+    const char *doc;
+} config_key;
+
+#define OFF(f) offsetof(dtq_config, f)
+#define BIG 9.0e15
+
+static const config_key config_keys[] = {
+    {"redis", "url", KEY_STR, OFF(redis_url), "redis://127.0.0.1:6379/0", 0, 0,
+     "redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N]"},
+    {"redis", "namespace", KEY_STR, OFF(ns), "dtq", 0, 0,
+     "prefix of every key and of the Function names"},
+    {"redis", "cluster_hash_tag", KEY_BOOL, OFF(cluster_hash_tag), "false", 0, 0,
+     "wrap the prefix as {ns} so every key hashes to one cluster slot"},
+    {"redis", "connect_timeout_ms", KEY_INT, OFF(connect_timeout_ms), "2000", 1, 600000,
+     "give up on one connection attempt after this long"},
+    {"worker", "queues", KEY_STR, OFF(queues_raw), "default", 0, 0,
+     "comma-separated queues, served in this order"},
+    {"worker", "concurrency", KEY_INT, OFF(concurrency), "16", 1, 100000,
+     "tasks executed at once"},
+    {"worker", "worker_id", KEY_STR, OFF(worker_id), "", 0, 0,
+     "consumer name; empty = worker-<8 random hex>"},
+    {"worker", "heartbeat_interval_s", KEY_INT, OFF(heartbeat_interval_s), "5", 1, 86400,
+     "seconds between heartbeats"},
+    {"worker", "visibility_timeout_s", KEY_INT, OFF(visibility_timeout_s), "30", 2, 864000,
+     "an entry idle this long is taken from a worker presumed dead"},
+    {"worker", "drain_timeout_s", KEY_INT, OFF(drain_timeout_s), "30", 0, 86400,
+     "on SIGTERM, how long running tasks may finish"},
+    {"retry", "base_delay", KEY_DOUBLE, OFF(retry.base_delay_s), "1.0", 0, 1e9,
+     "seconds before the first retry"},
+    {"retry", "max_delay", KEY_DOUBLE, OFF(retry.max_delay_s), "60.0", 0, 1e9,
+     "cap on the backoff, seconds"},
+    {"retry", "jitter", KEY_DOUBLE, OFF(retry.jitter), "0.2", 0, 1, "spread fraction"},
+    {"retry", "jitter_mode", KEY_STR, OFF(jitter_mode_raw), "spread", 0, 0,
+     "spread | full | none"},
+    {"retry", "default_max_attempts", KEY_INT, OFF(default_max_attempts), "5", 1, 1000,
+     "attempts when neither the task nor its handler says"},
+    {"scheduler", "enabled", KEY_BOOL, OFF(scheduler_enabled), "true", 0, 0,
+     "false = never take the leader lock"},
+    {"scheduler", "interval_ms", KEY_INT, OFF(scheduler_interval_ms), "1000", 10, 3600000,
+     "pause between passes that did not fill their batch"},
+    {"scheduler", "batch", KEY_INT, OFF(scheduler_batch), "500", 1, 100000,
+     "due tasks moved per pass"},
+    {"scheduler", "claim_timeout_ms", KEY_INT, OFF(claim_timeout_ms), "60000", 100, BIG,
+     "claims older than this go back to the schedule"},
+    {"scheduler", "leader_lock_ms", KEY_INT, OFF(leader_lock_ms), "10000", 100, BIG,
+     "leader lock lifetime; refreshed every pass"},
+    {"limits", "max_payload_bytes", KEY_INT, OFF(max_payload_bytes), "262144", 1, 536870912,
+     "largest payload accepted at enqueue"},
+    {"limits", "max_queue_depth", KEY_INT, OFF(max_queue_depth), "1000000", 1, BIG,
+     "enqueue refuses when a queue holds this many entries"},
+    {"limits", "result_max_bytes", KEY_INT, OFF(result_max_bytes), "65536", 0, 536870912,
+     "results are truncated to this size"},
+    {"limits", "error_max_bytes", KEY_INT, OFF(error_max_bytes), "4096", 16, 1048576,
+     "last_error keeps at most this many bytes"},
+    {"limits", "task_retention_s", KEY_INT, OFF(task_retention_s), "604800", 1, BIG,
+     "task hashes expire this long after they end"},
+    {"limits", "result_retention_s", KEY_INT, OFF(result_retention_s), "3600", 1, BIG,
+     "result keys expire after this long"},
+    {"limits", "idem_ttl_s", KEY_INT, OFF(idem_ttl_s), "86400", 1, BIG,
+     "idempotency records live this long"},
+    {"limits", "dlq_enabled", KEY_BOOL, OFF(dlq_enabled), "true", 0, 0,
+     "false = permanent failures end 'failed', without a dead-letter entry"},
+    {"limits", "dlq_maxlen", KEY_INT, OFF(dlq_maxlen), "10000", 1, BIG,
+     "approximate cap on the dead-letter stream"},
+    {"limits", "events", KEY_STR, OFF(events_raw), "all", 0, 0, "all | terminal | off"},
+    {"limits", "events_stream_maxlen", KEY_INT, OFF(events_stream_maxlen), "0", 0, BIG,
+     "also append events to a stream capped at this length; 0 = no stream"},
+    {"http", "listen", KEY_STR, OFF(http_listen), "", 0, 0,
+     "host:port for /metrics /healthz /readyz; empty = off"},
+    {"log", "level", KEY_STR, OFF(log_level), "info", 0, 0, "debug | info | warn | error"},
+    {"log", "format", KEY_STR, OFF(log_format), "text", 0, 0, "text | json"},
+};
+#define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+
+#define DTQ_OVR_BASE 1u
+#define DTQ_OVR_MAX 2u
+#define DTQ_OVR_JITTER 4u
+#define DTQ_OVR_MODE 8u
+
+typedef struct load_state {
+    dtq_config *cfg;
+    const char *file;
+    char *err;
+    size_t errlen;
+    int failed;
+} load_state;
+
+static void fail(load_state *st, const char *section, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(load_state *st, const char *section, const char *key, const char *fmt, ...) {
+    char reason[512];
+    va_list ap;
+    if (st->failed) return; /* the first error is the one worth reading */
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    st->failed = 1;
+    if (key)
+        snprintf(st->err, st->errlen, "%s: [%s] %s: %s", st->file, section, key, reason);
+    else if (section)
+        snprintf(st->err, st->errlen, "%s: [%s]: %s", st->file, section, reason);
+    else
+        snprintf(st->err, st->errlen, "%s: %s", st->file, reason);
+}
+
+static int set_key(load_state *st, const config_key *k, const char *value) {
+    void *field = (char *)st->cfg + k->offset;
+    int64_t iv;
+    double dv;
+    int bv;
+    switch (k->type) {
+    case KEY_STR:
+        free(*(char **)field);
+        *(char **)field = dtq_xstrdup(value);
+        return DTQ_OK;
+    case KEY_INT:
+        if (dtq_parse_int64(value, (int64_t)k->min, (int64_t)k->max, &iv) != DTQ_OK) {
+            fail(st, k->section, k->key, "'%s' is not an integer in [%.0f, %.0f]", value,
+                 k->min, k->max);
+            return DTQ_ERR;
+        }
+        *(int64_t *)field = iv;
+        return DTQ_OK;
+    case KEY_DOUBLE:
+        if (dtq_parse_double(value, k->min, k->max, &dv) != DTQ_OK) {
+            fail(st, k->section, k->key, "'%s' is not a number in [%g, %g]", value, k->min,
+                 k->max);
+            return DTQ_ERR;
+        }
+        *(double *)field = dv;
+        return DTQ_OK;
+    case KEY_BOOL:
+        if (dtq_parse_bool(value, &bv) != DTQ_OK) {
+            fail(st, k->section, k->key, "'%s' is not a boolean (true/false)", value);
+            return DTQ_ERR;
+        }
+        *(int *)field = bv;
+        return DTQ_OK;
+    }
+    return DTQ_ERR;
+}
+
+static const config_key *find_key(const char *section, const char *key) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(config_keys[i].section, section) && !strcmp(config_keys[i].key, key))
+            return &config_keys[i];
+    return NULL;
+}
+
+static int known_section(const char *section) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(config_keys[i].section, section)) return 1;
+    return 0;
+}
+
+static dtq_handler_conf *handler_for(dtq_config *cfg, const char *task_type) {
+    for (int i = 0; i < cfg->nhandlers; i++)
+        if (!strcmp(cfg->handlers[i].task_type, task_type)) return &cfg->handlers[i];
+    cfg->handlers = dtq_xrealloc(cfg->handlers, sizeof(dtq_handler_conf) *
+                                                    (size_t)(cfg->nhandlers + 1));
+    dtq_handler_conf *h = &cfg->handlers[cfg->nhandlers++];
+    memset(h, 0, sizeof(*h));
+    h->task_type = dtq_xstrdup(task_type);
+    h->timeout_ms = 30000;
+    h->kill_grace_ms = 5000;
+    return h;
+}
+
+static int set_handler_key(load_state *st, const char *section, const char *task_type,
+                           const char *key, const char *value) {
+    dtq_handler_conf *h = handler_for(st->cfg, task_type);
+    int64_t iv;
+    double dv;
+    if (!strcmp(key, "builtin") || !strcmp(key, "exec") || !strcmp(key, "plugin")) {
+        h->kind = !strcmp(key, "builtin") ? DTQ_HANDLER_KIND_BUILTIN
+                  : !strcmp(key, "exec")  ? DTQ_HANDLER_KIND_EXEC
+                                          : DTQ_HANDLER_KIND_PLUGIN;
+        if (++h->seen_kind > 1) {
+            fail(st, section, key, "a handler takes exactly one of builtin, exec, plugin");
+            return DTQ_ERR;
+        }
+        if (!*value) {
+            fail(st, section, key, "empty value");
+            return DTQ_ERR;
+        }
+        h->target = dtq_xstrdup(value);
+    } else if (!strcmp(key, "symbol")) {
+        free(h->symbol);
+        h->symbol = dtq_xstrdup(value);
+    } else if (!strcmp(key, "env")) {
+        free(h->env);
+        h->env = dtq_xstrdup(value);
+    } else if (!strcmp(key, "workdir")) {
+        free(h->workdir);
+        h->workdir = dtq_xstrdup(value);
+    } else if (!strcmp(key, "timeout_ms") || !strcmp(key, "kill_grace_ms") ||
+               !strcmp(key, "max_attempts")) {
+        int64_t max = !strcmp(key, "max_attempts") ? 1000 : (int64_t)BIG;
+        if (dtq_parse_int64(value, 1, max, &iv) != DTQ_OK) {
+            fail(st, section, key, "'%s' is not an integer in [1, %lld]", value,
+                 (long long)max);
+            return DTQ_ERR;
+        }
+        if (!strcmp(key, "timeout_ms")) h->timeout_ms = iv;
+        else if (!strcmp(key, "kill_grace_ms")) h->kill_grace_ms = iv;
+        else h->max_attempts = iv;
+    } else if (!strcmp(key, "base_delay") || !strcmp(key, "max_delay") ||
+               !strcmp(key, "jitter")) {
+        double max = !strcmp(key, "jitter") ? 1.0 : 1e9;
+        if (dtq_parse_double(value, 0, max, &dv) != DTQ_OK) {
+            fail(st, section, key, "'%s' is not a number in [0, %g]", value, max);
+            return DTQ_ERR;
+        }
+        if (!strcmp(key, "base_delay")) {
+            h->retry.base_delay_s = dv;
+            h->overrides |= DTQ_OVR_BASE;
+        } else if (!strcmp(key, "max_delay")) {
+            h->retry.max_delay_s = dv;
+            h->overrides |= DTQ_OVR_MAX;
+        } else {
+            h->retry.jitter = dv;
+            h->overrides |= DTQ_OVR_JITTER;
+        }
+    } else if (!strcmp(key, "jitter_mode")) {
+        if (dtq_retry_jitter_mode_from_string(value, &h->retry.jitter_mode) != DTQ_OK) {
+            fail(st, section, key, "'%s' is not one of spread, full, none", value);
+            return DTQ_ERR;
+        }
+        h->overrides |= DTQ_OVR_MODE;
+    } else {
+        fail(st, section, key, "unknown key");
+        return DTQ_ERR;
+    }
+    return DTQ_OK;
+}
+
+static int ini_cb(void *user, const char *section, const char *key, const char *value) {
+    load_state *st = user;
+    const config_key *k;
+    if (st->failed) return 0;
+    if (!strncmp(section, "handler:", 8)) {
+        const char *tt = section + 8;
+        if (!dtq_valid_queue_name(tt)) {
+            fail(st, section, NULL, "task type must match [A-Za-z0-9._:-]{1,128}");
+            return 0;
+        }
+        return set_handler_key(st, section, tt, key, value) == DTQ_OK;
+    }
+    if (!known_section(section)) {
+        fail(st, section, NULL, "unknown section");
+        return 0;
+    }
+    k = find_key(section, key);
+    if (!k) {
+        fail(st, section, key, "unknown key");
+        return 0;
+    }
+    return set_key(st, k, value) == DTQ_OK;
+}
+
+static void apply_env(load_state *st) {
+    char name[128];
+    for (size_t i = 0; i < NKEYS && !st->failed; i++) {
+        const config_key *k = &config_keys[i];
+        const char *v;
+        char *p;
+        snprintf(name, sizeof(name), "DTQ_%s_%s", k->section, k->key);
+        for (p = name; *p; p++) *p = (char)toupper((unsigned char)*p);
+        v = getenv(name);
+        if (!v) continue;
+        {
+            const char *saved = st->file;
+            char where[160];
+            snprintf(where, sizeof(where), "environment %s", name);
+            st->file = where;
+            set_key(st, k, v);
+            st->file = saved;
+        }
+    }
+}
+
+static int split_queues(load_state *st) {
+    dtq_config *cfg = st->cfg;
+    char *copy = dtq_xstrdup(cfg->queues_raw), *save = NULL, *tok;
+    for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*tok)) tok++;
+        char *end = tok + strlen(tok);
+        while (end > tok && isspace((unsigned char)end[-1])) *--end = '\0';
+        if (!dtq_valid_queue_name(tok)) {
+            fail(st, "worker", "queues", "'%s' is not a valid queue name ([A-Za-z0-9._:-]{1,128})",
+                 tok);
+            break;
+        }
+        for (int i = 0; i < cfg->nqueues; i++) {
+            if (!strcmp(cfg->queues[i], tok)) {
+                fail(st, "worker", "queues", "queue '%s' is listed twice", tok);
+                break;
+            }
+        }
+        if (st->failed) break;
+        cfg->queues = dtq_xrealloc(cfg->queues, sizeof(char *) * (size_t)(cfg->nqueues + 1));
+        cfg->queues[cfg->nqueues++] = dtq_xstrdup(tok);
+    }
+    free(copy);
+    if (!st->failed && cfg->nqueues == 0) fail(st, "worker", "queues", "no queue given");
+    return st->failed ? DTQ_ERR : DTQ_OK;
+}
+
+static const char *builtin_names[] = {"noop", "echo", "sleep", "fail", "flaky", NULL};
+
+static void validate(load_state *st) {
+    dtq_config *cfg = st->cfg;
+    enum dtq_log_level lvl;
+    enum dtq_log_format fmt;
+    dtq_redis_url url;
+    char uerr[256];
+
+    if (dtq_redis_url_parse(cfg->redis_url, &url, uerr, sizeof(uerr)) != DTQ_OK)
+        return fail(st, "redis", "url", "%s", uerr);
+    dtq_redis_url_deinit(&url);
+    if (!dtq_valid_name(cfg->ns, strlen(cfg->ns), 64))
+        return fail(st, "redis", "namespace", "must match [A-Za-z0-9._:-]{1,64}");
+    if (strchr(cfg->ns, ':'))
+        return fail(st, "redis", "namespace", "must not contain ':'");
+    if (split_queues(st) != DTQ_OK) return;
+    if (!*cfg->worker_id) {
+        char uuid[37];
+        dtq_uuid4(uuid);
+        free(cfg->worker_id);
+        cfg->worker_id = dtq_xasprintf("worker-%.8s", uuid);
+    } else if (!dtq_valid_task_id(cfg->worker_id)) {
+        return fail(st, "worker", "worker_id", "must match [A-Za-z0-9._:-]{1,64}");
+    }
+    if (cfg->heartbeat_interval_s >= cfg->visibility_timeout_s)
+        return fail(st, "worker", "heartbeat_interval_s",
+                    "must be less than visibility_timeout_s (%lld >= %lld)",
+                    (long long)cfg->heartbeat_interval_s, (long long)cfg->visibility_timeout_s);
+    if (dtq_retry_jitter_mode_from_string(cfg->jitter_mode_raw, &cfg->retry.jitter_mode))
+        return fail(st, "retry", "jitter_mode", "'%s' is not one of spread, full, none",
+                    cfg->jitter_mode_raw);
+    if (cfg->retry.base_delay_s > cfg->retry.max_delay_s)
+        return fail(st, "retry", "base_delay", "must not exceed max_delay");
+    if (cfg->scheduler_interval_ms >= cfg->leader_lock_ms)
+        return fail(st, "scheduler", "interval_ms",
+                    "must be less than leader_lock_ms, or the lock lapses between passes");
+    if (!strcmp(cfg->events_raw, "all")) cfg->events = DTQ_EVENTS_ALL;
+    else if (!strcmp(cfg->events_raw, "terminal")) cfg->events = DTQ_EVENTS_TERMINAL;
+    else if (!strcmp(cfg->events_raw, "off")) cfg->events = DTQ_EVENTS_OFF;
+    else return fail(st, "limits", "events", "'%s' is not one of all, terminal, off",
+                     cfg->events_raw);
+    if (*cfg->http_listen && !strrchr(cfg->http_listen, ':'))
+        return fail(st, "http", "listen", "'%s' is not host:port", cfg->http_listen);
+    if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)
+        return fail(st, "log", "level", "'%s' is not one of debug, info, warn, error",
+                    cfg->log_level);
+    if (dtq_log_format_from_string(cfg->log_format, &fmt) != DTQ_OK)
+        return fail(st, "log", "format", "'%s' is not one of text, json", cfg->log_format);
+
+    for (int i = 0; i < cfg->nhandlers; i++) {
+        dtq_handler_conf *h = &cfg->handlers[i];
+        char section[160];
+        dtq_retry_policy own = h->retry;
+        snprintf(section, sizeof(section), "handler:%s", h->task_type);
+        if (h->seen_kind == 0)
+            return fail(st, section, NULL, "needs one of builtin, exec, plugin");
+        if (h->kind == DTQ_HANDLER_KIND_BUILTIN) {
+            int ok = 0;
+            for (const char **b = builtin_names; *b; b++) ok |= !strcmp(*b, h->target);
+            if (!ok)
+                return fail(st, section, "builtin",
+                            "'%s' is not one of noop, echo, sleep, fail, flaky", h->target);
+        }
+        if (h->kind == DTQ_HANDLER_KIND_PLUGIN && !h->symbol)
+            return fail(st, section, "symbol", "a plugin handler needs symbol = <function>");
+        if (h->kind != DTQ_HANDLER_KIND_PLUGIN && h->symbol)
+            return fail(st, section, "symbol", "only a plugin handler takes symbol");
+        if (h->kind != DTQ_HANDLER_KIND_EXEC && (h->env || h->workdir))
+            return fail(st, section, h->env ? "env" : "workdir",
+                        "only an exec handler takes this key");
+        h->retry = cfg->retry;
+        if (h->overrides & DTQ_OVR_BASE) h->retry.base_delay_s = own.base_delay_s;
+        if (h->overrides & DTQ_OVR_MAX) h->retry.max_delay_s = own.max_delay_s;
+        if (h->overrides & DTQ_OVR_JITTER) h->retry.jitter = own.jitter;
+        if (h->overrides & DTQ_OVR_MODE) h->retry.jitter_mode = own.jitter_mode;
+        if (h->retry.base_delay_s > h->retry.max_delay_s)
+            return fail(st, section, "base_delay", "must not exceed max_delay");
+    }
+}
+
+dtq_config *dtq_config_load(const char *path, char *err, size_t errlen) {
+    dtq_config *cfg = dtq_xcalloc(1, sizeof(*cfg));
+    load_state st = {cfg, path ? path : "(defaults)", err, errlen, 0};
+    for (size_t i = 0; i < NKEYS; i++) set_key(&st, &config_keys[i], config_keys[i].def);
+    cfg->path = path ? dtq_xstrdup(path) : NULL;
+    if (path) {
+        FILE *f = fopen(path, "r");
+        int rc;
+        if (!f) {
+            fail(&st, NULL, NULL, "cannot open: %s", strerror(errno));
+        } else {
+            rc = ini_parse_file(f, ini_cb, &st);
+            fclose(f);
+            if (rc > 0 && !st.failed) fail(&st, NULL, NULL, "syntax error on line %d", rc);
+        }
+    }
+    if (!st.failed) apply_env(&st);
+    if (!st.failed) validate(&st);
+    if (st.failed) {
+        dtq_config_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+void dtq_config_free(dtq_config *cfg) {
+    if (!cfg) return;
+    for (size_t i = 0; i < NKEYS; i++)
+        if (config_keys[i].type == KEY_STR) free(*(char **)((char *)cfg + config_keys[i].offset));
+    for (int i = 0; i < cfg->nqueues; i++) free(cfg->queues[i]);
+    free(cfg->queues);
+    for (int i = 0; i < cfg->nhandlers; i++) {
+        dtq_handler_conf *h = &cfg->handlers[i];
+        free(h->task_type);
+        free(h->target);
+        free(h->symbol);
+        free(h->env);
+        free(h->workdir);
+    }
+    free(cfg->handlers);
+    free(cfg->path);
+    free(cfg);
+}
+
+const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *task_type) {
+    for (int i = 0; i < cfg->nhandlers; i++)
+        if (!strcmp(cfg->handlers[i].task_type, task_type)) return &cfg->handlers[i];
+    return NULL;
+}
+
+char *dtq_config_prefix(const dtq_config *cfg) {
+    return cfg->cluster_hash_tag ? dtq_xasprintf("{%s}", cfg->ns) : dtq_xstrdup(cfg->ns);
+}
+
+void dtq_config_each_key(void (*fn)(const char *, const char *, const char *, const char *,
+                                    void *),
+                         void *arg) {
+    for (size_t i = 0; i < NKEYS; i++)
+        fn(config_keys[i].section, config_keys[i].key, config_keys[i].def, config_keys[i].doc,
+           arg);
+}

@@ -1,0 +1,99 @@
+/* config.h: the daemon configuration. Every key of SPEC 12 is defined once, in the table
+ * in config.c (section, key, type, default, bounds, doc); loading applies defaults, the
+ * INI file, then DTQ_<SECTION>_<KEY> environment overrides, then cross-key checks.
+ * A loaded config is read-only; a reload builds a new one and swaps it whole. */
+#ifndef DTQ_CONFIG_H
+#define DTQ_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "retry.h"
+
+#define DTQ_EX_CONFIG 78
+
+enum dtq_handler_kind { DTQ_HANDLER_KIND_BUILTIN, DTQ_HANDLER_KIND_EXEC, DTQ_HANDLER_KIND_PLUGIN };
+enum dtq_events_level { DTQ_EVENTS_ALL, DTQ_EVENTS_TERMINAL, DTQ_EVENTS_OFF };
+
+/* One [handler:<task_type>] section. Retry keys that are absent inherit [retry]. */
+typedef struct dtq_handler_conf {
+    char *task_type;
+    enum dtq_handler_kind kind;
+    char *target;           /* builtin name, exec command line, or plugin path */
+    char *symbol;           /* plugin entry point */
+    char *env;              /* exec: extra NAME=VALUE pairs, space separated */
+    char *workdir;          /* exec: working directory */
+    int64_t timeout_ms;     /* per-attempt limit, ms */
+    int64_t kill_grace_ms;  /* exec: SIGTERM -> SIGKILL, ms */
+    int64_t max_attempts;   /* 0 = inherit [retry] default_max_attempts */
+    dtq_retry_policy retry; /* effective policy: [retry] overlaid with this section */
+    int seen_kind;          /* how many of builtin/exec/plugin were given */
+    unsigned overrides;     /* which retry keys this section set (bits of DTQ_OVR_*) */
+} dtq_handler_conf;
+
+typedef struct dtq_config {
+    char *path;
+    /* [redis] */
+    char *redis_url;
+    char *ns;
+    int cluster_hash_tag;
+    int64_t connect_timeout_ms;
+    /* [worker] */
+    char *queues_raw;
+    char **queues;
+    int nqueues;
+    int64_t concurrency;
+    char *worker_id;
+    int64_t heartbeat_interval_s;
+    int64_t visibility_timeout_s;
+    int64_t drain_timeout_s;
+    /* [retry] */
+    dtq_retry_policy retry;
+    char *jitter_mode_raw;
+    int64_t default_max_attempts;
+    /* [scheduler] */
+    int scheduler_enabled;
+    int64_t scheduler_interval_ms;
+    int64_t scheduler_batch;
+    int64_t claim_timeout_ms;
+    int64_t leader_lock_ms;
+    /* [limits] */
+    int64_t max_payload_bytes;
+    int64_t max_queue_depth;
+    int64_t result_max_bytes;
+    int64_t error_max_bytes;
+    int64_t task_retention_s;
+    int64_t result_retention_s;
+    int64_t idem_ttl_s;
+    int dlq_enabled;
+    int64_t dlq_maxlen;
+    char *events_raw;
+    enum dtq_events_level events;
+    int64_t events_stream_maxlen;
+    /* [http] */
+    char *http_listen;
+    /* [log] */
+    char *log_level;
+    char *log_format;
+    /* [handler:*] */
+    dtq_handler_conf *handlers;
+    int nhandlers;
+} dtq_config;
+
+/* Loads path (NULL = defaults and environment only). On error returns NULL and writes
+ * "file: [section] key: reason" into err. The result is caller-owned (dtq_config_free). */
+dtq_config *dtq_config_load(const char *path, char *err, size_t errlen);
+void dtq_config_free(dtq_config *cfg);
+
+/* Borrowed lookup; NULL when the task type has no section. */
+const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *task_type);
+
+/* The key prefix: "ns" or "{ns}" with cluster_hash_tag. Caller-owned. */
+char *dtq_config_prefix(const dtq_config *cfg);
+
+/* Iterates over the key table: calls fn for every (section, key, default, doc). */
+void dtq_config_each_key(void (*fn)(const char *section, const char *key, const char *def,
+                                    const char *doc, void *arg),
+                         void *arg);
+
+#endif

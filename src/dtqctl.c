@@ -1,0 +1,509 @@
+/* dtqctl: the admin and producer CLI. Synchronous hiredis; every action is one of the
+ * Functions (so dtqctl and redis-cli do exactly the same thing) or a plain read.
+ * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <hiredis/hiredis.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rconn.h"
+#include "scripts.h"
+#include "util.h"
+
+#define EXIT_REFUSED 1
+#define EXIT_USAGE 2
+
+typedef struct ctl {
+    redisContext *c;
+    const char *ns;
+    char *prefix;
+    int json;
+} ctl;
+
+static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage_error(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "dtqctl: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'dtqctl --help'.\n");
+    exit(EXIT_USAGE);
+}
+
+static void refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void refused(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "dtqctl: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    exit(EXIT_REFUSED);
+}
+
+static void help(void) {
+    printf("usage: dtqctl [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
+           "commands:\n"
+           "  enqueue <queue> <task_type> <payload> [--priority N] [--delay-ms N]\n"
+           "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
+           "          [--idempotency-key K] [--id ID] [--wait]\n"
+           "  show <id>                 the task hash and its result\n"
+           "  cancel <id>\n"
+           "  dlq list [--count N] | dlq requeue <id> | dlq requeue-all | dlq discard <id>\n"
+           "  dlq purge\n"
+           "  queues                    depth, pending and scheduled per queue\n"
+           "  pause <queue> | resume <queue>\n"
+           "  workers                   live workers with heartbeat age\n"
+           "  events                    follow the event channel\n"
+           "  stats\n\n"
+           "REDIS_URL defaults to $DTQ_REDIS_URL, then redis://127.0.0.1:6379/0.\n");
+}
+
+static redisReply *cmdv(ctl *x, int argc, const char **argv) {
+    redisReply *r = redisCommandArgv(x->c, argc, argv, NULL);
+    if (!r) refused("redis: %s", x->c->errstr[0] ? x->c->errstr : "connection lost");
+    return r;
+}
+
+/* Runs FCALL <ns>_<name> 0 args...; a Redis error reply ends the program with exit 1. */
+static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) {
+    const char **argv = dtq_xcalloc((size_t)argc + 3, sizeof(char *));
+    char *fn = dtq_xasprintf("%s_%s", x->ns, name);
+    redisReply *r;
+    argv[0] = strcmp(name, "stats") ? "FCALL" : "FCALL_RO";
+    argv[1] = fn;
+    argv[2] = "0";
+    for (int i = 0; i < argc; i++) argv[3 + i] = args[i];
+    r = cmdv(x, argc + 3, argv);
+    free(argv);
+    free(fn);
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
+            refused("the dtq Functions are not loaded in this Redis (namespace %s); start "
+                    "dtq-worker once to load them", x->ns);
+        refused("%s", r->str);
+    }
+    return r;
+}
+
+static void connect_ctl(ctl *x, const char *url_s) {
+    dtq_redis_url url;
+    char err[256];
+    struct timeval tv = {2, 0};
+    if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
+        usage_error("bad Redis URL '%s': %s", url_s, err);
+    x->c = url.is_unix ? redisConnectUnixWithTimeout(url.path, tv)
+                       : redisConnectWithTimeout(url.host, url.port, tv);
+    if (!x->c || x->c->err)
+        refused("cannot connect to Redis at %s: %s", url.is_unix ? url.path : url.host,
+                x->c ? x->c->errstr : "out of memory");
+    if (url.password) {
+        const char *argv[3] = {"AUTH", url.user ? url.user : url.password, url.password};
+        redisReply *r = cmdv(x, url.user ? 3 : 2, argv);
+        if (r->type == REDIS_REPLY_ERROR) refused("redis AUTH: %s", r->str);
+        freeReplyObject(r);
+    }
+    if (url.db) {
+        char db[16];
+        const char *argv[2] = {"SELECT", db};
+        redisReply *r;
+        snprintf(db, sizeof(db), "%d", url.db);
+        r = cmdv(x, 2, argv);
+        if (r->type == REDIS_REPLY_ERROR) refused("redis SELECT: %s", r->str);
+        freeReplyObject(r);
+    }
+    dtq_redis_url_deinit(&url);
+}
+
+static void print_reply_json(const redisReply *r) {
+    if (r->type == REDIS_REPLY_INTEGER) printf("%lld\n", r->integer);
+    else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        cJSON *s = cJSON_CreateString(r->str);
+        char *out = cJSON_PrintUnformatted(s);
+        printf("%s\n", out);
+        free(out);
+        cJSON_Delete(s);
+    }
+}
+
+/* The one-word replies (queued, cancelled, paused, counts...). */
+static int simple(ctl *x, const char *fn, int argc, const char **args) {
+    redisReply *r = fcall(x, fn, argc, args);
+    if (x->json) print_reply_json(r);
+    else if (r->type == REDIS_REPLY_INTEGER) printf("%lld\n", r->integer);
+    else printf("%s\n", r->str ? r->str : "");
+    freeReplyObject(r);
+    return 0;
+}
+
+static cJSON *hash_to_json(const redisReply *r) {
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        cJSON_AddStringToObject(o, r->element[i]->str, r->element[i + 1]->str);
+    return o;
+}
+
+static char *task_status(ctl *x, const char *id) {
+    char *key = dtq_xasprintf("%s:task:%s", x->prefix, id);
+    const char *argv[3] = {"HGET", key, "status"};
+    redisReply *r = cmdv(x, 3, argv);
+    char *s = r->type == REDIS_REPLY_STRING ? dtq_xstrdup(r->str) : NULL;
+    freeReplyObject(r);
+    free(key);
+    return s;
+}
+
+static int cmd_show(ctl *x, const char *id) {
+    char *key = dtq_xasprintf("%s:task:%s", x->prefix, id);
+    char *rkey = dtq_xasprintf("%s:result:%s", x->prefix, id);
+    const char *argv[2] = {"HGETALL", key};
+    const char *rargv[2] = {"GET", rkey};
+    redisReply *r = cmdv(x, 2, argv), *res;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) refused("NOT_FOUND task %s", id);
+    res = cmdv(x, 2, rargv);
+    if (x->json) {
+        cJSON *o = hash_to_json(r);
+        cJSON *result = res->type == REDIS_REPLY_STRING ? cJSON_Parse(res->str) : NULL;
+        char *out;
+        cJSON_AddItemToObject(o, "result", result ? result : cJSON_CreateNull());
+        out = cJSON_PrintUnformatted(o);
+        printf("%s\n", out);
+        free(out);
+        cJSON_Delete(o);
+    } else {
+        for (size_t i = 0; i + 1 < r->elements; i += 2)
+            printf("%-18s %s\n", r->element[i]->str, r->element[i + 1]->str);
+        printf("%-18s %s\n", "result", res->type == REDIS_REPLY_STRING ? res->str : "null");
+    }
+    freeReplyObject(r);
+    freeReplyObject(res);
+    free(key);
+    free(rkey);
+    return 0;
+}
+
+static int cmd_enqueue(ctl *x, int argc, char **argv) {
+    static const struct {
+        const char *flag, *opt;
+    } map[] = {{"--priority", "priority"},       {"--delay-ms", "delay_ms"},
+               {"--max-attempts", "max_attempts"}, {"--timeout-ms", "timeout_ms"},
+               {"--ttl-seconds", "ttl_seconds"},   {"--idempotency-key", "idempotency_key"},
+               {"--id", "task_id"}};
+    const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
+    char uuid[37];
+    int n = 0, wait = 0, have_id = 0;
+    redisReply *r;
+    if (argc < 3) usage_error("enqueue needs <queue> <task_type> <payload>");
+    args[n++] = argv[0];
+    args[n++] = argv[1];
+    args[n++] = argv[2];
+    for (int i = 3; i < argc; i++) {
+        size_t j;
+        if (!strcmp(argv[i], "--wait")) {
+            wait = 1;
+            continue;
+        }
+        for (j = 0; j < sizeof(map) / sizeof(map[0]); j++)
+            if (!strcmp(argv[i], map[j].flag)) break;
+        if (j == sizeof(map) / sizeof(map[0])) usage_error("enqueue: unknown option '%s'", argv[i]);
+        if (i + 1 >= argc) usage_error("enqueue: %s needs a value", argv[i]);
+        if (!strcmp(map[j].opt, "task_id")) have_id = 1;
+        args[n++] = map[j].opt;
+        args[n++] = argv[++i];
+    }
+    if (!have_id) { /* ids minted by dtqctl are UUIDv4 (SPEC 3) */
+        dtq_uuid4(uuid);
+        args[n++] = "task_id";
+        args[n++] = uuid;
+    }
+    r = fcall(x, "enqueue", n, args);
+    free(args);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) refused("unexpected reply to enqueue");
+    if (x->json && !wait)
+        printf("{\"task_id\":\"%s\",\"result\":\"%s\"}\n", r->element[0]->str, r->element[1]->str);
+    else if (!x->json)
+        printf("%s %s\n", r->element[0]->str, r->element[1]->str);
+    if (wait) {
+        char *id = dtq_xstrdup(r->element[0]->str);
+        for (;;) {
+            char *st = task_status(x, id);
+            if (!st) refused("task %s disappeared", id);
+            if (!strcmp(st, "succeeded") || !strcmp(st, "failed") || !strcmp(st, "dead_lettered") ||
+                !strcmp(st, "cancelled") || !strcmp(st, "expired")) {
+                int failed = strcmp(st, "succeeded") != 0;
+                free(st);
+                freeReplyObject(r);
+                cmd_show(x, id);
+                free(id);
+                return failed ? EXIT_REFUSED : 0;
+            }
+            free(st);
+            usleep(50000);
+        }
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int cmd_dlq_list(ctl *x, int argc, char **argv) {
+    long long count = 20;
+    char *key = dtq_xasprintf("%s:stream:dead-letter", x->prefix), cnt[32];
+    const char *a[6] = {"XRANGE", key, "-", "+", "COUNT", cnt};
+    redisReply *r;
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < argc; i++) {
+        int64_t v;
+        if (!strcmp(argv[i], "--count") && i + 1 < argc &&
+            dtq_parse_int64(argv[i + 1], 1, 1000000, &v) == DTQ_OK) {
+            count = v;
+            i++;
+        } else {
+            usage_error("dlq list: bad argument '%s'", argv[i]);
+        }
+    }
+    snprintf(cnt, sizeof(cnt), "%lld", count);
+    r = cmdv(x, 6, a);
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        cJSON *o = hash_to_json(e->element[1]);
+        cJSON_AddStringToObject(o, "entry_id", e->element[0]->str);
+        if (x->json) cJSON_AddItemToArray(arr, o);
+        else {
+            cJSON *tid = cJSON_GetObjectItem(o, "task_id"), *err = cJSON_GetObjectItem(o, "last_error"),
+                  *tt = cJSON_GetObjectItem(o, "task_type"), *att = cJSON_GetObjectItem(o, "attempts_made");
+            printf("%s  %s  attempts=%s  %s\n", tid ? tid->valuestring : "?",
+                   tt ? tt->valuestring : "?", att ? att->valuestring : "?",
+                   err ? err->valuestring : "");
+            cJSON_Delete(o);
+        }
+    }
+    if (x->json) {
+        char *out = cJSON_PrintUnformatted(arr);
+        printf("%s\n", out);
+        free(out);
+    }
+    cJSON_Delete(arr);
+    freeReplyObject(r);
+    free(key);
+    return 0;
+}
+
+static redisReply *stats_reply(ctl *x) {
+    return fcall(x, "stats", 0, NULL);
+}
+
+static int cmd_stats(ctl *x, int queues_only) {
+    redisReply *r = stats_reply(x);
+    cJSON *o = cJSON_CreateObject();
+    char *sched_key = dtq_xasprintf("%s:retry:schedule", x->prefix);
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        cJSON_AddNumberToObject(o, r->element[i]->str, (double)r->element[i + 1]->integer);
+    if (queues_only) {
+        /* scheduled per queue: the schedule holds ids; count them by their task's queue. */
+        const char *a[4] = {"ZRANGE", sched_key, "0", "-1"};
+        redisReply *z = cmdv(x, 4, a);
+        cJSON *per = cJSON_CreateObject();
+        for (size_t i = 0; z->type == REDIS_REPLY_ARRAY && i < z->elements; i++) {
+            char *tk = dtq_xasprintf("%s:task:%s", x->prefix, z->element[i]->str);
+            const char *h[3] = {"HGET", tk, "queue"};
+            redisReply *q = cmdv(x, 3, h);
+            if (q->type == REDIS_REPLY_STRING) {
+                cJSON *cur = cJSON_GetObjectItem(per, q->str);
+                if (cur) cJSON_SetNumberValue(cur, cur->valuedouble + 1);
+                else cJSON_AddNumberToObject(per, q->str, 1);
+            }
+            freeReplyObject(q);
+            free(tk);
+        }
+        freeReplyObject(z);
+        if (!x->json) printf("%-24s %10s %10s %10s %s\n", "QUEUE", "DEPTH", "PENDING", "SCHEDULED", "");
+        cJSON *arr = cJSON_CreateArray();
+        for (size_t i = 0; i + 1 < r->elements; i += 6) {
+            const char *name = r->element[i]->str;
+            if (strncmp(name, "queue:", 6) || !strstr(name, ":depth")) break;
+            char *q = dtq_xstrndup(name + 6, strlen(name) - 6 - 6);
+            cJSON *sc = cJSON_GetObjectItem(per, q);
+            long long scheduled = sc ? (long long)sc->valuedouble : 0;
+            if (x->json) {
+                cJSON *row = cJSON_CreateObject();
+                cJSON_AddStringToObject(row, "queue", q);
+                cJSON_AddNumberToObject(row, "depth", (double)r->element[i + 1]->integer);
+                cJSON_AddNumberToObject(row, "pending", (double)r->element[i + 3]->integer);
+                cJSON_AddNumberToObject(row, "scheduled", (double)scheduled);
+                cJSON_AddBoolToObject(row, "paused", r->element[i + 5]->integer != 0);
+                cJSON_AddItemToArray(arr, row);
+            } else {
+                printf("%-24s %10lld %10lld %10lld %s\n", q, r->element[i + 1]->integer,
+                       r->element[i + 3]->integer, scheduled,
+                       r->element[i + 5]->integer ? "paused" : "");
+            }
+            free(q);
+        }
+        if (x->json) {
+            char *out = cJSON_PrintUnformatted(arr);
+            printf("%s\n", out);
+            free(out);
+        }
+        cJSON_Delete(arr);
+        cJSON_Delete(per);
+    } else if (x->json) {
+        char *out = cJSON_PrintUnformatted(o);
+        printf("%s\n", out);
+        free(out);
+    } else {
+        for (size_t i = 0; i + 1 < r->elements; i += 2)
+            printf("%-32s %lld\n", r->element[i]->str, r->element[i + 1]->integer);
+    }
+    cJSON_Delete(o);
+    free(sched_key);
+    freeReplyObject(r);
+    return 0;
+}
+
+static int cmd_workers(ctl *x) {
+    char *set = dtq_xasprintf("%s:workers", x->prefix);
+    const char *a[2] = {"SMEMBERS", set};
+    redisReply *r = cmdv(x, 2, a);
+    cJSON *arr = cJSON_CreateArray();
+    long long now = dtq_now_ms();
+    if (!x->json) printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S", "STATUS");
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        char *key = dtq_xasprintf("%s:worker:%s", x->prefix, r->element[i]->str);
+        const char *h[2] = {"HGETALL", key};
+        redisReply *w = cmdv(x, 2, h);
+        if (w->type == REDIS_REPLY_ARRAY && w->elements) {
+            cJSON *o = hash_to_json(w);
+            cJSON *hb = cJSON_GetObjectItem(o, "last_heartbeat");
+            double age = hb ? (double)(now - atoll(hb->valuestring)) / 1000.0 : -1;
+            cJSON_AddNumberToObject(o, "heartbeat_age_s", age);
+            if (x->json) cJSON_AddItemToArray(arr, o);
+            else {
+#define F(n) (cJSON_GetObjectItem(o, n) ? cJSON_GetObjectItem(o, n)->valuestring : "?")
+                printf("%-28s %-20s %8s %8s %10.1f %s\n", F("worker_id"), F("hostname"), F("pid"),
+                       F("active_tasks"), age, F("status"));
+#undef F
+                cJSON_Delete(o);
+            }
+        }
+        freeReplyObject(w);
+        free(key);
+    }
+    if (x->json) {
+        char *out = cJSON_PrintUnformatted(arr);
+        printf("%s\n", out);
+        free(out);
+    }
+    cJSON_Delete(arr);
+    freeReplyObject(r);
+    free(set);
+    return 0;
+}
+
+static int cmd_events(ctl *x) {
+    char *ch = dtq_xasprintf("%s:events", x->prefix);
+    const char *a[2] = {"SUBSCRIBE", ch};
+    redisReply *r = cmdv(x, 2, a);
+    freeReplyObject(r);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (;;) {
+        void *reply = NULL;
+        if (redisGetReply(x->c, &reply) != REDIS_OK) refused("redis: %s", x->c->errstr);
+        r = reply;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[2]->str)
+            printf("%s\n", r->element[2]->str);
+        freeReplyObject(r);
+    }
+}
+
+int main(int argc, char **argv) {
+    static const struct option opts[] = {{"url", required_argument, NULL, 'u'},
+                                         {"namespace", required_argument, NULL, 'n'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    ctl x = {0};
+    const char *url = getenv("DTQ_REDIS_URL");
+    const char *cmd;
+    int opt, rc;
+    x.ns = getenv("DTQ_REDIS_NAMESPACE") ? getenv("DTQ_REDIS_NAMESPACE") : "dtq";
+    if (!url || !*url) url = "redis://127.0.0.1:6379/0";
+    while ((opt = getopt_long(argc, argv, "+u:n:jh", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'u': url = optarg; break;
+        case 'n': x.ns = optarg; break;
+        case 'j': x.json = 1; break;
+        case 'h': help(); return 0;
+        default: fprintf(stderr, "Try 'dtqctl --help'.\n"); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) usage_error("no command given");
+    if (!dtq_valid_name(x.ns, strlen(x.ns), 64)) usage_error("bad namespace '%s'", x.ns);
+    cmd = argv[optind];
+    argc -= optind + 1;
+    argv += optind + 1;
+    {
+        static const char *known[] = {"enqueue", "show", "cancel", "dlq", "queues", "pause",
+                                      "resume", "workers", "events", "stats", NULL};
+        int ok = 0;
+        for (const char **k = known; *k; k++) ok |= !strcmp(*k, cmd);
+        if (!ok) usage_error("unknown command '%s'", cmd);
+    }
+#define NEED(n, what)                                                                              \
+    do {                                                                                           \
+        if (argc != (n)) usage_error("%s", what);                                                  \
+    } while (0)
+    if (!strcmp(cmd, "show") || !strcmp(cmd, "cancel")) NEED(1, "usage: dtqctl show|cancel <id>");
+    if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) NEED(1, "usage: dtqctl pause|resume <queue>");
+    if (!strcmp(cmd, "queues") || !strcmp(cmd, "workers") || !strcmp(cmd, "events") ||
+        !strcmp(cmd, "stats"))
+        NEED(0, "this command takes no arguments");
+    if (!strcmp(cmd, "dlq")) {
+        if (argc < 1) usage_error("usage: dtqctl dlq list|requeue|requeue-all|discard|purge");
+        if (strcmp(argv[0], "list") && strcmp(argv[0], "requeue") && strcmp(argv[0], "requeue-all") &&
+            strcmp(argv[0], "discard") && strcmp(argv[0], "purge"))
+            usage_error("unknown dlq command '%s'", argv[0]);
+        if ((!strcmp(argv[0], "requeue") || !strcmp(argv[0], "discard")) && argc != 2)
+            usage_error("usage: dtqctl dlq %s <id>", argv[0]);
+        if ((!strcmp(argv[0], "requeue-all") || !strcmp(argv[0], "purge")) && argc != 1)
+            usage_error("usage: dtqctl dlq %s", argv[0]);
+    }
+    x.prefix = dtq_xstrdup(x.ns);
+    connect_ctl(&x, url);
+    if (!strcmp(cmd, "enqueue")) rc = cmd_enqueue(&x, argc, argv);
+    else if (!strcmp(cmd, "show")) rc = cmd_show(&x, argv[0]);
+    else if (!strcmp(cmd, "cancel")) {
+        const char *a[2] = {argv[0], "dtqctl"};
+        rc = simple(&x, "cancel", 2, a);
+    } else if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) {
+        const char *a[2] = {argv[0], "dtqctl"};
+        rc = simple(&x, cmd, 2, a);
+    } else if (!strcmp(cmd, "dlq")) {
+        if (!strcmp(argv[0], "list")) rc = cmd_dlq_list(&x, argc - 1, argv + 1);
+        else if (!strcmp(argv[0], "requeue") || !strcmp(argv[0], "discard")) {
+            const char *a[2] = {argv[1], "dtqctl"};
+            rc = simple(&x, argv[0], 2, a);
+        } else if (!strcmp(argv[0], "requeue-all")) {
+            const char *a[2] = {"", "dtqctl"};
+            rc = simple(&x, "requeue_dlq", 2, a);
+        } else {
+            const char *a[1] = {"dtqctl"};
+            rc = simple(&x, "purge_dlq", 1, a);
+        }
+    } else if (!strcmp(cmd, "queues")) rc = cmd_stats(&x, 1);
+    else if (!strcmp(cmd, "stats")) rc = cmd_stats(&x, 0);
+    else if (!strcmp(cmd, "workers")) rc = cmd_workers(&x);
+    else rc = cmd_events(&x);
+    redisFree(x.c);
+    free(x.prefix);
+    return rc;
+}

@@ -1,0 +1,17 @@
+/* http.h: the optional HTTP endpoint ([http] listen): /healthz (the process answers),
+ * /readyz (Redis connected and set up, else 503) and /metrics (Prometheus text). */
+#ifndef DTQ_HTTP_H
+#define DTQ_HTTP_H
+
+#include <stddef.h>
+
+#include "worker.h"
+
+/* NULL with err filled when the address cannot be bound. */
+dtq_http *dtq_http_new(dtq_worker *w, const char *listen, char *err, size_t errlen);
+void dtq_http_free(dtq_http *h);
+
+/* Renders the metrics text into a caller-owned string (also used by tests). */
+char *dtq_http_render_metrics(const dtq_worker *w);
+
+#endif

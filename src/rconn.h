@@ -1,0 +1,49 @@
+/* rconn.h: one Redis connection on the event loop. The only module that touches
+ * redisAsync*: URL parsing, connect with a timeout, AUTH and SELECT, and reconnect with
+ * capped backoff. hiredis frees its context after every disconnect, so the context
+ * pointer lives here alone and is cleared in the disconnect callback. */
+#ifndef DTQ_RCONN_H
+#define DTQ_RCONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/async.h>
+
+struct event_base;
+
+typedef struct dtq_redis_url {
+    int is_unix;
+    char *host; /* tcp host */
+    int port;
+    char *path; /* unix socket path */
+    char *user; /* ACL user, NULL for the default user */
+    char *password;
+    int db;
+} dtq_redis_url;
+
+/* Parses redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N]. */
+int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen);
+void dtq_redis_url_deinit(dtq_redis_url *u);
+
+typedef struct dtq_rconn dtq_rconn;
+
+/* Called with up=1 once connected, authenticated and on the right db; up=0 when lost. */
+typedef void dtq_rconn_state_fn(dtq_rconn *rc, int up, void *arg);
+
+/* Borrows url (copied) and base. `name` labels log lines. Call dtq_rconn_start next. */
+dtq_rconn *dtq_rconn_new(struct event_base *base, const dtq_redis_url *url,
+                         int64_t connect_timeout_ms, const char *name, dtq_rconn_state_fn *fn,
+                         void *arg);
+void dtq_rconn_start(dtq_rconn *rc);
+int dtq_rconn_is_up(const dtq_rconn *rc);
+/* Sends a command. DTQ_ERR when not up; then cb is never called. Replies are borrowed
+ * for the callback's duration; a NULL reply means the connection died. */
+int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc,
+                      const char **argv, const size_t *lens);
+/* Drops the link and stops reconnecting; pending callbacks run with NULL. NULL-safe. */
+void dtq_rconn_free(dtq_rconn *rc);
+/* Drops the link now (tests, and a failed handshake); reconnects after backoff. */
+void dtq_rconn_drop(dtq_rconn *rc);
+
+#endif

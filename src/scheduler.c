@@ -1,0 +1,245 @@
+/* scheduler.c: leader election and passes. Each step is one pipelined command; state
+ * moves tick -> (lock) -> claim -> promote -> tick. All due-time comparisons happen in
+ * the Functions against the Redis clock. */
+#include "scheduler.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "retry.h"
+#include "util.h"
+
+struct dtq_scheduler {
+    dtq_worker *w;
+    struct event *tick_ev;
+    int running;
+    int busy;       /* a step is in flight */
+    int batch_full; /* the last claim filled its batch */
+    dtq_scheduler_gauges g;
+    char *lock_key, *schedule_key, *claimed_key;
+};
+
+static void arm(dtq_scheduler *s, int64_t ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (s->running) evtimer_add(s->tick_ev, &tv);
+}
+
+/* About interval_ms, +-20%, so passes of many daemons do not line up. */
+static void arm_interval(dtq_scheduler *s) {
+    int64_t iv = s->w->cfg->scheduler_interval_ms;
+    arm(s, (int64_t)((double)iv * (0.8 + 0.4 * dtq_retry_uniform())));
+}
+
+static int sched_send(dtq_scheduler *s, redisCallbackFn *cb, dtq_argv *a) {
+    int rc = dtq_worker_command(s->w, cb, s, a->argc, a->argv, a->lens);
+    dtq_argv_deinit(a);
+    if (rc == DTQ_OK) s->busy = 1;
+    else arm_interval(s);
+    return rc;
+}
+
+static void lose_leadership(dtq_scheduler *s, const char *why) {
+    if (s->g.leader) dtq_warn("scheduler: no longer leader (%s)", why);
+    s->g.leader = 0;
+}
+
+static void scheduled_gauge_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (reply && reply->type == REDIS_REPLY_INTEGER) s->g.scheduled = reply->integer;
+}
+
+static void claimed_gauge_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (reply && reply->type == REDIS_REPLY_INTEGER) s->g.claimed = reply->integer;
+}
+
+static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    s->busy = 0;
+    if (!reply) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        dtq_error("scheduler: promote failed: %s", reply->str);
+        arm_interval(s);
+        return;
+    }
+    s->g.promoted += (uint64_t)reply->integer;
+    if (s->batch_full) arm(s, 0); /* the claim filled its batch: go again at once */
+    else arm_interval(s);
+}
+
+static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    dtq_worker *w = s->w;
+    redisReply *reply = r;
+    dtq_argv a;
+    char *fn;
+    DTQ_UNUSED(ac);
+    s->busy = 0;
+    if (!reply) return;
+    if (reply->type != REDIS_REPLY_ARRAY) {
+        dtq_error("scheduler: claim failed: %s", reply->type == REDIS_REPLY_ERROR ? reply->str : "?");
+        arm_interval(s);
+        return;
+    }
+    if (reply->elements == 0) {
+        arm_interval(s);
+        return;
+    }
+    fn = dtq_worker_fn(w, "sched_promote");
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, fn);
+    dtq_argv_adds(&a, "1");
+    dtq_argv_adds(&a, s->claimed_key);
+    dtq_argv_adds(&a, w->cfg->worker_id);
+    for (size_t i = 0; i < reply->elements; i++)
+        dtq_argv_add(&a, reply->element[i]->str, reply->element[i]->len);
+    free(fn);
+    s->batch_full = (int64_t)reply->elements >= w->cfg->scheduler_batch;
+    sched_send(s, promote_cb, &a);
+}
+
+static void pass(dtq_scheduler *s) {
+    dtq_worker *w = s->w;
+    dtq_argv a;
+    char *fn = dtq_worker_fn(w, "sched_claim");
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, fn);
+    dtq_argv_adds(&a, "2");
+    dtq_argv_adds(&a, s->schedule_key);
+    dtq_argv_adds(&a, s->claimed_key);
+    dtq_argv_addll(&a, w->cfg->scheduler_batch);
+    dtq_argv_addll(&a, w->cfg->claim_timeout_ms);
+    free(fn);
+    for (int i = 0; i < 2; i++) {
+        dtq_argv g;
+        dtq_argv_init(&g);
+        dtq_argv_adds(&g, "ZCARD");
+        dtq_argv_adds(&g, i ? s->claimed_key : s->schedule_key);
+        dtq_worker_command(w, i ? claimed_gauge_cb : scheduled_gauge_cb, s, g.argc, g.argv, g.lens);
+        dtq_argv_deinit(&g);
+    }
+    sched_send(s, claim_cb, &a);
+}
+
+static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    s->busy = 0;
+    if (!reply) return;
+    if (!s->running) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        dtq_error("scheduler: lock command failed: %s", reply->str);
+        lose_leadership(s, "lock error");
+        arm_interval(s);
+        return;
+    }
+    /* SET NX answers OK or nil; the refresh Function answers 1 or 0. */
+    if ((reply->type == REDIS_REPLY_STATUS && !strcmp(reply->str, "OK")) ||
+        (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)) {
+        if (!s->g.leader) dtq_info("scheduler: this worker is now the leader");
+        s->g.leader = 1;
+        pass(s);
+        return;
+    }
+    lose_leadership(s, "lock held by another worker");
+    arm_interval(s);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_scheduler *s = arg;
+    dtq_worker *w = s->w;
+    dtq_argv a;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (!s->running || s->busy) return;
+    if (!dtq_worker_is_up(w)) {
+        arm_interval(s);
+        return;
+    }
+    dtq_argv_init(&a);
+    if (s->g.leader) {
+        char *fn = dtq_worker_fn(w, "lock_refresh");
+        dtq_argv_adds(&a, "FCALL");
+        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, "1");
+        dtq_argv_adds(&a, s->lock_key);
+        dtq_argv_adds(&a, w->cfg->worker_id);
+        dtq_argv_addll(&a, w->cfg->leader_lock_ms);
+        free(fn);
+    } else {
+        dtq_argv_adds(&a, "SET");
+        dtq_argv_adds(&a, s->lock_key);
+        dtq_argv_adds(&a, w->cfg->worker_id);
+        dtq_argv_adds(&a, "NX");
+        dtq_argv_adds(&a, "PX");
+        dtq_argv_addll(&a, w->cfg->leader_lock_ms);
+    }
+    sched_send(s, lock_cb, &a);
+}
+
+dtq_scheduler *dtq_scheduler_new(dtq_worker *w) {
+    dtq_scheduler *s = dtq_xcalloc(1, sizeof(*s));
+    s->w = w;
+    s->tick_ev = evtimer_new(w->base, tick_cb, s);
+    s->lock_key = dtq_worker_key(w, "lock:scheduler");
+    s->schedule_key = dtq_worker_key(w, "retry:schedule");
+    s->claimed_key = dtq_worker_key(w, "retry:claimed");
+    return s;
+}
+
+void dtq_scheduler_start(dtq_scheduler *s) {
+    if (!s->w->cfg->scheduler_enabled || s->running) return;
+    s->running = 1;
+    arm(s, 0);
+}
+
+void dtq_scheduler_stop(dtq_scheduler *s) {
+    dtq_worker *w = s->w;
+    s->running = 0;
+    evtimer_del(s->tick_ev);
+    if (s->g.leader && dtq_worker_is_up(w)) {
+        dtq_argv a;
+        char *fn = dtq_worker_fn(w, "lock_release");
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "FCALL");
+        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, "1");
+        dtq_argv_adds(&a, s->lock_key);
+        dtq_argv_adds(&a, w->cfg->worker_id);
+        dtq_worker_command(w, NULL, NULL, a.argc, a.argv, a.lens);
+        dtq_argv_deinit(&a);
+        free(fn);
+        dtq_info("scheduler: leader lock released");
+    }
+    s->g.leader = 0;
+}
+
+void dtq_scheduler_connection_lost(dtq_scheduler *s) {
+    s->busy = 0;
+    lose_leadership(s, "connection lost");
+    arm_interval(s);
+}
+
+const dtq_scheduler_gauges *dtq_scheduler_gauges_get(const dtq_scheduler *s) {
+    return &s->g;
+}
+
+void dtq_scheduler_free(dtq_scheduler *s) {
+    if (!s) return;
+    event_free(s->tick_ev);
+    free(s->lock_key);
+    free(s->schedule_key);
+    free(s->claimed_key);
+    free(s);
+}

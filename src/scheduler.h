@@ -1,0 +1,29 @@
+/* scheduler.h: the retry/delay scheduler. Runs in every daemon, acts only while holding
+ * the leader lock <prefix>:lock:scheduler (SET NX PX, refreshed with compare-and-pexpire
+ * every pass, deleted with compare-and-delete on shutdown). A pass claims due members
+ * (schedule -> claimed) and promotes them into their streams; a full batch is followed at
+ * once by another pass. */
+#ifndef DTQ_SCHEDULER_H
+#define DTQ_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "worker.h"
+
+typedef struct dtq_scheduler_gauges {
+    int leader;
+    int64_t scheduled; /* ZCARD of the schedule at the last pass */
+    int64_t claimed;   /* ZCARD of the claimed set at the last pass */
+    uint64_t promoted; /* entries written by this daemon's passes */
+} dtq_scheduler_gauges;
+
+dtq_scheduler *dtq_scheduler_new(dtq_worker *w);
+void dtq_scheduler_free(dtq_scheduler *s);
+void dtq_scheduler_start(dtq_scheduler *s);
+/* Stops passes and releases the lock if held. */
+void dtq_scheduler_stop(dtq_scheduler *s);
+/* The connection dropped: a leader must not act on a lock it can no longer refresh. */
+void dtq_scheduler_connection_lost(dtq_scheduler *s);
+const dtq_scheduler_gauges *dtq_scheduler_gauges_get(const dtq_scheduler *s);
+
+#endif

@@ -1,0 +1,72 @@
+/* task.c: decoding of claimed tasks. Everything is copied out of the reply, which hiredis
+ * frees as soon as the callback returns. */
+#include "task.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define CLAIM_FIELDS 10
+
+static int as_string(const redisReply *r, char **out, size_t *len) {
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        *out = dtq_xstrndup(r->str, r->len);
+        if (len) *len = r->len;
+        return DTQ_OK;
+    }
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *out = dtq_xasprintf("%lld", r->integer);
+        if (len) *len = strlen(*out);
+        return DTQ_OK;
+    }
+    return DTQ_ERR;
+}
+
+static int as_int(const redisReply *r, int64_t *out) {
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *out = r->integer;
+        return DTQ_OK;
+    }
+    if (r->type == REDIS_REPLY_STRING) return dtq_parse_int64(r->str, INT64_MIN, INT64_MAX, out);
+    return DTQ_ERR;
+}
+
+dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
+    dtq_task *t;
+    int64_t own;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != CLAIM_FIELDS) {
+        snprintf(err, errlen, "claimed task is not an array of %d", CLAIM_FIELDS);
+        return NULL;
+    }
+    t = dtq_xcalloc(1, sizeof(*t));
+    if (as_string(r->element[0], &t->stream, NULL) || as_string(r->element[1], &t->entry_id, NULL) ||
+        as_string(r->element[2], &t->id, NULL) || as_string(r->element[3], &t->queue, NULL) ||
+        as_string(r->element[4], &t->task_type, NULL) ||
+        as_string(r->element[5], &t->payload, &t->payload_len) ||
+        as_int(r->element[6], &t->attempt) || as_int(r->element[7], &t->max_attempts) ||
+        as_int(r->element[8], &t->timeout_ms) || as_int(r->element[9], &own)) {
+        snprintf(err, errlen, "claimed task has a field of the wrong type");
+        dtq_task_free(t);
+        return NULL;
+    }
+    t->own_max_attempts = own != 0;
+    return t;
+}
+
+void dtq_task_free(dtq_task *t) {
+    if (!t) return;
+    free(t->stream);
+    free(t->entry_id);
+    free(t->id);
+    free(t->queue);
+    free(t->task_type);
+    free(t->payload);
+    free(t);
+}
+
+int dtq_task_status_is_terminal(const char *s) {
+    return !strcmp(s, "succeeded") || !strcmp(s, "failed") || !strcmp(s, "dead_lettered") ||
+           !strcmp(s, "cancelled") || !strcmp(s, "expired");
+}

@@ -1,0 +1,180 @@
+/* util.c: the small helpers every module needs. Allocation failure aborts, because a
+ * daemon under OOM should die loudly and let systemd restart it. */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <uuid/uuid.h>
+
+static void oom(size_t n) {
+    fprintf(stderr, "dtq: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *dtq_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *dtq_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) oom(n * size);
+    return p;
+}
+
+void *dtq_xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n);
+    return q;
+}
+
+char *dtq_xstrdup(const char *s) {
+    return dtq_xstrndup(s, strlen(s));
+}
+
+char *dtq_xstrndup(const char *s, size_t n) {
+    char *p = dtq_xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *dtq_xasprintf(const char *fmt, ...) {
+    va_list ap;
+    char *out = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&out, fmt, ap) < 0) oom(0);
+    va_end(ap);
+    return out;
+}
+
+int64_t dtq_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dtq_monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void dtq_uuid4(char out[37]) {
+    uuid_t u;
+    uuid_generate_random(u);
+    uuid_unparse_lower(u, out);
+}
+
+int dtq_valid_name(const char *s, size_t len, size_t max) {
+    if (len == 0 || len > max) return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!(isalnum(c) || c == '.' || c == '_' || c == ':' || c == '-')) return 0;
+    }
+    return 1;
+}
+
+int dtq_valid_queue_name(const char *s) {
+    return dtq_valid_name(s, strlen(s), DTQ_NAME_MAX);
+}
+
+int dtq_valid_task_id(const char *s) {
+    return dtq_valid_name(s, strlen(s), DTQ_ID_MAX);
+}
+
+int dtq_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out) {
+    char *end;
+    long long v;
+    if (!s || !*s || isspace((unsigned char)*s)) return DTQ_ERR;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno || *end != '\0' || v < min || v > max) return DTQ_ERR;
+    *out = v;
+    return DTQ_OK;
+}
+
+int dtq_parse_double(const char *s, double min, double max, double *out) {
+    char *end;
+    double v;
+    if (!s || !*s || isspace((unsigned char)*s)) return DTQ_ERR;
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || *end != '\0' || !isfinite(v) || v < min || v > max) return DTQ_ERR;
+    *out = v;
+    return DTQ_OK;
+}
+
+int dtq_parse_bool(const char *s, int *out) {
+    if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcmp(s, "1") ||
+        !strcasecmp(s, "on")) {
+        *out = 1;
+        return DTQ_OK;
+    }
+    if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcmp(s, "0") ||
+        !strcasecmp(s, "off")) {
+        *out = 0;
+        return DTQ_OK;
+    }
+    return DTQ_ERR;
+}
+
+void dtq_format_iso8601(int64_t ms, char *out, size_t outlen) {
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+void dtq_argv_init(dtq_argv *a) {
+    memset(a, 0, sizeof(*a));
+}
+
+void dtq_argv_deinit(dtq_argv *a) {
+    for (int i = 0; i < a->argc; i++) free(a->argv[i]);
+    free(a->argv);
+    free(a->lens);
+    memset(a, 0, sizeof(*a));
+}
+
+void dtq_argv_add(dtq_argv *a, const char *s, size_t len) {
+    if (a->argc == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 16;
+        a->argv = dtq_xrealloc(a->argv, sizeof(char *) * (size_t)a->cap);
+        a->lens = dtq_xrealloc(a->lens, sizeof(size_t) * (size_t)a->cap);
+    }
+    a->argv[a->argc] = dtq_xstrndup(s, len);
+    a->lens[a->argc] = len;
+    a->argc++;
+}
+
+void dtq_argv_adds(dtq_argv *a, const char *s) {
+    dtq_argv_add(a, s, strlen(s));
+}
+
+void dtq_argv_addf(dtq_argv *a, const char *fmt, ...) {
+    va_list ap;
+    char *out = NULL;
+    int n;
+    va_start(ap, fmt);
+    n = vasprintf(&out, fmt, ap);
+    va_end(ap);
+    if (n < 0) oom(0);
+    dtq_argv_add(a, out, (size_t)n);
+    free(out);
+}
+
+void dtq_argv_addll(dtq_argv *a, long long v) {
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), "%lld", v);
+    dtq_argv_add(a, buf, (size_t)n);
+}
