@@ -406,7 +406,7 @@ The claim alone: queued -> running only if the hash is queued at that attempt. E
 of any number of concurrent claimants gets 'running'; the others get WRONG_STATE. ]]
 local function claim(keys, args)
   local h = hgetall(keys[1])
-  if not h then return redis.error_reply('NOT_FOUND') end
+  if not h then return redis.error_reply('NOT_FOUND task ' .. keys[1]) end
   if h.status ~= 'queued' or tonumber(h.attempt) ~= tonumber(args[1]) then
     return redis.error_reply('WRONG_STATE ' .. h.status)
   end

@@ -266,25 +266,32 @@ static int set_handler_key(load_state *st, const char *section, const char *task
 static int ini_cb(void *user, const char *section, const char *key, const char *value) {
     load_state *st = user;
     const config_key *k;
-    if (st->failed) return 0;
+    /* Always 1: errors are recorded in st, so inih's return value means syntax only. */
+    if (st->failed) return 1;
     if (!strncmp(section, "handler:", 8)) {
         const char *tt = section + 8;
         if (!dtq_valid_queue_name(tt)) {
             fail(st, section, NULL, "task type must match [A-Za-z0-9._:-]{1,128}");
-            return 0;
+            return 1;
         }
-        return set_handler_key(st, section, tt, key, value) == DTQ_OK;
+        set_handler_key(st, section, tt, key, value);
+        return 1;
+    }
+    if (!*section) {
+        fail(st, NULL, NULL, "key '%s' appears before any [section]", key);
+        return 1;
     }
     if (!known_section(section)) {
         fail(st, section, NULL, "unknown section");
-        return 0;
+        return 1;
     }
     k = find_key(section, key);
     if (!k) {
         fail(st, section, key, "unknown key");
-        return 0;
+        return 1;
     }
-    return set_key(st, k, value) == DTQ_OK;
+    set_key(st, k, value);
+    return 1;
 }
 
 static void apply_env(load_state *st) {
@@ -429,7 +436,10 @@ dtq_config *dtq_config_load(const char *path, char *err, size_t errlen) {
         } else {
             rc = ini_parse_file(f, ini_cb, &st);
             fclose(f);
-            if (rc > 0 && !st.failed) fail(&st, NULL, NULL, "syntax error on line %d", rc);
+            if (rc > 0) { /* a syntax error explains whatever the callbacks saw after it */
+                st.failed = 0;
+                fail(&st, NULL, NULL, "syntax error on line %d", rc);
+            }
         }
     }
     if (!st.failed) apply_env(&st);

@@ -1,0 +1,238 @@
+/* check_config.c: defaults, the INI file, environment overrides, every class of error, the
+ * example file agreeing with the key table, and exit code 78 from the binary. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "harness.h"
+
+static char path[64];
+
+static void write_ini(const char *text) {
+    FILE *f;
+    snprintf(path, sizeof(path), "/tmp/dtq-cfg-%d.ini", (int)getpid());
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void teardown(void) {
+    unlink(path);
+}
+
+/* Loads `text` expecting failure; the message must name every fragment given. */
+static void expect_error(const char *text, const char *frag1, const char *frag2) {
+    char err[512] = "";
+    dtq_config *cfg;
+    write_ini(text);
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg == NULL, "accepted: %s", text);
+    ck_assert_msg(strstr(err, path) != NULL, "no file name in: %s", err);
+    ck_assert_msg(strstr(err, frag1) != NULL, "'%s' not in: %s", frag1, err);
+    if (frag2) ck_assert_msg(strstr(err, frag2) != NULL, "'%s' not in: %s", frag2, err);
+}
+
+START_TEST(test_defaults) {
+    char err[256];
+    dtq_config *cfg = dtq_config_load(NULL, err, sizeof(err));
+    ck_assert_ptr_nonnull(cfg);
+    ck_assert_str_eq(cfg->redis_url, "redis://127.0.0.1:6379/0");
+    ck_assert_str_eq(cfg->ns, "dtq");
+    ck_assert_int_eq(cfg->nqueues, 1);
+    ck_assert_str_eq(cfg->queues[0], "default");
+    ck_assert_int_eq(cfg->concurrency, 16);
+    ck_assert_int_eq(strncmp(cfg->worker_id, "worker-", 7), 0);
+    ck_assert_int_eq(strlen(cfg->worker_id), 15);
+    ck_assert_double_eq(cfg->retry.base_delay_s, 1.0);
+    ck_assert_double_eq(cfg->retry.max_delay_s, 60.0);
+    ck_assert_double_eq(cfg->retry.jitter, 0.2);
+    ck_assert_int_eq(cfg->retry.jitter_mode, DTQ_JITTER_SPREAD);
+    ck_assert_int_eq(cfg->default_max_attempts, 5);
+    ck_assert_int_eq(cfg->scheduler_batch, 500);
+    ck_assert_int_eq(cfg->max_payload_bytes, 262144);
+    ck_assert_int_eq(cfg->dlq_enabled, 1);
+    ck_assert_int_eq(cfg->events, DTQ_EVENTS_ALL);
+    ck_assert_int_eq(cfg->heartbeat_interval_s, 5);
+    ck_assert_int_eq(cfg->visibility_timeout_s, 30);
+    dtq_config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_file_and_handlers) {
+    char err[256];
+    dtq_config *cfg;
+    const dtq_handler_conf *h;
+    write_ini("[redis]\nurl = unix:///tmp/r.sock?db=2\nnamespace = jobs\ncluster_hash_tag = true\n"
+              "[worker]\nqueues = high, default ,low\nconcurrency = 4\nworker_id = w-1\n"
+              "[retry]\nbase_delay = 2\njitter_mode = full\n"
+              "[handler:resize]\nbuiltin = sleep\ntimeout_ms = 500\nmax_attempts = 9\n"
+              "max_delay = 5\n"
+              "[handler:mail]\nbuiltin = echo\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->nqueues, 3);
+    ck_assert_str_eq(cfg->queues[1], "default");
+    ck_assert_str_eq(cfg->queues[2], "low");
+    ck_assert_str_eq(cfg->worker_id, "w-1");
+    {
+        char *p = dtq_config_prefix(cfg);
+        ck_assert_str_eq(p, "{jobs}");
+        free(p);
+    }
+    h = dtq_config_handler(cfg, "resize");
+    ck_assert_ptr_nonnull(h);
+    ck_assert_int_eq(h->timeout_ms, 500);
+    ck_assert_int_eq(h->max_attempts, 9);
+    ck_assert_double_eq(h->retry.max_delay_s, 5.0);
+    ck_assert_double_eq(h->retry.base_delay_s, 2.0); /* inherited from [retry] */
+    ck_assert_int_eq(h->retry.jitter_mode, DTQ_JITTER_FULL);
+    h = dtq_config_handler(cfg, "mail");
+    ck_assert_int_eq(h->timeout_ms, 30000);
+    ck_assert_int_eq(h->max_attempts, 0);
+    ck_assert_ptr_null(dtq_config_handler(cfg, "nope"));
+    dtq_config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_env_overrides) {
+    char err[256];
+    dtq_config *cfg;
+    write_ini("[retry]\nbase_delay = 2\n[worker]\nconcurrency = 3\n");
+    setenv("DTQ_RETRY_BASE_DELAY", "0.5", 1);
+    setenv("DTQ_REDIS_URL", "redis://example:6400/1", 1);
+    setenv("DTQ_LIMITS_DLQ_ENABLED", "false", 1);
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_double_eq(cfg->retry.base_delay_s, 0.5);
+    ck_assert_str_eq(cfg->redis_url, "redis://example:6400/1");
+    ck_assert_int_eq(cfg->dlq_enabled, 0);
+    ck_assert_int_eq(cfg->concurrency, 3);
+    dtq_config_free(cfg);
+    setenv("DTQ_WORKER_CONCURRENCY", "zero", 1);
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_ptr_null(cfg);
+    ck_assert_ptr_nonnull(strstr(err, "DTQ_WORKER_CONCURRENCY"));
+    ck_assert_ptr_nonnull(strstr(err, "[worker] concurrency"));
+    unsetenv("DTQ_WORKER_CONCURRENCY");
+    unsetenv("DTQ_RETRY_BASE_DELAY");
+    unsetenv("DTQ_REDIS_URL");
+    unsetenv("DTQ_LIMITS_DLQ_ENABLED");
+}
+END_TEST
+
+START_TEST(test_errors) {
+    char err[256];
+    ck_assert_ptr_null(dtq_config_load("/nonexistent/dtq.ini", err, sizeof(err)));
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/dtq.ini: cannot open"));
+    expect_error("[nope]\nx = 1\n", "[nope]", "unknown section");
+    expect_error("[worker]\nthreads = 4\n", "[worker] threads", "unknown key");
+    expect_error("[worker]\nconcurrency = many\n", "[worker] concurrency", "not an integer");
+    expect_error("[worker]\nconcurrency = 0\n", "[worker] concurrency", NULL);
+    expect_error("[worker]\nheartbeat_interval_s = 30\nvisibility_timeout_s = 30\n",
+                 "[worker] heartbeat_interval_s", "visibility_timeout_s");
+    expect_error("[worker]\nqueues = a,b c\n", "[worker] queues", "b c");
+    expect_error("[worker]\nqueues = a,a\n", "[worker] queues", "twice");
+    expect_error("[worker]\nworker_id = has space\n", "[worker] worker_id", NULL);
+    expect_error("[redis]\nurl = http://x\n", "[redis] url", "redis://");
+    expect_error("[redis]\nnamespace = a:b\n", "[redis] namespace", NULL);
+    expect_error("[redis]\ncluster_hash_tag = perhaps\n", "[redis] cluster_hash_tag", "boolean");
+    expect_error("[retry]\njitter = 1.5\n", "[retry] jitter", NULL);
+    expect_error("[retry]\njitter_mode = equal\n", "[retry] jitter_mode", "spread");
+    expect_error("[retry]\nbase_delay = 100\nmax_delay = 10\n", "[retry] base_delay", "max_delay");
+    expect_error("[scheduler]\ninterval_ms = 20000\n", "[scheduler] interval_ms", "leader_lock_ms");
+    expect_error("[limits]\nevents = some\n", "[limits] events", NULL);
+    expect_error("[log]\nlevel = loud\n", "[log] level", NULL);
+    expect_error("[log]\nformat = xml\n", "[log] format", NULL);
+    expect_error("[http]\nlisten = nowhere\n", "[http] listen", NULL);
+    expect_error("[handler:x]\ntimeout_ms = 5\n", "[handler:x]", "builtin, exec, plugin");
+    expect_error("[handler:x]\nbuiltin = teleport\n", "[handler:x] builtin", "teleport");
+    expect_error("[handler:x]\nbuiltin = echo\nexec = /bin/true\n", "[handler:x] exec", "exactly one");
+    expect_error("[handler:x]\nplugin = /x.so\n", "[handler:x] symbol", NULL);
+    expect_error("[handler:x]\nbuiltin = echo\ncolour = red\n", "[handler:x] colour", "unknown key");
+    expect_error("[handler:x]\nbuiltin = echo\nmax_attempts = 0\n", "[handler:x] max_attempts", NULL);
+    expect_error("[handler:bad name]\nbuiltin = echo\n", "[handler:bad name]", NULL);
+    expect_error("[worker\nconcurrency = 1\n", "syntax error on line 1", NULL);
+}
+END_TEST
+
+static void check_key_documented(const char *section, const char *key, const char *def,
+                                 const char *doc, void *arg) {
+    const char *text = arg;
+    char want[256], header[96];
+    (void)doc;
+    snprintf(header, sizeof(header), "[%s]", section);
+    if (*def) snprintf(want, sizeof(want), "\n%s = %s\n", key, def);
+    else snprintf(want, sizeof(want), "\n%s =\n", key);
+    ck_assert_msg(strstr(text, header) != NULL, "config.example.ini lacks %s", header);
+    ck_assert_msg(strstr(strstr(text, header), want) != NULL,
+                  "config.example.ini lacks '%s = %s' under %s", key, def, header);
+}
+
+START_TEST(test_example_matches_table) {
+    char err[256], *text;
+    long n;
+    FILE *f = fopen(DTQ_SOURCE_DIR "/config.example.ini", "r");
+    dtq_config *cfg;
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    text = calloc(1, (size_t)n + 1);
+    ck_assert_int_eq(fread(text, 1, (size_t)n, f), n);
+    fclose(f);
+    dtq_config_each_key(check_key_documented, text);
+    free(text);
+    cfg = dtq_config_load(DTQ_SOURCE_DIR "/config.example.ini", err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "example does not load: %s", err);
+    dtq_config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_binary_exit_78) {
+    char *out = NULL;
+    write_ini("[worker]\nheartbeat_interval_s = 40\n");
+    ck_assert_int_eq(th_run_worker(&out, "-c", path, NULL), 78);
+    ck_assert_ptr_nonnull(strstr(out, "[worker] heartbeat_interval_s"));
+    ck_assert_ptr_nonnull(strstr(out, path));
+    free(out);
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", path, NULL), 78);
+    free(out);
+    write_ini("[handler:e]\nbuiltin = echo\n");
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", path, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out, "configuration ok"));
+    free(out);
+    write_ini("[handler:p]\nplugin = /nonexistent/lib.so\nsymbol = run\n");
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", path, NULL), 78);
+    ck_assert_ptr_nonnull(strstr(out, "cannot load /nonexistent/lib.so"));
+    free(out);
+    {
+        ck_assert_int_eq(th_run_worker(&out, "-c", "/nonexistent.ini", NULL), 78);
+        ck_assert_ptr_nonnull(strstr(out, "/nonexistent.ini: cannot open"));
+        free(out);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("load");
+    SRunner *sr;
+    int failed;
+    tcase_add_checked_fixture(tc, NULL, teardown);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_file_and_handlers);
+    tcase_add_test(tc, test_env_overrides);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_example_matches_table);
+    tcase_add_test(tc, test_binary_exit_78);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

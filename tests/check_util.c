@@ -1,0 +1,195 @@
+/* check_util.c: URL parsing, names and ids, number parsing, time format, event JSON, the
+ * namespaced Functions library and error-code mapping. */
+#include <cjson/cJSON.h>
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "events.h"
+#include "log.h"
+#include "rconn.h"
+#include "scripts.h"
+#include "util.h"
+
+START_TEST(test_url_tcp) {
+    dtq_redis_url u;
+    char err[128];
+    ck_assert_int_eq(dtq_redis_url_parse("redis://127.0.0.1:6380/3", &u, err, sizeof(err)), 0);
+    ck_assert(!u.is_unix);
+    ck_assert_str_eq(u.host, "127.0.0.1");
+    ck_assert_int_eq(u.port, 6380);
+    ck_assert_int_eq(u.db, 3);
+    ck_assert_ptr_null(u.password);
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis://alice:s3cr:et@h.example", &u, err, sizeof(err)), 0);
+    ck_assert_str_eq(u.user, "alice");
+    ck_assert_str_eq(u.password, "s3cr:et");
+    ck_assert_str_eq(u.host, "h.example");
+    ck_assert_int_eq(u.port, 6379);
+    ck_assert_int_eq(u.db, 0);
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis://:pw@localhost:7000", &u, err, sizeof(err)), 0);
+    ck_assert_ptr_null(u.user);
+    ck_assert_str_eq(u.password, "pw");
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis://[::1]:6390/1", &u, err, sizeof(err)), 0);
+    ck_assert_str_eq(u.host, "::1");
+    ck_assert_int_eq(u.port, 6390);
+    ck_assert_int_eq(u.db, 1);
+    dtq_redis_url_deinit(&u);
+}
+END_TEST
+
+START_TEST(test_url_unix) {
+    dtq_redis_url u;
+    char err[128];
+    ck_assert_int_eq(dtq_redis_url_parse("unix:///run/redis.sock?db=2", &u, err, sizeof(err)), 0);
+    ck_assert(u.is_unix);
+    ck_assert_str_eq(u.path, "/run/redis.sock");
+    ck_assert_int_eq(u.db, 2);
+    dtq_redis_url_deinit(&u);
+    ck_assert_int_eq(dtq_redis_url_parse("unix:///tmp/x.sock", &u, err, sizeof(err)), 0);
+    ck_assert_int_eq(u.db, 0);
+    dtq_redis_url_deinit(&u);
+}
+END_TEST
+
+START_TEST(test_url_errors) {
+    dtq_redis_url u;
+    char err[128];
+    const char *bad[] = {"http://x", "redis://", "redis://h:0", "redis://h:99999", "redis://h:p",
+                         "redis://h/x", "unix://relative.sock", "unix:///s.sock?db=x",
+                         "redis://[::1", "", NULL};
+    for (const char **b = bad; *b; b++) {
+        ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
+        ck_assert(strlen(err) > 0);
+    }
+}
+END_TEST
+
+START_TEST(test_names_and_ids) {
+    ck_assert(dtq_valid_task_id("abc-123_x.y:z"));
+    ck_assert(!dtq_valid_task_id(""));
+    ck_assert(!dtq_valid_task_id("has space"));
+    ck_assert(!dtq_valid_task_id("slash/no"));
+    char long_id[70];
+    memset(long_id, 'a', 65);
+    long_id[65] = '\0';
+    ck_assert(!dtq_valid_task_id(long_id));
+    long_id[64] = '\0';
+    ck_assert(dtq_valid_task_id(long_id));
+    ck_assert(dtq_valid_queue_name("emails.high"));
+    ck_assert(!dtq_valid_queue_name("emails{x}"));
+    char uuid[37];
+    dtq_uuid4(uuid);
+    ck_assert_int_eq(strlen(uuid), 36);
+    ck_assert(uuid[14] == '4');
+    ck_assert(dtq_valid_task_id(uuid));
+}
+END_TEST
+
+START_TEST(test_numbers) {
+    int64_t v;
+    double d;
+    int b;
+    ck_assert_int_eq(dtq_parse_int64("42", 0, 100, &v), 0);
+    ck_assert_int_eq(v, 42);
+    ck_assert_int_ne(dtq_parse_int64("101", 0, 100, &v), 0);
+    ck_assert_int_ne(dtq_parse_int64("4x", 0, 100, &v), 0);
+    ck_assert_int_ne(dtq_parse_int64(" 4", 0, 100, &v), 0);
+    ck_assert_int_ne(dtq_parse_int64("", 0, 100, &v), 0);
+    ck_assert_int_ne(dtq_parse_int64("99999999999999999999", 0, INT64_MAX, &v), 0);
+    ck_assert_int_eq(dtq_parse_double("0.25", 0, 1, &d), 0);
+    ck_assert_int_ne(dtq_parse_double("nan", 0, 1, &d), 0);
+    ck_assert_int_ne(dtq_parse_double("1.5", 0, 1, &d), 0);
+    ck_assert_int_eq(dtq_parse_bool("yes", &b), 0);
+    ck_assert_int_eq(b, 1);
+    ck_assert_int_eq(dtq_parse_bool("false", &b), 0);
+    ck_assert_int_eq(b, 0);
+    ck_assert_int_ne(dtq_parse_bool("maybe", &b), 0);
+}
+END_TEST
+
+START_TEST(test_iso8601) {
+    char buf[32];
+    dtq_format_iso8601(1764464523456LL, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "2025-11-30T01:02:03.456Z");
+    dtq_format_iso8601(0, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "1970-01-01T00:00:00.000Z");
+}
+END_TEST
+
+START_TEST(test_event_json) {
+    char *json = dtq_events_build(DTQ_EVENTS_ALL, 1764464523456LL, "TASK_STARTED", "t\"1",
+                                  "default", "echo", 2, "w1", "{\"delay_ms\":5}");
+    cJSON *ev = cJSON_Parse(json);
+    ck_assert_ptr_nonnull(ev);
+    ck_assert_str_eq(cJSON_GetObjectItem(ev, "type")->valuestring, "TASK_STARTED");
+    ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_id")->valuestring, "t\"1");
+    ck_assert_str_eq(cJSON_GetObjectItem(ev, "ts")->valuestring, "2025-11-30T01:02:03.456Z");
+    ck_assert_int_eq(cJSON_GetObjectItem(ev, "attempt")->valueint, 2);
+    ck_assert_int_eq(strlen(cJSON_GetObjectItem(ev, "event_id")->valuestring), 36);
+    ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "metadata"), "delay_ms")->valueint, 5);
+    cJSON_Delete(ev);
+    free(json);
+    ck_assert_ptr_null(dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_STARTED", "t", "q", "x", 1,
+                                        "w", NULL));
+    ck_assert_ptr_null(dtq_events_build(DTQ_EVENTS_OFF, 0, "TASK_SUCCEEDED", "t", "q", "x", 1,
+                                        "w", NULL));
+    json = dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_SUCCEEDED", "t", "q", "x", 1, "w", NULL);
+    ck_assert_ptr_nonnull(json);
+    free(json);
+}
+END_TEST
+
+START_TEST(test_library_namespacing) {
+    size_t len;
+    char *lib = dtq_scripts_library("jobs", "{jobs}", &len);
+    ck_assert_int_eq(strncmp(lib, "#!lua name=jobs\n", 16), 0);
+    ck_assert_ptr_nonnull(strstr(lib, "local NS, PREFIX = 'jobs', '{jobs}'"));
+    ck_assert_ptr_null(strstr(lib, "local NS, PREFIX = 'dtq'"));
+    ck_assert_int_eq(len, strlen(lib));
+    free(lib);
+}
+END_TEST
+
+START_TEST(test_error_codes) {
+    ck_assert_int_eq(dtq_scripts_error_code("QUEUE_FULL queue x"), DTQ_SCRIPT_ERR_QUEUE_FULL);
+    ck_assert_int_eq(dtq_scripts_error_code("ID_EXISTS"), DTQ_SCRIPT_ERR_ID_EXISTS);
+    ck_assert_int_eq(dtq_scripts_error_code("NOT_FOUNDX"), DTQ_SCRIPT_ERR_OTHER);
+    ck_assert_int_eq(dtq_scripts_error_code("ERR Function not found"), DTQ_SCRIPT_ERR_NO_FUNCTION);
+}
+END_TEST
+
+START_TEST(test_log_escape) {
+    char *e = dtq_log_escape("a\nb\x01\"c");
+    ck_assert_str_eq(e, "a\\nb\\u0001\\\"c");
+    free(e);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("util");
+    TCase *tc = tcase_create("core");
+    SRunner *sr;
+    int failed;
+    tcase_add_test(tc, test_url_tcp);
+    tcase_add_test(tc, test_url_unix);
+    tcase_add_test(tc, test_url_errors);
+    tcase_add_test(tc, test_names_and_ids);
+    tcase_add_test(tc, test_numbers);
+    tcase_add_test(tc, test_iso8601);
+    tcase_add_test(tc, test_event_json);
+    tcase_add_test(tc, test_library_namespacing);
+    tcase_add_test(tc, test_error_codes);
+    tcase_add_test(tc, test_log_escape);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,270 @@
+/* harness.c: see harness.h. */
+#include "harness.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scripts.h"
+
+#define MAX_CHILDREN 32
+
+static pid_t children[MAX_CHILDREN];
+static int nchildren;
+static char cleanup_dirs[4][256];
+static int ndirs;
+static int hooked;
+
+static void cleanup(void) {
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] > 0) {
+            kill(children[i], SIGKILL);
+            waitpid(children[i], NULL, 0);
+        }
+    for (int i = 0; i < ndirs; i++) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cleanup_dirs[i]);
+        if (system(cmd) != 0) { /* best effort */
+        }
+    }
+    nchildren = ndirs = 0;
+}
+
+static void track(pid_t pid) {
+    if (!hooked) {
+        atexit(cleanup);
+        hooked = 1;
+    }
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] <= 0) {
+            children[i] = pid;
+            return;
+        }
+    if (nchildren < MAX_CHILDREN) children[nchildren++] = pid;
+}
+
+static void untrack(pid_t pid) {
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] == pid) children[i] = 0;
+}
+
+void th_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+int64_t th_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static pid_t spawn(char *const argv[], const char *log_path) {
+    pid_t pid = fork();
+    ck_assert_msg(pid >= 0, "fork failed");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (log_path) {
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    track(pid);
+    return pid;
+}
+
+static void redis_spawn(th_redis *r) {
+    char log[400];
+    char *argv[] = {REDIS_SERVER_BIN, "--port", "0", "--unixsocket", r->sock, "--dir", r->dir,
+                    "--save", "", "--appendonly", r->persist ? "yes" : "no",
+                    "--appendfsync", "always", "--daemonize", "no", "--loglevel", "warning", NULL};
+    redisContext *c;
+    snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+    r->pid = spawn(argv, log);
+    for (int i = 0; i < 200; i++) {
+        c = redisConnectUnix(r->sock);
+        if (c && !c->err) {
+            redisReply *rep = redisCommand(c, "PING");
+            if (rep) {
+                freeReplyObject(rep);
+                redisFree(c);
+                return;
+            }
+        }
+        if (c) redisFree(c);
+        th_sleep_ms(25);
+    }
+    ck_abort_msg("redis-server (%s) did not start; see %s", REDIS_SERVER_BIN, log);
+}
+
+void th_redis_start(th_redis *r, int persist) {
+    memset(r, 0, sizeof(*r));
+    if (access(REDIS_SERVER_BIN, X_OK) != 0)
+        ck_abort_msg("redis-server not found at %s: run scripts/test, which installs it",
+                     REDIS_SERVER_BIN);
+    snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
+    ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
+    if (ndirs < 4) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    snprintf(r->url, sizeof(r->url), "unix://%s", r->sock);
+    r->persist = persist;
+    redis_spawn(r);
+}
+
+void th_redis_stop(th_redis *r) {
+    if (r->pid <= 0) return;
+    kill(r->pid, SIGTERM);
+    waitpid(r->pid, NULL, 0);
+    untrack(r->pid);
+    r->pid = 0;
+}
+
+void th_redis_restart(th_redis *r) {
+    th_redis_stop(r);
+    redis_spawn(r);
+}
+
+redisContext *th_connect(const th_redis *r) {
+    redisContext *c = redisConnectUnix(r->sock);
+    ck_assert_msg(c && !c->err, "cannot connect to test redis at %s", r->sock);
+    return c;
+}
+
+redisReply *th_cmd(redisContext *c, const char *fmt, ...) {
+    va_list ap;
+    redisReply *r;
+    va_start(ap, fmt);
+    r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
+    return r;
+}
+
+void th_load_library(redisContext *c) {
+    size_t len;
+    char *lib = dtq_scripts_library("dtq", "dtq", &len);
+    redisReply *r = th_cmd(c, "FUNCTION LOAD REPLACE %b", lib, len);
+    ck_assert_msg(r->type != REDIS_REPLY_ERROR, "FUNCTION LOAD: %s", r->str);
+    freeReplyObject(r);
+    free(lib);
+}
+
+void th_path(const th_redis *r, const char *name, char *out, size_t outlen) {
+    snprintf(out, outlen, "%s/%s", r->dir, name);
+}
+
+void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini) {
+    static int seq;
+    FILE *f;
+    char name[64];
+    char *argv[] = {DTQ_WORKER_BIN, "-c", d->cfg, NULL};
+    snprintf(name, sizeof(name), "worker%d.ini", seq);
+    th_path(r, name, d->cfg, sizeof(d->cfg));
+    snprintf(name, sizeof(name), "worker%d.log", seq++);
+    th_path(r, name, d->log, sizeof(d->log));
+    f = fopen(d->cfg, "w");
+    ck_assert(f != NULL);
+    fprintf(f, "[redis]\nurl = %s\n%s\n", r->url, ini);
+    fclose(f);
+    d->pid = spawn(argv, d->log);
+}
+
+void th_daemon_wait_ready(redisContext *c, const char *worker_id, int timeout_ms) {
+    int64_t end = th_now_ms() + timeout_ms;
+    while (th_now_ms() < end) {
+        redisReply *r = th_cmd(c, "HGET dtq:worker:%s status", worker_id);
+        int ok = r->type == REDIS_REPLY_STRING && !strcmp(r->str, "running");
+        freeReplyObject(r);
+        if (ok) return;
+        th_sleep_ms(20);
+    }
+    ck_abort_msg("worker %s did not become ready within %d ms", worker_id, timeout_ms);
+}
+
+int th_daemon_stop(th_daemon *d, int sig, int timeout_ms) {
+    int64_t end = th_now_ms() + timeout_ms;
+    int status;
+    if (d->pid <= 0) return -1;
+    kill(d->pid, sig);
+    while (th_now_ms() < end) {
+        pid_t p = waitpid(d->pid, &status, WNOHANG);
+        if (p == d->pid) {
+            untrack(d->pid);
+            d->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        th_sleep_ms(20);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, &status, 0);
+    untrack(d->pid);
+    d->pid = 0;
+    return -1;
+}
+
+int th_run_worker(char **stderr_out, ...) {
+    char path[] = "/tmp/dtq-test-stderr-XXXXXX";
+    int fd = mkstemp(path), status, n = 1;
+    char *args[32] = {"dtq-worker"};
+    const char *a;
+    pid_t pid;
+    va_list ap;
+    ck_assert(fd >= 0);
+    va_start(ap, stderr_out);
+    while ((a = va_arg(ap, const char *)) != NULL && n < 31) args[n++] = (char *)a;
+    va_end(ap);
+    args[n] = NULL;
+    pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        dup2(fd, 1);
+        execv(DTQ_WORKER_BIN, args);
+        _exit(127);
+    }
+    waitpid(pid, &status, 0);
+    if (stderr_out) {
+        off_t n = lseek(fd, 0, SEEK_END);
+        *stderr_out = calloc(1, (size_t)n + 1);
+        if (pread(fd, *stderr_out, (size_t)n, 0) < 0) (*stderr_out)[0] = '\0';
+    }
+    close(fd);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+char *th_task_field(redisContext *c, const char *task_id, const char *field) {
+    redisReply *r = th_cmd(c, "HGET dtq:task:%s %s", task_id, field);
+    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    freeReplyObject(r);
+    return v;
+}
+
+int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms) {
+    int64_t end = th_now_ms() + timeout_ms;
+    while (th_now_ms() < end) {
+        char *s = th_task_field(c, task_id, "status");
+        int ok = s && !strcmp(s, status);
+        free(s);
+        if (ok) return 1;
+        th_sleep_ms(20);
+    }
+    return 0;
+}

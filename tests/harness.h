@@ -1,0 +1,56 @@
+/* harness.h: integration-test plumbing. Starts a private redis-server on a unix socket
+ * in a fresh temp dir, and dtq-worker daemons as child processes with generated configs.
+ * Children get PR_SET_PDEATHSIG, and an atexit hook stops them and removes the temp dir,
+ * so a failing test (its forked Check process exits) leaves nothing behind. */
+#ifndef DTQ_TEST_HARNESS_H
+#define DTQ_TEST_HARNESS_H
+
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct th_redis {
+    char dir[256];
+    char sock[320];
+    char url[400];
+    pid_t pid;
+    int persist; /* appendonly yes: data survives a restart */
+} th_redis;
+
+typedef struct th_daemon {
+    pid_t pid;
+    char cfg[400];
+    char log[400];
+} th_daemon;
+
+/* Starts redis-server; fails the test with one clear line if it cannot. */
+void th_redis_start(th_redis *r, int persist);
+/* Restarts on the same socket and data dir (stop, then start). */
+void th_redis_stop(th_redis *r);
+void th_redis_restart(th_redis *r);
+redisContext *th_connect(const th_redis *r);
+/* redisCommand that fails the test on a NULL reply. */
+redisReply *th_cmd(redisContext *c, const char *fmt, ...);
+/* Loads the embedded Functions library into Redis (script tests run without a daemon). */
+void th_load_library(redisContext *c);
+
+/* Writes a config ([redis] url + `ini`) and starts dtq-worker -c on it. */
+void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini);
+/* Waits until the worker `worker_id` has heartbeated with status running. */
+void th_daemon_wait_ready(redisContext *c, const char *worker_id, int timeout_ms);
+/* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */
+int th_daemon_stop(th_daemon *d, int sig, int timeout_ms);
+/* Runs dtq-worker with the NULL-terminated arguments after stderr_out and waits; returns
+ * its exit code, and its stderr+stdout in *stderr_out (caller frees). */
+int th_run_worker(char **stderr_out, ...);
+
+/* Polls the task hash until its status equals `status`; returns 1 on success. */
+int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms);
+/* HGET dtq:task:<id> <field> as a caller-owned string (NULL when absent). */
+char *th_task_field(redisContext *c, const char *task_id, const char *field);
+void th_sleep_ms(int ms);
+int64_t th_now_ms(void);
+/* A unique temp file path in the harness dir. */
+void th_path(const th_redis *r, const char *name, char *out, size_t outlen);
+
+#endif

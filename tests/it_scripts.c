@@ -1,0 +1,668 @@
+/* it_scripts.c: the Functions library against a real redis-server, without a daemon:
+ * enqueue and every refusal, fetch (raw entries, malformed entries, priority, duplicates),
+ * claim races, finish (ACK last, XACK+XDEL, replay), the scheduler scripts, the lock, and
+ * the admin Functions. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static th_redis R;
+static redisContext *C;
+
+static void setup(void) {
+    th_redis_start(&R, 0);
+    C = th_connect(&R);
+    th_load_library(C);
+}
+
+static void teardown(void) {
+    redisFree(C);
+    th_redis_stop(&R);
+}
+
+#define POLICY "{\"d\":[5,30000],\"t\":{\"echo\":[3,1000]}}"
+
+/* FCALL dtq_fetch for queue `q` as `worker`, reading up to `count`. */
+static redisReply *fetch(const char *worker, int count, const char *q) {
+    char keys[11][128], cnt[16];
+    const char *argv[32];
+    int n = 0;
+    snprintf(keys[0], sizeof(keys[0]), "dtq:queue:%s:paused", q);
+    for (int b = 9; b >= 0; b--) snprintf(keys[10 - b], sizeof(keys[0]), "dtq:stream:%s:p%d", q, b);
+    snprintf(cnt, sizeof(cnt), "%d", count);
+    argv[n++] = "FCALL";
+    argv[n++] = "dtq_fetch";
+    argv[n++] = "11";
+    for (int i = 0; i < 11; i++) argv[n++] = keys[i];
+    argv[n++] = worker;
+    argv[n++] = cnt;
+    argv[n++] = POLICY;
+    argv[n++] = q;
+    redisReply *r = redisCommandArgv(C, n, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
+    return r;
+}
+
+static void create_groups(const char *q) {
+    for (int b = 0; b < 10; b++) freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", q, b));
+}
+
+static redisReply *enqueue(const char *type, const char *payload) {
+    return th_cmd(C, "FCALL dtq_enqueue 0 default %s %s", type, payload);
+}
+
+static void expect_error_prefix(redisReply *r, const char *prefix) {
+    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "expected %s, got type %d", prefix, r->type);
+    ck_assert_msg(strncmp(r->str, prefix, strlen(prefix)) == 0, "expected %s, got %s", prefix, r->str);
+    freeReplyObject(r);
+}
+
+static long long int_reply(redisReply *r) {
+    long long v;
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "not an integer reply (%d)", r->type);
+    v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static char *field(const char *id, const char *f) {
+    return th_task_field(C, id, f);
+}
+
+static void assert_field(const char *id, const char *f, const char *want) {
+    char *v = field(id, f);
+    ck_assert_msg(v && !strcmp(v, want), "task %s %s: want %s, got %s", id, f, want, v ? v : "(nil)");
+    free(v);
+}
+
+/* ----------------------------------------------------------------- enqueue */
+
+START_TEST(test_enqueue_created_and_stream_entry) {
+    redisReply *r = enqueue("echo", "{\"a\":1}"), *x;
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_str_eq(r->element[1]->str, "created");
+    char *id = strdup(r->element[0]->str);
+    freeReplyObject(r);
+    ck_assert_msg(strchr(id, '-') != NULL, "id %s is not <ms>-<n>", id);
+    assert_field(id, "status", "queued");
+    assert_field(id, "attempt", "1");
+    assert_field(id, "priority", "5");
+    assert_field(id, "payload", "{\"a\":1}");
+    x = th_cmd(C, "XRANGE dtq:stream:default:p5 - +");
+    ck_assert_int_eq(x->elements, 1);
+    ck_assert_str_eq(x->element[0]->element[1]->element[0]->str, "task_id");
+    ck_assert_str_eq(x->element[0]->element[1]->element[1]->str, id);
+    ck_assert_str_eq(x->element[0]->element[1]->element[3]->str, "1");
+    freeReplyObject(x);
+    ck_assert_int_eq(int_reply(th_cmd(C, "TTL dtq:task:%s", id)), -1); /* no TTL while live */
+    free(id);
+    /* any JSON value is a payload */
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo null priority 9 task_id scalar-1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p9")), 1);
+}
+END_TEST
+
+START_TEST(test_enqueue_refusals) {
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 %s echo {}", "bad queue"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default %s {}", "bad/type"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {bad"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority 10"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 0"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 1001"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} delay_ms -1"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} colour red"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id %s", "a b"), "INVALID_ARGUMENT");
+    /* exactly max_payload_bytes is accepted, one more is refused */
+    freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes 10"));
+    redisReply *r = th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", "\"12345678\"");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", "\"123456789\""),
+                        "PAYLOAD_TOO_LARGE");
+    /* ID_EXISTS */
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id dup-1"));
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 2 task_id dup-1"), "ID_EXISTS");
+    /* QUEUE_FULL counts all ten bands */
+    freeReplyObject(th_cmd(C, "HSET dtq:config max_queue_depth 3"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 0"));
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 9"), "QUEUE_FULL");
+    r = th_cmd(C, "FCALL dtq_enqueue 0 other echo 1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY); /* another queue is not full */
+    freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(test_enqueue_idempotency_and_delay) {
+    redisReply *r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 idempotency_key k1 task_id i1");
+    ck_assert_str_eq(r->element[1]->str, "created");
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:idempotency:default:k1");
+    ck_assert_ptr_nonnull(strstr(r->str, "\"state\":\"processing\""));
+    freeReplyObject(r);
+    ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:idempotency:default:k1")), 86000);
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 idempotency_key k1"),
+                        "IDEMPOTENCY_IN_PROGRESS i1");
+    /* once completed, the same key replays the existing id */
+    freeReplyObject(th_cmd(C, "SET dtq:idempotency:default:k1 %s XX KEEPTTL",
+                           "{\"task_id\":\"i1\",\"state\":\"completed\",\"updated_at\":1}"));
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 idempotency_key k1");
+    ck_assert_str_eq(r->element[0]->str, "i1");
+    ck_assert_str_eq(r->element[1]->str, "duplicate");
+    freeReplyObject(r);
+    /* the key is per queue */
+    r = th_cmd(C, "FCALL dtq_enqueue 0 other echo 1 idempotency_key k1");
+    ck_assert_str_eq(r->element[1]->str, "created");
+    freeReplyObject(r);
+    /* delay: pending in the schedule, no stream entry */
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 delay_ms 60000 task_id d1");
+    freeReplyObject(r);
+    assert_field("d1", "status", "pending");
+    r = th_cmd(C, "ZSCORE dtq:retry:schedule d1");
+    ck_assert_ptr_nonnull(r->str);
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* only i1 */
+}
+END_TEST
+
+/* ----------------------------------------------------------------- fetch and claim */
+
+START_TEST(test_fetch_claims_in_priority_order) {
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 1 task_id low"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 8 task_id high"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default other 1 priority 5 task_id mid"));
+    redisReply *r = fetch("w1", 1, "default");
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, "high");
+    /* resolved from the policy table: echo -> [3, 1000] */
+    ck_assert_int_eq(r->element[0]->element[0]->element[7]->integer, 3);
+    ck_assert_int_eq(r->element[0]->element[0]->element[8]->integer, 1000);
+    freeReplyObject(r);
+    assert_field("high", "status", "running");
+    assert_field("high", "worker_id", "w1");
+    assert_field("high", "max_attempts", "3");
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, "mid");
+    ck_assert_int_eq(r->element[0]->element[0]->element[7]->integer, 5); /* default */
+    ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "low");
+    freeReplyObject(r);
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 0);
+    ck_assert_int_eq(r->element[2]->integer, 0);
+    ck_assert_int_eq(r->element[1]->elements, 20); /* ten (stream, last-id) pairs to block on */
+    freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(test_fetch_raw_entries) {
+    redisReply *r, *x;
+    char id[128];
+    create_groups("default");
+    x = th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload %s max_attempts 7", "{\"r\":1}");
+    snprintf(id, sizeof(id), "default:p3:%s", x->str);
+    freeReplyObject(x);
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, id);
+    ck_assert_int_eq(r->element[0]->element[0]->element[7]->integer, 7); /* its own max_attempts */
+    ck_assert_int_eq(r->element[0]->element[0]->element[9]->integer, 1);
+    ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "own-id");
+    freeReplyObject(r);
+    assert_field(id, "status", "running");
+    assert_field(id, "priority", "3");
+    assert_field(id, "queue", "default");
+    /* a second raw entry with an id that exists is a duplicate, absorbed */
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 0);
+    ck_assert_int_eq(r->element[2]->integer, 1);
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p3")), 2); /* absorbed one deleted */
+}
+END_TEST
+
+/* The newest dead-letter entry has every field of SPEC 8 and the expected error. */
+static void assert_dead_lettered_with(const char *err_frag) {
+    redisReply *d = th_cmd(C, "XREVRANGE dtq:stream:dead-letter + - COUNT 1");
+    ck_assert_int_eq(d->elements, 1);
+    redisReply *f = d->element[0]->element[1];
+    const char *want[] = {"task_id", "queue", "task_type", "payload", "attempt", "max_attempts",
+                          "priority", "timeout_ms", "idempotency_key", "failed_at_ms",
+                          "attempts_made", "last_error", "last_error_class", "retryable",
+                          "worker_id", "original_queue", NULL};
+    for (const char **w = want; *w; w++) {
+        int found = 0;
+        for (size_t i = 0; i + 1 < f->elements; i += 2)
+            if (!strcmp(f->element[i]->str, *w)) found = 1;
+        ck_assert_msg(found, "dead-letter entry lacks %s", *w);
+    }
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        if (!strcmp(f->element[i]->str, "last_error"))
+            ck_assert_msg(strstr(f->element[i + 1]->str, err_frag) != NULL, "last_error '%s' lacks '%s'",
+                          f->element[i + 1]->str, err_frag);
+        if (!strcmp(f->element[i]->str, "retryable")) ck_assert_str_eq(f->element[i + 1]->str, "0");
+    }
+    freeReplyObject(d);
+}
+
+START_TEST(test_fetch_malformed_raw_entries) {
+    static const struct {
+        const char *fields;
+        const char *err;
+    } cases[] = {
+        {"payload 1", "missing field task_type"},
+        {"task_type echo", "missing field payload"},
+        {"task_type echo payload {nope", "payload is not valid JSON"},
+        {"task_type a/b payload 1", "task_type must match"},
+        {"task_type echo payload 1 max_attempts zero", "max_attempts must be"},
+        {"task_type echo payload 1 timeout_ms -5", "timeout_ms must be"},
+        {"task_type echo payload 1 ttl_seconds 1.5", "ttl_seconds must be"},
+        {"task_type echo payload 1 task_id a/b", "task_id must match"},
+        {"task_type echo payload 123456789012", "exceeds max_payload_bytes 10"},
+    };
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes 10"));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char cmd[256];
+        redisReply *x, *r;
+        char id[128];
+        snprintf(cmd, sizeof(cmd), "XADD dtq:stream:default:p5 * %s", cases[i].fields);
+        x = th_cmd(C, cmd);
+        ck_assert_int_eq(x->type, REDIS_REPLY_STRING);
+        snprintf(id, sizeof(id), "default:p5:%s", x->str);
+        freeReplyObject(x);
+        r = fetch("w1", 10, "default");
+        ck_assert_int_eq(r->element[0]->elements, 0); /* nothing runs */
+        ck_assert_int_eq(r->element[2]->integer, 1);
+        freeReplyObject(r);
+        assert_field(id, "status", "dead_lettered");
+        {
+            char *e = field(id, "last_error");
+            ck_assert_msg(e && strstr(e, cases[i].err), "%s: last_error %s", cases[i].fields, e);
+            free(e);
+        }
+        assert_field(id, "last_error_class", "invalid_entry");
+        assert_dead_lettered_with(cases[i].err);
+        ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:task:%s", id)), 0);
+    }
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 9);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0); /* all acked + deleted */
+}
+END_TEST
+
+START_TEST(test_duplicate_and_stale_entries_absorbed) {
+    redisReply *r;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id t1"));
+    /* a duplicate of the same entry (same task, same attempt) and a stale one */
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_id t1 attempt 1"));
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_id t1 attempt 0"));
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_id gone-task attempt 1"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 1); /* t1 runs exactly once */
+    ck_assert_int_eq(r->element[2]->integer, 4);
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* only the live one */
+}
+END_TEST
+
+START_TEST(test_fetch_skips_paused_and_handles_cancel_and_ttl) {
+    redisReply *r;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id e1 ttl_seconds 1"));
+    freeReplyObject(th_cmd(C, "SADD dtq:cancelled c1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[2]->integer, 0);
+    ck_assert_int_eq(r->element[1]->elements, 0); /* nothing to block on while paused */
+    freeReplyObject(r);
+    th_sleep_ms(1100);
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 0);
+    freeReplyObject(r);
+    assert_field("c1", "status", "cancelled");
+    assert_field("e1", "status", "expired");
+    ck_assert_int_eq(int_reply(th_cmd(C, "SCARD dtq:cancelled")), 0);
+}
+END_TEST
+
+START_TEST(test_claim_exactly_one_winner) {
+    redisReply *a, *b;
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race"));
+    redisContext *c2 = th_connect(&R);
+    /* Both claimants' calls are in flight at once; Redis runs one script at a time. */
+    redisAppendCommand(C, "FCALL dtq_claim 1 dtq:task:race 1 w1 s 1-0");
+    redisAppendCommand(c2, "FCALL dtq_claim 1 dtq:task:race 1 w2 s 1-0");
+    ck_assert_int_eq(redisGetReply(C, (void **)&a), REDIS_OK);
+    ck_assert_int_eq(redisGetReply(c2, (void **)&b), REDIS_OK);
+    int wins = (a->type == REDIS_REPLY_STATUS || a->type == REDIS_REPLY_STRING) +
+               (b->type == REDIS_REPLY_STATUS || b->type == REDIS_REPLY_STRING);
+    ck_assert_int_eq(wins, 1);
+    redisReply *loser = a->type == REDIS_REPLY_ERROR ? a : b;
+    ck_assert_str_eq(loser->str, "WRONG_STATE running");
+    freeReplyObject(a);
+    freeReplyObject(b);
+    redisFree(c2);
+    /* a claimant holding an old attempt number loses too */
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race2"));
+    expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:race2 2 w1 s 1-0"), "WRONG_STATE queued");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:none 1 w1 s 1-0"), "NOT_FOUND");
+}
+END_TEST
+
+/* ----------------------------------------------------------------- finish */
+
+static redisReply *finish_one(const char *worker, redisReply *claimed, const char *outcome,
+                              const char *result, const char *flag) {
+    const char *argv[] = {"FCALL", "dtq_finish", "0", worker, "1",
+                          claimed->element[2]->str, NULL, outcome, claimed->element[0]->str,
+                          claimed->element[1]->str, result, flag, "boom", "retryable", "1500",
+                          "{\"type\":\"TASK_SUCCEEDED\"}"};
+    char attempt[16];
+    snprintf(attempt, sizeof(attempt), "%lld", claimed->element[6]->integer);
+    argv[6] = attempt;
+    redisReply *r = redisCommandArgv(C, 16, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "finish: %s", r->str);
+    return r;
+}
+
+START_TEST(test_finish_paths) {
+    redisReply *r, *f;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id s1 idempotency_key ik"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id r1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id d1 idempotency_key ik2"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 3);
+    /* the guard: another worker cannot finish w1's attempt */
+    f = finish_one("w2", r->element[0]->element[0], "s", "{\"ok\":1}", "r");
+    ck_assert_str_eq(f->element[0]->str, "stale");
+    freeReplyObject(f);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
+
+    f = finish_one("w1", r->element[0]->element[0], "s", "{\"ok\":1}", "t");
+    ck_assert_str_eq(f->element[0]->str, "ok");
+    freeReplyObject(f);
+    assert_field("s1", "status", "succeeded");
+    assert_field("s1", "result_truncated", "1");
+    {
+        redisReply *g = th_cmd(C, "GET dtq:result:s1");
+        ck_assert_str_eq(g->str, "{\"ok\":1}");
+        freeReplyObject(g);
+        g = th_cmd(C, "GET dtq:idempotency:default:ik");
+        ck_assert_ptr_nonnull(strstr(g->str, "completed"));
+        freeReplyObject(g);
+    }
+    ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:task:s1")), 0);
+    ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:result:s1")), 0);
+    /* replaying the same finish is stale and acknowledges nothing twice */
+    f = finish_one("w1", r->element[0]->element[0], "s", "{\"ok\":1}", "r");
+    ck_assert_str_eq(f->element[0]->str, "stale");
+    freeReplyObject(f);
+
+    f = finish_one("w1", r->element[0]->element[1], "r", "", "n");
+    freeReplyObject(f);
+    assert_field("r1", "status", "retrying");
+    assert_field("r1", "last_error", "boom");
+    {
+        redisReply *z = th_cmd(C, "ZSCORE dtq:retry:schedule r1");
+        ck_assert_ptr_nonnull(z->str);
+        freeReplyObject(z);
+    }
+    ck_assert_int_eq(int_reply(th_cmd(C, "TTL dtq:task:r1")), -1);
+
+    f = finish_one("w1", r->element[0]->element[2], "d", "", "n");
+    ck_assert_str_eq(f->element[0]->str, "dead_lettered");
+    freeReplyObject(f);
+    assert_field("d1", "status", "dead_lettered");
+    assert_dead_lettered_with("boom");
+    {
+        redisReply *g = th_cmd(C, "GET dtq:idempotency:default:ik2");
+        ck_assert_ptr_nonnull(strstr(g->str, "failed"));
+        freeReplyObject(g);
+    }
+    freeReplyObject(r);
+    /* all three entries acknowledged and deleted: nothing pending, nothing left */
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
+    ck_assert_int_eq(r->element[0]->integer, 0);
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:result:r1")), 0); /* null result: no key */
+}
+END_TEST
+
+/* ----------------------------------------------------------------- scheduler scripts */
+
+START_TEST(test_sched_claim_never_twice_and_stale_claims_return) {
+    redisReply *a, *b;
+    for (int i = 0; i < 10; i++) freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 1 m%d", i));
+    freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 99999999999999 future"));
+    redisContext *c2 = th_connect(&R);
+    redisAppendCommand(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 6 60000");
+    redisAppendCommand(c2, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 6 60000");
+    ck_assert_int_eq(redisGetReply(C, (void **)&a), REDIS_OK);
+    ck_assert_int_eq(redisGetReply(c2, (void **)&b), REDIS_OK);
+    ck_assert_int_eq(a->elements + b->elements, 10);
+    for (size_t i = 0; i < a->elements; i++)
+        for (size_t j = 0; j < b->elements; j++)
+            ck_assert_str_ne(a->element[i]->str, b->element[j]->str);
+    freeReplyObject(a);
+    freeReplyObject(b);
+    redisFree(c2);
+    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 10);
+    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:schedule")), 1);
+    /* with claim_timeout 0 every claim is stale: back to the schedule, then claimed again */
+    th_sleep_ms(5);
+    a = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 100 0");
+    ck_assert_int_eq(a->elements, 10);
+    freeReplyObject(a);
+}
+END_TEST
+
+START_TEST(test_sched_promote_cases) {
+    redisReply *r;
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id p1 delay_ms 1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id q1"));     /* already queued */
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id x1 delay_ms 1 ttl_seconds 1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1 delay_ms 1"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:r1 id r1 queue default task_type echo status retrying attempt 2 priority 7 created_at 1"));
+    freeReplyObject(th_cmd(C, "SADD dtq:cancelled c1"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:x1 created_at 1"));
+    for (const char *const *id = (const char *const[]){"p1", "q1", "x1", "c1", "r1", "gone", NULL}; *id; id++)
+        freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed 1 %s", *id));
+    long long before = int_reply(th_cmd(C, "XLEN dtq:stream:default:p5"));
+    r = th_cmd(C, "FCALL dtq_sched_promote 1 dtq:retry:claimed w1 p1 q1 x1 c1 r1 gone");
+    ck_assert_int_eq(r->integer, 2); /* p1 and r1 */
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), before + 1); /* p1 only; q1 not again */
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p7")), 1);
+    assert_field("p1", "status", "queued");
+    assert_field("p1", "attempt", "1");
+    assert_field("r1", "status", "queued");
+    assert_field("r1", "attempt", "3");
+    assert_field("x1", "status", "expired");
+    assert_field("c1", "status", "cancelled");
+    assert_field("q1", "status", "queued");
+    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+}
+END_TEST
+
+START_TEST(test_lock_compare_semantics) {
+    freeReplyObject(th_cmd(C, "SET dtq:lock:scheduler w1 PX 10000"));
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_refresh 1 dtq:lock:scheduler w2 50000")), 0);
+    ck_assert_int_le(int_reply(th_cmd(C, "PTTL dtq:lock:scheduler")), 10000);
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_refresh 1 dtq:lock:scheduler w1 50000")), 1);
+    ck_assert_int_gt(int_reply(th_cmd(C, "PTTL dtq:lock:scheduler")), 10000);
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_release 1 dtq:lock:scheduler w2")), 0);
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 1);
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_release 1 dtq:lock:scheduler w1")), 1);
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- admin */
+
+START_TEST(test_admin_functions) {
+    redisReply *r, *f;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a1 idempotency_key ka"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a2"));
+    r = fetch("w1", 10, "default");
+    f = finish_one("w1", r->element[0]->element[0], "d", "", "n");
+    freeReplyObject(f);
+    f = finish_one("w1", r->element[0]->element[1], "d", "", "n");
+    freeReplyObject(f);
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 2);
+
+    r = th_cmd(C, "FCALL dtq_requeue 0 a1");
+    ck_assert_str_eq(r->str, "queued");
+    freeReplyObject(r);
+    assert_field("a1", "status", "queued");
+    assert_field("a1", "attempt", "1");
+    {
+        char *m = field("a1", "metadata");
+        ck_assert_ptr_nonnull(strstr(m, "\"previous_attempts\":1"));
+        free(m);
+        r = th_cmd(C, "GET dtq:idempotency:default:ka");
+        ck_assert_ptr_nonnull(strstr(r->str, "processing"));
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(int_reply(th_cmd(C, "TTL dtq:task:a1")), -1);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 a1"), "WRONG_STATE queued");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 nope"), "NOT_FOUND");
+
+    r = th_cmd(C, "FCALL dtq_discard 0 a2 tester");
+    ck_assert_str_eq(r->str, "discarded");
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    {
+        char *m = field("a2", "metadata");
+        ck_assert_ptr_nonnull(strstr(m, "\"discarded\":true"));
+        free(m);
+    }
+    /* cancel: queued -> cancelled at once; running -> cancel_requested */
+    r = th_cmd(C, "FCALL dtq_cancel 0 a1");
+    ck_assert_str_eq(r->str, "cancelled");
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a3"));
+    freeReplyObject(fetch("w1", 10, "default"));
+    r = th_cmd(C, "FCALL dtq_cancel 0 a3");
+    ck_assert_str_eq(r->str, "cancel_requested");
+    freeReplyObject(r);
+    assert_field("a3", "cancel_requested", "1");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_cancel 0 a1"), "WRONG_STATE cancelled");
+
+    r = th_cmd(C, "FCALL dtq_pause 0 default");
+    ck_assert_str_eq(r->str, "paused");
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL dtq_pause 0 default");
+    ck_assert_str_eq(r->str, "paused");
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL_RO dtq_stats 0");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_str_eq(r->element[0]->str, "queue:default:depth");
+    ck_assert_str_eq(r->element[2]->str, "queue:default:pending");
+    ck_assert_int_eq(r->element[3]->integer, 1); /* a3 is running */
+    ck_assert_str_eq(r->element[4]->str, "queue:default:paused");
+    ck_assert_int_eq(r->element[5]->integer, 1);
+    ck_assert_str_eq(r->element[r->elements - 2]->str, "workers");
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL dtq_resume 0 default");
+    ck_assert_str_eq(r->str, "resumed");
+    freeReplyObject(r);
+
+    /* every admin action is audited, with its actor */
+    r = th_cmd(C, "XRANGE dtq:stream:audit - +");
+    ck_assert_int_ge(r->elements, 7);
+    ck_assert_str_eq(r->element[0]->element[1]->element[1]->str, "redis-cli");
+    ck_assert_str_eq(r->element[0]->element[1]->element[3]->str, "requeue");
+    ck_assert_str_eq(r->element[1]->element[1]->element[1]->str, "tester");
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_purge_dlq 0")), 0);
+}
+END_TEST
+
+START_TEST(test_requeue_dlq_all) {
+    redisReply *r;
+    create_groups("default");
+    for (int i = 0; i < 3; i++)
+        freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload {bad"));
+    freeReplyObject(fetch("w1", 10, "default"));
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 3);
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_requeue_dlq 0 2")), 2);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 1);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
+    r = th_cmd(C, "FCALL dtq_requeue_dlq 0 zero");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(test_events_from_functions) {
+    redisContext *sub = th_connect(&R);
+    redisReply *r;
+    struct timeval tv = {2, 0};
+    freeReplyObject(th_cmd(sub, "SUBSCRIBE dtq:events"));
+    redisSetTimeout(sub, tv);
+    freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 100"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id ev1"));
+    ck_assert_int_eq(redisGetReply(sub, (void **)&r), REDIS_OK);
+    ck_assert_ptr_nonnull(strstr(r->element[2]->str, "\"type\":\"TASK_QUEUED\""));
+    ck_assert_ptr_nonnull(strstr(r->element[2]->str, "\"task_id\":\"ev1\""));
+    ck_assert_ptr_nonnull(strstr(r->element[2]->str, "\"worker_id\":\"\""));
+    ck_assert_ptr_nonnull(strstr(r->element[2]->str, "Z\""));
+    freeReplyObject(r);
+    redisFree(sub);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:events")), 1);
+    /* terminal level: TASK_QUEUED is not published */
+    freeReplyObject(th_cmd(C, "HSET dtq:config events terminal"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id ev2"));
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:events")), 1);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("scripts");
+    TCase *tc = tcase_create("functions");
+    SRunner *sr;
+    int failed;
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_enqueue_created_and_stream_entry);
+    tcase_add_test(tc, test_enqueue_refusals);
+    tcase_add_test(tc, test_enqueue_idempotency_and_delay);
+    tcase_add_test(tc, test_fetch_claims_in_priority_order);
+    tcase_add_test(tc, test_fetch_raw_entries);
+    tcase_add_test(tc, test_fetch_malformed_raw_entries);
+    tcase_add_test(tc, test_duplicate_and_stale_entries_absorbed);
+    tcase_add_test(tc, test_fetch_skips_paused_and_handles_cancel_and_ttl);
+    tcase_add_test(tc, test_claim_exactly_one_winner);
+    tcase_add_test(tc, test_finish_paths);
+    tcase_add_test(tc, test_sched_claim_never_twice_and_stale_claims_return);
+    tcase_add_test(tc, test_sched_promote_cases);
+    tcase_add_test(tc, test_lock_compare_semantics);
+    tcase_add_test(tc, test_admin_functions);
+    tcase_add_test(tc, test_requeue_dlq_all);
+    tcase_add_test(tc, test_events_from_functions);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
