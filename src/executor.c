@@ -47,6 +47,8 @@ typedef struct run {
     size_t result_len;
     char *error;
     int timed_out;
+    int cancelled; /* stopped because of dtq_cancel */
+    char *config;  /* the handler's target, owned: a reload may free the registry */
 } run;
 
 struct dtq_executor {
@@ -280,6 +282,7 @@ static void run_free(run *r) {
     dtq_task_free(r->task);
     free(r->result);
     free(r->error);
+    free(r->config);
     free(r);
 }
 
@@ -325,7 +328,10 @@ static void run_end(run *r) {
     }
 
     w->counters.processed++;
-    if (ok) {
+    if (r->cancelled) {
+        rec->outcome = 'c';
+        rec->error = dtq_xstrdup("cancelled");
+    } else if (ok) {
         rec->outcome = 's';
         rec->event = dtq_events_build(cfg->events, now, "TASK_SUCCEEDED", t->id, t->queue,
                                       t->task_type, t->attempt, cfg->worker_id, NULL);
@@ -398,7 +404,8 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     r->call.max_attempts = t->max_attempts;
     r->call.timeout_ms = t->timeout_ms;
     r->call.base = w->base;
-    r->call.config = h->target;
+    r->config = dtq_xstrdup(h->target);
+    r->call.config = r->config;
     r->call.complete = call_complete;
     r->call.daemon_private = r;
     r->timeout_ev = evtimer_new(w->base, timeout_cb, r);
@@ -410,6 +417,56 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     h->fn(&r->call);
     r->in_handler = 0;
     if (r->completed) run_end(r);
+}
+
+typedef struct cancel_probe {
+    dtq_executor *ex;
+    char *task_id;
+    int64_t attempt;
+} cancel_probe;
+
+static void cancel_probe_cb(redisAsyncContext *ac, void *reply_ptr, void *priv) {
+    cancel_probe *p = priv;
+    redisReply *reply = reply_ptr;
+    DTQ_UNUSED(ac);
+    if (reply && reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, "1")) {
+        for (run *r = p->ex->running; r; r = r->next) {
+            if (r->completed || strcmp(r->task->id, p->task_id) || r->task->attempt != p->attempt)
+                continue;
+            dtq_info("task %s: cancel requested; stopping its handler", r->task->id);
+            if (r->call.cancel) r->call.cancel(&r->call);
+            r->completed = 1;
+            r->cancelled = 1;
+            run_end(r);
+            break;
+        }
+    }
+    free(p->task_id);
+    free(p);
+}
+
+void dtq_executor_check_cancels(dtq_executor *ex) {
+    for (run *r = ex->running; r; r = r->next) {
+        cancel_probe *p;
+        dtq_argv a;
+        char *key;
+        if (r->completed) continue;
+        p = dtq_xcalloc(1, sizeof(*p));
+        p->ex = ex;
+        p->task_id = dtq_xstrdup(r->task->id);
+        p->attempt = r->task->attempt;
+        key = dtq_worker_key(ex->w, "task:%s", r->task->id);
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "HGET");
+        dtq_argv_adds(&a, key);
+        dtq_argv_adds(&a, "cancel_requested");
+        if (dtq_worker_command(ex->w, cancel_probe_cb, p, a.argc, a.argv, a.lens) != DTQ_OK) {
+            free(p->task_id);
+            free(p);
+        }
+        dtq_argv_deinit(&a);
+        free(key);
+    }
 }
 
 void dtq_executor_abandon_all(dtq_executor *ex, const char *reason) {

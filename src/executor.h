@@ -20,6 +20,9 @@ void dtq_executor_flush(dtq_executor *ex);
 int dtq_executor_idle(const dtq_executor *ex);
 /* Stops every running handler and hands its task back for another worker. */
 void dtq_executor_abandon_all(dtq_executor *ex, const char *reason);
+/* Asks Redis whether any running task had cancel_requested set (dtq_cancel on a running
+ * task); such a handler is stopped and its task ends cancelled. Called every heartbeat. */
+void dtq_executor_check_cancels(dtq_executor *ex);
 /* Calls fn for the entry of every running attempt (heartbeat XCLAIM). */
 void dtq_executor_each_entry(const dtq_executor *ex,
                              void (*fn)(const char *stream, const char *entry_id, void *arg),

@@ -108,6 +108,7 @@ void dtq_heartbeat_beat(dtq_heartbeat *hb, const char *status, void (*cb)(void *
     free(workers);
 
     claim_inflight(hb);
+    dtq_executor_check_cancels(w->exec);
 
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "EXPIRE");

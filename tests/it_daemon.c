@@ -1,1 +1,503 @@
-int main(void){return 0;}
+/* it_daemon.c: dtq-worker as a real process against a real redis-server: enqueue through
+ * FCALL and raw XADD, priorities, dead letters, events, retries, delays, TTLs, timeouts,
+ * cancellation, reload, drain on SIGTERM, recovery after SIGKILL and after a Redis restart. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static th_redis R;
+static redisContext *C;
+
+#define HANDLERS                                                                                   \
+    "[handler:echo]\nbuiltin = echo\n[handler:sleep]\nbuiltin = sleep\n"                           \
+    "[handler:fail]\nbuiltin = fail\n[handler:flaky]\nbuiltin = flaky\n"                          \
+    "[handler:noop]\nbuiltin = noop\n"
+#define FAST_RETRY "[retry]\nbase_delay = 0.2\nmax_delay = 0.5\njitter = 0\n"
+#define FAST_SCHED "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"
+
+static void setup(void) {
+    th_redis_start(&R, 1);
+    C = th_connect(&R);
+}
+
+static void teardown(void) {
+    redisFree(C);
+    th_redis_stop(&R);
+}
+
+static void start(th_daemon *d, const char *id, const char *extra) {
+    char ini[4096];
+    snprintf(ini, sizeof(ini), "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n"
+                               "visibility_timeout_s = 3\ndrain_timeout_s = 5\n%s\n%s",
+             id, extra ? extra : "", HANDLERS);
+    th_daemon_start(d, &R, ini);
+    th_daemon_wait_ready(C, id, 10000);
+}
+
+static long long int_reply(redisReply *r) {
+    long long v;
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "not an integer reply (%d: %s)", r->type,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "");
+    v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static void enqueue(const char *id, const char *type, const char *payload, const char *opts) {
+    char cmd[512];
+    redisReply *r;
+    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 default %s %%s task_id %s %s", type, id,
+             opts ? opts : "");
+    r = th_cmd(C, cmd, payload);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+static void assert_field(const char *id, const char *f, const char *want) {
+    char *v = th_task_field(C, id, f);
+    ck_assert_msg(v && !strcmp(v, want), "task %s %s: want %s, got %s", id, f, want, v ? v : "(nil)");
+    free(v);
+}
+
+static void wait_status(const char *id, const char *status, int ms) {
+    if (!th_wait_status(C, id, status, ms)) {
+        char *s = th_task_field(C, id, "status");
+        ck_abort_msg("task %s: want status %s within %d ms, have %s", id, status, ms, s ? s : "(nil)");
+    }
+}
+
+/* Events of one task from the events stream, as "TYPE:attempt" joined by spaces. */
+static char *event_trail(const char *id) {
+    redisReply *r = th_cmd(C, "XRANGE dtq:stream:events - +");
+    char *out = calloc(1, 8192);
+    char needle[128];
+    snprintf(needle, sizeof(needle), "\"task_id\":\"%s\"", id);
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *ev = r->element[i]->element[1]->element[1]->str;
+        const char *t, *a;
+        if (!strstr(ev, needle)) continue;
+        t = strstr(ev, "\"type\":\"") + 8;
+        a = strstr(ev, "\"attempt\":") + 10;
+        strncat(out, t, (size_t)(strchr(t, '"') - t));
+        strcat(out, ":");
+        strncat(out, a, strspn(a, "0123456789"));
+        strcat(out, " ");
+    }
+    freeReplyObject(r);
+    return out;
+}
+
+static int count_in(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* ----------------------------------------------------------------- basics */
+
+START_TEST(test_fcall_and_raw_xadd_succeed) {
+    th_daemon d;
+    redisReply *r;
+    char id[128];
+    start(&d, "w-basic", NULL);
+    enqueue("f1", "echo", "{\"hello\":\"world\"}", NULL);
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload %s", "[1,2]");
+    snprintf(id, sizeof(id), "default:p5:%s", r->str);
+    freeReplyObject(r);
+    wait_status("f1", "succeeded", 5000);
+    wait_status(id, "succeeded", 5000);
+    r = th_cmd(C, "GET dtq:result:f1");
+    ck_assert_str_eq(r->str, "{\"hello\":\"world\"}");
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:result:%s", id);
+    ck_assert_str_eq(r->str, "[1,2]");
+    freeReplyObject(r);
+    assert_field("f1", "attempt", "1");
+    assert_field("f1", "worker_id", "w-basic");
+    assert_field("f1", "max_attempts", "5");
+    assert_field("f1", "timeout_ms", "30000");
+    /* entries acknowledged and deleted, nothing pending */
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    /* a null result writes no key */
+    enqueue("n1", "noop", "{}", NULL);
+    wait_status("n1", "succeeded", 5000);
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:result:n1")), 0);
+    /* the daemon published its limits for the Functions */
+    r = th_cmd(C, "HGET dtq:config max_payload_bytes");
+    ck_assert_str_eq(r->str, "262144");
+    freeReplyObject(r);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    assert_field("f1", "status", "succeeded");
+    r = th_cmd(C, "HGET dtq:worker:w-basic status");
+    ck_assert_str_eq(r->str, "stopped");
+    freeReplyObject(r);
+}
+END_TEST
+
+START_TEST(test_priority_order) {
+    th_daemon d;
+    char *a, *b;
+    /* the documented pause key; the Functions are not loaded before the first daemon */
+    freeReplyObject(th_cmd(C, "SET dtq:queue:default:paused 1"));
+    start(&d, "w-prio", "concurrency = 1\n");
+    enqueue("low", "echo", "1", "priority 0");
+    enqueue("mid", "echo", "1", "priority 5");
+    enqueue("high", "echo", "1", "priority 9");
+    th_sleep_ms(300);
+    assert_field("high", "status", "queued"); /* paused: nothing ran */
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
+    wait_status("low", "succeeded", 5000);
+    wait_status("mid", "succeeded", 5000);
+    wait_status("high", "succeeded", 5000);
+    a = th_task_field(C, "high", "started_at");
+    b = th_task_field(C, "mid", "started_at");
+    ck_assert_int_le(atoll(a), atoll(b));
+    free(a);
+    a = th_task_field(C, "low", "started_at");
+    ck_assert_int_le(atoll(b), atoll(a));
+    free(a);
+    free(b);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_dead_letters_and_keeps_serving) {
+    th_daemon d;
+    redisReply *r;
+    char bad[128];
+    start(&d, "w-dlq", NULL);
+    enqueue("u1", "nosuchtype", "{}", NULL);
+    enqueue("p1", "fail", "{\"retryable\":false,\"message\":\"bad input\"}", NULL);
+    enqueue("s1", "sleep", "\"not an object\"", NULL);
+    r = th_cmd(C, "XADD dtq:stream:default:p2 * task_type echo payload {broken");
+    snprintf(bad, sizeof(bad), "default:p2:%s", r->str);
+    freeReplyObject(r);
+    wait_status("u1", "dead_lettered", 5000);
+    wait_status("p1", "dead_lettered", 5000);
+    wait_status("s1", "dead_lettered", 5000);
+    wait_status(bad, "dead_lettered", 5000);
+    assert_field("u1", "last_error", "unknown_task_type:nosuchtype");
+    assert_field("u1", "last_error_class", "unknown_task_type");
+    assert_field("u1", "attempt", "1");
+    assert_field("p1", "last_error", "bad input");
+    assert_field("p1", "last_error_class", "permanent");
+    assert_field(bad, "last_error", "invalid entry: payload is not valid JSON");
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 4);
+    r = th_cmd(C, "XRANGE dtq:stream:dead-letter - +");
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *f = r->element[i]->element[1];
+        ck_assert_int_eq(f->elements, 32); /* the sixteen fields of SPEC 8 */
+        if (!strcmp(f->element[1]->str, "p1")) {
+            ck_assert_str_eq(f->element[3]->str, "default");  /* queue */
+            ck_assert_str_eq(f->element[5]->str, "fail");     /* task_type */
+            ck_assert_str_eq(f->element[23]->str, "bad input"); /* last_error */
+            ck_assert_str_eq(f->element[27]->str, "0");       /* retryable */
+            ck_assert_str_eq(f->element[29]->str, "w-dlq");   /* worker_id */
+        }
+    }
+    freeReplyObject(r);
+    enqueue("after", "echo", "2", NULL);
+    wait_status("after", "succeeded", 5000);
+    /* requeue from the DLQ with redis-cli's Function; it dead-letters again, attempt 1 */
+    r = th_cmd(C, "FCALL dtq_requeue 0 p1");
+    ck_assert_str_eq(r->str, "queued");
+    freeReplyObject(r);
+    wait_status("p1", "dead_lettered", 5000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+START_TEST(test_events_on_channel) {
+    th_daemon d;
+    redisContext *sub = th_connect(&R);
+    redisReply *r;
+    struct timeval tv = {5, 0};
+    const char *want[] = {"WORKER_STARTED", "TASK_QUEUED", "TASK_STARTED", "TASK_SUCCEEDED"};
+    int got = 0;
+    freeReplyObject(th_cmd(sub, "SUBSCRIBE dtq:events"));
+    redisSetTimeout(sub, tv);
+    start(&d, "w-events", NULL);
+    enqueue("e1", "echo", "{}", NULL);
+    while (got < 4 && redisGetReply(sub, (void **)&r) == REDIS_OK) {
+        const char *msg = r->element[2]->str;
+        if (strstr(msg, want[got])) {
+            if (got > 0) ck_assert_ptr_nonnull(strstr(msg, "\"task_id\":\"e1\""));
+            if (got >= 2) ck_assert_ptr_nonnull(strstr(msg, "\"worker_id\":\"w-events\""));
+            ck_assert_ptr_nonnull(strstr(msg, "\"event_id\":"));
+            ck_assert_ptr_nonnull(strstr(msg, "\"ts\":\"20"));
+            got++;
+        }
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(got, 4);
+    redisFree(sub);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_result_truncated_and_timeout) {
+    th_daemon d;
+    redisReply *r;
+    start(&d, "w-limits", "[limits]\nresult_max_bytes = 8\nevents_stream_maxlen = 1000\n"
+                          "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 200\nmax_attempts = 2\n"
+                          FAST_RETRY FAST_SCHED);
+    enqueue("big", "echo", "\"0123456789abcdef\"", NULL);
+    enqueue("slow1", "slow", "{\"ms\":5000}", NULL);
+    wait_status("big", "succeeded", 5000);
+    assert_field("big", "result_truncated", "1");
+    r = th_cmd(C, "GET dtq:result:big");
+    ck_assert_int_eq(r->len, 8);
+    freeReplyObject(r);
+    wait_status("slow1", "dead_lettered", 10000);
+    assert_field("slow1", "last_error_class", "timeout");
+    assert_field("slow1", "attempt", "2");
+    {
+        char *trail = event_trail("slow1");
+        ck_assert_int_eq(count_in(trail, "TASK_STARTED"), 2);
+        ck_assert_ptr_nonnull(strstr(trail, "TASK_RETRY_SCHEDULED:1"));
+        ck_assert_ptr_nonnull(strstr(trail, "TASK_RETRIED:2"));
+        free(trail);
+    }
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- retries, delays, TTLs */
+
+START_TEST(test_flaky_succeeds_on_third_attempt) {
+    th_daemon d;
+    char *trail;
+    redisReply *r;
+    start(&d, "w-flaky", "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED);
+    enqueue("fl", "flaky", "{\"succeed_on\":3}", "idempotency_key fk");
+    wait_status("fl", "succeeded", 10000);
+    assert_field("fl", "attempt", "3");
+    r = th_cmd(C, "GET dtq:result:fl");
+    ck_assert_str_eq(r->str, "{\"succeeded_on\":3}");
+    freeReplyObject(r);
+    trail = event_trail("fl");
+    ck_assert_msg(strstr(trail, "TASK_QUEUED:1 TASK_STARTED:1 TASK_RETRY_SCHEDULED:1 TASK_RETRIED:2 "
+                                "TASK_STARTED:2 TASK_RETRY_SCHEDULED:2 TASK_RETRIED:3 "
+                                "TASK_STARTED:3 TASK_SUCCEEDED:3") != NULL,
+                  "trail: %s", trail);
+    free(trail);
+    /* the gaps: each retry waited at least its backoff (0.2 s, then 0.4 s; jitter 0) */
+    r = th_cmd(C, "XRANGE dtq:stream:events - +");
+    {
+        long long started[4] = {0};
+        int n = 0;
+        for (size_t i = 0; i < r->elements && n < 4; i++) {
+            const char *ev = r->element[i]->element[1]->element[1]->str;
+            if (strstr(ev, "TASK_STARTED") && strstr(ev, "\"fl\"")) {
+                const char *id = r->element[i]->element[0]->str; /* stream id = server ms */
+                started[n++] = atoll(id);
+            }
+        }
+        ck_assert_int_eq(n, 3);
+        ck_assert_int_ge(started[1] - started[0], 190);
+        ck_assert_int_ge(started[2] - started[1], 390);
+    }
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:idempotency:default:fk");
+    ck_assert_ptr_nonnull(strstr(r->str, "completed"));
+    freeReplyObject(r);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_always_failing_exhausts_attempts) {
+    th_daemon d;
+    char *trail;
+    start(&d, "w-exhaust", "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED);
+    enqueue("af", "fail", "{\"retryable\":true,\"message\":\"try later\"}", "max_attempts 3");
+    enqueue("pf", "fail", "{\"retryable\":false}", "max_attempts 3");
+    wait_status("af", "dead_lettered", 10000);
+    wait_status("pf", "dead_lettered", 10000);
+    assert_field("af", "attempt", "3");
+    assert_field("af", "last_error", "try later");
+    assert_field("pf", "attempt", "1");
+    trail = event_trail("af");
+    ck_assert_int_eq(count_in(trail, "TASK_STARTED"), 3);
+    ck_assert_int_eq(count_in(trail, "TASK_RETRY_SCHEDULED"), 2);
+    ck_assert_int_eq(count_in(trail, "TASK_DEAD_LETTERED"), 1);
+    free(trail);
+    trail = event_trail("pf");
+    ck_assert_int_eq(count_in(trail, "TASK_STARTED"), 1);
+    free(trail);
+    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_delayed_task_and_ttl_expiry) {
+    th_daemon d;
+    int64_t t0;
+    start(&d, "w-delay", FAST_SCHED);
+    t0 = th_now_ms();
+    enqueue("dl", "echo", "1", "delay_ms 1500");
+    enqueue("ttl", "echo", "1", "delay_ms 2500 ttl_seconds 1");
+    th_sleep_ms(900);
+    assert_field("dl", "status", "pending");
+    wait_status("dl", "succeeded", 5000);
+    ck_assert_int_ge(th_now_ms() - t0, 1400);
+    assert_field("dl", "attempt", "1");
+    wait_status("ttl", "expired", 6000);
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:result:ttl")), 0);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- control */
+
+START_TEST(test_cancel_running_task) {
+    th_daemon d;
+    redisReply *r;
+    start(&d, "w-cancel", NULL);
+    enqueue("long", "sleep", "{\"ms\":20000}", NULL);
+    wait_status("long", "running", 5000);
+    r = th_cmd(C, "FCALL dtq_cancel 0 long");
+    ck_assert_str_eq(r->str, "cancel_requested");
+    freeReplyObject(r);
+    wait_status("long", "cancelled", 5000);
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    enqueue("next", "echo", "1", NULL);
+    wait_status("next", "succeeded", 5000);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_sighup_reload) {
+    th_daemon d;
+    FILE *f;
+    start(&d, "w-reload", NULL);
+    enqueue("before", "later", "1", NULL);
+    wait_status("before", "dead_lettered", 5000);
+    f = fopen(d.cfg, "a");
+    fprintf(f, "[handler:later]\nbuiltin = echo\n");
+    fclose(f);
+    kill(d.pid, SIGHUP);
+    th_sleep_ms(300);
+    enqueue("after", "later", "1", NULL);
+    wait_status("after", "succeeded", 5000);
+    /* an invalid file is refused and the old config stays */
+    f = fopen(d.cfg, "a");
+    fprintf(f, "[worker]\nconcurrency = lots\n");
+    fclose(f);
+    kill(d.pid, SIGHUP);
+    th_sleep_ms(300);
+    enqueue("still", "later", "1", NULL);
+    wait_status("still", "succeeded", 5000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+START_TEST(test_sigterm_drains_running_tasks) {
+    th_daemon d;
+    start(&d, "w-drain", NULL);
+    enqueue("d1", "sleep", "{\"ms\":800}", NULL);
+    enqueue("d2", "sleep", "{\"ms\":800}", NULL);
+    wait_status("d1", "running", 5000);
+    wait_status("d2", "running", 5000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    assert_field("d1", "status", "succeeded");
+    assert_field("d2", "status", "succeeded");
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
+}
+END_TEST
+
+START_TEST(test_drain_timeout_hands_tasks_back) {
+    th_daemon a, b;
+    int64_t t0;
+    start(&a, "w-handback", "drain_timeout_s = 1\n");
+    enqueue("hb", "sleep", "{\"ms\":30000}", NULL);
+    wait_status("hb", "running", 5000);
+    t0 = th_now_ms();
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+    ck_assert_int_lt(th_now_ms() - t0, 4000);
+    assert_field("hb", "status", "queued");
+    assert_field("hb", "attempt", "2"); /* the interrupted attempt counts */
+    assert_field("hb", "last_error_class", "interrupted");
+    /* another worker picks it up at once */
+    freeReplyObject(th_cmd(C, "HSET dtq:task:hb payload %s", "{\"ms\":10}"));
+    start(&b, "w-handback-2", NULL);
+    wait_status("hb", "succeeded", 5000);
+    assert_field("hb", "worker_id", "w-handback-2");
+    th_daemon_stop(&b, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_sigkill_recovered_by_reaper) {
+    th_daemon a, b;
+    start(&a, "w-victim", NULL);
+    enqueue("k1", "sleep", "{\"ms\":1500}", NULL);
+    enqueue("k2", "sleep", "{\"ms\":1500}", "max_attempts 1");
+    wait_status("k1", "running", 5000);
+    wait_status("k2", "running", 5000);
+    th_daemon_stop(&a, SIGKILL, 5000);
+    start(&b, "w-rescuer", NULL);
+    /* visibility_timeout_s = 3: the reaper adopts after the entries have been idle that long */
+    wait_status("k1", "succeeded", 15000);
+    assert_field("k1", "attempt", "2");
+    assert_field("k1", "worker_id", "w-rescuer");
+    /* the lost attempt was the last one: dead-lettered without running */
+    wait_status("k2", "dead_lettered", 15000);
+    assert_field("k2", "last_error", "worker_lost");
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    th_daemon_stop(&b, SIGTERM, 10000);
+}
+END_TEST
+
+START_TEST(test_survives_redis_restart) {
+    th_daemon d;
+    start(&d, "w-restart", NULL);
+    enqueue("r1", "sleep", "{\"ms\":1500}", NULL);
+    enqueue("r2", "sleep", "{\"ms\":1500}", NULL);
+    wait_status("r1", "running", 5000);
+    wait_status("r2", "running", 5000);
+    th_redis_stop(&R);
+    th_sleep_ms(700);
+    th_redis_restart(&R); /* same socket and data dir (appendonly) */
+    redisFree(C);
+    C = th_connect(&R);
+    wait_status("r1", "succeeded", 15000);
+    wait_status("r2", "succeeded", 15000);
+    assert_field("r1", "attempt", "1"); /* the completion waited for Redis, no re-run */
+    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    enqueue("r3", "echo", "1", NULL);
+    wait_status("r3", "succeeded", 10000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("daemon");
+    TCase *tc = tcase_create("process");
+    SRunner *sr;
+    int failed;
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_fcall_and_raw_xadd_succeed);
+    tcase_add_test(tc, test_priority_order);
+    tcase_add_test(tc, test_dead_letters_and_keeps_serving);
+    tcase_add_test(tc, test_events_on_channel);
+    tcase_add_test(tc, test_result_truncated_and_timeout);
+    tcase_add_test(tc, test_flaky_succeeds_on_third_attempt);
+    tcase_add_test(tc, test_always_failing_exhausts_attempts);
+    tcase_add_test(tc, test_delayed_task_and_ttl_expiry);
+    tcase_add_test(tc, test_cancel_running_task);
+    tcase_add_test(tc, test_sighup_reload);
+    tcase_add_test(tc, test_sigterm_drains_running_tasks);
+    tcase_add_test(tc, test_drain_timeout_hands_tasks_back);
+    tcase_add_test(tc, test_sigkill_recovered_by_reaper);
+    tcase_add_test(tc, test_survives_redis_restart);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
