@@ -1,0 +1,34 @@
+# Shared by scripts/test and scripts/demo: install what is missing, build.
+# shellcheck shell=bash
+
+DTQ_PACKAGES="build-essential cmake pkg-config libhiredis-dev libevent-dev libcjson-dev uuid-dev
+libinih-dev check redis-server redis-tools"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+ensure_deps() {
+    local missing=()
+    for p in $DTQ_PACKAGES "$@"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # The package starts a system redis-server; the scripts use private ones only.
+    systemctl disable --now redis-server >/dev/null 2>&1 || true
+}
+
+# build DIR [cmake args...]
+build() {
+    local dir=$1
+    shift
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake --build "$dir" -j"$(nproc)" 2>&1 | grep -E 'error|warning|Error' || true
+    [ -x "$dir/dtq-worker" ] || { echo "build failed in $dir" >&2; exit 1; }
+}
