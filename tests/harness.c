@@ -199,6 +199,17 @@ void th_daemon_wait_ready(redisContext *c, const char *worker_id, int timeout_ms
     ck_abort_msg("worker %s did not become ready within %d ms", worker_id, timeout_ms);
 }
 
+/* A sanitizer report in a daemon's log fails the test even if the daemon exited 0. */
+static void assert_log_clean(const th_daemon *d) {
+    FILE *f = fopen(d->log, "r");
+    char line[1024];
+    if (!f) return;
+    while (fgets(line, sizeof(line), f))
+        ck_assert_msg(!strstr(line, "Sanitizer") && !strstr(line, "runtime error:"),
+                      "sanitizer report in %s: %s", d->log, line);
+    fclose(f);
+}
+
 int th_daemon_stop(th_daemon *d, int sig, int timeout_ms) {
     int64_t end = th_now_ms() + timeout_ms;
     int status;
@@ -209,6 +220,7 @@ int th_daemon_stop(th_daemon *d, int sig, int timeout_ms) {
         if (p == d->pid) {
             untrack(d->pid);
             d->pid = 0;
+            assert_log_clean(d);
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }
         th_sleep_ms(20);

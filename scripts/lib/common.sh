@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 
 DTQ_PACKAGES="build-essential cmake pkg-config libhiredis-dev libevent-dev libcjson-dev uuid-dev
-libinih-dev check redis-server redis-tools"
+libinih-dev check redis-server redis-tools valgrind"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
