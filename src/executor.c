@@ -11,6 +11,7 @@
 
 #include "consumer.h"
 #include "events.h"
+#include "handler_exec.h"
 #include "log.h"
 #include "retry.h"
 #include "util.h"
@@ -306,6 +307,7 @@ static void run_end(run *r) {
 
     if (r->timed_out) cls = DTQ_FAIL_TIMEOUT;
     else if (r->status == DTQ_HANDLER_RETRY) cls = DTQ_FAIL_HANDLER_RETRY;
+    else if (r->status == DTQ_HANDLER_FAIL_SIGNAL) cls = DTQ_FAIL_SIGNAL;
     else if (!dtq_handler_lookup(w->handlers, t->task_type)) cls = DTQ_FAIL_UNKNOWN_TYPE;
 
     if (ok && r->result) {
@@ -414,7 +416,8 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     evtimer_add(r->timeout_ev, &tv);
 
     r->in_handler = 1;
-    h->fn(&r->call);
+    if (h->exec_spec) dtq_exec_start(w->execs, h->exec_spec, &r->call);
+    else h->fn(&r->call);
     r->in_handler = 0;
     if (r->completed) run_end(r);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handler_exec.h"
 #include "util.h"
 
 dtq_handler_registry *dtq_handler_registry_new(const dtq_config *cfg, char *err, size_t errlen) {
@@ -35,13 +36,14 @@ dtq_handler_registry *dtq_handler_registry_new(const dtq_config *cfg, char *err,
                 return NULL;
             }
         } else {
-            snprintf(err, errlen,
-                     "[handler:%s] exec: exec handlers are not supported by this build yet",
-                     h->task_type);
-            dtq_handler_registry_free(reg, 1);
-            return NULL;
+            dtq_exec_spec *spec = dtq_exec_spec_new(h, err, errlen);
+            if (!spec) {
+                dtq_handler_registry_free(reg, 1);
+                return NULL;
+            }
+            reg->entries[reg->n].exec_spec = spec;
         }
-        if (!fn) {
+        if (!fn && !reg->entries[reg->n].exec_spec) {
             snprintf(err, errlen, "[handler:%s] builtin: unknown builtin %s", h->task_type,
                      h->target);
             dtq_handler_registry_free(reg, 1);
@@ -57,9 +59,10 @@ dtq_handler_registry *dtq_handler_registry_new(const dtq_config *cfg, char *err,
 
 void dtq_handler_registry_free(dtq_handler_registry *reg, int close_libs) {
     if (!reg) return;
-    for (int i = 0; i < reg->n; i++) {
+    for (int i = 0; i <= reg->n; i++) { /* <= : a half-built last entry may hold a spec */
         free(reg->entries[i].task_type);
         free(reg->entries[i].target);
+        dtq_exec_spec_free(reg->entries[i].exec_spec);
     }
     free(reg->entries);
     for (int i = 0; close_libs && i < reg->nlibs; i++) dlclose(reg->libs[i]);

@@ -8,9 +8,12 @@
 #include "config.h"
 #include "dtq/handler.h"
 
+struct dtq_exec_spec;
+
 typedef struct dtq_handler_entry {
     char *task_type;
-    dtq_handler_fn *fn;
+    dtq_handler_fn *fn;               /* builtin or plugin; NULL for exec */
+    struct dtq_exec_spec *exec_spec;  /* exec handlers */
     char *target; /* builtin name or plugin path, handed to the call as `config` */
 } dtq_handler_entry;
 
@@ -22,7 +25,7 @@ typedef struct dtq_handler_registry {
 } dtq_handler_registry;
 
 /* Builds a registry for cfg; NULL with err filled when a plugin or symbol cannot be loaded
- * or an exec handler is configured (not supported yet). */
+ * or an exec program is not executable. */
 dtq_handler_registry *dtq_handler_registry_new(const dtq_config *cfg, char *err, size_t errlen);
 /* close_libs = 0 keeps plugins mapped (a reload: calls may still be running in them). */
 void dtq_handler_registry_free(dtq_handler_registry *reg, int close_libs);

@@ -15,6 +15,7 @@
 #include "consumer.h"
 #include "events.h"
 #include "executor.h"
+#include "handler_exec.h"
 #include "heartbeat.h"
 #include "http.h"
 #include "log.h"
@@ -355,6 +356,7 @@ static void reload(dtq_worker *w) {
     dtq_log_level_from_string(cfg->log_level, &lvl);
     dtq_log_format_from_string(cfg->log_format, &fmt);
     dtq_log_setup(lvl, fmt);
+    dtq_exec_set_error_max(w->execs, cfg->error_max_bytes);
     if (dtq_rconn_is_up(w->cmd)) publish_config(w, 0);
     dtq_consumer_reset(w->cons);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);
@@ -368,6 +370,10 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg) {
         return;
     }
     if (sig == SIGPIPE) return;
+    if (sig == SIGCHLD) {
+        dtq_exec_reap(w->execs);
+        return;
+    }
     if (w->state == DTQ_WORKER_DRAINING) {
         dtq_warn("second signal: ending the drain now");
         evtimer_del(w->drain_timer);
@@ -412,6 +418,7 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     w->cmd = dtq_rconn_new(w->base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
     w->blk = dtq_rconn_new(w->base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
     dtq_redis_url_deinit(&url);
+    w->execs = dtq_exec_new(w->base, cfg->error_max_bytes);
     w->exec = dtq_executor_new(w);
     w->cons = dtq_consumer_new(w);
     w->sched = dtq_scheduler_new(w);
@@ -428,6 +435,8 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     w->sig_int = evsignal_new(w->base, SIGINT, signal_cb, w);
     w->sig_hup = evsignal_new(w->base, SIGHUP, signal_cb, w);
     w->sig_pipe = evsignal_new(w->base, SIGPIPE, signal_cb, w);
+    w->sig_chld = evsignal_new(w->base, SIGCHLD, signal_cb, w);
+    evsignal_add(w->sig_chld, NULL);
     evsignal_add(w->sig_term, NULL);
     evsignal_add(w->sig_int, NULL);
     evsignal_add(w->sig_hup, NULL);
@@ -463,10 +472,12 @@ void dtq_worker_free(dtq_worker *w) {
     dtq_scheduler_free(w->sched);
     dtq_consumer_free(w->cons);
     dtq_executor_free(w->exec);
+    dtq_exec_free(w->execs);
     if (w->sig_term) event_free(w->sig_term);
     if (w->sig_int) event_free(w->sig_int);
     if (w->sig_hup) event_free(w->sig_hup);
     if (w->sig_pipe) event_free(w->sig_pipe);
+    if (w->sig_chld) event_free(w->sig_chld);
     if (w->drain_timer) event_free(w->drain_timer);
     if (w->hard_stop_timer) event_free(w->hard_stop_timer);
     if (w->setup_retry_timer) event_free(w->setup_retry_timer);

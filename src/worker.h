@@ -20,6 +20,7 @@ typedef struct dtq_consumer dtq_consumer;
 typedef struct dtq_scheduler dtq_scheduler;
 typedef struct dtq_heartbeat dtq_heartbeat;
 typedef struct dtq_http dtq_http;
+typedef struct dtq_exec dtq_exec;
 
 enum dtq_worker_state { DTQ_WORKER_STARTING, DTQ_WORKER_RUNNING, DTQ_WORKER_DRAINING,
                         DTQ_WORKER_STOPPED };
@@ -51,7 +52,8 @@ typedef struct dtq_worker {
     dtq_scheduler *sched;
     dtq_heartbeat *hb;
     dtq_http *http;
-    struct event *sig_term, *sig_int, *sig_hup, *sig_pipe;
+    dtq_exec *execs;              /* children of exec handlers */
+    struct event *sig_term, *sig_int, *sig_hup, *sig_pipe, *sig_chld;
     struct event *drain_timer, *hard_stop_timer, *watchdog_timer, *setup_retry_timer;
     int64_t started_at_ms;
     char hostname[256];

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -30,7 +32,7 @@ static void teardown(void) {
 }
 
 static void start(th_daemon *d, const char *id, const char *extra) {
-    char ini[4096];
+    char ini[8192];
     snprintf(ini, sizeof(ini), "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n"
                                "visibility_timeout_s = 3\ndrain_timeout_s = 5\n%s\n%s",
              id, extra ? extra : "", HANDLERS);
@@ -473,6 +475,85 @@ START_TEST(test_survives_redis_restart) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- exec handlers */
+
+static void write_script(const char *path, const char *body) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
+START_TEST(test_exec_handlers) {
+    th_daemon d;
+    char ok[400], temp[400], perm[400], sig[400], slow[400], junk[400], ini[4096], marker[400];
+    redisReply *r;
+    th_path(&R, "ok.sh", ok, sizeof(ok));
+    th_path(&R, "temp.sh", temp, sizeof(temp));
+    th_path(&R, "perm.sh", perm, sizeof(perm));
+    th_path(&R, "sig.sh", sig, sizeof(sig));
+    th_path(&R, "slow.sh", slow, sizeof(slow));
+    th_path(&R, "junk.sh", junk, sizeof(junk));
+    th_path(&R, "pwned", marker, sizeof(marker));
+    write_script(ok, "in=$(cat); printf '{\"in\":%s,\"id\":\"%s\",\"attempt\":%s,\"max\":%s,"
+                     "\"q\":\"%s\",\"t\":\"%s\",\"extra\":\"%s\",\"arg\":\"%s\"}' \"$in\" "
+                     "\"$DTQ_TASK_ID\" \"$DTQ_ATTEMPT\" \"$DTQ_MAX_ATTEMPTS\" \"$DTQ_QUEUE\" "
+                     "\"$DTQ_TASK_TYPE\" \"$EXTRA\" \"$1\"");
+    write_script(temp, "echo 'upstream busy' >&2; exit 75");
+    write_script(perm, "echo 'noise' >&2; echo 'fatal: bad record' >&2; exit 3");
+    write_script(sig, "kill -9 $$");
+    write_script(slow, "trap '' TERM; sleep 30");
+    write_script(junk, "echo 'this is not json'");
+    snprintf(ini, sizeof(ini),
+             "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED
+             "[handler:x-ok]\nexec = %s first-arg\nenv = EXTRA=hello\n"
+             "[handler:x-temp]\nexec = %s\nmax_attempts = 2\n"
+             "[handler:x-perm]\nexec = %s\n"
+             "[handler:x-sig]\nexec = %s\n"
+             "[handler:x-slow]\nexec = %s\ntimeout_ms = 300\nkill_grace_ms = 300\nmax_attempts = 1\n"
+             "[handler:x-junk]\nexec = %s\n",
+             ok, temp, perm, sig, slow, junk);
+    start(&d, "w-exec", ini);
+    enqueue("xo", "x-ok", "{\"cmd\":\"$(touch PWNED); `touch PWNED`\"}", NULL);
+    enqueue("xt", "x-temp", "{}", NULL);
+    enqueue("xp", "x-perm", "{}", NULL);
+    enqueue("xs", "x-sig", "{}", NULL);
+    enqueue("xw", "x-slow", "{}", NULL);
+    enqueue("xj", "x-junk", "{}", NULL);
+    wait_status("xo", "succeeded", 10000);
+    r = th_cmd(C, "GET dtq:result:xo");
+    ck_assert_str_eq(r->str, "{\"in\":{\"cmd\":\"$(touch PWNED); `touch PWNED`\"},\"id\":\"xo\","
+                             "\"attempt\":1,\"max\":5,\"q\":\"default\",\"t\":\"x-ok\","
+                             "\"extra\":\"hello\",\"arg\":\"first-arg\"}");
+    freeReplyObject(r);
+    ck_assert_int_ne(access("PWNED", F_OK), 0);
+    wait_status("xt", "dead_lettered", 10000);
+    assert_field("xt", "attempt", "2"); /* exit 75 was retried */
+    assert_field("xt", "last_error", "upstream busy");
+    assert_field("xt", "last_error_class", "retryable");
+    wait_status("xp", "dead_lettered", 10000);
+    assert_field("xp", "attempt", "1");
+    assert_field("xp", "last_error", "noise\nfatal: bad record");
+    wait_status("xs", "dead_lettered", 10000);
+    assert_field("xs", "last_error", "signal:9");
+    assert_field("xs", "last_error_class", "signal");
+    wait_status("xw", "dead_lettered", 10000);
+    assert_field("xw", "last_error_class", "timeout");
+    wait_status("xj", "dead_lettered", 10000);
+    assert_field("xj", "last_error_class", "bad_result");
+    /* the slow program ignored SIGTERM: SIGKILL after the grace, nothing left running */
+    th_sleep_ms(700);
+    {
+        char cmd[600];
+        /* "slo[w].sh" matches the script but not this pgrep's own command line */
+        snprintf(cmd, sizeof(cmd), "pgrep -f '%.*s[w].sh' >/dev/null", (int)(strlen(slow) - 4), slow);
+        ck_assert_int_ne(system(cmd), 0);
+    }
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("daemon");
     TCase *tc = tcase_create("process");
@@ -494,6 +575,7 @@ int main(void) {
     tcase_add_test(tc, test_drain_timeout_hands_tasks_back);
     tcase_add_test(tc, test_sigkill_recovered_by_reaper);
     tcase_add_test(tc, test_survives_redis_restart);
+    tcase_add_test(tc, test_exec_handlers);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

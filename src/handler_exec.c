@@ -1,0 +1,415 @@
+/* handler_exec.c: one `job` per child. A job completes when all three have happened: the
+ * child was reaped, stdout hit EOF, stderr hit EOF; whichever comes last finishes it. A
+ * cancelled job stops reporting but lives on until its child is reaped. */
+#include "handler_exec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define STDOUT_CAP (64 * 1024 * 1024) /* bytes kept of stdout before the result is refused */
+
+extern char **environ;
+
+typedef struct job {
+    struct job *next;
+    dtq_exec *ex;
+    dtq_handler_call *call; /* NULL once cancelled */
+    pid_t pid;
+    int in_fd, out_fd, err_fd;
+    struct event *in_ev, *out_ev, *err_ev, *kill_ev;
+    const char *payload;    /* borrowed from the call; unused after cancel */
+    size_t payload_len, payload_off;
+    char *out;
+    size_t out_len, out_cap;
+    int out_overflow;
+    char *err;
+    size_t err_len;
+    int reaped, status;
+    int64_t kill_grace_ms;
+} job;
+
+struct dtq_exec {
+    struct event_base *base;
+    int64_t error_max_bytes;
+    job *jobs;
+};
+
+/* ----------------------------------------------------------------- spec */
+
+static char **split_blanks(const char *s) {
+    char **v = dtq_xcalloc(strlen(s) / 2 + 2, sizeof(char *));
+    int n = 0;
+    while (*s) {
+        const char *start;
+        while (*s && isspace((unsigned char)*s)) s++;
+        if (!*s) break;
+        start = s;
+        while (*s && !isspace((unsigned char)*s)) s++;
+        v[n++] = dtq_xstrndup(start, (size_t)(s - start));
+    }
+    v[n] = NULL;
+    return v;
+}
+
+static void free_strv(char **v) {
+    for (char **p = v; p && *p; p++) free(*p);
+    free(v);
+}
+
+dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen) {
+    dtq_exec_spec *spec = dtq_xcalloc(1, sizeof(*spec));
+    spec->argv = split_blanks(h->target);
+    spec->env = split_blanks(h->env ? h->env : "");
+    spec->workdir = h->workdir ? dtq_xstrdup(h->workdir) : NULL;
+    spec->kill_grace_ms = h->kill_grace_ms;
+    if (!spec->argv[0] || spec->argv[0][0] != '/') {
+        snprintf(err, errlen, "[handler:%s] exec: needs an absolute program path", h->task_type);
+        dtq_exec_spec_free(spec);
+        return NULL;
+    }
+    if (access(spec->argv[0], X_OK) != 0) {
+        snprintf(err, errlen, "[handler:%s] exec: %s is not executable: %s", h->task_type,
+                 spec->argv[0], strerror(errno));
+        dtq_exec_spec_free(spec);
+        return NULL;
+    }
+    for (char **e = spec->env; *e; e++) {
+        if (!strchr(*e, '=') || **e == '=') {
+            snprintf(err, errlen, "[handler:%s] env: '%s' is not NAME=VALUE", h->task_type, *e);
+            dtq_exec_spec_free(spec);
+            return NULL;
+        }
+    }
+    return spec;
+}
+
+void dtq_exec_spec_free(dtq_exec_spec *spec) {
+    if (!spec) return;
+    free_strv(spec->argv);
+    free_strv(spec->env);
+    free(spec->workdir);
+    free(spec);
+}
+
+/* ----------------------------------------------------------------- jobs */
+
+static void close_ev(struct event **ev, int *fd) {
+    if (*ev) {
+        event_free(*ev);
+        *ev = NULL;
+    }
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void job_free(job *j) {
+    dtq_exec *ex = j->ex;
+    for (job **p = &ex->jobs; *p; p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            break;
+        }
+    close_ev(&j->in_ev, &j->in_fd);
+    close_ev(&j->out_ev, &j->out_fd);
+    close_ev(&j->err_ev, &j->err_fd);
+    if (j->kill_ev) event_free(j->kill_ev);
+    free(j->out);
+    free(j->err);
+    free(j);
+}
+
+/* Reports the outcome once the child is reaped and both pipes are drained. */
+static void job_maybe_done(job *j) {
+    dtq_handler_call *call = j->call;
+    char msg[128];
+    if (!j->reaped || j->out_fd >= 0 || j->err_fd >= 0) return;
+    if (!call) { /* cancelled earlier: nothing to report */
+        job_free(j);
+        return;
+    }
+    j->call = NULL;
+    if (WIFSIGNALED(j->status)) {
+        snprintf(msg, sizeof(msg), "signal:%d", WTERMSIG(j->status));
+        call->complete(call, DTQ_HANDLER_FAIL_SIGNAL, NULL, 0, msg);
+    } else if (WEXITSTATUS(j->status) == 0) {
+        if (j->out_overflow)
+            call->complete(call, DTQ_HANDLER_FAIL, NULL, 0, "result larger than 64 MiB");
+        else
+            call->complete(call, DTQ_HANDLER_OK, j->out, j->out_len, NULL);
+    } else {
+        int code = WEXITSTATUS(j->status);
+        const char *text = j->err_len ? j->err : NULL;
+        if (!text) {
+            snprintf(msg, sizeof(msg), "exit %d", code);
+            text = msg;
+        }
+        call->complete(call, code == DTQ_EXEC_TEMPFAIL ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL,
+                       NULL, 0, text);
+    }
+    job_free(j);
+}
+
+static void stdin_cb(evutil_socket_t fd, short what, void *arg) {
+    job *j = arg;
+    DTQ_UNUSED(what);
+    while (j->payload_off < j->payload_len) {
+        ssize_t n = write(fd, j->payload + j->payload_off, j->payload_len - j->payload_off);
+        if (n > 0) {
+            j->payload_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        break; /* EPIPE: the program does not read its stdin, which is its right */
+    }
+    close_ev(&j->in_ev, &j->in_fd);
+}
+
+static void stdout_cb(evutil_socket_t fd, short what, void *arg) {
+    job *j = arg;
+    char buf[65536];
+    ssize_t n;
+    DTQ_UNUSED(what);
+    n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        close_ev(&j->out_ev, &j->out_fd);
+        job_maybe_done(j);
+        return;
+    }
+    if (j->out_len + (size_t)n > STDOUT_CAP) {
+        j->out_overflow = 1;
+        return;
+    }
+    if (j->out_len + (size_t)n + 1 > j->out_cap) {
+        j->out_cap = (j->out_len + (size_t)n + 1) * 2;
+        j->out = dtq_xrealloc(j->out, j->out_cap);
+    }
+    memcpy(j->out + j->out_len, buf, (size_t)n);
+    j->out_len += (size_t)n;
+    j->out[j->out_len] = '\0';
+}
+
+/* Keeps only the last error_max_bytes of stderr: the end says what finally went wrong. */
+static void stderr_cb(evutil_socket_t fd, short what, void *arg) {
+    job *j = arg;
+    size_t max = (size_t)j->ex->error_max_bytes;
+    char buf[8192];
+    ssize_t n;
+    DTQ_UNUSED(what);
+    n = read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
+            j->err[--j->err_len] = '\0';
+        close_ev(&j->err_ev, &j->err_fd);
+        job_maybe_done(j);
+        return;
+    }
+    j->err = dtq_xrealloc(j->err, j->err_len + (size_t)n + 1);
+    memcpy(j->err + j->err_len, buf, (size_t)n);
+    j->err_len += (size_t)n;
+    if (j->err_len > max) {
+        memmove(j->err, j->err + (j->err_len - max), max);
+        j->err_len = max;
+    }
+    j->err[j->err_len] = '\0';
+}
+
+static void kill_cb(evutil_socket_t fd, short what, void *arg) {
+    job *j = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (!j->reaped) {
+        dtq_warn("exec pid %d ignored SIGTERM for %lld ms; sending SIGKILL", (int)j->pid,
+                 (long long)j->kill_grace_ms);
+        kill(-j->pid, SIGKILL);
+    }
+}
+
+static void job_cancel(dtq_handler_call *call) {
+    job *j = call->handler_data;
+    struct timeval tv = {j->kill_grace_ms / 1000, (j->kill_grace_ms % 1000) * 1000};
+    j->call = NULL;
+    j->payload = NULL;
+    close_ev(&j->in_ev, &j->in_fd);
+    if (!j->reaped) {
+        kill(-j->pid, SIGTERM);
+        j->kill_ev = evtimer_new(j->ex->base, kill_cb, j);
+        evtimer_add(j->kill_ev, &tv);
+    }
+}
+
+static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
+    size_t n = 0, i = 0;
+    char **env;
+    while (environ[n]) n++;
+    for (char **e = spec->env; *e; e++) n++;
+    env = dtq_xcalloc(n + 6, sizeof(char *));
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
+            strncmp(*e, "WATCHDOG_", 9))
+            env[i++] = dtq_xstrdup(*e);
+    env[i++] = dtq_xasprintf("DTQ_TASK_ID=%s", call->task_id);
+    env[i++] = dtq_xasprintf("DTQ_TASK_TYPE=%s", call->task_type);
+    env[i++] = dtq_xasprintf("DTQ_QUEUE=%s", call->queue);
+    env[i++] = dtq_xasprintf("DTQ_ATTEMPT=%lld", call->attempt);
+    env[i++] = dtq_xasprintf("DTQ_MAX_ATTEMPTS=%lld", call->max_attempts);
+    for (char **e = spec->env; *e; e++) env[i++] = dtq_xstrdup(*e);
+    env[i] = NULL;
+    return env;
+}
+
+static int nonblock_cloexec(int fd) {
+    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) | fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call) {
+    int in[2], out[2], errp[2];
+    char **env;
+    job *j;
+    pid_t pid;
+    if (pipe(in) || pipe(out) || pipe(errp)) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "exec: pipe failed: %s", strerror(errno));
+        call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
+        return;
+    }
+    env = child_env(spec, call);
+    pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        setpgid(0, 0);
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        dup2(errp[1], 2);
+        for (int fd = 3; fd < 1024; fd++) close(fd);
+        if (spec->workdir && chdir(spec->workdir) != 0) {
+            dprintf(2, "exec: cannot chdir to %s: %s\n", spec->workdir, strerror(errno));
+            _exit(127);
+        }
+        execve(spec->argv[0], spec->argv, env);
+        dprintf(2, "exec: cannot run %s: %s\n", spec->argv[0], strerror(errno));
+        _exit(127);
+    }
+    free_strv(env);
+    close(in[0]);
+    close(out[1]);
+    close(errp[1]);
+    if (pid < 0) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "exec: fork failed: %s", strerror(errno));
+        close(in[1]);
+        close(out[0]);
+        close(errp[0]);
+        call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
+        return;
+    }
+    setpgid(pid, pid); /* also here, so a kill(-pid) right away finds the group */
+    j = dtq_xcalloc(1, sizeof(*j));
+    j->ex = ex;
+    j->call = call;
+    j->pid = pid;
+    j->in_fd = in[1];
+    j->out_fd = out[0];
+    j->err_fd = errp[0];
+    j->payload = call->payload;
+    j->payload_len = call->payload_len;
+    j->kill_grace_ms = spec->kill_grace_ms;
+    nonblock_cloexec(j->in_fd);
+    nonblock_cloexec(j->out_fd);
+    nonblock_cloexec(j->err_fd);
+    j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
+    j->out_ev = event_new(ex->base, j->out_fd, EV_READ | EV_PERSIST, stdout_cb, j);
+    j->err_ev = event_new(ex->base, j->err_fd, EV_READ | EV_PERSIST, stderr_cb, j);
+    event_add(j->in_ev, NULL);
+    event_add(j->out_ev, NULL);
+    event_add(j->err_ev, NULL);
+    j->next = ex->jobs;
+    ex->jobs = j;
+    call->handler_data = j;
+    call->cancel = job_cancel;
+}
+
+/* After the child exits, whatever is already in the pipes is read; a grandchild that
+ * inherited them must not keep the attempt open. */
+static void drain_pipes(job *j) {
+    for (int guard = 0; j->out_fd >= 0 && guard < 4096; guard++) {
+        size_t before = j->out_len;
+        int fd = j->out_fd;
+        stdout_cb(fd, 0, j);
+        if (j->out_fd >= 0 && j->out_len == before && !j->out_overflow) {
+            close_ev(&j->out_ev, &j->out_fd);
+        }
+    }
+    for (int guard = 0; j->err_fd >= 0 && guard < 4096; guard++) {
+        size_t before = j->err_len;
+        stderr_cb(j->err_fd, 0, j);
+        if (j->err_fd >= 0 && j->err_len == before) {
+            while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
+                j->err[--j->err_len] = '\0';
+            close_ev(&j->err_ev, &j->err_fd);
+        }
+    }
+}
+
+void dtq_exec_reap(dtq_exec *ex) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (job *j = ex->jobs; j; j = j->next) {
+            if (j->pid != pid) continue;
+            j->reaped = 1;
+            j->status = status;
+            if (j->kill_ev) evtimer_del(j->kill_ev);
+            drain_pipes(j);
+            job_maybe_done(j);
+            break;
+        }
+    }
+}
+
+dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes) {
+    dtq_exec *ex = dtq_xcalloc(1, sizeof(*ex));
+    ex->base = base;
+    ex->error_max_bytes = error_max_bytes;
+    return ex;
+}
+
+void dtq_exec_set_error_max(dtq_exec *ex, int64_t error_max_bytes) {
+    ex->error_max_bytes = error_max_bytes;
+}
+
+int dtq_exec_children(const dtq_exec *ex) {
+    int n = 0;
+    for (const job *j = ex->jobs; j; j = j->next) n += !j->reaped;
+    return n;
+}
+
+void dtq_exec_free(dtq_exec *ex) {
+    if (!ex) return;
+    while (ex->jobs) {
+        job *j = ex->jobs;
+        if (!j->reaped) {
+            kill(-j->pid, SIGKILL);
+            waitpid(j->pid, NULL, 0);
+        }
+        job_free(j);
+    }
+    free(ex);
+}

@@ -1,0 +1,47 @@
+/* handler_exec.h: `exec = /path/prog arg...` handlers. A program per attempt, run without
+ * a shell in its own process group: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
+ * DTQ_QUEUE, DTQ_ATTEMPT, DTQ_MAX_ATTEMPTS in its environment, stdout is the result.
+ * Exit 0 succeeds, 75 (EX_TEMPFAIL) is a retryable failure, any other exit is permanent,
+ * and a signal is permanent `signal:<N>`. Cancelling (timeout, dtq_cancel, shutdown) sends
+ * SIGTERM to the group, then SIGKILL after kill_grace_ms. Nothing of the task reaches a
+ * command line. */
+#ifndef DTQ_HANDLER_EXEC_H
+#define DTQ_HANDLER_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "dtq/handler.h"
+
+struct event_base;
+
+/* Private outcome for a child killed by a signal (mapped to class "signal"). */
+#define DTQ_HANDLER_FAIL_SIGNAL 64
+#define DTQ_EXEC_TEMPFAIL 75
+
+typedef struct dtq_exec_spec {
+    char **argv;           /* split on blanks; argv[0] is the program path */
+    char **env;            /* extra NAME=VALUE entries */
+    char *workdir;         /* NULL = the daemon's */
+    int64_t kill_grace_ms; /* SIGTERM -> SIGKILL */
+} dtq_exec_spec;
+
+/* Parses the section's exec, env and workdir; NULL with err filled when invalid. */
+dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen);
+void dtq_exec_spec_free(dtq_exec_spec *spec);
+
+typedef struct dtq_exec dtq_exec;
+
+dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes);
+/* Kills (SIGKILL) and reaps every child still alive. NULL-safe. */
+void dtq_exec_free(dtq_exec *ex);
+void dtq_exec_set_error_max(dtq_exec *ex, int64_t error_max_bytes);
+/* Starts the program for `call`; reports through call->complete and sets call->cancel. */
+void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call);
+/* Reaps exited children (call on SIGCHLD). */
+void dtq_exec_reap(dtq_exec *ex);
+/* Children alive (running or in their kill grace). */
+int dtq_exec_children(const dtq_exec *ex);
+
+#endif
