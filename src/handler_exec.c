@@ -177,21 +177,19 @@ static void stdin_cb(evutil_socket_t fd, short what, void *arg) {
     close_ev(&j->in_ev, &j->in_fd);
 }
 
-static void stdout_cb(evutil_socket_t fd, short what, void *arg) {
-    job *j = arg;
+/* Reads once from stdout. Returns 1 after data, 0 once the pipe is closed (EOF or error),
+ * -1 when nothing is available now. Never finishes the job itself. */
+static int read_stdout(job *j) {
     char buf[65536];
-    ssize_t n;
-    DTQ_UNUSED(what);
-    n = read(fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    ssize_t n = read(j->out_fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
     if (n <= 0) {
         close_ev(&j->out_ev, &j->out_fd);
-        job_maybe_done(j);
-        return;
+        return 0;
     }
     if (j->out_len + (size_t)n > STDOUT_CAP) {
         j->out_overflow = 1;
-        return;
+        return 1;
     }
     if (j->out_len + (size_t)n + 1 > j->out_cap) {
         j->out_cap = (j->out_len + (size_t)n + 1) * 2;
@@ -200,23 +198,21 @@ static void stdout_cb(evutil_socket_t fd, short what, void *arg) {
     memcpy(j->out + j->out_len, buf, (size_t)n);
     j->out_len += (size_t)n;
     j->out[j->out_len] = '\0';
+    return 1;
 }
 
-/* Keeps only the last error_max_bytes of stderr: the end says what finally went wrong. */
-static void stderr_cb(evutil_socket_t fd, short what, void *arg) {
-    job *j = arg;
+/* Like read_stdout, for stderr, keeping only its last error_max_bytes: the end of the
+ * output says what finally went wrong. */
+static int read_stderr(job *j) {
     size_t max = (size_t)j->ex->error_max_bytes;
     char buf[8192];
-    ssize_t n;
-    DTQ_UNUSED(what);
-    n = read(fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    ssize_t n = read(j->err_fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
     if (n <= 0) {
         while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
             j->err[--j->err_len] = '\0';
         close_ev(&j->err_ev, &j->err_fd);
-        job_maybe_done(j);
-        return;
+        return 0;
     }
     j->err = dtq_xrealloc(j->err, j->err_len + (size_t)n + 1);
     memcpy(j->err + j->err_len, buf, (size_t)n);
@@ -226,6 +222,21 @@ static void stderr_cb(evutil_socket_t fd, short what, void *arg) {
         j->err_len = max;
     }
     j->err[j->err_len] = '\0';
+    return 1;
+}
+
+static void stdout_cb(evutil_socket_t fd, short what, void *arg) {
+    job *j = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (read_stdout(j) == 0) job_maybe_done(j);
+}
+
+static void stderr_cb(evutil_socket_t fd, short what, void *arg) {
+    job *j = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (read_stderr(j) == 0) job_maybe_done(j);
 }
 
 static void kill_cb(evutil_socket_t fd, short what, void *arg) {
@@ -346,26 +357,17 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     call->cancel = job_cancel;
 }
 
-/* After the child exits, whatever is already in the pipes is read; a grandchild that
- * inherited them must not keep the attempt open. */
+/* After the child exits, whatever is already in the pipes is read and they are closed: a
+ * grandchild that inherited them must not keep the attempt open. */
 static void drain_pipes(job *j) {
-    for (int guard = 0; j->out_fd >= 0 && guard < 4096; guard++) {
-        size_t before = j->out_len;
-        int fd = j->out_fd;
-        stdout_cb(fd, 0, j);
-        if (j->out_fd >= 0 && j->out_len == before && !j->out_overflow) {
-            close_ev(&j->out_ev, &j->out_fd);
-        }
-    }
-    for (int guard = 0; j->err_fd >= 0 && guard < 4096; guard++) {
-        size_t before = j->err_len;
-        stderr_cb(j->err_fd, 0, j);
-        if (j->err_fd >= 0 && j->err_len == before) {
+    while (j->out_fd >= 0)
+        if (read_stdout(j) < 0) close_ev(&j->out_ev, &j->out_fd);
+    while (j->err_fd >= 0)
+        if (read_stderr(j) < 0) {
             while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
                 j->err[--j->err_len] = '\0';
             close_ev(&j->err_ev, &j->err_fd);
         }
-    }
 }
 
 void dtq_exec_reap(dtq_exec *ex) {

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -554,6 +556,152 @@ START_TEST(test_exec_handlers) {
 }
 END_TEST
 
+/* Many short children at once: exits, signals and pipe EOFs arrive in every order. */
+START_TEST(test_exec_many_children) {
+    th_daemon d;
+    char ok[400], sig[400], ini[2048];
+    th_path(&R, "ok.sh", ok, sizeof(ok));
+    th_path(&R, "sig.sh", sig, sizeof(sig));
+    write_script(ok, "cat; echo");
+    write_script(sig, "echo dying >&2; kill -9 $$");
+    snprintf(ini, sizeof(ini), "concurrency = 24\n[handler:ok]\nexec = %s\n[handler:sig]\nexec = %s\n",
+             ok, sig);
+    start(&d, "w-exec-many", ini);
+    for (int i = 0; i < 40; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "m%d", i);
+        enqueue(id, i % 2 ? "sig" : "ok", "{\"n\":1}", NULL);
+    }
+    for (int i = 0; i < 40; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "m%d", i);
+        wait_status(id, i % 2 ? "dead_lettered" : "succeeded", 15000);
+    }
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- plugins, HTTP, systemd */
+
+START_TEST(test_plugin_handlers) {
+    th_daemon d;
+    redisReply *r;
+    start(&d, "w-plugin", FAST_RETRY FAST_SCHED
+          "[handler:up]\nplugin = " DTQ_PLUGIN_EXAMPLE "\nsymbol = dtq_example_upper\nmax_attempts = 2\n"
+          "[handler:later]\nplugin = " DTQ_PLUGIN_EXAMPLE "\nsymbol = dtq_example_later\n");
+    enqueue("pl1", "up", "[1,2,3]", NULL);
+    enqueue("pl2", "later", "{}", NULL);
+    enqueue("pl3", "up", "\"please retry\"", NULL);
+    wait_status("pl1", "succeeded", 5000);
+    wait_status("pl2", "succeeded", 5000);
+    wait_status("pl3", "dead_lettered", 10000);
+    r = th_cmd(C, "GET dtq:result:pl1");
+    ck_assert_str_eq(r->str, "{\"len\":7,\"attempt\":1}");
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:result:pl2");
+    ck_assert_str_eq(r->str, "\"later\"");
+    freeReplyObject(r);
+    assert_field("pl3", "attempt", "2");
+    assert_field("pl3", "last_error", "plugin asked for a retry");
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* One HTTP GET to 127.0.0.1:port; returns the status code and the body in *body. */
+static int http_get(int port, const char *path, char **body) {
+    char cmd[1024], out[400];
+    FILE *f;
+    int code = 0;
+    th_path(&R, "http.out", out, sizeof(out));
+    snprintf(cmd, sizeof(cmd), "exec 3<>/dev/tcp/127.0.0.1/%d && printf 'GET %s HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 >%s",
+             port, path, out);
+    {
+        char full[1200];
+        snprintf(full, sizeof(full), "bash -c \"%s\"", cmd);
+        ck_assert_int_eq(system(full), 0);
+    }
+    f = fopen(out, "r");
+    *body = calloc(1, 65536);
+    if (fread(*body, 1, 65535, f) == 0) (*body)[0] = '\0';
+    fclose(f);
+    sscanf(*body, "HTTP/1.%*d %d", &code);
+    return code;
+}
+
+START_TEST(test_http_endpoints) {
+    th_daemon d;
+    char *body;
+    int port = 20000 + (int)(getpid() % 20000);
+    char ini[128];
+    snprintf(ini, sizeof(ini), "[http]\nlisten = 127.0.0.1:%d\n", port);
+    start(&d, "w-http", ini);
+    enqueue("h1", "echo", "1", NULL);
+    wait_status("h1", "succeeded", 5000);
+    ck_assert_int_eq(http_get(port, "/healthz", &body), 200);
+    free(body);
+    ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
+    free(body);
+    ck_assert_int_eq(http_get(port, "/metrics", &body), 200);
+    ck_assert_ptr_nonnull(strstr(body, "dtq_tasks_succeeded_total 1"));
+    ck_assert_ptr_nonnull(strstr(body, "dtq_redis_connected 1"));
+    ck_assert_ptr_nonnull(strstr(body, "# TYPE dtq_active_tasks gauge"));
+    free(body);
+    ck_assert_int_eq(http_get(port, "/nope", &body), 404);
+    free(body);
+    th_redis_stop(&R);
+    th_sleep_ms(300);
+    ck_assert_int_eq(http_get(port, "/readyz", &body), 503); /* Redis gone: not ready */
+    free(body);
+    ck_assert_int_eq(http_get(port, "/healthz", &body), 200); /* but alive */
+    free(body);
+    th_redis_restart(&R);
+    redisFree(C);
+    C = th_connect(&R);
+    th_sleep_ms(1500);
+    ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
+    free(body);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+START_TEST(test_systemd_notify) {
+    th_daemon d;
+    char sock[400], buf[512], got[2048] = "";
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct timeval tv = {5, 0};
+    th_path(&R, "notify.sock", sock, sizeof(sock));
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setenv("NOTIFY_SOCKET", sock, 1);
+    setenv("WATCHDOG_USEC", "400000", 1); /* pings every 200 ms */
+    start(&d, "w-notify", NULL);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    while (!strstr(got, "WATCHDOG=1")) {
+        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ck_assert_msg(n > 0, "no notify datagram; got so far: %s", got);
+        buf[n] = '\0';
+        strncat(got, buf, sizeof(got) - strlen(got) - 2);
+        strcat(got, "|");
+    }
+    ck_assert_ptr_nonnull(strstr(got, "READY=1"));
+    kill(d.pid, SIGTERM);
+    while (!strstr(got, "STOPPING=1")) {
+        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ck_assert_msg(n > 0, "no STOPPING=1; got: %s", got);
+        buf[n] = '\0';
+        strncat(got, buf, sizeof(got) - strlen(got) - 2);
+    }
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    close(fd);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("daemon");
     TCase *tc = tcase_create("process");
@@ -576,6 +724,10 @@ int main(void) {
     tcase_add_test(tc, test_sigkill_recovered_by_reaper);
     tcase_add_test(tc, test_survives_redis_restart);
     tcase_add_test(tc, test_exec_handlers);
+    tcase_add_test(tc, test_exec_many_children);
+    tcase_add_test(tc, test_plugin_handlers);
+    tcase_add_test(tc, test_http_endpoints);
+    tcase_add_test(tc, test_systemd_notify);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
