@@ -434,7 +434,12 @@ local function finish(keys, args)
     local tid, attempt, outcome = args[b + 1], tonumber(args[b + 2]), args[b + 3]
     local stream, entry_id = args[b + 4], args[b + 5]
     local tkey = k('task', tid)
-    local h = hgetall(tkey)
+    -- Only the fields the guard and the follow-up writes need: the payload can be large.
+    local v = redis.call('HMGET', tkey, 'status', 'attempt', 'worker_id', 'cancel_requested',
+                         'idempotency_key', 'queue', 'task_type')
+    local h = v[1] and {id = tid, status = v[1], attempt = v[2], worker_id = v[3],
+                        cancel_requested = v[4], idempotency_key = v[5] or nil, queue = v[6],
+                        task_type = v[7]} or nil
     local verdict = 'ok'
     if not h then
       verdict = 'gone'
@@ -465,7 +470,7 @@ local function finish(keys, args)
         emit(c, ms, 'TASK_CANCELLED', h, worker)
         verdict = 'cancelled'
       else
-        verdict = dead_letter(c, tkey, h, ms, err, class, worker, outcome == 'f')
+        verdict = dead_letter(c, tkey, hgetall(tkey), ms, err, class, worker, outcome == 'f')
       end
     end
     if verdict ~= 'stale' then
