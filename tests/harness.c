@@ -91,18 +91,29 @@ static pid_t spawn(char *const argv[], const char *log_path) {
     return pid;
 }
 
+static char harness_password[128];
+
 static void redis_spawn(th_redis *r) {
-    char log[400];
-    char *argv[] = {REDIS_SERVER_BIN, "--port", "0", "--unixsocket", r->sock, "--dir", r->dir,
-                    "--save", "", "--appendonly", r->persist ? "yes" : "no",
-                    "--appendfsync", "always", "--daemonize", "no", "--loglevel", "warning", NULL};
+    char log[400], port[16], extra[512];
+    char *argv[64] = {REDIS_SERVER_BIN, "--port", port, "--bind", "127.0.0.1", "--unixsocket", r->sock,
+                      "--dir", r->dir, "--save", "", "--appendonly", r->persist ? "yes" : "no",
+                      "--appendfsync", "always", "--daemonize", "no", "--loglevel", "warning", NULL};
+    int argc = 19;
     redisContext *c;
+    snprintf(port, sizeof(port), "%d", r->port);
+    snprintf(extra, sizeof(extra), "%s", r->extra);
+    for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && argc < 62;
+         tok = strtok_r(NULL, " ", &save))
+        argv[argc++] = tok;
+    argv[argc] = NULL;
     snprintf(log, sizeof(log), "%s/redis.log", r->dir);
     r->pid = spawn(argv, log);
     for (int i = 0; i < 200; i++) {
         c = redisConnectUnix(r->sock);
         if (c && !c->err) {
-            redisReply *rep = redisCommand(c, "PING");
+            redisReply *rep;
+            if (harness_password[0]) freeReplyObject(redisCommand(c, "AUTH %s", harness_password));
+            rep = redisCommand(c, "PING");
             if (rep) {
                 freeReplyObject(rep);
                 redisFree(c);
@@ -129,6 +140,20 @@ void th_redis_start(th_redis *r, int persist) {
     redis_spawn(r);
 }
 
+void th_redis_start_tcp(th_redis *r, const char *extra, const char *password) {
+    memset(r, 0, sizeof(*r));
+    snprintf(harness_password, sizeof(harness_password), "%s", password ? password : "");
+    snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
+    ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
+    if (ndirs < 4) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    snprintf(r->extra, sizeof(r->extra), "%s", extra ? extra : "");
+    /* a port from the pid spreads parallel test processes; redis fails fast if taken */
+    r->port = 30000 + (int)(getpid() % 20000);
+    snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+    redis_spawn(r);
+}
+
 void th_redis_stop(th_redis *r) {
     if (r->pid <= 0) return;
     kill(r->pid, SIGTERM);
@@ -145,6 +170,11 @@ void th_redis_restart(th_redis *r) {
 redisContext *th_connect(const th_redis *r) {
     redisContext *c = redisConnectUnix(r->sock);
     ck_assert_msg(c && !c->err, "cannot connect to test redis at %s", r->sock);
+    if (harness_password[0]) {
+        redisReply *rep = redisCommand(c, "AUTH %s", harness_password);
+        ck_assert_msg(rep && rep->type != REDIS_REPLY_ERROR, "harness AUTH failed");
+        freeReplyObject(rep);
+    }
     return c;
 }
 

@@ -15,6 +15,8 @@ typedef struct th_redis {
     char url[400];
     pid_t pid;
     int persist; /* appendonly yes: data survives a restart */
+    int port;    /* > 0: also listen on 127.0.0.1:port */
+    char extra[512]; /* extra redis-server arguments, space separated (no quoting) */
 } th_redis;
 
 typedef struct th_daemon {
@@ -25,6 +27,9 @@ typedef struct th_daemon {
 
 /* Starts redis-server; fails the test with one clear line if it cannot. */
 void th_redis_start(th_redis *r, int persist);
+/* Like th_redis_start, also on a free TCP port of 127.0.0.1, with extra server arguments
+ * (e.g. "--requirepass x"); the harness's own connections authenticate with `password`. */
+void th_redis_start_tcp(th_redis *r, const char *extra, const char *password);
 /* Restarts on the same socket and data dir (stop, then start). */
 void th_redis_stop(th_redis *r);
 void th_redis_restart(th_redis *r);

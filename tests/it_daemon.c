@@ -1,6 +1,7 @@
 /* it_daemon.c: dtq-worker as a real process against a real redis-server: enqueue through
  * FCALL and raw XADD, priorities, dead letters, events, retries, delays, TTLs, timeouts,
  * cancellation, reload, drain on SIGTERM, recovery after SIGKILL and after a Redis restart. */
+#include <cjson/cJSON.h>
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -702,6 +704,107 @@ START_TEST(test_systemd_notify) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- connection, naming, logs */
+
+static void wait_key_field(const char *key, const char *field, const char *want, int ms) {
+    int64_t end = th_now_ms() + ms;
+    while (th_now_ms() < end) {
+        redisReply *r = th_cmd(C, "HGET %s %s", key, field);
+        int ok = r->type == REDIS_REPLY_STRING && !strcmp(r->str, want);
+        freeReplyObject(r);
+        if (ok) return;
+        th_sleep_ms(20);
+    }
+    ck_abort_msg("%s %s did not become %s within %d ms", key, field, want, ms);
+}
+
+START_TEST(test_namespace_and_cluster_hash_tag) {
+    th_daemon d;
+    redisReply *r;
+    th_daemon_start(&d, &R, "[redis]\nnamespace = jobs\ncluster_hash_tag = true\n"
+                            "[worker]\nworker_id = w-ns\n[handler:echo]\nbuiltin = echo\n");
+    wait_key_field("{jobs}:worker:w-ns", "status", "running", 10000);
+    r = th_cmd(C, "FCALL jobs_enqueue 0 default echo 7 task_id ns1");
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "jobs_enqueue: %s", r->str);
+    freeReplyObject(r);
+    wait_key_field("{jobs}:task:ns1", "status", "succeeded", 5000);
+    r = th_cmd(C, "GET {jobs}:result:ns1");
+    ck_assert_str_eq(r->str, "7");
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 7"); /* no dtq_* Functions in this Redis */
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL_RO jobs_stats 0");
+    ck_assert_str_eq(r->element[0]->str, "queue:default:depth");
+    freeReplyObject(r);
+    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:task:ns1")), 0);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+START_TEST(test_json_logs) {
+    th_daemon d;
+    FILE *f;
+    char line[4096];
+    int lines = 0;
+    start(&d, "w-json", "[log]\nformat = json\nlevel = debug\n");
+    enqueue("j1", "fail", "{\"message\":\"line1\\nline2\"}", NULL);
+    wait_status("j1", "dead_lettered", 5000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    f = fopen(d.log, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof(line), f)) {
+        cJSON *j = cJSON_Parse(line);
+        ck_assert_msg(j != NULL, "not JSON: %s", line);
+        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "ts"));
+        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "level"));
+        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "msg"));
+        ck_assert_ptr_null(strstr(line, "\"message\"")); /* payloads are never logged */
+        cJSON_Delete(j);
+        lines++;
+    }
+    fclose(f);
+    ck_assert_int_ge(lines, 4);
+}
+END_TEST
+
+/* Runs without the unix-socket fixture: Redis on TCP with an ACL user and a password. */
+START_TEST(test_acl_user_password_and_db) {
+    th_daemon good, bad;
+    char ini[512];
+    int status;
+    th_redis_start_tcp(&R, "--requirepass adminpw --user alice on >wonderland ~* &* +@all",
+                       "adminpw");
+    C = th_connect(&R);
+    freeReplyObject(th_cmd(C, "SELECT 3"));
+    snprintf(ini, sizeof(ini), "[redis]\nurl = redis://alice:wonderland@127.0.0.1:%d/3\n"
+                               "[worker]\nworker_id = w-acl\n[handler:echo]\nbuiltin = echo\n", R.port);
+    th_daemon_start(&good, &R, ini);
+    th_daemon_wait_ready(C, "w-acl", 10000);
+    enqueue("acl1", "echo", "1", NULL);
+    wait_status("acl1", "succeeded", 5000);
+    /* a wrong password is logged and retried; the daemon does not exit */
+    snprintf(ini, sizeof(ini), "[redis]\nurl = redis://alice:wrong@127.0.0.1:%d/3\n"
+                               "[worker]\nworker_id = w-acl-bad\n", R.port);
+    th_daemon_start(&bad, &R, ini);
+    th_sleep_ms(1500);
+    ck_assert_int_eq(waitpid(bad.pid, &status, WNOHANG), 0);
+    {
+        FILE *f = fopen(bad.log, "r");
+        char buf[8192] = "";
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        ck_assert_msg(strstr(buf, "handshake refused") != NULL, "log: %s", buf);
+        ck_assert_ptr_null(strstr(buf, "wrong")); /* the password is not logged */
+    }
+    ck_assert_int_eq(th_daemon_stop(&bad, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&good, SIGTERM, 10000), 0);
+    redisFree(C);
+    th_redis_stop(&R);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("daemon");
     TCase *tc = tcase_create("process");
@@ -728,6 +831,12 @@ int main(void) {
     tcase_add_test(tc, test_plugin_handlers);
     tcase_add_test(tc, test_http_endpoints);
     tcase_add_test(tc, test_systemd_notify);
+    tcase_add_test(tc, test_namespace_and_cluster_hash_tag);
+    tcase_add_test(tc, test_json_logs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("auth");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_acl_user_password_and_db);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
