@@ -220,8 +220,6 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
-    SRunner *sr;
-    int failed;
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_file_and_handlers);
@@ -230,9 +228,5 @@ int main(void) {
     tcase_add_test(tc, test_example_matches_table);
     tcase_add_test(tc, test_binary_exit_78);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return th_run_suite(s);
 }

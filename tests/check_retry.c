@@ -2,6 +2,8 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include "harness.h"
+
 #include "retry.h"
 
 static const dtq_retry_policy defaults = {1.0, 60.0, 0.2, DTQ_JITTER_SPREAD};
@@ -96,8 +98,6 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("retry");
     TCase *tc = tcase_create("backoff");
-    SRunner *sr;
-    int failed;
     tcase_add_test(tc, test_table_bounds);
     tcase_add_test(tc, test_cap_and_huge_attempts);
     tcase_add_test(tc, test_modes_over_many_draws);
@@ -105,9 +105,5 @@ int main(void) {
     tcase_add_test(tc, test_classification);
     tcase_add_test(tc, test_jitter_mode_names);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return th_run_suite(s);
 }

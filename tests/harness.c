@@ -32,7 +32,7 @@ static void cleanup(void) {
             waitpid(children[i], NULL, 0);
         }
     for (int i = 0; i < ndirs; i++) {
-        char cmd[300];
+        char cmd[1100];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cleanup_dirs[i]);
         if (system(cmd) != 0) { /* best effort */
         }
@@ -95,11 +95,15 @@ static char harness_password[128];
 
 static void redis_spawn(th_redis *r) {
     char log[400], port[16], extra[512];
-    char *argv[64] = {REDIS_SERVER_BIN, "--port", port, "--bind", "127.0.0.1", "--unixsocket", r->sock,
-                      "--dir", r->dir, "--save", "", "--appendonly", r->persist ? "yes" : "no",
-                      "--appendfsync", "always", "--daemonize", "no", "--loglevel", "warning", NULL};
-    int argc = 19;
+    /* execvp takes char *const[]; the strings are never written. */
+    const char *fixed[] = {REDIS_SERVER_BIN, "--port", port, "--bind", "127.0.0.1", "--unixsocket",
+                           r->sock, "--dir", r->dir, "--save", "", "--appendonly",
+                           r->persist ? "yes" : "no", "--appendfsync", "always", "--daemonize",
+                           "no", "--loglevel", "warning"};
+    char *argv[64];
+    int argc = 0;
     redisContext *c;
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) argv[argc++] = (char *)fixed[i];
     snprintf(port, sizeof(port), "%d", r->port);
     snprintf(extra, sizeof(extra), "%s", r->extra);
     for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && argc < 62;
@@ -205,7 +209,7 @@ void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini) {
     static int seq;
     FILE *f;
     char name[64];
-    char *argv[] = {DTQ_WORKER_BIN, "-c", d->cfg, NULL};
+    char *argv[] = {(char *)DTQ_WORKER_BIN, (char *)"-c", d->cfg, NULL};
     snprintf(name, sizeof(name), "worker%d.ini", seq);
     th_path(r, name, d->cfg, sizeof(d->cfg));
     snprintf(name, sizeof(name), "worker%d.log", seq++);
@@ -265,7 +269,7 @@ int th_daemon_stop(th_daemon *d, int sig, int timeout_ms) {
 int th_run_worker(char **stderr_out, ...) {
     char path[] = "/tmp/dtq-test-stderr-XXXXXX";
     int fd = mkstemp(path), status, n = 1;
-    char *args[32] = {"dtq-worker"};
+    char *args[32] = {(char *)"dtq-worker"};
     const char *a;
     pid_t pid;
     va_list ap;
@@ -283,9 +287,9 @@ int th_run_worker(char **stderr_out, ...) {
     }
     waitpid(pid, &status, 0);
     if (stderr_out) {
-        off_t n = lseek(fd, 0, SEEK_END);
-        *stderr_out = calloc(1, (size_t)n + 1);
-        if (pread(fd, *stderr_out, (size_t)n, 0) < 0) (*stderr_out)[0] = '\0';
+        off_t size = lseek(fd, 0, SEEK_END);
+        *stderr_out = calloc(1, (size_t)size + 1);
+        if (pread(fd, *stderr_out, (size_t)size, 0) < 0) (*stderr_out)[0] = '\0';
     }
     close(fd);
     unlink(path);
@@ -309,4 +313,29 @@ int th_wait_status(redisContext *c, const char *task_id, const char *status, int
         th_sleep_ms(20);
     }
     return 0;
+}
+
+long long th_int(redisReply *r) {
+    long long v;
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "not an integer reply (type %d: %s)", r->type,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "");
+    v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+void th_assert_field(redisContext *c, const char *task_id, const char *field, const char *want) {
+    char *v = th_task_field(c, task_id, field);
+    ck_assert_msg(v && !strcmp(v, want), "task %s %s: want %s, got %s", task_id, field, want,
+                  v ? v : "(nil)");
+    free(v);
+}
+
+int th_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    int failed;
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

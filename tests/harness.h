@@ -5,6 +5,7 @@
 #ifndef DTQ_TEST_HARNESS_H
 #define DTQ_TEST_HARNESS_H
 
+#include <check.h>
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -53,6 +54,12 @@ int th_run_worker(char **stderr_out, ...);
 int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms);
 /* HGET dtq:task:<id> <field> as a caller-owned string (NULL when absent). */
 char *th_task_field(redisContext *c, const char *task_id, const char *field);
+/* The integer of a reply (fails the test otherwise); frees the reply. */
+long long th_int(redisReply *r);
+/* Fails unless HGET dtq:task:<id> <field> equals want. */
+void th_assert_field(redisContext *c, const char *task_id, const char *field, const char *want);
+/* Runs a suite (fork mode) and returns the process exit code. */
+int th_run_suite(Suite *s);
 void th_sleep_ms(int ms);
 int64_t th_now_ms(void);
 /* A unique temp file path in the harness dir. */

@@ -36,14 +36,6 @@ static void start(th_daemon *d, const char *id, const char *extra) {
     th_daemon_wait_ready(C, id, 10000);
 }
 
-static long long int_reply(redisReply *r) {
-    long long v;
-    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
-    v = r->integer;
-    freeReplyObject(r);
-    return v;
-}
-
 static char *lock_holder(void) {
     redisReply *r = th_cmd(C, "GET dtq:lock:scheduler");
     char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
@@ -109,8 +101,8 @@ START_TEST(test_three_daemons_thousands_of_retries) {
     }
     ck_assert_int_eq(done, tasks);
     ck_assert_int_eq(assert_no_double_execution(), tasks * 3);
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
     for (int i = 0; i < 3; i++) ck_assert_int_eq(th_daemon_stop(&d[i], SIGTERM, 15000), 0);
 }
 END_TEST
@@ -147,7 +139,7 @@ START_TEST(test_leader_failover_after_sigkill) {
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id late delay_ms 100"));
     ck_assert(th_wait_status(C, "late", "succeeded", 5000));
     ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0); /* released */
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0); /* released */
 }
 END_TEST
 
@@ -163,8 +155,8 @@ START_TEST(test_crash_between_xadd_and_claim_removal) {
     start(&d, "w-crash", "[scheduler]\nclaim_timeout_ms = 100\n");
     ck_assert(th_wait_status(C, "cr", "succeeded", 5000));
     th_sleep_ms(800); /* several scheduler passes: the stale claim returns and is dropped */
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
     ck_assert_int_eq(assert_no_double_execution(), 1);
     r = th_cmd(C, "HGET dtq:task:cr attempt");
     ck_assert_str_eq(r->str, "2");
@@ -177,7 +169,7 @@ START_TEST(test_scheduler_disabled_never_takes_lock) {
     th_daemon d;
     start(&d, "w-nosched", "[scheduler]\nenabled = false\n");
     th_sleep_ms(600);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
     th_daemon_stop(&d, SIGTERM, 10000);
 }
 END_TEST
@@ -185,8 +177,6 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("cluster");
     TCase *tc = tcase_create("coordination");
-    SRunner *sr;
-    int failed;
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_three_daemons_thousands_of_retries);
@@ -194,9 +184,5 @@ int main(void) {
     tcase_add_test(tc, test_crash_between_xadd_and_claim_removal);
     tcase_add_test(tc, test_scheduler_disabled_never_takes_lock);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return th_run_suite(s);
 }

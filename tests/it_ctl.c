@@ -154,17 +154,11 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
-    SRunner *sr;
-    int failed;
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_enqueue_wait_and_show);
     tcase_add_test(tc, test_refusals_and_usage);
     tcase_add_test(tc, test_dlq_queues_workers);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return th_run_suite(s);
 }

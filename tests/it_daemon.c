@@ -44,15 +44,6 @@ static void start(th_daemon *d, const char *id, const char *extra) {
     th_daemon_wait_ready(C, id, 10000);
 }
 
-static long long int_reply(redisReply *r) {
-    long long v;
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "not an integer reply (%d: %s)", r->type,
-                  r->type == REDIS_REPLY_ERROR ? r->str : "");
-    v = r->integer;
-    freeReplyObject(r);
-    return v;
-}
-
 static void enqueue(const char *id, const char *type, const char *payload, const char *opts) {
     char cmd[512];
     redisReply *r;
@@ -61,12 +52,6 @@ static void enqueue(const char *id, const char *type, const char *payload, const
     r = th_cmd(C, cmd, payload);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
     freeReplyObject(r);
-}
-
-static void assert_field(const char *id, const char *f, const char *want) {
-    char *v = th_task_field(C, id, f);
-    ck_assert_msg(v && !strcmp(v, want), "task %s %s: want %s, got %s", id, f, want, v ? v : "(nil)");
-    free(v);
 }
 
 static void wait_status(const char *id, const char *status, int ms) {
@@ -122,22 +107,22 @@ START_TEST(test_fcall_and_raw_xadd_succeed) {
     r = th_cmd(C, "GET dtq:result:%s", id);
     ck_assert_str_eq(r->str, "[1,2]");
     freeReplyObject(r);
-    assert_field("f1", "attempt", "1");
-    assert_field("f1", "worker_id", "w-basic");
-    assert_field("f1", "max_attempts", "5");
-    assert_field("f1", "timeout_ms", "30000");
+    th_assert_field(C, "f1", "attempt", "1");
+    th_assert_field(C, "f1", "worker_id", "w-basic");
+    th_assert_field(C, "f1", "max_attempts", "5");
+    th_assert_field(C, "f1", "timeout_ms", "30000");
     /* entries acknowledged and deleted, nothing pending */
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     /* a null result writes no key */
     enqueue("n1", "noop", "{}", NULL);
     wait_status("n1", "succeeded", 5000);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:result:n1")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:n1")), 0);
     /* the daemon published its limits for the Functions */
     r = th_cmd(C, "HGET dtq:config max_payload_bytes");
     ck_assert_str_eq(r->str, "262144");
     freeReplyObject(r);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
-    assert_field("f1", "status", "succeeded");
+    th_assert_field(C, "f1", "status", "succeeded");
     r = th_cmd(C, "HGET dtq:worker:w-basic status");
     ck_assert_str_eq(r->str, "stopped");
     freeReplyObject(r);
@@ -154,7 +139,7 @@ START_TEST(test_priority_order) {
     enqueue("mid", "echo", "1", "priority 5");
     enqueue("high", "echo", "1", "priority 9");
     th_sleep_ms(300);
-    assert_field("high", "status", "queued"); /* paused: nothing ran */
+    th_assert_field(C, "high", "status", "queued"); /* paused: nothing ran */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
     wait_status("low", "succeeded", 5000);
     wait_status("mid", "succeeded", 5000);
@@ -186,13 +171,13 @@ START_TEST(test_dead_letters_and_keeps_serving) {
     wait_status("p1", "dead_lettered", 5000);
     wait_status("s1", "dead_lettered", 5000);
     wait_status(bad, "dead_lettered", 5000);
-    assert_field("u1", "last_error", "unknown_task_type:nosuchtype");
-    assert_field("u1", "last_error_class", "unknown_task_type");
-    assert_field("u1", "attempt", "1");
-    assert_field("p1", "last_error", "bad input");
-    assert_field("p1", "last_error_class", "permanent");
-    assert_field(bad, "last_error", "invalid entry: payload is not valid JSON");
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 4);
+    th_assert_field(C, "u1", "last_error", "unknown_task_type:nosuchtype");
+    th_assert_field(C, "u1", "last_error_class", "unknown_task_type");
+    th_assert_field(C, "u1", "attempt", "1");
+    th_assert_field(C, "p1", "last_error", "bad input");
+    th_assert_field(C, "p1", "last_error_class", "permanent");
+    th_assert_field(C, bad, "last_error", "invalid entry: payload is not valid JSON");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 4);
     r = th_cmd(C, "XRANGE dtq:stream:dead-letter - +");
     for (size_t i = 0; i < r->elements; i++) {
         redisReply *f = r->element[i]->element[1];
@@ -254,13 +239,13 @@ START_TEST(test_result_truncated_and_timeout) {
     enqueue("big", "echo", "\"0123456789abcdef\"", NULL);
     enqueue("slow1", "slow", "{\"ms\":5000}", NULL);
     wait_status("big", "succeeded", 5000);
-    assert_field("big", "result_truncated", "1");
+    th_assert_field(C, "big", "result_truncated", "1");
     r = th_cmd(C, "GET dtq:result:big");
     ck_assert_int_eq(r->len, 8);
     freeReplyObject(r);
     wait_status("slow1", "dead_lettered", 10000);
-    assert_field("slow1", "last_error_class", "timeout");
-    assert_field("slow1", "attempt", "2");
+    th_assert_field(C, "slow1", "last_error_class", "timeout");
+    th_assert_field(C, "slow1", "attempt", "2");
     {
         char *trail = event_trail("slow1");
         ck_assert_int_eq(count_in(trail, "TASK_STARTED"), 2);
@@ -281,7 +266,7 @@ START_TEST(test_flaky_succeeds_on_third_attempt) {
     start(&d, "w-flaky", "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED);
     enqueue("fl", "flaky", "{\"succeed_on\":3}", "idempotency_key fk");
     wait_status("fl", "succeeded", 10000);
-    assert_field("fl", "attempt", "3");
+    th_assert_field(C, "fl", "attempt", "3");
     r = th_cmd(C, "GET dtq:result:fl");
     ck_assert_str_eq(r->str, "{\"succeeded_on\":3}");
     freeReplyObject(r);
@@ -323,9 +308,9 @@ START_TEST(test_always_failing_exhausts_attempts) {
     enqueue("pf", "fail", "{\"retryable\":false}", "max_attempts 3");
     wait_status("af", "dead_lettered", 10000);
     wait_status("pf", "dead_lettered", 10000);
-    assert_field("af", "attempt", "3");
-    assert_field("af", "last_error", "try later");
-    assert_field("pf", "attempt", "1");
+    th_assert_field(C, "af", "attempt", "3");
+    th_assert_field(C, "af", "last_error", "try later");
+    th_assert_field(C, "pf", "attempt", "1");
     trail = event_trail("af");
     ck_assert_int_eq(count_in(trail, "TASK_STARTED"), 3);
     ck_assert_int_eq(count_in(trail, "TASK_RETRY_SCHEDULED"), 2);
@@ -334,7 +319,7 @@ START_TEST(test_always_failing_exhausts_attempts) {
     trail = event_trail("pf");
     ck_assert_int_eq(count_in(trail, "TASK_STARTED"), 1);
     free(trail);
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
     th_daemon_stop(&d, SIGTERM, 10000);
 }
 END_TEST
@@ -347,12 +332,12 @@ START_TEST(test_delayed_task_and_ttl_expiry) {
     enqueue("dl", "echo", "1", "delay_ms 1500");
     enqueue("ttl", "echo", "1", "delay_ms 2500 ttl_seconds 1");
     th_sleep_ms(900);
-    assert_field("dl", "status", "pending");
+    th_assert_field(C, "dl", "status", "pending");
     wait_status("dl", "succeeded", 5000);
     ck_assert_int_ge(th_now_ms() - t0, 1400);
-    assert_field("dl", "attempt", "1");
+    th_assert_field(C, "dl", "attempt", "1");
     wait_status("ttl", "expired", 6000);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:result:ttl")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:ttl")), 0);
     th_daemon_stop(&d, SIGTERM, 10000);
 }
 END_TEST
@@ -369,7 +354,7 @@ START_TEST(test_cancel_running_task) {
     ck_assert_str_eq(r->str, "cancel_requested");
     freeReplyObject(r);
     wait_status("long", "cancelled", 5000);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     enqueue("next", "echo", "1", NULL);
     wait_status("next", "succeeded", 5000);
     th_daemon_stop(&d, SIGTERM, 10000);
@@ -409,9 +394,9 @@ START_TEST(test_sigterm_drains_running_tasks) {
     wait_status("d1", "running", 5000);
     wait_status("d2", "running", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
-    assert_field("d1", "status", "succeeded");
-    assert_field("d2", "status", "succeeded");
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
+    th_assert_field(C, "d1", "status", "succeeded");
+    th_assert_field(C, "d2", "status", "succeeded");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
 }
 END_TEST
 
@@ -424,14 +409,14 @@ START_TEST(test_drain_timeout_hands_tasks_back) {
     t0 = th_now_ms();
     ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
     ck_assert_int_lt(th_now_ms() - t0, 4000);
-    assert_field("hb", "status", "queued");
-    assert_field("hb", "attempt", "2"); /* the interrupted attempt counts */
-    assert_field("hb", "last_error_class", "interrupted");
+    th_assert_field(C, "hb", "status", "queued");
+    th_assert_field(C, "hb", "attempt", "2"); /* the interrupted attempt counts */
+    th_assert_field(C, "hb", "last_error_class", "interrupted");
     /* another worker picks it up at once */
     freeReplyObject(th_cmd(C, "HSET dtq:task:hb payload %s", "{\"ms\":10}"));
     start(&b, "w-handback-2", NULL);
     wait_status("hb", "succeeded", 5000);
-    assert_field("hb", "worker_id", "w-handback-2");
+    th_assert_field(C, "hb", "worker_id", "w-handback-2");
     th_daemon_stop(&b, SIGTERM, 10000);
 }
 END_TEST
@@ -447,12 +432,12 @@ START_TEST(test_sigkill_recovered_by_reaper) {
     start(&b, "w-rescuer", NULL);
     /* visibility_timeout_s = 3: the reaper adopts after the entries have been idle that long */
     wait_status("k1", "succeeded", 15000);
-    assert_field("k1", "attempt", "2");
-    assert_field("k1", "worker_id", "w-rescuer");
+    th_assert_field(C, "k1", "attempt", "2");
+    th_assert_field(C, "k1", "worker_id", "w-rescuer");
     /* the lost attempt was the last one: dead-lettered without running */
     wait_status("k2", "dead_lettered", 15000);
-    assert_field("k2", "last_error", "worker_lost");
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    th_assert_field(C, "k2", "last_error", "worker_lost");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     th_daemon_stop(&b, SIGTERM, 10000);
 }
 END_TEST
@@ -471,8 +456,8 @@ START_TEST(test_survives_redis_restart) {
     C = th_connect(&R);
     wait_status("r1", "succeeded", 15000);
     wait_status("r2", "succeeded", 15000);
-    assert_field("r1", "attempt", "1"); /* the completion waited for Redis, no re-run */
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    th_assert_field(C, "r1", "attempt", "1"); /* the completion waited for Redis, no re-run */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     enqueue("r3", "echo", "1", NULL);
     wait_status("r3", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
@@ -533,19 +518,19 @@ START_TEST(test_exec_handlers) {
     freeReplyObject(r);
     ck_assert_int_ne(access("PWNED", F_OK), 0);
     wait_status("xt", "dead_lettered", 10000);
-    assert_field("xt", "attempt", "2"); /* exit 75 was retried */
-    assert_field("xt", "last_error", "upstream busy");
-    assert_field("xt", "last_error_class", "retryable");
+    th_assert_field(C, "xt", "attempt", "2"); /* exit 75 was retried */
+    th_assert_field(C, "xt", "last_error", "upstream busy");
+    th_assert_field(C, "xt", "last_error_class", "retryable");
     wait_status("xp", "dead_lettered", 10000);
-    assert_field("xp", "attempt", "1");
-    assert_field("xp", "last_error", "noise\nfatal: bad record");
+    th_assert_field(C, "xp", "attempt", "1");
+    th_assert_field(C, "xp", "last_error", "noise\nfatal: bad record");
     wait_status("xs", "dead_lettered", 10000);
-    assert_field("xs", "last_error", "signal:9");
-    assert_field("xs", "last_error_class", "signal");
+    th_assert_field(C, "xs", "last_error", "signal:9");
+    th_assert_field(C, "xs", "last_error_class", "signal");
     wait_status("xw", "dead_lettered", 10000);
-    assert_field("xw", "last_error_class", "timeout");
+    th_assert_field(C, "xw", "last_error_class", "timeout");
     wait_status("xj", "dead_lettered", 10000);
-    assert_field("xj", "last_error_class", "bad_result");
+    th_assert_field(C, "xj", "last_error_class", "bad_result");
     /* the slow program ignored SIGTERM: SIGKILL after the grace, nothing left running */
     th_sleep_ms(700);
     {
@@ -603,8 +588,8 @@ START_TEST(test_plugin_handlers) {
     r = th_cmd(C, "GET dtq:result:pl2");
     ck_assert_str_eq(r->str, "\"later\"");
     freeReplyObject(r);
-    assert_field("pl3", "attempt", "2");
-    assert_field("pl3", "last_error", "plugin asked for a retry");
+    th_assert_field(C, "pl3", "attempt", "2");
+    th_assert_field(C, "pl3", "last_error", "plugin asked for a retry");
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -737,7 +722,7 @@ START_TEST(test_namespace_and_cluster_hash_tag) {
     r = th_cmd(C, "FCALL_RO jobs_stats 0");
     ck_assert_str_eq(r->element[0]->str, "queue:default:depth");
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:task:ns1")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:task:ns1")), 0);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -808,8 +793,6 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("daemon");
     TCase *tc = tcase_create("process");
-    SRunner *sr;
-    int failed;
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_fcall_and_raw_xadd_succeed);
@@ -838,9 +821,5 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_acl_user_password_and_db);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return th_run_suite(s);
 }

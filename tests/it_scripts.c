@@ -61,22 +61,8 @@ static void expect_error_prefix(redisReply *r, const char *prefix) {
     freeReplyObject(r);
 }
 
-static long long int_reply(redisReply *r) {
-    long long v;
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "not an integer reply (%d)", r->type);
-    v = r->integer;
-    freeReplyObject(r);
-    return v;
-}
-
 static char *field(const char *id, const char *f) {
     return th_task_field(C, id, f);
-}
-
-static void assert_field(const char *id, const char *f, const char *want) {
-    char *v = field(id, f);
-    ck_assert_msg(v && !strcmp(v, want), "task %s %s: want %s, got %s", id, f, want, v ? v : "(nil)");
-    free(v);
 }
 
 /* ----------------------------------------------------------------- enqueue */
@@ -88,23 +74,23 @@ START_TEST(test_enqueue_created_and_stream_entry) {
     char *id = strdup(r->element[0]->str);
     freeReplyObject(r);
     ck_assert_msg(strchr(id, '-') != NULL, "id %s is not <ms>-<n>", id);
-    assert_field(id, "status", "queued");
-    assert_field(id, "attempt", "1");
-    assert_field(id, "priority", "5");
-    assert_field(id, "payload", "{\"a\":1}");
+    th_assert_field(C, id, "status", "queued");
+    th_assert_field(C, id, "attempt", "1");
+    th_assert_field(C, id, "priority", "5");
+    th_assert_field(C, id, "payload", "{\"a\":1}");
     x = th_cmd(C, "XRANGE dtq:stream:default:p5 - +");
     ck_assert_int_eq(x->elements, 1);
     ck_assert_str_eq(x->element[0]->element[1]->element[0]->str, "task_id");
     ck_assert_str_eq(x->element[0]->element[1]->element[1]->str, id);
     ck_assert_str_eq(x->element[0]->element[1]->element[3]->str, "1");
     freeReplyObject(x);
-    ck_assert_int_eq(int_reply(th_cmd(C, "TTL dtq:task:%s", id)), -1); /* no TTL while live */
+    ck_assert_int_eq(th_int(th_cmd(C, "TTL dtq:task:%s", id)), -1); /* no TTL while live */
     free(id);
     /* any JSON value is a payload */
     r = th_cmd(C, "FCALL dtq_enqueue 0 default echo null priority 9 task_id scalar-1");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p9")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p9")), 1);
 }
 END_TEST
 
@@ -146,7 +132,7 @@ START_TEST(test_enqueue_idempotency_and_delay) {
     r = th_cmd(C, "GET dtq:idempotency:default:k1");
     ck_assert_ptr_nonnull(strstr(r->str, "\"state\":\"processing\""));
     freeReplyObject(r);
-    ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:idempotency:default:k1")), 86000);
+    ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:idempotency:default:k1")), 86000);
     expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 idempotency_key k1"),
                         "IDEMPOTENCY_IN_PROGRESS i1");
     /* once completed, the same key replays the existing id */
@@ -163,11 +149,11 @@ START_TEST(test_enqueue_idempotency_and_delay) {
     /* delay: pending in the schedule, no stream entry */
     r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 delay_ms 60000 task_id d1");
     freeReplyObject(r);
-    assert_field("d1", "status", "pending");
+    th_assert_field(C, "d1", "status", "pending");
     r = th_cmd(C, "ZSCORE dtq:retry:schedule d1");
     ck_assert_ptr_nonnull(r->str);
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* only i1 */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* only i1 */
 }
 END_TEST
 
@@ -185,9 +171,9 @@ START_TEST(test_fetch_claims_in_priority_order) {
     ck_assert_int_eq(r->element[0]->element[0]->element[7]->integer, 3);
     ck_assert_int_eq(r->element[0]->element[0]->element[8]->integer, 1000);
     freeReplyObject(r);
-    assert_field("high", "status", "running");
-    assert_field("high", "worker_id", "w1");
-    assert_field("high", "max_attempts", "3");
+    th_assert_field(C, "high", "status", "running");
+    th_assert_field(C, "high", "worker_id", "w1");
+    th_assert_field(C, "high", "max_attempts", "3");
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 2);
     ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, "mid");
@@ -217,16 +203,16 @@ START_TEST(test_fetch_raw_entries) {
     ck_assert_int_eq(r->element[0]->element[0]->element[9]->integer, 1);
     ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "own-id");
     freeReplyObject(r);
-    assert_field(id, "status", "running");
-    assert_field(id, "priority", "3");
-    assert_field(id, "queue", "default");
+    th_assert_field(C, id, "status", "running");
+    th_assert_field(C, id, "priority", "3");
+    th_assert_field(C, id, "queue", "default");
     /* a second raw entry with an id that exists is a duplicate, absorbed */
     freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 0);
     ck_assert_int_eq(r->element[2]->integer, 1);
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p3")), 2); /* absorbed one deleted */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p3")), 2); /* absorbed one deleted */
 }
 END_TEST
 
@@ -284,18 +270,18 @@ START_TEST(test_fetch_malformed_raw_entries) {
         ck_assert_int_eq(r->element[0]->elements, 0); /* nothing runs */
         ck_assert_int_eq(r->element[2]->integer, 1);
         freeReplyObject(r);
-        assert_field(id, "status", "dead_lettered");
+        th_assert_field(C, id, "status", "dead_lettered");
         {
             char *e = field(id, "last_error");
             ck_assert_msg(e && strstr(e, cases[i].err), "%s: last_error %s", cases[i].fields, e);
             free(e);
         }
-        assert_field(id, "last_error_class", "invalid_entry");
+        th_assert_field(C, id, "last_error_class", "invalid_entry");
         assert_dead_lettered_with(cases[i].err);
-        ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:task:%s", id)), 0);
+        ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:task:%s", id)), 0);
     }
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 9);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0); /* all acked + deleted */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 9);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0); /* all acked + deleted */
 }
 END_TEST
 
@@ -311,7 +297,7 @@ START_TEST(test_duplicate_and_stale_entries_absorbed) {
     ck_assert_int_eq(r->element[0]->elements, 1); /* t1 runs exactly once */
     ck_assert_int_eq(r->element[2]->integer, 4);
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* only the live one */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* only the live one */
 }
 END_TEST
 
@@ -331,9 +317,9 @@ START_TEST(test_fetch_skips_paused_and_handles_cancel_and_ttl) {
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 0);
     freeReplyObject(r);
-    assert_field("c1", "status", "cancelled");
-    assert_field("e1", "status", "expired");
-    ck_assert_int_eq(int_reply(th_cmd(C, "SCARD dtq:cancelled")), 0);
+    th_assert_field(C, "c1", "status", "cancelled");
+    th_assert_field(C, "e1", "status", "expired");
+    ck_assert_int_eq(th_int(th_cmd(C, "SCARD dtq:cancelled")), 0);
 }
 END_TEST
 
@@ -390,13 +376,13 @@ START_TEST(test_finish_paths) {
     f = finish_one("w2", r->element[0]->element[0], "s", "{\"ok\":1}", "r");
     ck_assert_str_eq(f->element[0]->str, "stale");
     freeReplyObject(f);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
 
     f = finish_one("w1", r->element[0]->element[0], "s", "{\"ok\":1}", "t");
     ck_assert_str_eq(f->element[0]->str, "ok");
     freeReplyObject(f);
-    assert_field("s1", "status", "succeeded");
-    assert_field("s1", "result_truncated", "1");
+    th_assert_field(C, "s1", "status", "succeeded");
+    th_assert_field(C, "s1", "result_truncated", "1");
     {
         redisReply *g = th_cmd(C, "GET dtq:result:s1");
         ck_assert_str_eq(g->str, "{\"ok\":1}");
@@ -405,8 +391,8 @@ START_TEST(test_finish_paths) {
         ck_assert_ptr_nonnull(strstr(g->str, "completed"));
         freeReplyObject(g);
     }
-    ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:task:s1")), 0);
-    ck_assert_int_gt(int_reply(th_cmd(C, "TTL dtq:result:s1")), 0);
+    ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:task:s1")), 0);
+    ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:result:s1")), 0);
     /* replaying the same finish is stale and acknowledges nothing twice */
     f = finish_one("w1", r->element[0]->element[0], "s", "{\"ok\":1}", "r");
     ck_assert_str_eq(f->element[0]->str, "stale");
@@ -414,19 +400,19 @@ START_TEST(test_finish_paths) {
 
     f = finish_one("w1", r->element[0]->element[1], "r", "", "n");
     freeReplyObject(f);
-    assert_field("r1", "status", "retrying");
-    assert_field("r1", "last_error", "boom");
+    th_assert_field(C, "r1", "status", "retrying");
+    th_assert_field(C, "r1", "last_error", "boom");
     {
         redisReply *z = th_cmd(C, "ZSCORE dtq:retry:schedule r1");
         ck_assert_ptr_nonnull(z->str);
         freeReplyObject(z);
     }
-    ck_assert_int_eq(int_reply(th_cmd(C, "TTL dtq:task:r1")), -1);
+    ck_assert_int_eq(th_int(th_cmd(C, "TTL dtq:task:r1")), -1);
 
     f = finish_one("w1", r->element[0]->element[2], "d", "", "n");
     ck_assert_str_eq(f->element[0]->str, "dead_lettered");
     freeReplyObject(f);
-    assert_field("d1", "status", "dead_lettered");
+    th_assert_field(C, "d1", "status", "dead_lettered");
     assert_dead_lettered_with("boom");
     {
         redisReply *g = th_cmd(C, "GET dtq:idempotency:default:ik2");
@@ -435,11 +421,11 @@ START_TEST(test_finish_paths) {
     }
     freeReplyObject(r);
     /* all three entries acknowledged and deleted: nothing pending, nothing left */
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
     ck_assert_int_eq(r->element[0]->integer, 0);
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:result:r1")), 0); /* null result: no key */
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:r1")), 0); /* null result: no key */
 }
 END_TEST
 
@@ -461,8 +447,8 @@ START_TEST(test_sched_claim_never_twice_and_stale_claims_return) {
     freeReplyObject(a);
     freeReplyObject(b);
     redisFree(c2);
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 10);
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:schedule")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 10);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 1);
     /* with claim_timeout 0 every claim is stale: back to the schedule, then claimed again */
     th_sleep_ms(5);
     a = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 100 0");
@@ -482,33 +468,33 @@ START_TEST(test_sched_promote_cases) {
     freeReplyObject(th_cmd(C, "HSET dtq:task:x1 created_at 1"));
     for (const char *const *id = (const char *const[]){"p1", "q1", "x1", "c1", "r1", "gone", NULL}; *id; id++)
         freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed 1 %s", *id));
-    long long before = int_reply(th_cmd(C, "XLEN dtq:stream:default:p5"));
+    long long before = th_int(th_cmd(C, "XLEN dtq:stream:default:p5"));
     r = th_cmd(C, "FCALL dtq_sched_promote 1 dtq:retry:claimed w1 p1 q1 x1 c1 r1 gone");
     ck_assert_int_eq(r->integer, 2); /* p1 and r1 */
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), before + 1); /* p1 only; q1 not again */
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p7")), 1);
-    assert_field("p1", "status", "queued");
-    assert_field("p1", "attempt", "1");
-    assert_field("r1", "status", "queued");
-    assert_field("r1", "attempt", "3");
-    assert_field("x1", "status", "expired");
-    assert_field("c1", "status", "cancelled");
-    assert_field("q1", "status", "queued");
-    ck_assert_int_eq(int_reply(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), before + 1); /* p1 only; q1 not again */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p7")), 1);
+    th_assert_field(C, "p1", "status", "queued");
+    th_assert_field(C, "p1", "attempt", "1");
+    th_assert_field(C, "r1", "status", "queued");
+    th_assert_field(C, "r1", "attempt", "3");
+    th_assert_field(C, "x1", "status", "expired");
+    th_assert_field(C, "c1", "status", "cancelled");
+    th_assert_field(C, "q1", "status", "queued");
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
 }
 END_TEST
 
 START_TEST(test_lock_compare_semantics) {
     freeReplyObject(th_cmd(C, "SET dtq:lock:scheduler w1 PX 10000"));
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_refresh 1 dtq:lock:scheduler w2 50000")), 0);
-    ck_assert_int_le(int_reply(th_cmd(C, "PTTL dtq:lock:scheduler")), 10000);
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_refresh 1 dtq:lock:scheduler w1 50000")), 1);
-    ck_assert_int_gt(int_reply(th_cmd(C, "PTTL dtq:lock:scheduler")), 10000);
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_release 1 dtq:lock:scheduler w2")), 0);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 1);
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_lock_release 1 dtq:lock:scheduler w1")), 1);
-    ck_assert_int_eq(int_reply(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_lock_refresh 1 dtq:lock:scheduler w2 50000")), 0);
+    ck_assert_int_le(th_int(th_cmd(C, "PTTL dtq:lock:scheduler")), 10000);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_lock_refresh 1 dtq:lock:scheduler w1 50000")), 1);
+    ck_assert_int_gt(th_int(th_cmd(C, "PTTL dtq:lock:scheduler")), 10000);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_lock_release 1 dtq:lock:scheduler w2")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:lock:scheduler")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_lock_release 1 dtq:lock:scheduler w1")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
 }
 END_TEST
 
@@ -525,13 +511,13 @@ START_TEST(test_admin_functions) {
     f = finish_one("w1", r->element[0]->element[1], "d", "", "n");
     freeReplyObject(f);
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 2);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 2);
 
     r = th_cmd(C, "FCALL dtq_requeue 0 a1");
     ck_assert_str_eq(r->str, "queued");
     freeReplyObject(r);
-    assert_field("a1", "status", "queued");
-    assert_field("a1", "attempt", "1");
+    th_assert_field(C, "a1", "status", "queued");
+    th_assert_field(C, "a1", "attempt", "1");
     {
         char *m = field("a1", "metadata");
         ck_assert_ptr_nonnull(strstr(m, "\"previous_attempts\":1"));
@@ -540,15 +526,15 @@ START_TEST(test_admin_functions) {
         ck_assert_ptr_nonnull(strstr(r->str, "processing"));
         freeReplyObject(r);
     }
-    ck_assert_int_eq(int_reply(th_cmd(C, "TTL dtq:task:a1")), -1);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "TTL dtq:task:a1")), -1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
     expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 a1"), "WRONG_STATE queued");
     expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 nope"), "NOT_FOUND");
 
     r = th_cmd(C, "FCALL dtq_discard 0 a2 tester");
     ck_assert_str_eq(r->str, "discarded");
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     {
         char *m = field("a2", "metadata");
         ck_assert_ptr_nonnull(strstr(m, "\"discarded\":true"));
@@ -563,7 +549,7 @@ START_TEST(test_admin_functions) {
     r = th_cmd(C, "FCALL dtq_cancel 0 a3");
     ck_assert_str_eq(r->str, "cancel_requested");
     freeReplyObject(r);
-    assert_field("a3", "cancel_requested", "1");
+    th_assert_field(C, "a3", "cancel_requested", "1");
     expect_error_prefix(th_cmd(C, "FCALL dtq_cancel 0 a1"), "WRONG_STATE cancelled");
 
     r = th_cmd(C, "FCALL dtq_pause 0 default");
@@ -592,7 +578,7 @@ START_TEST(test_admin_functions) {
     ck_assert_str_eq(r->element[0]->element[1]->element[3]->str, "requeue");
     ck_assert_str_eq(r->element[1]->element[1]->element[1]->str, "tester");
     freeReplyObject(r);
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_purge_dlq 0")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_purge_dlq 0")), 0);
 }
 END_TEST
 
@@ -602,11 +588,11 @@ START_TEST(test_requeue_dlq_all) {
     for (int i = 0; i < 3; i++)
         freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload {bad"));
     freeReplyObject(fetch("w1", 10, "default"));
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 3);
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_requeue_dlq 0 2")), 2);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
-    ck_assert_int_eq(int_reply(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 1);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 3);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0 2")), 2);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
     r = th_cmd(C, "FCALL dtq_requeue_dlq 0 zero");
     ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
     freeReplyObject(r);
@@ -628,19 +614,17 @@ START_TEST(test_events_from_functions) {
     ck_assert_ptr_nonnull(strstr(r->element[2]->str, "Z\""));
     freeReplyObject(r);
     redisFree(sub);
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:events")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:events")), 1);
     /* terminal level: TASK_QUEUED is not published */
     freeReplyObject(th_cmd(C, "HSET dtq:config events terminal"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id ev2"));
-    ck_assert_int_eq(int_reply(th_cmd(C, "XLEN dtq:stream:events")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:events")), 1);
 }
 END_TEST
 
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
-    SRunner *sr;
-    int failed;
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_enqueue_created_and_stream_entry);
@@ -660,9 +644,5 @@ int main(void) {
     tcase_add_test(tc, test_requeue_dlq_all);
     tcase_add_test(tc, test_events_from_functions);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return th_run_suite(s);
 }
