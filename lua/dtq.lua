@@ -385,9 +385,11 @@ local function reap(keys, args)
   local ms = now_ms()
   local claimed = {}
   for i, stream in ipairs(keys) do
+    local want = count - #claimed -- adopted tasks take slots; stop when they are full
+    if want <= 0 then break end
     local queue, band = args[3 + 2 * i], tonumber(args[4 + 2 * i])
     local ok, res = pcall(redis.call, 'XAUTOCLAIM', stream, GROUP, worker, min_idle, '0-0',
-                          'COUNT', count)
+                          'COUNT', want)
     if ok then
       for _, e in ipairs(res[2]) do
         if e[2] then

@@ -136,9 +136,7 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
         }
         rec_prepend_list(ex, b->list);
         free(b);
-        if (reply) return;
-        dtq_worker_check_drained(ex->w);
-        return;
+        return; /* sent again after the reconnect (flush from setup) or the retry timer */
     }
     if (reply->type == REDIS_REPLY_ARRAY) {
         finish_rec *rec = b->list;
