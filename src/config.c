@@ -43,8 +43,7 @@ static const config_key config_keys[] = {
      "give up on one connection attempt after this long"},
     {"worker", "queues", KEY_STR, OFF(queues_raw), "default", 0, 0,
      "comma-separated queues, served in this order"},
-    {"worker", "concurrency", KEY_INT, OFF(concurrency), "16", 1, 100000,
-     "tasks executed at once"},
+    {"worker", "concurrency", KEY_INT, OFF(concurrency), "16", 1, 100000, "tasks executed at once"},
     {"worker", "worker_id", KEY_STR, OFF(worker_id), "", 0, 0,
      "consumer name; empty = worker-<8 random hex>"},
     {"worker", "heartbeat_interval_s", KEY_INT, OFF(heartbeat_interval_s), "5", 1, 86400,
@@ -58,8 +57,7 @@ static const config_key config_keys[] = {
     {"retry", "max_delay", KEY_DOUBLE, OFF(retry.max_delay_s), "60.0", 0, 1e9,
      "cap on the backoff, seconds"},
     {"retry", "jitter", KEY_DOUBLE, OFF(retry.jitter), "0.2", 0, 1, "spread fraction"},
-    {"retry", "jitter_mode", KEY_STR, OFF(jitter_mode_raw), "spread", 0, 0,
-     "spread | full | none"},
+    {"retry", "jitter_mode", KEY_STR, OFF(jitter_mode_raw), "spread", 0, 0, "spread | full | none"},
     {"retry", "default_max_attempts", KEY_INT, OFF(default_max_attempts), "5", 1, 1000,
      "attempts when neither the task nor its handler says"},
     {"scheduler", "enabled", KEY_BOOL, OFF(scheduler_enabled), "true", 0, 0,
@@ -144,16 +142,15 @@ static int set_key(load_state *st, const config_key *k, const char *value) {
         return DTQ_OK;
     case KEY_INT:
         if (dtq_parse_int64(value, (int64_t)k->min, (int64_t)k->max, &iv) != DTQ_OK) {
-            fail(st, k->section, k->key, "'%s' is not an integer in [%.0f, %.0f]", value,
-                 k->min, k->max);
+            fail(st, k->section, k->key, "'%s' is not an integer in [%.0f, %.0f]", value, k->min,
+                 k->max);
             return DTQ_ERR;
         }
         *(int64_t *)field = iv;
         return DTQ_OK;
     case KEY_DOUBLE:
         if (dtq_parse_double(value, k->min, k->max, &dv) != DTQ_OK) {
-            fail(st, k->section, k->key, "'%s' is not a number in [%g, %g]", value, k->min,
-                 k->max);
+            fail(st, k->section, k->key, "'%s' is not a number in [%g, %g]", value, k->min, k->max);
             return DTQ_ERR;
         }
         *(double *)field = dv;
@@ -185,8 +182,8 @@ static int known_section(const char *section) {
 static dtq_handler_conf *handler_for(dtq_config *cfg, const char *task_type) {
     for (int i = 0; i < cfg->nhandlers; i++)
         if (!strcmp(cfg->handlers[i].task_type, task_type)) return &cfg->handlers[i];
-    cfg->handlers = dtq_xrealloc(cfg->handlers, sizeof(dtq_handler_conf) *
-                                                    (size_t)(cfg->nhandlers + 1));
+    cfg->handlers =
+        dtq_xrealloc(cfg->handlers, sizeof(dtq_handler_conf) * (size_t)(cfg->nhandlers + 1));
     dtq_handler_conf *h = &cfg->handlers[cfg->nhandlers++];
     memset(h, 0, sizeof(*h));
     h->task_type = dtq_xstrdup(task_type);
@@ -226,15 +223,16 @@ static int set_handler_key(load_state *st, const char *section, const char *task
                !strcmp(key, "max_attempts")) {
         int64_t max = !strcmp(key, "max_attempts") ? 1000 : (int64_t)BIG;
         if (dtq_parse_int64(value, 1, max, &iv) != DTQ_OK) {
-            fail(st, section, key, "'%s' is not an integer in [1, %lld]", value,
-                 (long long)max);
+            fail(st, section, key, "'%s' is not an integer in [1, %lld]", value, (long long)max);
             return DTQ_ERR;
         }
-        if (!strcmp(key, "timeout_ms")) h->timeout_ms = iv;
-        else if (!strcmp(key, "kill_grace_ms")) h->kill_grace_ms = iv;
-        else h->max_attempts = iv;
-    } else if (!strcmp(key, "base_delay") || !strcmp(key, "max_delay") ||
-               !strcmp(key, "jitter")) {
+        if (!strcmp(key, "timeout_ms"))
+            h->timeout_ms = iv;
+        else if (!strcmp(key, "kill_grace_ms"))
+            h->kill_grace_ms = iv;
+        else
+            h->max_attempts = iv;
+    } else if (!strcmp(key, "base_delay") || !strcmp(key, "max_delay") || !strcmp(key, "jitter")) {
         double max = !strcmp(key, "jitter") ? 1.0 : 1e9;
         if (dtq_parse_double(value, 0, max, &dv) != DTQ_OK) {
             fail(st, section, key, "'%s' is not a number in [0, %g]", value, max);
@@ -356,8 +354,7 @@ static void validate(load_state *st) {
     dtq_redis_url_deinit(&url);
     if (!dtq_valid_name(cfg->ns, strlen(cfg->ns), 64))
         return fail(st, "redis", "namespace", "must match [A-Za-z0-9._:-]{1,64}");
-    if (strchr(cfg->ns, ':'))
-        return fail(st, "redis", "namespace", "must not contain ':'");
+    if (strchr(cfg->ns, ':')) return fail(st, "redis", "namespace", "must not contain ':'");
     if (split_queues(st) != DTQ_OK) return;
     if (!*cfg->worker_id) {
         char uuid[37];
@@ -379,11 +376,15 @@ static void validate(load_state *st) {
     if (cfg->scheduler_interval_ms >= cfg->leader_lock_ms)
         return fail(st, "scheduler", "interval_ms",
                     "must be less than leader_lock_ms, or the lock lapses between passes");
-    if (!strcmp(cfg->events_raw, "all")) cfg->events = DTQ_EVENTS_ALL;
-    else if (!strcmp(cfg->events_raw, "terminal")) cfg->events = DTQ_EVENTS_TERMINAL;
-    else if (!strcmp(cfg->events_raw, "off")) cfg->events = DTQ_EVENTS_OFF;
-    else return fail(st, "limits", "events", "'%s' is not one of all, terminal, off",
-                     cfg->events_raw);
+    if (!strcmp(cfg->events_raw, "all"))
+        cfg->events = DTQ_EVENTS_ALL;
+    else if (!strcmp(cfg->events_raw, "terminal"))
+        cfg->events = DTQ_EVENTS_TERMINAL;
+    else if (!strcmp(cfg->events_raw, "off"))
+        cfg->events = DTQ_EVENTS_OFF;
+    else
+        return fail(st, "limits", "events", "'%s' is not one of all, terminal, off",
+                    cfg->events_raw);
     if (*cfg->http_listen && !strrchr(cfg->http_listen, ':'))
         return fail(st, "http", "listen", "'%s' is not host:port", cfg->http_listen);
     if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)
@@ -397,8 +398,7 @@ static void validate(load_state *st) {
         char section[160];
         dtq_retry_policy own = h->retry;
         snprintf(section, sizeof(section), "handler:%s", h->task_type);
-        if (h->seen_kind == 0)
-            return fail(st, section, NULL, "needs one of builtin, exec, plugin");
+        if (h->seen_kind == 0) return fail(st, section, NULL, "needs one of builtin, exec, plugin");
         if (h->kind == DTQ_HANDLER_KIND_BUILTIN) {
             int ok = 0;
             for (const char **b = builtin_names; *b; b++) ok |= !strcmp(*b, h->target);
@@ -480,10 +480,8 @@ char *dtq_config_prefix(const dtq_config *cfg) {
     return cfg->cluster_hash_tag ? dtq_xasprintf("{%s}", cfg->ns) : dtq_xstrdup(cfg->ns);
 }
 
-void dtq_config_each_key(void (*fn)(const char *, const char *, const char *, const char *,
-                                    void *),
+void dtq_config_each_key(void (*fn)(const char *, const char *, const char *, const char *, void *),
                          void *arg) {
     for (size_t i = 0; i < NKEYS; i++)
-        fn(config_keys[i].section, config_keys[i].key, config_keys[i].def, config_keys[i].doc,
-           arg);
+        fn(config_keys[i].section, config_keys[i].key, config_keys[i].def, config_keys[i].doc, arg);
 }

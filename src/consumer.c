@@ -73,8 +73,7 @@ static void start_block(dtq_consumer *c, const redisReply *pairs) {
         dtq_argv_add(&a, pairs->element[i]->str, pairs->element[i]->len);
     for (size_t i = 1; i < pairs->elements; i += 2)
         dtq_argv_add(&a, pairs->element[i]->str, pairs->element[i]->len);
-    if (dtq_rconn_command(c->w->blk, block_cb, c, a.argc, (const char **)a.argv, a.lens) ==
-        DTQ_OK)
+    if (dtq_rconn_command(c->w->blk, block_cb, c, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
         c->block_inflight = 1;
     else
         arm_poll(c, POLL_MS);
@@ -89,8 +88,8 @@ static void fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (!reply) return; /* connection lost; the reconnect kicks us */
     if (reply->type == REDIS_REPLY_ERROR || reply->type != REDIS_REPLY_ARRAY ||
         reply->elements != 3) {
-        dtq_error("fetch failed: %s", reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                                        : "unexpected reply");
+        dtq_error("fetch failed: %s",
+                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         c->idle = 1;
         arm_poll(c, BLOCK_MS);
         return;
@@ -132,8 +131,7 @@ static void maybe_fetch(dtq_consumer *c) {
     dtq_argv_addll(&a, free_slots);
     dtq_argv_adds(&a, w->policy_json);
     for (int q = 0; q < cfg->nqueues; q++) dtq_argv_adds(&a, cfg->queues[q]);
-    if (dtq_worker_command(w, fetch_cb, c, a.argc, a.argv, a.lens) == DTQ_OK)
-        c->fetch_inflight = 1;
+    if (dtq_worker_command(w, fetch_cb, c, a.argc, a.argv, a.lens) == DTQ_OK) c->fetch_inflight = 1;
     dtq_argv_deinit(&a);
 }
 

@@ -90,7 +90,8 @@ static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) 
     if (r->type == REDIS_REPLY_ERROR) {
         if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
             refused("the dtq Functions are not loaded in this Redis (namespace %s); start "
-                    "dtq-worker once to load them", x->ns);
+                    "dtq-worker once to load them",
+                    x->ns);
         refused("%s", r->str);
     }
     return r;
@@ -126,7 +127,8 @@ static void connect_ctl(ctl *x, const char *url_s) {
 }
 
 static void print_reply_json(const redisReply *r) {
-    if (r->type == REDIS_REPLY_INTEGER) printf("%lld\n", r->integer);
+    if (r->type == REDIS_REPLY_INTEGER)
+        printf("%lld\n", r->integer);
     else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
         cJSON *s = cJSON_CreateString(r->str);
         char *out = cJSON_PrintUnformatted(s);
@@ -139,9 +141,12 @@ static void print_reply_json(const redisReply *r) {
 /* The one-word replies (queued, cancelled, paused, counts...). */
 static int simple(ctl *x, const char *fn, int argc, const char **args) {
     redisReply *r = fcall(x, fn, argc, args);
-    if (x->json) print_reply_json(r);
-    else if (r->type == REDIS_REPLY_INTEGER) printf("%lld\n", r->integer);
-    else printf("%s\n", r->str ? r->str : "");
+    if (x->json)
+        print_reply_json(r);
+    else if (r->type == REDIS_REPLY_INTEGER)
+        printf("%lld\n", r->integer);
+    else
+        printf("%s\n", r->str ? r->str : "");
     freeReplyObject(r);
     return 0;
 }
@@ -195,9 +200,12 @@ static int cmd_show(ctl *x, const char *id) {
 static int cmd_enqueue(ctl *x, int argc, char **argv) {
     static const struct {
         const char *flag, *opt;
-    } map[] = {{"--priority", "priority"},       {"--delay-ms", "delay_ms"},
-               {"--max-attempts", "max_attempts"}, {"--timeout-ms", "timeout_ms"},
-               {"--ttl-seconds", "ttl_seconds"},   {"--idempotency-key", "idempotency_key"},
+    } map[] = {{"--priority", "priority"},
+               {"--delay-ms", "delay_ms"},
+               {"--max-attempts", "max_attempts"},
+               {"--timeout-ms", "timeout_ms"},
+               {"--ttl-seconds", "ttl_seconds"},
+               {"--idempotency-key", "idempotency_key"},
                {"--id", "task_id"}};
     const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
     char uuid[37];
@@ -277,10 +285,13 @@ static int cmd_dlq_list(ctl *x, int argc, char **argv) {
         const redisReply *e = r->element[i];
         cJSON *o = hash_to_json(e->element[1]);
         cJSON_AddStringToObject(o, "entry_id", e->element[0]->str);
-        if (x->json) cJSON_AddItemToArray(arr, o);
+        if (x->json)
+            cJSON_AddItemToArray(arr, o);
         else {
-            cJSON *tid = cJSON_GetObjectItem(o, "task_id"), *err = cJSON_GetObjectItem(o, "last_error"),
-                  *tt = cJSON_GetObjectItem(o, "task_type"), *att = cJSON_GetObjectItem(o, "attempts_made");
+            cJSON *tid = cJSON_GetObjectItem(o, "task_id"),
+                  *err = cJSON_GetObjectItem(o, "last_error"),
+                  *tt = cJSON_GetObjectItem(o, "task_type"),
+                  *att = cJSON_GetObjectItem(o, "attempts_made");
             printf("%s  %s  attempts=%s  %s\n", tid ? tid->valuestring : "?",
                    tt ? tt->valuestring : "?", att ? att->valuestring : "?",
                    err ? err->valuestring : "");
@@ -319,14 +330,17 @@ static int cmd_stats(ctl *x, int queues_only) {
             redisReply *q = cmdv(x, 3, h);
             if (q->type == REDIS_REPLY_STRING) {
                 cJSON *cur = cJSON_GetObjectItem(per, q->str);
-                if (cur) cJSON_SetNumberValue(cur, cur->valuedouble + 1);
-                else cJSON_AddNumberToObject(per, q->str, 1);
+                if (cur)
+                    cJSON_SetNumberValue(cur, cur->valuedouble + 1);
+                else
+                    cJSON_AddNumberToObject(per, q->str, 1);
             }
             freeReplyObject(q);
             free(tk);
         }
         freeReplyObject(z);
-        if (!x->json) printf("%-24s %10s %10s %10s %s\n", "QUEUE", "DEPTH", "PENDING", "SCHEDULED", "");
+        if (!x->json)
+            printf("%-24s %10s %10s %10s %s\n", "QUEUE", "DEPTH", "PENDING", "SCHEDULED", "");
         cJSON *arr = cJSON_CreateArray();
         for (size_t i = 0; i + 1 < r->elements; i += 6) {
             const char *name = r->element[i]->str;
@@ -376,7 +390,9 @@ static int cmd_workers(ctl *x) {
     redisReply *r = cmdv(x, 2, a);
     cJSON *arr = cJSON_CreateArray();
     long long now = dtq_now_ms();
-    if (!x->json) printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S", "STATUS");
+    if (!x->json)
+        printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S",
+               "STATUS");
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         char *key = dtq_xasprintf("%s:worker:%s", x->prefix, r->element[i]->str);
         const char *h[2] = {"HGETALL", key};
@@ -386,7 +402,8 @@ static int cmd_workers(ctl *x) {
             cJSON *hb = cJSON_GetObjectItem(o, "last_heartbeat");
             double age = hb ? (double)(now - atoll(hb->valuestring)) / 1000.0 : -1;
             cJSON_AddNumberToObject(o, "heartbeat_age_s", age);
-            if (x->json) cJSON_AddItemToArray(arr, o);
+            if (x->json)
+                cJSON_AddItemToArray(arr, o);
             else {
 #define F(n) (cJSON_GetObjectItem(o, n) ? cJSON_GetObjectItem(o, n)->valuestring : "?")
                 printf("%-28s %-20s %8s %8s %10.1f %s\n", F("worker_id"), F("hostname"), F("pid"),
@@ -452,8 +469,8 @@ int main(int argc, char **argv) {
     argc -= optind + 1;
     argv += optind + 1;
     {
-        static const char *known[] = {"enqueue", "show", "cancel", "dlq", "queues", "pause",
-                                      "resume", "workers", "events", "stats", NULL};
+        static const char *known[] = {"enqueue", "show",    "cancel", "dlq",   "queues", "pause",
+                                      "resume",  "workers", "events", "stats", NULL};
         int ok = 0;
         for (const char **k = known; *k; k++) ok |= !strcmp(*k, cmd);
         if (!ok) usage_error("unknown command '%s'", cmd);
@@ -463,14 +480,16 @@ int main(int argc, char **argv) {
         if (argc != (n)) usage_error("%s", what);                                                  \
     } while (0)
     if (!strcmp(cmd, "show") || !strcmp(cmd, "cancel")) NEED(1, "usage: dtqctl show|cancel <id>");
-    if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume")) NEED(1, "usage: dtqctl pause|resume <queue>");
+    if (!strcmp(cmd, "pause") || !strcmp(cmd, "resume"))
+        NEED(1, "usage: dtqctl pause|resume <queue>");
     if (!strcmp(cmd, "queues") || !strcmp(cmd, "workers") || !strcmp(cmd, "events") ||
         !strcmp(cmd, "stats"))
         NEED(0, "this command takes no arguments");
     if (!strcmp(cmd, "dlq")) {
         if (argc < 1) usage_error("usage: dtqctl dlq list|requeue|requeue-all|discard|purge");
-        if (strcmp(argv[0], "list") && strcmp(argv[0], "requeue") && strcmp(argv[0], "requeue-all") &&
-            strcmp(argv[0], "discard") && strcmp(argv[0], "purge"))
+        if (strcmp(argv[0], "list") && strcmp(argv[0], "requeue") &&
+            strcmp(argv[0], "requeue-all") && strcmp(argv[0], "discard") &&
+            strcmp(argv[0], "purge"))
             usage_error("unknown dlq command '%s'", argv[0]);
         if ((!strcmp(argv[0], "requeue") || !strcmp(argv[0], "discard")) && argc != 2)
             usage_error("usage: dtqctl dlq %s <id>", argv[0]);
@@ -479,8 +498,10 @@ int main(int argc, char **argv) {
     }
     x.prefix = dtq_xstrdup(x.ns);
     connect_ctl(&x, url);
-    if (!strcmp(cmd, "enqueue")) rc = cmd_enqueue(&x, argc, argv);
-    else if (!strcmp(cmd, "show")) rc = cmd_show(&x, argv[0]);
+    if (!strcmp(cmd, "enqueue"))
+        rc = cmd_enqueue(&x, argc, argv);
+    else if (!strcmp(cmd, "show"))
+        rc = cmd_show(&x, argv[0]);
     else if (!strcmp(cmd, "cancel")) {
         const char *a[2] = {argv[0], "dtqctl"};
         rc = simple(&x, "cancel", 2, a);
@@ -488,7 +509,8 @@ int main(int argc, char **argv) {
         const char *a[2] = {argv[0], "dtqctl"};
         rc = simple(&x, cmd, 2, a);
     } else if (!strcmp(cmd, "dlq")) {
-        if (!strcmp(argv[0], "list")) rc = cmd_dlq_list(&x, argc - 1, argv + 1);
+        if (!strcmp(argv[0], "list"))
+            rc = cmd_dlq_list(&x, argc - 1, argv + 1);
         else if (!strcmp(argv[0], "requeue") || !strcmp(argv[0], "discard")) {
             const char *a[2] = {argv[1], "dtqctl"};
             rc = simple(&x, argv[0], 2, a);
@@ -499,10 +521,14 @@ int main(int argc, char **argv) {
             const char *a[1] = {"dtqctl"};
             rc = simple(&x, "purge_dlq", 1, a);
         }
-    } else if (!strcmp(cmd, "queues")) rc = cmd_stats(&x, 1);
-    else if (!strcmp(cmd, "stats")) rc = cmd_stats(&x, 0);
-    else if (!strcmp(cmd, "workers")) rc = cmd_workers(&x);
-    else rc = cmd_events(&x);
+    } else if (!strcmp(cmd, "queues"))
+        rc = cmd_stats(&x, 1);
+    else if (!strcmp(cmd, "stats"))
+        rc = cmd_stats(&x, 0);
+    else if (!strcmp(cmd, "workers"))
+        rc = cmd_workers(&x);
+    else
+        rc = cmd_events(&x);
     redisFree(x.c);
     free(x.prefix);
     return rc;

@@ -7,9 +7,9 @@
 
 #include "util.h"
 
-static const char *terminal_types[] = {"TASK_SUCCEEDED", "TASK_FAILED", "TASK_DEAD_LETTERED",
-                                       "TASK_CANCELLED", "TASK_EXPIRED", "WORKER_STARTED",
-                                       "WORKER_STOPPED", NULL};
+static const char *terminal_types[] = {
+    "TASK_SUCCEEDED", "TASK_FAILED",    "TASK_DEAD_LETTERED", "TASK_CANCELLED",
+    "TASK_EXPIRED",   "WORKER_STARTED", "WORKER_STOPPED",     NULL};
 
 int dtq_events_wanted(enum dtq_events_level level, const char *type) {
     if (level == DTQ_EVENTS_OFF) return 0;

@@ -78,8 +78,10 @@ static void rec_free(finish_rec *rec) {
 
 static void rec_append(dtq_executor *ex, finish_rec *rec) {
     rec->next = NULL;
-    if (ex->pending_tail) ex->pending_tail->next = rec;
-    else ex->pending = rec;
+    if (ex->pending_tail)
+        ex->pending_tail->next = rec;
+    else
+        ex->pending = rec;
     ex->pending_tail = rec;
     ex->npending++;
 }
@@ -237,12 +239,11 @@ void dtq_executor_flush(dtq_executor *ex) {
 
 /* ----------------------------------------------------------------- runs */
 
-static void call_complete(dtq_handler_call *call, int status, const char *result,
-                          size_t result_len, const char *error) {
+static void call_complete(dtq_handler_call *call, int status, const char *result, size_t result_len,
+                          const char *error) {
     run *r = call->daemon_private;
     if (r->completed) {
-        dtq_warn("task %s: handler reported an outcome twice; ignoring the second",
-                 r->task->id);
+        dtq_warn("task %s: handler reported an outcome twice; ignoring the second", r->task->id);
         return;
     }
     r->completed = 1;
@@ -270,8 +271,10 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void run_unlink(run *r) {
     dtq_executor *ex = r->ex;
-    if (r->prev) r->prev->next = r->next;
-    else ex->running = r->next;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        ex->running = r->next;
     if (r->next) r->next->prev = r->prev;
     ex->nrunning--;
 }
@@ -303,10 +306,14 @@ static void run_end(run *r) {
     rec->entry_id = dtq_xstrdup(t->entry_id);
     rec->result_flag = 'n';
 
-    if (r->timed_out) cls = DTQ_FAIL_TIMEOUT;
-    else if (r->status == DTQ_HANDLER_RETRY) cls = DTQ_FAIL_HANDLER_RETRY;
-    else if (r->status == DTQ_HANDLER_FAIL_SIGNAL) cls = DTQ_FAIL_SIGNAL;
-    else if (!dtq_handler_lookup(w->handlers, t->task_type)) cls = DTQ_FAIL_UNKNOWN_TYPE;
+    if (r->timed_out)
+        cls = DTQ_FAIL_TIMEOUT;
+    else if (r->status == DTQ_HANDLER_RETRY)
+        cls = DTQ_FAIL_HANDLER_RETRY;
+    else if (r->status == DTQ_HANDLER_FAIL_SIGNAL)
+        cls = DTQ_FAIL_SIGNAL;
+    else if (!dtq_handler_lookup(w->handlers, t->task_type))
+        cls = DTQ_FAIL_UNKNOWN_TYPE;
 
     if (ok && r->result) {
         cJSON *parsed = cJSON_ParseWithLength(r->result, r->result_len);
@@ -338,7 +345,7 @@ static void run_end(run *r) {
         w->counters.succeeded++;
     } else {
         /* max_attempts and the backoff are read now, so a reload reaches tasks in flight. */
-        int64_t max = t->own_max_attempts ? t->max_attempts
+        int64_t max = t->own_max_attempts        ? t->max_attempts
                       : (hc && hc->max_attempts) ? hc->max_attempts
                                                  : cfg->default_max_attempts;
         rec->error = error_tail(r->error ? r->error : "handler failed", cfg->error_max_bytes);
@@ -346,19 +353,19 @@ static void run_end(run *r) {
         if (dtq_retry_should_retry(cls, t->attempt, max)) {
             char *meta;
             rec->outcome = 'r';
-            rec->delay_ms = dtq_retry_delay_ms(hc ? &hc->retry : &cfg->retry, t->attempt,
-                                               dtq_retry_uniform());
+            rec->delay_ms =
+                dtq_retry_delay_ms(hc ? &hc->retry : &cfg->retry, t->attempt, dtq_retry_uniform());
             meta = dtq_xasprintf("{\"delay_ms\":%lld}", (long long)rec->delay_ms);
-            rec->event = dtq_events_build(cfg->events, now, "TASK_RETRY_SCHEDULED", t->id,
-                                          t->queue, t->task_type, t->attempt, cfg->worker_id,
-                                          meta);
+            rec->event = dtq_events_build(cfg->events, now, "TASK_RETRY_SCHEDULED", t->id, t->queue,
+                                          t->task_type, t->attempt, cfg->worker_id, meta);
             free(meta);
             w->counters.retried++;
         } else {
             rec->outcome = cfg->dlq_enabled ? 'd' : 'f';
             if (!cfg->dlq_enabled)
                 dtq_warn("task %s failed permanently; dlq_enabled = false, so it ends 'failed' "
-                         "without a dead-letter entry", t->id);
+                         "without a dead-letter entry",
+                         t->id);
             w->counters.failed++;
         }
         dtq_debug("task %s attempt %lld failed (%s): %s", t->id, (long long)t->attempt,
@@ -385,8 +392,8 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     ex->nrunning++;
 
     dtq_worker_publish(w, dtq_events_build(w->cfg->events, dtq_now_ms(), "TASK_STARTED", t->id,
-                                           t->queue, t->task_type, t->attempt,
-                                           w->cfg->worker_id, NULL));
+                                           t->queue, t->task_type, t->attempt, w->cfg->worker_id,
+                                           NULL));
     if (!h) {
         r->completed = 1;
         r->status = DTQ_HANDLER_FAIL;
@@ -414,8 +421,10 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     evtimer_add(r->timeout_ev, &tv);
 
     r->in_handler = 1;
-    if (h->exec_spec) dtq_exec_start(w->execs, h->exec_spec, &r->call);
-    else h->fn(&r->call);
+    if (h->exec_spec)
+        dtq_exec_start(w->execs, h->exec_spec, &r->call);
+    else
+        h->fn(&r->call);
     r->in_handler = 0;
     if (r->completed) run_end(r);
 }

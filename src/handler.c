@@ -70,7 +70,8 @@ void dtq_handler_registry_free(dtq_handler_registry *reg, int close_libs) {
     free(reg);
 }
 
-const dtq_handler_entry *dtq_handler_lookup(const dtq_handler_registry *reg, const char *task_type) {
+const dtq_handler_entry *dtq_handler_lookup(const dtq_handler_registry *reg,
+                                            const char *task_type) {
     for (int i = 0; i < reg->n; i++)
         if (!strcmp(reg->entries[i].task_type, task_type)) return &reg->entries[i];
     return NULL;

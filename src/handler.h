@@ -12,8 +12,8 @@ struct dtq_exec_spec;
 
 typedef struct dtq_handler_entry {
     char *task_type;
-    dtq_handler_fn *fn;               /* builtin or plugin; NULL for exec */
-    struct dtq_exec_spec *exec_spec;  /* exec handlers */
+    dtq_handler_fn *fn;              /* builtin or plugin; NULL for exec */
+    struct dtq_exec_spec *exec_spec; /* exec handlers */
     char *target; /* builtin name or plugin path, handed to the call as `config` */
 } dtq_handler_entry;
 

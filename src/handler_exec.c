@@ -28,7 +28,7 @@ typedef struct job {
     pid_t pid;
     int in_fd, out_fd, err_fd;
     struct event *in_ev, *out_ev, *err_ev, *kill_ev;
-    const char *payload;    /* borrowed from the call; unused after cancel */
+    const char *payload; /* borrowed from the call; unused after cancel */
     size_t payload_len, payload_off;
     char *out;
     size_t out_len, out_cap;
@@ -156,8 +156,8 @@ static void job_maybe_done(job *j) {
             snprintf(msg, sizeof(msg), "exit %d", code);
             text = msg;
         }
-        call->complete(call, code == DTQ_EXEC_TEMPFAIL ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL,
-                       NULL, 0, text);
+        call->complete(call, code == DTQ_EXEC_TEMPFAIL ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL, NULL,
+                       0, text);
     }
     job_free(j);
 }

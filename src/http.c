@@ -20,37 +20,37 @@ struct dtq_http {
 char *dtq_http_render_metrics(const dtq_worker *w) {
     const dtq_counters *c = &w->counters;
     const dtq_scheduler_gauges *g = dtq_scheduler_gauges_get(w->sched);
-    return dtq_xasprintf(
-        "# HELP dtq_tasks_processed_total Attempts finished by this worker.\n"
-        "# TYPE dtq_tasks_processed_total counter\n"
-        "dtq_tasks_processed_total %llu\n"
-        "# TYPE dtq_tasks_succeeded_total counter\n"
-        "dtq_tasks_succeeded_total %llu\n"
-        "# TYPE dtq_tasks_failed_total counter\n"
-        "dtq_tasks_failed_total %llu\n"
-        "# TYPE dtq_tasks_retried_total counter\n"
-        "dtq_tasks_retried_total %llu\n"
-        "# TYPE dtq_finish_batches_total counter\n"
-        "dtq_finish_batches_total %llu\n"
-        "# TYPE dtq_active_tasks gauge\n"
-        "dtq_active_tasks %d\n"
-        "# TYPE dtq_concurrency gauge\n"
-        "dtq_concurrency %lld\n"
-        "# TYPE dtq_redis_connected gauge\n"
-        "dtq_redis_connected %d\n"
-        "# TYPE dtq_scheduler_leader gauge\n"
-        "dtq_scheduler_leader %d\n"
-        "# TYPE dtq_scheduler_scheduled gauge\n"
-        "dtq_scheduler_scheduled %lld\n"
-        "# TYPE dtq_scheduler_claimed gauge\n"
-        "dtq_scheduler_claimed %lld\n"
-        "# TYPE dtq_scheduler_promoted_total counter\n"
-        "dtq_scheduler_promoted_total %llu\n",
-        (unsigned long long)c->processed, (unsigned long long)c->succeeded,
-        (unsigned long long)c->failed, (unsigned long long)c->retried,
-        (unsigned long long)c->finish_batches, dtq_executor_running(w->exec),
-        (long long)w->cfg->concurrency, dtq_worker_is_up(w), g->leader, (long long)g->scheduled,
-        (long long)g->claimed, (unsigned long long)g->promoted);
+    return dtq_xasprintf("# HELP dtq_tasks_processed_total Attempts finished by this worker.\n"
+                         "# TYPE dtq_tasks_processed_total counter\n"
+                         "dtq_tasks_processed_total %llu\n"
+                         "# TYPE dtq_tasks_succeeded_total counter\n"
+                         "dtq_tasks_succeeded_total %llu\n"
+                         "# TYPE dtq_tasks_failed_total counter\n"
+                         "dtq_tasks_failed_total %llu\n"
+                         "# TYPE dtq_tasks_retried_total counter\n"
+                         "dtq_tasks_retried_total %llu\n"
+                         "# TYPE dtq_finish_batches_total counter\n"
+                         "dtq_finish_batches_total %llu\n"
+                         "# TYPE dtq_active_tasks gauge\n"
+                         "dtq_active_tasks %d\n"
+                         "# TYPE dtq_concurrency gauge\n"
+                         "dtq_concurrency %lld\n"
+                         "# TYPE dtq_redis_connected gauge\n"
+                         "dtq_redis_connected %d\n"
+                         "# TYPE dtq_scheduler_leader gauge\n"
+                         "dtq_scheduler_leader %d\n"
+                         "# TYPE dtq_scheduler_scheduled gauge\n"
+                         "dtq_scheduler_scheduled %lld\n"
+                         "# TYPE dtq_scheduler_claimed gauge\n"
+                         "dtq_scheduler_claimed %lld\n"
+                         "# TYPE dtq_scheduler_promoted_total counter\n"
+                         "dtq_scheduler_promoted_total %llu\n",
+                         (unsigned long long)c->processed, (unsigned long long)c->succeeded,
+                         (unsigned long long)c->failed, (unsigned long long)c->retried,
+                         (unsigned long long)c->finish_batches, dtq_executor_running(w->exec),
+                         (long long)w->cfg->concurrency, dtq_worker_is_up(w), g->leader,
+                         (long long)g->scheduled, (long long)g->claimed,
+                         (unsigned long long)g->promoted);
 }
 
 static void reply_text(struct evhttp_request *req, int code, const char *reason, const char *text) {

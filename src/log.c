@@ -35,9 +35,12 @@ int dtq_log_level_from_string(const char *s, enum dtq_log_level *out) {
 }
 
 int dtq_log_format_from_string(const char *s, enum dtq_log_format *out) {
-    if (!strcmp(s, "text")) *out = DTQ_LOG_TEXT;
-    else if (!strcmp(s, "json")) *out = DTQ_LOG_JSON;
-    else return DTQ_ERR;
+    if (!strcmp(s, "text"))
+        *out = DTQ_LOG_TEXT;
+    else if (!strcmp(s, "json"))
+        *out = DTQ_LOG_JSON;
+    else
+        return DTQ_ERR;
     return DTQ_OK;
 }
 
@@ -76,8 +79,8 @@ void dtq_log(enum dtq_log_level level, const char *fmt, ...) {
     esc = dtq_log_escape(msg);
     dtq_format_iso8601(dtq_now_ms(), ts, sizeof(ts));
     if (log_format == DTQ_LOG_JSON)
-        fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
-                level_names[level], esc);
+        fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts, level_names[level],
+                esc);
     else
         fprintf(stderr, "%s %-5s %s\n", ts, level_names[level], esc);
     free(esc);

@@ -10,8 +10,7 @@ void dtq_log_setup(enum dtq_log_level level, enum dtq_log_format format);
 int dtq_log_level_from_string(const char *s, enum dtq_log_level *out);
 int dtq_log_format_from_string(const char *s, enum dtq_log_format *out);
 int dtq_log_enabled(enum dtq_log_level level);
-void dtq_log(enum dtq_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void dtq_log(enum dtq_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Escapes control characters, quotes and backslashes of src into a caller-owned string. */
 char *dtq_log_escape(const char *src);

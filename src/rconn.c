@@ -297,8 +297,8 @@ int dtq_rconn_is_up(const dtq_rconn *rc) {
     return rc && rc->up && rc->ac;
 }
 
-int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc,
-                      const char **argv, const size_t *lens) {
+int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, const char **argv,
+                      const size_t *lens) {
     if (!dtq_rconn_is_up(rc)) return DTQ_ERR;
     if (redisAsyncCommandArgv(rc->ac, cb, priv, argc, argv, lens) != REDIS_OK) return DTQ_ERR;
     return DTQ_OK;

@@ -39,8 +39,8 @@ void dtq_rconn_start(dtq_rconn *rc);
 int dtq_rconn_is_up(const dtq_rconn *rc);
 /* Sends a command. DTQ_ERR when not up; then cb is never called. Replies are borrowed
  * for the callback's duration; a NULL reply means the connection died. */
-int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc,
-                      const char **argv, const size_t *lens);
+int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, const char **argv,
+                      const size_t *lens);
 /* Drops the link and stops reconnecting; pending callbacks run with NULL. NULL-safe. */
 void dtq_rconn_free(dtq_rconn *rc);
 /* Drops the link now (tests, and a failed handshake); reconnects after backoff. */

@@ -10,10 +10,14 @@
 #include "util.h"
 
 int dtq_retry_jitter_mode_from_string(const char *s, enum dtq_jitter_mode *out) {
-    if (!strcmp(s, "spread")) *out = DTQ_JITTER_SPREAD;
-    else if (!strcmp(s, "full")) *out = DTQ_JITTER_FULL;
-    else if (!strcmp(s, "none")) *out = DTQ_JITTER_NONE;
-    else return DTQ_ERR;
+    if (!strcmp(s, "spread"))
+        *out = DTQ_JITTER_SPREAD;
+    else if (!strcmp(s, "full"))
+        *out = DTQ_JITTER_FULL;
+    else if (!strcmp(s, "none"))
+        *out = DTQ_JITTER_NONE;
+    else
+        return DTQ_ERR;
     return DTQ_OK;
 }
 

@@ -35,8 +35,10 @@ static void arm_interval(dtq_scheduler *s) {
 static int sched_send(dtq_scheduler *s, redisCallbackFn *cb, dtq_argv *a) {
     int rc = dtq_worker_command(s->w, cb, s, a->argc, a->argv, a->lens);
     dtq_argv_deinit(a);
-    if (rc == DTQ_OK) s->busy = 1;
-    else arm_interval(s);
+    if (rc == DTQ_OK)
+        s->busy = 1;
+    else
+        arm_interval(s);
     return rc;
 }
 
@@ -71,8 +73,10 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
         return;
     }
     s->g.promoted += (uint64_t)reply->integer;
-    if (s->batch_full) arm(s, 0); /* the claim filled its batch: go again at once */
-    else arm_interval(s);
+    if (s->batch_full)
+        arm(s, 0); /* the claim filled its batch: go again at once */
+    else
+        arm_interval(s);
 }
 
 static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
@@ -85,7 +89,8 @@ static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
     s->busy = 0;
     if (!reply) return;
     if (reply->type != REDIS_REPLY_ARRAY) {
-        dtq_error("scheduler: claim failed: %s", reply->type == REDIS_REPLY_ERROR ? reply->str : "?");
+        dtq_error("scheduler: claim failed: %s",
+                  reply->type == REDIS_REPLY_ERROR ? reply->str : "?");
         arm_interval(s);
         return;
     }

@@ -41,8 +41,9 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
         return NULL;
     }
     t = dtq_xcalloc(1, sizeof(*t));
-    if (as_string(r->element[0], &t->stream, NULL) || as_string(r->element[1], &t->entry_id, NULL) ||
-        as_string(r->element[2], &t->id, NULL) || as_string(r->element[3], &t->queue, NULL) ||
+    if (as_string(r->element[0], &t->stream, NULL) ||
+        as_string(r->element[1], &t->entry_id, NULL) || as_string(r->element[2], &t->id, NULL) ||
+        as_string(r->element[3], &t->queue, NULL) ||
         as_string(r->element[4], &t->task_type, NULL) ||
         as_string(r->element[5], &t->payload, &t->payload_len) ||
         as_int(r->element[6], &t->attempt) || as_int(r->element[7], &t->max_attempts) ||

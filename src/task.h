@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 typedef struct dtq_task {
-    char *stream;         /* stream key of the entry carrying this attempt */
-    char *entry_id;       /* that entry's id */
-    char *id;             /* task id */
+    char *stream;   /* stream key of the entry carrying this attempt */
+    char *entry_id; /* that entry's id */
+    char *id;       /* task id */
     char *queue;
     char *task_type;
     char *payload;        /* JSON text, NUL-terminated */

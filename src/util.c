@@ -131,8 +131,8 @@ void dtq_format_iso8601(int64_t ms, char *out, size_t outlen) {
     time_t secs = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&secs, &tm);
-    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
 void dtq_argv_init(dtq_argv *a) {

@@ -110,9 +110,9 @@ static void derive(dtq_worker *w) {
     for (int i = 0; i < cfg->nhandlers; i++) {
         const dtq_handler_conf *h = &cfg->handlers[i];
         cJSON *pair = cJSON_CreateArray();
-        cJSON_AddItemToArray(pair, cJSON_CreateNumber(
-                                       (double)(h->max_attempts ? h->max_attempts
-                                                                : cfg->default_max_attempts)));
+        cJSON_AddItemToArray(
+            pair, cJSON_CreateNumber(
+                      (double)(h->max_attempts ? h->max_attempts : cfg->default_max_attempts)));
         cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)h->timeout_ms));
         cJSON_AddItemToObject(t, h->task_type, pair);
     }
@@ -454,7 +454,8 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
 }
 
 int dtq_worker_run(dtq_worker *w) {
-    dtq_info("dtq-worker %s starting as %s (pid %d)", DTQ_VERSION, w->cfg->worker_id, (int)getpid());
+    dtq_info("dtq-worker %s starting as %s (pid %d)", DTQ_VERSION, w->cfg->worker_id,
+             (int)getpid());
     dtq_sdnotify("STATUS=connecting to redis");
     dtq_rconn_start(w->cmd);
     dtq_rconn_start(w->blk);

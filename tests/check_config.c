@@ -150,10 +150,13 @@ START_TEST(test_errors) {
     expect_error("[http]\nlisten = nowhere\n", "[http] listen", NULL);
     expect_error("[handler:x]\ntimeout_ms = 5\n", "[handler:x]", "builtin, exec, plugin");
     expect_error("[handler:x]\nbuiltin = teleport\n", "[handler:x] builtin", "teleport");
-    expect_error("[handler:x]\nbuiltin = echo\nexec = /bin/true\n", "[handler:x] exec", "exactly one");
+    expect_error("[handler:x]\nbuiltin = echo\nexec = /bin/true\n", "[handler:x] exec",
+                 "exactly one");
     expect_error("[handler:x]\nplugin = /x.so\n", "[handler:x] symbol", NULL);
-    expect_error("[handler:x]\nbuiltin = echo\ncolour = red\n", "[handler:x] colour", "unknown key");
-    expect_error("[handler:x]\nbuiltin = echo\nmax_attempts = 0\n", "[handler:x] max_attempts", NULL);
+    expect_error("[handler:x]\nbuiltin = echo\ncolour = red\n", "[handler:x] colour",
+                 "unknown key");
+    expect_error("[handler:x]\nbuiltin = echo\nmax_attempts = 0\n", "[handler:x] max_attempts",
+                 NULL);
     expect_error("[handler:bad name]\nbuiltin = echo\n", "[handler:bad name]", NULL);
     expect_error("[worker\nconcurrency = 1\n", "syntax error on line 1", NULL);
 }
@@ -165,8 +168,10 @@ static void check_key_documented(const char *section, const char *key, const cha
     char want[256], header[96];
     (void)doc;
     snprintf(header, sizeof(header), "[%s]", section);
-    if (*def) snprintf(want, sizeof(want), "\n%s = %s\n", key, def);
-    else snprintf(want, sizeof(want), "\n%s =\n", key);
+    if (*def)
+        snprintf(want, sizeof(want), "\n%s = %s\n", key, def);
+    else
+        snprintf(want, sizeof(want), "\n%s =\n", key);
     ck_assert_msg(strstr(text, header) != NULL, "config.example.ini lacks %s", header);
     ck_assert_msg(strstr(strstr(text, header), want) != NULL,
                   "config.example.ini lacks '%s = %s' under %s", key, def, header);

@@ -25,7 +25,8 @@ START_TEST(test_url_tcp) {
     ck_assert_ptr_null(u.password);
     dtq_redis_url_deinit(&u);
 
-    ck_assert_int_eq(dtq_redis_url_parse("redis://alice:s3cr:et@h.example", &u, err, sizeof(err)), 0);
+    ck_assert_int_eq(dtq_redis_url_parse("redis://alice:s3cr:et@h.example", &u, err, sizeof(err)),
+                     0);
     ck_assert_str_eq(u.user, "alice");
     ck_assert_str_eq(u.password, "s3cr:et");
     ck_assert_str_eq(u.host, "h.example");
@@ -63,9 +64,17 @@ END_TEST
 START_TEST(test_url_errors) {
     dtq_redis_url u;
     char err[128];
-    const char *bad[] = {"http://x", "redis://", "redis://h:0", "redis://h:99999", "redis://h:p",
-                         "redis://h/x", "unix://relative.sock", "unix:///s.sock?db=x",
-                         "redis://[::1", "", NULL};
+    const char *bad[] = {"http://x",
+                         "redis://",
+                         "redis://h:0",
+                         "redis://h:99999",
+                         "redis://h:p",
+                         "redis://h/x",
+                         "unix://relative.sock",
+                         "unix:///s.sock?db=x",
+                         "redis://[::1",
+                         "",
+                         NULL};
     for (const char **b = bad; *b; b++) {
         ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
         ck_assert(strlen(err) > 0);
@@ -135,13 +144,14 @@ START_TEST(test_event_json) {
     ck_assert_str_eq(cJSON_GetObjectItem(ev, "ts")->valuestring, "2025-11-30T01:02:03.456Z");
     ck_assert_int_eq(cJSON_GetObjectItem(ev, "attempt")->valueint, 2);
     ck_assert_int_eq(strlen(cJSON_GetObjectItem(ev, "event_id")->valuestring), 36);
-    ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "metadata"), "delay_ms")->valueint, 5);
+    ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "metadata"), "delay_ms")->valueint,
+                     5);
     cJSON_Delete(ev);
     free(json);
-    ck_assert_ptr_null(dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_STARTED", "t", "q", "x", 1,
-                                        "w", NULL));
-    ck_assert_ptr_null(dtq_events_build(DTQ_EVENTS_OFF, 0, "TASK_SUCCEEDED", "t", "q", "x", 1,
-                                        "w", NULL));
+    ck_assert_ptr_null(
+        dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_STARTED", "t", "q", "x", 1, "w", NULL));
+    ck_assert_ptr_null(
+        dtq_events_build(DTQ_EVENTS_OFF, 0, "TASK_SUCCEEDED", "t", "q", "x", 1, "w", NULL));
     json = dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_SUCCEEDED", "t", "q", "x", 1, "w", NULL);
     ck_assert_ptr_nonnull(json);
     free(json);

@@ -96,10 +96,25 @@ static char harness_password[128];
 static void redis_spawn(th_redis *r) {
     char log[400], port[16], extra[512];
     /* execvp takes char *const[]; the strings are never written. */
-    const char *fixed[] = {REDIS_SERVER_BIN, "--port", port, "--bind", "127.0.0.1", "--unixsocket",
-                           r->sock, "--dir", r->dir, "--save", "", "--appendonly",
-                           r->persist ? "yes" : "no", "--appendfsync", "always", "--daemonize",
-                           "no", "--loglevel", "warning"};
+    const char *fixed[] = {REDIS_SERVER_BIN,
+                           "--port",
+                           port,
+                           "--bind",
+                           "127.0.0.1",
+                           "--unixsocket",
+                           r->sock,
+                           "--dir",
+                           r->dir,
+                           "--save",
+                           "",
+                           "--appendonly",
+                           r->persist ? "yes" : "no",
+                           "--appendfsync",
+                           "always",
+                           "--daemonize",
+                           "no",
+                           "--loglevel",
+                           "warning"};
     char *argv[64];
     int argc = 0;
     redisContext *c;

@@ -15,8 +15,8 @@ typedef struct th_redis {
     char sock[320];
     char url[400];
     pid_t pid;
-    int persist; /* appendonly yes: data survives a restart */
-    int port;    /* > 0: also listen on 127.0.0.1:port */
+    int persist;     /* appendonly yes: data survives a restart */
+    int port;        /* > 0: also listen on 127.0.0.1:port */
     char extra[512]; /* extra redis-server arguments, space separated (no quoting) */
 } th_redis;
 

@@ -58,7 +58,8 @@ static int assert_no_double_execution(void) {
         att = strstr(ev, "\"attempt\":") + 10;
         snprintf(key, sizeof(key), "%.*s/%.*s", (int)(strchr(tid, '"') - tid), tid,
                  (int)strspn(att, "0123456789"), att);
-        for (size_t j = 0; j < n; j++) ck_assert_msg(strcmp(seen[j], key), "executed twice: %s", key);
+        for (size_t j = 0; j < n; j++)
+            ck_assert_msg(strcmp(seen[j], key), "executed twice: %s", key);
         seen[n++] = strdup(key);
         started++;
     }

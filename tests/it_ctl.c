@@ -16,8 +16,9 @@ static th_daemon D;
 static void setup(void) {
     th_redis_start(&R, 0);
     C = th_connect(&R);
-    th_daemon_start(&D, &R, "[worker]\nworker_id = w-ctl\n[handler:echo]\nbuiltin = echo\n"
-                            "[handler:fail]\nbuiltin = fail\n");
+    th_daemon_start(&D, &R,
+                    "[worker]\nworker_id = w-ctl\n[handler:echo]\nbuiltin = echo\n"
+                    "[handler:fail]\nbuiltin = fail\n");
     th_daemon_wait_ready(C, "w-ctl", 10000);
 }
 

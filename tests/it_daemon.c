@@ -20,7 +20,7 @@ static redisContext *C;
 
 #define HANDLERS                                                                                   \
     "[handler:echo]\nbuiltin = echo\n[handler:sleep]\nbuiltin = sleep\n"                           \
-    "[handler:fail]\nbuiltin = fail\n[handler:flaky]\nbuiltin = flaky\n"                          \
+    "[handler:fail]\nbuiltin = fail\n[handler:flaky]\nbuiltin = flaky\n"                           \
     "[handler:noop]\nbuiltin = noop\n"
 #define FAST_RETRY "[retry]\nbase_delay = 0.2\nmax_delay = 0.5\njitter = 0\n"
 #define FAST_SCHED "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"
@@ -37,8 +37,9 @@ static void teardown(void) {
 
 static void start(th_daemon *d, const char *id, const char *extra) {
     char ini[8192];
-    snprintf(ini, sizeof(ini), "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n"
-                               "visibility_timeout_s = 3\ndrain_timeout_s = 5\n%s\n%s",
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n"
+             "visibility_timeout_s = 3\ndrain_timeout_s = 5\n%s\n%s",
              id, extra ? extra : "", HANDLERS);
     th_daemon_start(d, &R, ini);
     th_daemon_wait_ready(C, id, 10000);
@@ -57,7 +58,8 @@ static void enqueue(const char *id, const char *type, const char *payload, const
 static void wait_status(const char *id, const char *status, int ms) {
     if (!th_wait_status(C, id, status, ms)) {
         char *s = th_task_field(C, id, "status");
-        ck_abort_msg("task %s: want status %s within %d ms, have %s", id, status, ms, s ? s : "(nil)");
+        ck_abort_msg("task %s: want status %s within %d ms, have %s", id, status, ms,
+                     s ? s : "(nil)");
     }
 }
 
@@ -183,11 +185,11 @@ START_TEST(test_dead_letters_and_keeps_serving) {
         redisReply *f = r->element[i]->element[1];
         ck_assert_int_eq(f->elements, 32); /* the sixteen fields of SPEC 8 */
         if (!strcmp(f->element[1]->str, "p1")) {
-            ck_assert_str_eq(f->element[3]->str, "default");  /* queue */
-            ck_assert_str_eq(f->element[5]->str, "fail");     /* task_type */
+            ck_assert_str_eq(f->element[3]->str, "default");    /* queue */
+            ck_assert_str_eq(f->element[5]->str, "fail");       /* task_type */
             ck_assert_str_eq(f->element[23]->str, "bad input"); /* last_error */
-            ck_assert_str_eq(f->element[27]->str, "0");       /* retryable */
-            ck_assert_str_eq(f->element[29]->str, "w-dlq");   /* worker_id */
+            ck_assert_str_eq(f->element[27]->str, "0");         /* retryable */
+            ck_assert_str_eq(f->element[29]->str, "w-dlq");     /* worker_id */
         }
     }
     freeReplyObject(r);
@@ -233,9 +235,10 @@ END_TEST
 START_TEST(test_result_truncated_and_timeout) {
     th_daemon d;
     redisReply *r;
-    start(&d, "w-limits", "[limits]\nresult_max_bytes = 8\nevents_stream_maxlen = 1000\n"
-                          "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 200\nmax_attempts = 2\n"
-                          FAST_RETRY FAST_SCHED);
+    start(&d, "w-limits",
+          "[limits]\nresult_max_bytes = 8\nevents_stream_maxlen = 1000\n"
+          "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 200\nmax_attempts = 2\n" FAST_RETRY
+              FAST_SCHED);
     enqueue("big", "echo", "\"0123456789abcdef\"", NULL);
     enqueue("slow1", "slow", "{\"ms\":5000}", NULL);
     wait_status("big", "succeeded", 5000);
@@ -271,9 +274,10 @@ START_TEST(test_flaky_succeeds_on_third_attempt) {
     ck_assert_str_eq(r->str, "{\"succeeded_on\":3}");
     freeReplyObject(r);
     trail = event_trail("fl");
-    ck_assert_msg(strstr(trail, "TASK_QUEUED:1 TASK_STARTED:1 TASK_RETRY_SCHEDULED:1 TASK_RETRIED:2 "
-                                "TASK_STARTED:2 TASK_RETRY_SCHEDULED:2 TASK_RETRIED:3 "
-                                "TASK_STARTED:3 TASK_SUCCEEDED:3") != NULL,
+    ck_assert_msg(strstr(trail,
+                         "TASK_QUEUED:1 TASK_STARTED:1 TASK_RETRY_SCHEDULED:1 TASK_RETRIED:2 "
+                         "TASK_STARTED:2 TASK_RETRY_SCHEDULED:2 TASK_RETRIED:3 "
+                         "TASK_STARTED:3 TASK_SUCCEEDED:3") != NULL,
                   "trail: %s", trail);
     free(trail);
     /* the gaps: each retry waited at least its backoff (0.2 s, then 0.4 s; jitter 0) */
@@ -494,15 +498,16 @@ START_TEST(test_exec_handlers) {
     write_script(sig, "kill -9 $$");
     write_script(slow, "trap '' TERM; sleep 30");
     write_script(junk, "echo 'this is not json'");
-    snprintf(ini, sizeof(ini),
-             "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED
-             "[handler:x-ok]\nexec = %s first-arg\nenv = EXTRA=hello\n"
-             "[handler:x-temp]\nexec = %s\nmax_attempts = 2\n"
-             "[handler:x-perm]\nexec = %s\n"
-             "[handler:x-sig]\nexec = %s\n"
-             "[handler:x-slow]\nexec = %s\ntimeout_ms = 300\nkill_grace_ms = 300\nmax_attempts = 1\n"
-             "[handler:x-junk]\nexec = %s\n",
-             ok, temp, perm, sig, slow, junk);
+    snprintf(
+        ini, sizeof(ini),
+        "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED
+        "[handler:x-ok]\nexec = %s first-arg\nenv = EXTRA=hello\n"
+        "[handler:x-temp]\nexec = %s\nmax_attempts = 2\n"
+        "[handler:x-perm]\nexec = %s\n"
+        "[handler:x-sig]\nexec = %s\n"
+        "[handler:x-slow]\nexec = %s\ntimeout_ms = 300\nkill_grace_ms = 300\nmax_attempts = 1\n"
+        "[handler:x-junk]\nexec = %s\n",
+        ok, temp, perm, sig, slow, junk);
     start(&d, "w-exec", ini);
     enqueue("xo", "x-ok", "{\"cmd\":\"$(touch PWNED); `touch PWNED`\"}", NULL);
     enqueue("xt", "x-temp", "{}", NULL);
@@ -536,7 +541,8 @@ START_TEST(test_exec_handlers) {
     {
         char cmd[600];
         /* "slo[w].sh" matches the script but not this pgrep's own command line */
-        snprintf(cmd, sizeof(cmd), "pgrep -f '%.*s[w].sh' >/dev/null", (int)(strlen(slow) - 4), slow);
+        snprintf(cmd, sizeof(cmd), "pgrep -f '%.*s[w].sh' >/dev/null", (int)(strlen(slow) - 4),
+                 slow);
         ck_assert_int_ne(system(cmd), 0);
     }
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
@@ -551,8 +557,8 @@ START_TEST(test_exec_many_children) {
     th_path(&R, "sig.sh", sig, sizeof(sig));
     write_script(ok, "cat; echo");
     write_script(sig, "echo dying >&2; kill -9 $$");
-    snprintf(ini, sizeof(ini), "concurrency = 24\n[handler:ok]\nexec = %s\n[handler:sig]\nexec = %s\n",
-             ok, sig);
+    snprintf(ini, sizeof(ini),
+             "concurrency = 24\n[handler:ok]\nexec = %s\n[handler:sig]\nexec = %s\n", ok, sig);
     start(&d, "w-exec-many", ini);
     for (int i = 0; i < 40; i++) {
         char id[16];
@@ -573,9 +579,11 @@ END_TEST
 START_TEST(test_plugin_handlers) {
     th_daemon d;
     redisReply *r;
-    start(&d, "w-plugin", FAST_RETRY FAST_SCHED
-          "[handler:up]\nplugin = " DTQ_PLUGIN_EXAMPLE "\nsymbol = dtq_example_upper\nmax_attempts = 2\n"
-          "[handler:later]\nplugin = " DTQ_PLUGIN_EXAMPLE "\nsymbol = dtq_example_later\n");
+    start(&d, "w-plugin",
+          FAST_RETRY FAST_SCHED "[handler:up]\nplugin = " DTQ_PLUGIN_EXAMPLE
+                                "\nsymbol = dtq_example_upper\nmax_attempts = 2\n"
+                                "[handler:later]\nplugin = " DTQ_PLUGIN_EXAMPLE
+                                "\nsymbol = dtq_example_later\n");
     enqueue("pl1", "up", "[1,2,3]", NULL);
     enqueue("pl2", "later", "{}", NULL);
     enqueue("pl3", "up", "\"please retry\"", NULL);
@@ -600,8 +608,10 @@ static int http_get(int port, const char *path, char **body) {
     FILE *f;
     int code = 0;
     th_path(&R, "http.out", out, sizeof(out));
-    snprintf(cmd, sizeof(cmd), "exec 3<>/dev/tcp/127.0.0.1/%d && printf 'GET %s HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 >%s",
-             port, path, out);
+    snprintf(
+        cmd, sizeof(cmd),
+        "exec 3<>/dev/tcp/127.0.0.1/%d && printf 'GET %s HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 >%s",
+        port, path, out);
     {
         char full[1200];
         snprintf(full, sizeof(full), "bash -c \"%s\"", cmd);
@@ -706,8 +716,9 @@ static void wait_key_field(const char *key, const char *field, const char *want,
 START_TEST(test_namespace_and_cluster_hash_tag) {
     th_daemon d;
     redisReply *r;
-    th_daemon_start(&d, &R, "[redis]\nnamespace = jobs\ncluster_hash_tag = true\n"
-                            "[worker]\nworker_id = w-ns\n[handler:echo]\nbuiltin = echo\n");
+    th_daemon_start(&d, &R,
+                    "[redis]\nnamespace = jobs\ncluster_hash_tag = true\n"
+                    "[worker]\nworker_id = w-ns\n[handler:echo]\nbuiltin = echo\n");
     wait_key_field("{jobs}:worker:w-ns", "status", "running", 10000);
     r = th_cmd(C, "FCALL jobs_enqueue 0 default echo 7 task_id ns1");
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "jobs_enqueue: %s", r->str);
@@ -762,15 +773,19 @@ START_TEST(test_acl_user_password_and_db) {
                        "adminpw");
     C = th_connect(&R);
     freeReplyObject(th_cmd(C, "SELECT 3"));
-    snprintf(ini, sizeof(ini), "[redis]\nurl = redis://alice:wonderland@127.0.0.1:%d/3\n"
-                               "[worker]\nworker_id = w-acl\n[handler:echo]\nbuiltin = echo\n", R.port);
+    snprintf(ini, sizeof(ini),
+             "[redis]\nurl = redis://alice:wonderland@127.0.0.1:%d/3\n"
+             "[worker]\nworker_id = w-acl\n[handler:echo]\nbuiltin = echo\n",
+             R.port);
     th_daemon_start(&good, &R, ini);
     th_daemon_wait_ready(C, "w-acl", 10000);
     enqueue("acl1", "echo", "1", NULL);
     wait_status("acl1", "succeeded", 5000);
     /* a wrong password is logged and retried; the daemon does not exit */
-    snprintf(ini, sizeof(ini), "[redis]\nurl = redis://alice:wrong@127.0.0.1:%d/3\n"
-                               "[worker]\nworker_id = w-acl-bad\n", R.port);
+    snprintf(ini, sizeof(ini),
+             "[redis]\nurl = redis://alice:wrong@127.0.0.1:%d/3\n"
+             "[worker]\nworker_id = w-acl-bad\n",
+             R.port);
     th_daemon_start(&bad, &R, ini);
     th_sleep_ms(1500);
     ck_assert_int_eq(waitpid(bad.pid, &status, WNOHANG), 0);

@@ -48,7 +48,8 @@ static redisReply *fetch(const char *worker, int count, const char *q) {
 }
 
 static void create_groups(const char *q) {
-    for (int b = 0; b < 10; b++) freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", q, b));
+    for (int b = 0; b < 10; b++)
+        freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", q, b));
 }
 
 static redisReply *enqueue(const char *type, const char *payload) {
@@ -57,7 +58,8 @@ static redisReply *enqueue(const char *type, const char *payload) {
 
 static void expect_error_prefix(redisReply *r, const char *prefix) {
     ck_assert_msg(r->type == REDIS_REPLY_ERROR, "expected %s, got type %d", prefix, r->type);
-    ck_assert_msg(strncmp(r->str, prefix, strlen(prefix)) == 0, "expected %s, got %s", prefix, r->str);
+    ck_assert_msg(strncmp(r->str, prefix, strlen(prefix)) == 0, "expected %s, got %s", prefix,
+                  r->str);
     freeReplyObject(r);
 }
 
@@ -95,16 +97,25 @@ START_TEST(test_enqueue_created_and_stream_entry) {
 END_TEST
 
 START_TEST(test_enqueue_refusals) {
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 %s echo {}", "bad queue"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default %s {}", "bad/type"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 %s echo {}", "bad queue"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default %s {}", "bad/type"),
+                        "INVALID_ARGUMENT");
     expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {bad"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority 10"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 0"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 1001"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} delay_ms -1"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} colour red"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id %s", "a b"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority 10"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 0"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 1001"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} delay_ms -1"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} colour red"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority"),
+                        "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id %s", "a b"),
+                        "INVALID_ARGUMENT");
     /* exactly max_payload_bytes is accepted, one more is refused */
     freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes 10"));
     redisReply *r = th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", "\"12345678\"");
@@ -192,10 +203,12 @@ START_TEST(test_fetch_raw_entries) {
     redisReply *r, *x;
     char id[128];
     create_groups("default");
-    x = th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload %s max_attempts 7", "{\"r\":1}");
+    x = th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload %s max_attempts 7",
+               "{\"r\":1}");
     snprintf(id, sizeof(id), "default:p3:%s", x->str);
     freeReplyObject(x);
-    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
+    freeReplyObject(
+        th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 2);
     ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, id);
@@ -207,7 +220,8 @@ START_TEST(test_fetch_raw_entries) {
     th_assert_field(C, id, "priority", "3");
     th_assert_field(C, id, "queue", "default");
     /* a second raw entry with an id that exists is a duplicate, absorbed */
-    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
+    freeReplyObject(
+        th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload 1 task_id own-id"));
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 0);
     ck_assert_int_eq(r->element[2]->integer, 1);
@@ -221,10 +235,11 @@ static void assert_dead_lettered_with(const char *err_frag) {
     redisReply *d = th_cmd(C, "XREVRANGE dtq:stream:dead-letter + - COUNT 1");
     ck_assert_int_eq(d->elements, 1);
     redisReply *f = d->element[0]->element[1];
-    const char *want[] = {"task_id", "queue", "task_type", "payload", "attempt", "max_attempts",
-                          "priority", "timeout_ms", "idempotency_key", "failed_at_ms",
-                          "attempts_made", "last_error", "last_error_class", "retryable",
-                          "worker_id", "original_queue", NULL};
+    const char *want[] = {
+        "task_id",        "queue",      "task_type",        "payload",         "attempt",
+        "max_attempts",   "priority",   "timeout_ms",       "idempotency_key", "failed_at_ms",
+        "attempts_made",  "last_error", "last_error_class", "retryable",       "worker_id",
+        "original_queue", NULL};
     for (const char **w = want; *w; w++) {
         int found = 0;
         for (size_t i = 0; i + 1 < f->elements; i += 2)
@@ -233,8 +248,8 @@ static void assert_dead_lettered_with(const char *err_frag) {
     }
     for (size_t i = 0; i + 1 < f->elements; i += 2) {
         if (!strcmp(f->element[i]->str, "last_error"))
-            ck_assert_msg(strstr(f->element[i + 1]->str, err_frag) != NULL, "last_error '%s' lacks '%s'",
-                          f->element[i + 1]->str, err_frag);
+            ck_assert_msg(strstr(f->element[i + 1]->str, err_frag) != NULL,
+                          "last_error '%s' lacks '%s'", f->element[i + 1]->str, err_frag);
         if (!strcmp(f->element[i]->str, "retryable")) ck_assert_str_eq(f->element[i + 1]->str, "0");
     }
     freeReplyObject(d);
@@ -342,7 +357,8 @@ START_TEST(test_claim_exactly_one_winner) {
     redisFree(c2);
     /* a claimant holding an old attempt number loses too */
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race2"));
-    expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:race2 2 w1 s 1-0"), "WRONG_STATE queued");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:race2 2 w1 s 1-0"),
+                        "WRONG_STATE queued");
     expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:none 1 w1 s 1-0"), "NOT_FOUND");
 }
 END_TEST
@@ -351,9 +367,21 @@ END_TEST
 
 static redisReply *finish_one(const char *worker, redisReply *claimed, const char *outcome,
                               const char *result, const char *flag) {
-    const char *argv[] = {"FCALL", "dtq_finish", "0", worker, "1",
-                          claimed->element[2]->str, NULL, outcome, claimed->element[0]->str,
-                          claimed->element[1]->str, result, flag, "boom", "retryable", "1500",
+    const char *argv[] = {"FCALL",
+                          "dtq_finish",
+                          "0",
+                          worker,
+                          "1",
+                          claimed->element[2]->str,
+                          NULL,
+                          outcome,
+                          claimed->element[0]->str,
+                          claimed->element[1]->str,
+                          result,
+                          flag,
+                          "boom",
+                          "retryable",
+                          "1500",
                           "{\"type\":\"TASK_SUCCEEDED\"}"};
     char attempt[16];
     snprintf(attempt, sizeof(attempt), "%lld", claimed->element[6]->integer);
@@ -460,19 +488,24 @@ END_TEST
 START_TEST(test_sched_promote_cases) {
     redisReply *r;
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id p1 delay_ms 1"));
-    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id q1"));     /* already queued */
-    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id x1 delay_ms 1 ttl_seconds 1"));
+    freeReplyObject(
+        th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id q1")); /* already queued */
+    freeReplyObject(
+        th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id x1 delay_ms 1 ttl_seconds 1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1 delay_ms 1"));
-    freeReplyObject(th_cmd(C, "HSET dtq:task:r1 id r1 queue default task_type echo status retrying attempt 2 priority 7 created_at 1"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:r1 id r1 queue default task_type echo status retrying "
+                              "attempt 2 priority 7 created_at 1"));
     freeReplyObject(th_cmd(C, "SADD dtq:cancelled c1"));
     freeReplyObject(th_cmd(C, "HSET dtq:task:x1 created_at 1"));
-    for (const char *const *id = (const char *const[]){"p1", "q1", "x1", "c1", "r1", "gone", NULL}; *id; id++)
+    for (const char *const *id = (const char *const[]){"p1", "q1", "x1", "c1", "r1", "gone", NULL};
+         *id; id++)
         freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed 1 %s", *id));
     long long before = th_int(th_cmd(C, "XLEN dtq:stream:default:p5"));
     r = th_cmd(C, "FCALL dtq_sched_promote 1 dtq:retry:claimed w1 p1 q1 x1 c1 r1 gone");
     ck_assert_int_eq(r->integer, 2); /* p1 and r1 */
     freeReplyObject(r);
-    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), before + 1); /* p1 only; q1 not again */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")),
+                     before + 1); /* p1 only; q1 not again */
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p7")), 1);
     th_assert_field(C, "p1", "status", "queued");
     th_assert_field(C, "p1", "attempt", "1");

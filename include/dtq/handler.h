@@ -28,26 +28,26 @@ enum dtq_handler_status {
 typedef struct dtq_handler_call dtq_handler_call;
 
 struct dtq_handler_call {
-    int abi_version;       /* DTQ_HANDLER_ABI_VERSION */
-    const char *task_id;   /* borrowed, valid until complete or cancel */
+    int abi_version;     /* DTQ_HANDLER_ABI_VERSION */
+    const char *task_id; /* borrowed, valid until complete or cancel */
     const char *queue;
     const char *task_type;
-    const char *payload;   /* the payload JSON text, NUL-terminated */
-    size_t payload_len;    /* bytes */
-    long long attempt;     /* 1-based */
+    const char *payload; /* the payload JSON text, NUL-terminated */
+    size_t payload_len;  /* bytes */
+    long long attempt;   /* 1-based */
     long long max_attempts;
-    long long timeout_ms;  /* the daemon enforces it; informational for the handler */
+    long long timeout_ms;    /* the daemon enforces it; informational for the handler */
     struct event_base *base; /* the daemon's libevent loop */
-    void *handler_data;    /* the handler's own, untouched by the daemon */
-    const char *config;    /* the handler section's target string (builtin name or path) */
+    void *handler_data;      /* the handler's own, untouched by the daemon */
+    const char *config;      /* the handler section's target string (builtin name or path) */
 
     /* Set by an asynchronous handler; see above. */
     void (*cancel)(dtq_handler_call *call);
 
     /* Reports the outcome, once. `result` is JSON text (NULL or empty = null), copied;
      * `error` is a message for RETRY/FAIL (NULL allowed), copied. */
-    void (*complete)(dtq_handler_call *call, int status, const char *result,
-                     size_t result_len, const char *error);
+    void (*complete)(dtq_handler_call *call, int status, const char *result, size_t result_len,
+                     const char *error);
 
     void *daemon_private; /* the daemon's; do not touch */
 };
