@@ -31,6 +31,8 @@ struct dtq_rconn {
     int failures;
     struct event *retry_ev;
     struct event *timeout_ev;
+    struct event *liveness_ev; /* PING every connect_timeout_ms while up */
+    int64_t ping_sent_ms;      /* monotonic; 0 = no PING outstanding */
 };
 
 static void rconn_connect(dtq_rconn *rc);
@@ -179,6 +181,7 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *priv) {
         evtimer_del(rc->timeout_ev);
         rc->up = 1;
         rc->backoff_ms = 0;
+        rc->ping_sent_ms = 0;
         if (rc->failures) dtq_info("redis %s: connected", rc->name);
         rc->failures = 0;
         if (rc->fn) rc->fn(rc, 1, rc->arg);
@@ -225,6 +228,37 @@ static void disconnect_cb(const redisAsyncContext *cac, int status) {
     rc->ac = NULL;
     evtimer_del(rc->timeout_ev);
     set_down(rc, status == REDIS_OK ? "disconnected" : (cac->errstr[0] ? cac->errstr : "lost"));
+}
+
+static void ping_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_rconn *rc = ac->data;
+    DTQ_UNUSED(r);
+    DTQ_UNUSED(priv);
+    if (rc) rc->ping_sent_ms = 0;
+}
+
+/* hiredis 0.14 cannot time out a command, so a Redis that stops answering (hung, or a
+ * half-open TCP connection) is noticed here: no PING reply within three periods drops the
+ * link, which fails every pending command (their callbacks see NULL) and reconnects. */
+static void liveness_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_rconn *rc = arg;
+    int64_t now = dtq_monotonic_ms();
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (!rc->up || !rc->ac) return;
+    if (rc->ping_sent_ms && now - rc->ping_sent_ms > 3 * rc->connect_timeout_ms) {
+        redisAsyncContext *ac = rc->ac;
+        dtq_warn("redis %s: no reply for %lld ms; dropping the connection", rc->name,
+                 (long long)(now - rc->ping_sent_ms));
+        rc->ping_sent_ms = 0;
+        redisAsyncFree(ac); /* disconnect_cb runs and schedules the reconnect */
+        return;
+    }
+    if (!rc->ping_sent_ms) {
+        const char *argv[1] = {"PING"};
+        if (redisAsyncCommandArgv(rc->ac, ping_cb, NULL, 1, argv, NULL) == REDIS_OK)
+            rc->ping_sent_ms = now;
+    }
 }
 
 static void retry_cb(evutil_socket_t fd, short what, void *arg) {
@@ -286,6 +320,11 @@ dtq_rconn *dtq_rconn_new(struct event_base *base, const dtq_redis_url *url,
     rc->arg = arg;
     rc->retry_ev = evtimer_new(base, retry_cb, rc);
     rc->timeout_ev = evtimer_new(base, timeout_cb, rc);
+    rc->liveness_ev = event_new(base, -1, EV_PERSIST, liveness_cb, rc);
+    {
+        struct timeval tv = {connect_timeout_ms / 1000, (connect_timeout_ms % 1000) * 1000};
+        evtimer_add(rc->liveness_ev, &tv);
+    }
     return rc;
 }
 
@@ -320,6 +359,7 @@ void dtq_rconn_free(dtq_rconn *rc) {
     }
     event_free(rc->retry_ev);
     event_free(rc->timeout_ev);
+    event_free(rc->liveness_ev);
     dtq_redis_url_deinit(&rc->url);
     free(rc->name);
     free(rc);

@@ -701,6 +701,31 @@ END_TEST
 
 /* ----------------------------------------------------------------- connection, naming, logs */
 
+/* A Redis that stops answering (SIGSTOP: the socket stays open) is detected by the
+ * liveness PING, the link is dropped and re-made, and the work completes afterwards. */
+START_TEST(test_hung_redis_detected) {
+    th_daemon d;
+    FILE *f;
+    char buf[16384] = "";
+    size_t n;
+    start(&d, "w-hung", "[redis]\nconnect_timeout_ms = 300\n");
+    enqueue("hg", "sleep", "{\"ms\":500}", NULL);
+    wait_status("hg", "running", 5000);
+    kill(R.pid, SIGSTOP);
+    th_sleep_ms(2500);
+    kill(R.pid, SIGCONT);
+    wait_status("hg", "succeeded", 10000);
+    enqueue("hg2", "echo", "1", NULL);
+    wait_status("hg2", "succeeded", 10000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    f = fopen(d.log, "r");
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(buf, "dropping the connection") != NULL, "log: %s", buf);
+}
+END_TEST
+
 static void wait_key_field(const char *key, const char *field, const char *want, int ms) {
     int64_t end = th_now_ms() + ms;
     while (th_now_ms() < end) {
@@ -831,6 +856,7 @@ int main(void) {
     tcase_add_test(tc, test_systemd_notify);
     tcase_add_test(tc, test_namespace_and_cluster_hash_tag);
     tcase_add_test(tc, test_json_logs);
+    tcase_add_test(tc, test_hung_redis_detected);
     suite_add_tcase(s, tc);
     tc = tcase_create("auth");
     tcase_set_timeout(tc, 60);
