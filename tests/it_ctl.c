@@ -152,6 +152,32 @@ START_TEST(test_dlq_queues_workers) {
 }
 END_TEST
 
+START_TEST(test_events_follow) {
+    char path[400], cmd[1200], *out;
+    FILE *f;
+    long n;
+    th_path(&R, "events.out", path, sizeof(path));
+    /* follow the channel in the background for a moment while a task runs */
+    snprintf(cmd, sizeof(cmd), "DTQ_REDIS_URL='%s' timeout 2 %s events >%s 2>&1 &", R.url,
+             DTQCTL_BIN, path);
+    ck_assert_int_eq(system(cmd), 0);
+    th_sleep_ms(300);
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id ev-task --wait"), 0);
+    free(out);
+    th_sleep_ms(2000);
+    f = fopen(path, "r");
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    out = calloc(1, (size_t)n + 1);
+    ck_assert_int_eq(fread(out, 1, (size_t)n, f), n);
+    fclose(f);
+    ck_assert_msg(strstr(out, "\"type\":\"TASK_SUCCEEDED\"") != NULL, "events: %s", out);
+    ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"ev-task\""));
+    free(out);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
@@ -160,6 +186,7 @@ int main(void) {
     tcase_add_test(tc, test_enqueue_wait_and_show);
     tcase_add_test(tc, test_refusals_and_usage);
     tcase_add_test(tc, test_dlq_queues_workers);
+    tcase_add_test(tc, test_events_follow);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

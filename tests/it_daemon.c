@@ -204,6 +204,39 @@ START_TEST(test_dead_letters_and_keeps_serving) {
 }
 END_TEST
 
+START_TEST(test_dlq_disabled_ends_failed) {
+    th_daemon d;
+    redisReply *r;
+    char bad[128];
+    FILE *f;
+    char buf[16384] = "";
+    size_t n;
+    start(&d, "w-nodlq", "[limits]\ndlq_enabled = false\n");
+    enqueue("nf", "fail", "{\"message\":\"no\"}", "idempotency_key nk");
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo");
+    snprintf(bad, sizeof(bad), "default:p5:%s", r->str);
+    freeReplyObject(r);
+    wait_status("nf", "failed", 5000);
+    wait_status(bad, "failed", 5000);
+    th_assert_field(C, bad, "last_error", "invalid entry: missing field payload");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    r = th_cmd(C, "GET dtq:idempotency:default:nk");
+    ck_assert_ptr_nonnull(strstr(r->str, "\"failed\""));
+    freeReplyObject(r);
+    /* an admin can still requeue a failed task */
+    r = th_cmd(C, "FCALL dtq_requeue 0 nf");
+    ck_assert_str_eq(r->str, "queued");
+    freeReplyObject(r);
+    wait_status("nf", "failed", 5000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    f = fopen(d.log, "r");
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "dlq_enabled = false"));
+}
+END_TEST
+
 START_TEST(test_events_on_channel) {
     th_daemon d;
     redisContext *sub = th_connect(&R);
@@ -838,6 +871,7 @@ int main(void) {
     tcase_add_test(tc, test_fcall_and_raw_xadd_succeed);
     tcase_add_test(tc, test_priority_order);
     tcase_add_test(tc, test_dead_letters_and_keeps_serving);
+    tcase_add_test(tc, test_dlq_disabled_ends_failed);
     tcase_add_test(tc, test_events_on_channel);
     tcase_add_test(tc, test_result_truncated_and_timeout);
     tcase_add_test(tc, test_flaky_succeeds_on_third_attempt);
