@@ -273,11 +273,14 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg) {
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     if (!ac || rc->up) return;
-    /* A context that never connected gets no disconnect callback from hiredis, so it is
-     * freed and reported here; one that connected is disconnected normally. */
+    /* Freed, not disconnected: a graceful disconnect would wait for the handshake replies
+     * of a server that accepted the connection but never answers. */
     if (ac->c.flags & REDIS_CONNECTED) {
-        redisAsyncDisconnect(ac);
+        dtq_warn("redis %s: no answer to the handshake within %lld ms", rc->name,
+                 (long long)rc->connect_timeout_ms);
+        redisAsyncFree(ac); /* disconnect_cb runs and schedules the reconnect */
     } else {
+        /* hiredis gives a context that never connected no disconnect callback */
         ac->data = NULL;
         rc->ac = NULL;
         redisAsyncFree(ac);
@@ -341,10 +344,6 @@ int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, 
     if (!dtq_rconn_is_up(rc)) return DTQ_ERR;
     if (redisAsyncCommandArgv(rc->ac, cb, priv, argc, argv, lens) != REDIS_OK) return DTQ_ERR;
     return DTQ_OK;
-}
-
-void dtq_rconn_drop(dtq_rconn *rc) {
-    if (rc->ac) redisAsyncDisconnect(rc->ac);
 }
 
 void dtq_rconn_free(dtq_rconn *rc) {

@@ -43,7 +43,5 @@ int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, 
                       const size_t *lens);
 /* Drops the link and stops reconnecting; pending callbacks run with NULL. NULL-safe. */
 void dtq_rconn_free(dtq_rconn *rc);
-/* Drops the link now (tests, and a failed handshake); reconnects after backoff. */
-void dtq_rconn_drop(dtq_rconn *rc);
 
 #endif

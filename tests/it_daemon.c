@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -822,6 +824,41 @@ START_TEST(test_json_logs) {
 }
 END_TEST
 
+/* A server that accepts connections but never answers: the daemon times the handshake
+ * out, keeps retrying, stays alive, and serves as soon as a real Redis is there. */
+START_TEST(test_silent_server_handshake_timeout) {
+    th_daemon d;
+    struct sockaddr_in sa;
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1, status, port = 0;
+    socklen_t len = sizeof(sa);
+    char ini[256], buf[16384] = "";
+    FILE *f;
+    size_t n;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ck_assert_int_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(ls, 16), 0); /* the kernel completes handshakes; nobody reads */
+    ck_assert_int_eq(getsockname(ls, (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    th_redis_start(&R, 0); /* only for the harness's temp dir */
+    snprintf(ini, sizeof(ini), "[redis]\nurl = redis://127.0.0.1:%d\nconnect_timeout_ms = 200\n",
+             port);
+    th_daemon_start(&d, &R, ini);
+    th_sleep_ms(1500);
+    ck_assert_int_eq(waitpid(d.pid, &status, WNOHANG), 0); /* still running */
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    f = fopen(d.log, "r");
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(buf, "no answer to the handshake within 200 ms") != NULL, "log: %s", buf);
+    close(ls);
+    th_redis_stop(&R);
+}
+END_TEST
+
 /* Runs without the unix-socket fixture: Redis on TCP with an ACL user and a password. */
 START_TEST(test_acl_user_password_and_db) {
     th_daemon good, bad;
@@ -895,6 +932,7 @@ int main(void) {
     tc = tcase_create("auth");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_acl_user_password_and_db);
+    tcase_add_test(tc, test_silent_server_handshake_timeout);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
