@@ -85,19 +85,24 @@ static void fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     c->fetch_inflight = 0;
-    if (!reply) return; /* connection lost; the reconnect kicks us */
-    if (reply->type == REDIS_REPLY_ERROR || reply->type != REDIS_REPLY_ARRAY ||
-        reply->elements != 3) {
-        dtq_error("fetch failed: %s",
-                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-        c->idle = 1;
-        arm_poll(c, BLOCK_MS);
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) {
+        if (reply) { /* without a reply the connection is gone and the reconnect kicks us */
+            dtq_error("fetch failed: %s",
+                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+            c->idle = 1;
+            arm_poll(c, BLOCK_MS);
+        }
+        if (c->stopped) dtq_worker_check_drained(c->w);
         return;
     }
     c->processing = 1;
     start_claimed(c, reply->element[0]);
     c->processing = 0;
-    if (reply->element[2]->integer == 0 && !c->stopped) {
+    if (c->stopped) { /* draining: what was claimed runs, nothing more is read */
+        dtq_worker_check_drained(c->w);
+        return;
+    }
+    if (reply->element[2]->integer == 0) {
         c->idle = 1;
         start_block(c, reply->element[1]);
         return;
@@ -150,13 +155,18 @@ static void reap_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     c->reap_inflight = 0;
-    if (!reply) return;
+    if (!reply) {
+        if (c->stopped) dtq_worker_check_drained(c->w);
+        return;
+    }
     if (reply->type != REDIS_REPLY_ARRAY) {
         dtq_error("reaper failed: %s", reply->type == REDIS_REPLY_ERROR ? reply->str : "bad reply");
+        if (c->stopped) dtq_worker_check_drained(c->w);
         return;
     }
     if (reply->elements) dtq_info("reaper: adopted %zu task(s) of lost workers", reply->elements);
     start_claimed(c, reply);
+    if (c->stopped) dtq_worker_check_drained(c->w);
 }
 
 static void reap_tick_cb(evutil_socket_t fd, short what, void *arg) {
@@ -218,6 +228,10 @@ void dtq_consumer_stop(dtq_consumer *c) {
 
 void dtq_consumer_kick(dtq_consumer *c) {
     if (c) maybe_fetch(c);
+}
+
+int dtq_consumer_busy(const dtq_consumer *c) {
+    return c->fetch_inflight || c->reap_inflight;
 }
 
 void dtq_consumer_reset(dtq_consumer *c) {

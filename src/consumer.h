@@ -14,6 +14,8 @@ void dtq_consumer_start(dtq_consumer *c);
 void dtq_consumer_stop(dtq_consumer *c);
 /* Slots were freed or the connection came back: fetch if there may be work. */
 void dtq_consumer_kick(dtq_consumer *c);
+/* True while a fetch or reap reply is outstanding: it may still hand over tasks. */
+int dtq_consumer_busy(const dtq_consumer *c);
 /* The served streams changed (reload) or were recreated. */
 void dtq_consumer_reset(dtq_consumer *c);
 

@@ -273,7 +273,10 @@ static void finish_stop(dtq_worker *w) {
 }
 
 void dtq_worker_check_drained(dtq_worker *w) {
-    if (w->state == DTQ_WORKER_DRAINING && dtq_executor_idle(w->exec)) finish_stop(w);
+    /* A fetch still in flight may hand over claimed tasks; they must run before exit. */
+    if (w->state == DTQ_WORKER_DRAINING && dtq_executor_idle(w->exec) &&
+        !dtq_consumer_busy(w->cons))
+        finish_stop(w);
 }
 
 static void drain_expired(dtq_worker *w) {

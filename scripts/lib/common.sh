@@ -29,6 +29,9 @@ build() {
     local dir=$1
     shift
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-    cmake --build "$dir" -j"$(nproc)" 2>&1 | grep -E 'error|warning|Error' || true
-    [ -x "$dir/dtq-worker" ] || { echo "build failed in $dir" >&2; exit 1; }
+    if ! cmake --build "$dir" -j"$(nproc)" >"$dir/build.log" 2>&1; then
+        cat "$dir/build.log" >&2
+        echo "build failed in $dir (log: $dir/build.log)" >&2
+        exit 1
+    fi
 }
