@@ -462,11 +462,19 @@ END_TEST
 
 START_TEST(test_sigkill_recovered_by_reaper) {
     th_daemon a, b;
+    char raw[128];
     start(&a, "w-victim", NULL);
     enqueue("k1", "sleep", "{\"ms\":1500}", NULL);
     enqueue("k2", "sleep", "{\"ms\":1500}", "max_attempts 1");
+    {
+        redisReply *x =
+            th_cmd(C, "XADD dtq:stream:default:p5 * task_type sleep payload %s", "{\"ms\":1500}");
+        snprintf(raw, sizeof(raw), "default:p5:%s", x->str);
+        freeReplyObject(x);
+    }
     wait_status("k1", "running", 5000);
     wait_status("k2", "running", 5000);
+    wait_status(raw, "running", 5000);
     th_daemon_stop(&a, SIGKILL, 5000);
     start(&b, "w-rescuer", NULL);
     /* visibility_timeout_s = 3: the reaper adopts after the entries have been idle that long */
@@ -476,6 +484,14 @@ START_TEST(test_sigkill_recovered_by_reaper) {
     /* the lost attempt was the last one: dead-lettered without running */
     wait_status("k2", "dead_lettered", 15000);
     th_assert_field(C, "k2", "last_error", "worker_lost");
+    /* the raw entry, redelivered, maps to the same task (its id comes from the entry) */
+    wait_status(raw, "succeeded", 15000);
+    th_assert_field(C, raw, "attempt", "2");
+    {
+        redisReply *k = th_cmd(C, "KEYS dtq:task:*");
+        ck_assert_int_eq(k->elements, 3); /* k1, k2 and the raw task: nothing minted twice */
+        freeReplyObject(k);
+    }
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     th_daemon_stop(&b, SIGTERM, 10000);
 }
