@@ -1,8 +1,9 @@
 # Shared by scripts/test and scripts/demo: install what is missing, build.
 # shellcheck shell=bash
 
+# What building and running need; scripts/test adds its tools (valgrind, clang-format).
 DTQ_PACKAGES="build-essential cmake pkg-config libhiredis-dev libevent-dev libcjson-dev uuid-dev
-libinih-dev check redis-server redis-tools valgrind"
+libinih-dev check redis-server redis-tools"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -20,8 +21,11 @@ ensure_deps() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    # The package starts a system redis-server; the scripts use private ones only.
-    systemctl disable --now redis-server >/dev/null 2>&1 || true
+    # Installing the package starts a system redis-server; the scripts use private ones
+    # only, so stop the one we caused (never one that was there before).
+    case " ${missing[*]} " in
+        *" redis-server "*) systemctl disable --now redis-server >/dev/null 2>&1 || true;;
+    esac
 }
 
 # build DIR [cmake args...]
