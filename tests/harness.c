@@ -354,3 +354,17 @@ int th_run_suite(Suite *s) {
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+char *th_read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    char *buf;
+    long n;
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    buf = calloc(1, (size_t)n + 1);
+    if (fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = '\0';
+    fclose(f);
+    return buf;
+}

@@ -54,6 +54,8 @@ int th_run_worker(char **stderr_out, ...);
 int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms);
 /* HGET dtq:task:<id> <field> as a caller-owned string (NULL when absent). */
 char *th_task_field(redisContext *c, const char *task_id, const char *field);
+/* The whole file as a caller-owned string; fails the test when it cannot be read. */
+char *th_read_file(const char *path);
 /* The integer of a reply (fails the test otherwise); frees the reply. */
 long long th_int(redisReply *r);
 /* Fails unless HGET dtq:task:<id> <field> equals want. */

@@ -32,20 +32,12 @@ static void teardown(void) {
  * output (stdout, then stderr) in *out. */
 static int ctl(char **out, const char *args) {
     char cmd[2048], path[400];
-    FILE *f;
-    long n;
     int status;
     th_path(&R, "ctl.out", path, sizeof(path));
     snprintf(cmd, sizeof(cmd), "DTQ_REDIS_URL='%s' %s %s >%s 2>&1 </dev/null", R.url, DTQCTL_BIN,
              args, path);
     status = system(cmd);
-    f = fopen(path, "r");
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    *out = calloc(1, (size_t)n + 1);
-    if (fread(*out, 1, (size_t)n, f) != (size_t)n) (*out)[0] = '\0';
-    fclose(f);
+    *out = th_read_file(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -154,8 +146,6 @@ END_TEST
 
 START_TEST(test_events_follow) {
     char path[400], cmd[1200], *out;
-    FILE *f;
-    long n;
     th_path(&R, "events.out", path, sizeof(path));
     /* follow the channel in the background for a moment while a task runs */
     snprintf(cmd, sizeof(cmd), "DTQ_REDIS_URL='%s' timeout 2 %s events >%s 2>&1 &", R.url,
@@ -165,13 +155,7 @@ START_TEST(test_events_follow) {
     ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id ev-task --wait"), 0);
     free(out);
     th_sleep_ms(2000);
-    f = fopen(path, "r");
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    out = calloc(1, (size_t)n + 1);
-    ck_assert_int_eq(fread(out, 1, (size_t)n, f), n);
-    fclose(f);
+    out = th_read_file(path);
     ck_assert_msg(strstr(out, "\"type\":\"TASK_SUCCEEDED\"") != NULL, "events: %s", out);
     ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"ev-task\""));
     free(out);

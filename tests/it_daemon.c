@@ -210,9 +210,7 @@ START_TEST(test_dlq_disabled_ends_failed) {
     th_daemon d;
     redisReply *r;
     char bad[128];
-    FILE *f;
-    char buf[16384] = "";
-    size_t n;
+    char *buf;
     start(&d, "w-nodlq", "[limits]\ndlq_enabled = false\n");
     enqueue("nf", "fail", "{\"message\":\"no\"}", "idempotency_key nk");
     r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo");
@@ -231,11 +229,9 @@ START_TEST(test_dlq_disabled_ends_failed) {
     freeReplyObject(r);
     wait_status("nf", "failed", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
-    f = fopen(d.log, "r");
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
+    buf = th_read_file(d.log);
     ck_assert_ptr_nonnull(strstr(buf, "dlq_enabled = false"));
+    free(buf);
 }
 END_TEST
 
@@ -656,7 +652,6 @@ END_TEST
 /* One HTTP GET to 127.0.0.1:port; returns the status code and the body in *body. */
 static int http_get(int port, const char *path, char **body) {
     char cmd[1024], out[400];
-    FILE *f;
     int code = 0;
     th_path(&R, "http.out", out, sizeof(out));
     snprintf(
@@ -668,10 +663,7 @@ static int http_get(int port, const char *path, char **body) {
         snprintf(full, sizeof(full), "bash -c \"%s\"", cmd);
         ck_assert_int_eq(system(full), 0);
     }
-    f = fopen(out, "r");
-    *body = calloc(1, 65536);
-    if (fread(*body, 1, 65535, f) == 0) (*body)[0] = '\0';
-    fclose(f);
+    *body = th_read_file(out);
     sscanf(*body, "HTTP/1.%*d %d", &code);
     return code;
 }
@@ -756,9 +748,7 @@ END_TEST
  * liveness PING, the link is dropped and re-made, and the work completes afterwards. */
 START_TEST(test_hung_redis_detected) {
     th_daemon d;
-    FILE *f;
-    char buf[16384] = "";
-    size_t n;
+    char *buf;
     start(&d, "w-hung", "[redis]\nconnect_timeout_ms = 300\n");
     enqueue("hg", "sleep", "{\"ms\":500}", NULL);
     wait_status("hg", "running", 5000);
@@ -769,11 +759,9 @@ START_TEST(test_hung_redis_detected) {
     enqueue("hg2", "echo", "1", NULL);
     wait_status("hg2", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
-    f = fopen(d.log, "r");
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
+    buf = th_read_file(d.log);
     ck_assert_msg(strstr(buf, "dropping the connection") != NULL, "log: %s", buf);
+    free(buf);
 }
 END_TEST
 
@@ -847,9 +835,7 @@ START_TEST(test_silent_server_handshake_timeout) {
     struct sockaddr_in sa;
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1, status, port = 0;
     socklen_t len = sizeof(sa);
-    char ini[256], buf[16384] = "";
-    FILE *f;
-    size_t n;
+    char ini[256], *buf;
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -865,11 +851,9 @@ START_TEST(test_silent_server_handshake_timeout) {
     th_sleep_ms(1500);
     ck_assert_int_eq(waitpid(d.pid, &status, WNOHANG), 0); /* still running */
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
-    f = fopen(d.log, "r");
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
+    buf = th_read_file(d.log);
     ck_assert_msg(strstr(buf, "no answer to the handshake within 200 ms") != NULL, "log: %s", buf);
+    free(buf);
     close(ls);
     th_redis_stop(&R);
 }
@@ -901,13 +885,10 @@ START_TEST(test_acl_user_password_and_db) {
     th_sleep_ms(1500);
     ck_assert_int_eq(waitpid(bad.pid, &status, WNOHANG), 0);
     {
-        FILE *f = fopen(bad.log, "r");
-        char buf[8192] = "";
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        buf[n] = '\0';
-        fclose(f);
+        char *buf = th_read_file(bad.log);
         ck_assert_msg(strstr(buf, "handshake refused") != NULL, "log: %s", buf);
         ck_assert_ptr_null(strstr(buf, "wrong")); /* the password is not logged */
+        free(buf);
     }
     ck_assert_int_eq(th_daemon_stop(&bad, SIGTERM, 10000), 0);
     ck_assert_int_eq(th_daemon_stop(&good, SIGTERM, 10000), 0);
