@@ -201,6 +201,13 @@ static int read_stdout(job *j) {
     return 1;
 }
 
+/* Closes stderr; a message's trailing newline is not part of last_error. */
+static void close_stderr(job *j) {
+    while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
+        j->err[--j->err_len] = '\0';
+    close_ev(&j->err_ev, &j->err_fd);
+}
+
 /* Like read_stdout, for stderr, keeping only its last error_max_bytes: the end of the
  * output says what finally went wrong. */
 static int read_stderr(job *j) {
@@ -209,9 +216,7 @@ static int read_stderr(job *j) {
     ssize_t n = read(j->err_fd, buf, sizeof(buf));
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
     if (n <= 0) {
-        while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
-            j->err[--j->err_len] = '\0';
-        close_ev(&j->err_ev, &j->err_fd);
+        close_stderr(j);
         return 0;
     }
     j->err = dtq_xrealloc(j->err, j->err_len + (size_t)n + 1);
@@ -364,9 +369,7 @@ static void drain_pipes(job *j) {
         if (read_stdout(j) < 0) close_ev(&j->out_ev, &j->out_fd);
     while (j->err_fd >= 0)
         if (read_stderr(j) < 0) {
-            while (j->err_len && (j->err[j->err_len - 1] == '\n' || j->err[j->err_len - 1] == '\r'))
-                j->err[--j->err_len] = '\0';
-            close_ev(&j->err_ev, &j->err_fd);
+            close_stderr(j);
         }
 }
 
