@@ -127,9 +127,7 @@ static void maybe_fetch(dtq_consumer *c) {
     dtq_argv_adds(&a, c->fetch_fn);
     dtq_argv_addll(&a, (long long)cfg->nqueues * 11);
     for (int q = 0; q < cfg->nqueues; q++) {
-        char *paused = dtq_worker_key(w, "queue:%s:paused", cfg->queues[q]);
-        dtq_argv_adds(&a, paused);
-        free(paused);
+        dtq_argv_adds(&a, w->paused_keys[q]);
         for (int band = 0; band < 10; band++) dtq_argv_adds(&a, w->streams[q * 10 + band]);
     }
     dtq_argv_adds(&a, cfg->worker_id);

@@ -90,14 +90,24 @@ static void worker_event(dtq_worker *w, const char *type) {
                                            w->cfg->worker_id, NULL));
 }
 
+/* Releases what derive() built; nstreams / 10 is the number of queues it was built for. */
+static void free_derived(dtq_worker *w) {
+    for (int i = 0; i < w->nstreams; i++) free(w->streams[i]);
+    for (int q = 0; w->paused_keys && q < w->nstreams / 10; q++) free(w->paused_keys[q]);
+    free(w->streams);
+    free(w->paused_keys);
+    free(w->prefix);
+    free(w->policy_json);
+    w->streams = w->paused_keys = NULL;
+    w->prefix = w->policy_json = NULL;
+    w->nstreams = 0;
+}
+
 /* Derived state of a config: prefix, served streams and the claim-time policy table. */
 static void derive(dtq_worker *w) {
     const dtq_config *cfg = w->cfg;
     cJSON *root = cJSON_CreateObject(), *d = cJSON_CreateArray(), *t = cJSON_CreateObject();
-    for (int i = 0; i < w->nstreams; i++) free(w->streams[i]);
-    free(w->streams);
-    free(w->prefix);
-    free(w->policy_json);
+    free_derived(w);
     w->prefix = dtq_config_prefix(cfg);
     w->nstreams = cfg->nqueues * 10;
     w->streams = dtq_xcalloc((size_t)w->nstreams, sizeof(char *));
@@ -105,6 +115,9 @@ static void derive(dtq_worker *w) {
         for (int band = 9; band >= 0; band--)
             w->streams[q * 10 + (9 - band)] =
                 dtq_worker_key(w, "stream:%s:p%d", cfg->queues[q], band);
+    w->paused_keys = dtq_xcalloc((size_t)cfg->nqueues, sizeof(char *));
+    for (int q = 0; q < cfg->nqueues; q++)
+        w->paused_keys[q] = dtq_worker_key(w, "queue:%s:paused", cfg->queues[q]);
     cJSON_AddItemToArray(d, cJSON_CreateNumber((double)cfg->default_max_attempts));
     cJSON_AddItemToArray(d, cJSON_CreateNumber(30000));
     for (int i = 0; i < cfg->nhandlers; i++) {
@@ -486,10 +499,7 @@ void dtq_worker_free(dtq_worker *w) {
     if (w->hard_stop_timer) event_free(w->hard_stop_timer);
     if (w->setup_retry_timer) event_free(w->setup_retry_timer);
     if (w->watchdog_timer) event_free(w->watchdog_timer);
-    for (int i = 0; i < w->nstreams; i++) free(w->streams[i]);
-    free(w->streams);
-    free(w->prefix);
-    free(w->policy_json);
+    free_derived(w);
     dtq_handler_registry_free(w->handlers, 1);
     dtq_config_free(w->cfg);
     if (w->base) event_base_free(w->base);

@@ -44,6 +44,7 @@ typedef struct dtq_worker {
     char *policy_json; /* max_attempts/timeout resolution table for the Functions */
     char **streams;    /* served stream keys, queue order then p9..p0 */
     int nstreams;
+    char **paused_keys; /* <prefix>:queue:<q>:paused, one per served queue */
     struct event_base *base;
     dtq_rconn *cmd;
     dtq_rconn *blk;
