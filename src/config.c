@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "log.h"
 #include "rconn.h"
 #include "util.h"
@@ -477,7 +478,7 @@ const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *ta
 }
 
 char *dtq_config_prefix(const dtq_config *cfg) {
-    return cfg->cluster_hash_tag ? dtq_xasprintf("{%s}", cfg->ns) : dtq_xstrdup(cfg->ns);
+    return dtq_keys_prefix(cfg->ns, cfg->cluster_hash_tag);
 }
 
 void dtq_config_each_key(void (*fn)(const char *, const char *, const char *, const char *, void *),

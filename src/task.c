@@ -67,7 +67,11 @@ void dtq_task_free(dtq_task *t) {
     free(t);
 }
 
+const char *const dtq_task_terminal_statuses[] = {"succeeded", "failed",  "dead_lettered",
+                                                  "cancelled", "expired", NULL};
+
 int dtq_task_status_is_terminal(const char *s) {
-    return !strcmp(s, "succeeded") || !strcmp(s, "failed") || !strcmp(s, "dead_lettered") ||
-           !strcmp(s, "cancelled") || !strcmp(s, "expired");
+    for (const char *const *t = dtq_task_terminal_statuses; *t; t++)
+        if (!strcmp(*t, s)) return 1;
+    return 0;
 }

@@ -27,7 +27,9 @@ typedef struct dtq_task {
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen);
 void dtq_task_free(dtq_task *t);
 
-/* The terminal statuses of SPEC 3. */
+/* The terminal statuses, NULL-terminated: the C side's one list (lua/dtq.lua's TERMINAL is
+ * the Lua side's; tests/check_task.c keeps the two equal). */
+extern const char *const dtq_task_terminal_statuses[];
 int dtq_task_status_is_terminal(const char *status);
 
 #endif
