@@ -9,7 +9,8 @@ Conventions:
   WRONG_STATE, PAYLOAD_TOO_LARGE, QUEUE_FULL, IDEMPOTENCY_IN_PROGRESS, ID_EXISTS);
 - every time comes from the server clock (TIME), never from a caller;
 - numbers are written with %d: tostring() would turn epoch ms into 1.7e+12.
-Checklist: statuses here must match src/task.c and SPEC 3.
+Two lists here have a C twin kept equal by tests: TERMINAL (src/task.c, tests/check_task.c)
+and DEFAULTS (the key table of src/config.c, tests/check_config.c).
 ]]
 local NS, PREFIX = 'dtq', 'dtq' -- replaced at load time (scripts.c)
 
@@ -20,7 +21,8 @@ local TERMINAL_EVENTS = {TASK_SUCCEEDED = true, TASK_FAILED = true, TASK_DEAD_LE
                          TASK_CANCELLED = true, TASK_EXPIRED = true, WORKER_STARTED = true,
                          WORKER_STOPPED = true}
 local DEFAULTS = {max_payload_bytes = 262144, max_queue_depth = 1000000,
-                  default_max_attempts = 5, default_priority = 5, task_retention_s = 604800,
+                  default_max_attempts = 5, default_priority = 5, default_timeout_ms = 30000,
+                  task_retention_s = 604800,
                   idem_ttl_s = 86400, dlq_maxlen = 10000, result_retention_s = 3600,
                   events = 'all', events_stream_maxlen = 0, dlq_enabled = 1}
 
@@ -84,29 +86,28 @@ local function parse_int(s, lo, hi)
   return n
 end
 
+-- Per-call state of the event builder, reset by the wrapper reg() puts around every
+-- Function: one INCR of <prefix>:seq per call that emits, however many events it emits.
+local call_seq, call_events, call_ts_ms, call_ts = nil, 0, nil, nil
+
 local function event_id(ms)
-  return 'evt-' .. fmt(ms) .. '-' .. fmt(redis.call('INCR', k('seq')))
+  if not call_seq then call_seq = fmt(redis.call('INCR', k('seq'))) end
+  call_events = call_events + 1
+  return 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-' .. fmt(call_events)
 end
 
--- Publishes one lifecycle event (SPEC 10), honouring [limits] events and the stream cap.
+--[[ The one builder and publisher of lifecycle events, for every event type: the id and
+the time come from the Redis clock of the call, the level filter is [limits] events as
+published in <prefix>:config, and the stream copy honours events_stream_maxlen. ]]
 local function emit(c, ms, etype, h, worker_id, meta)
   if c.events == 'off' then return end
   if c.events == 'terminal' and not TERMINAL_EVENTS[etype] then return end
-  local ev = {event_id = event_id(ms), ts = iso(ms), type = etype, task_id = h.id or '',
+  if call_ts_ms ~= ms then call_ts_ms, call_ts = ms, iso(ms) end
+  local ev = {event_id = event_id(ms), ts = call_ts, type = etype, task_id = h.id or '',
               queue = h.queue or '', task_type = h.task_type or '',
               attempt = tonumber(h.attempt) or 0, worker_id = worker_id or ''}
   if meta then ev.metadata = meta end
   local json = cjson.encode(ev)
-  redis.call('PUBLISH', k('events'), json)
-  if c.events_stream_maxlen > 0 then
-    redis.call('XADD', k('stream', 'events'), 'MAXLEN', '~', fmt(c.events_stream_maxlen), '*',
-               'event', json)
-  end
-end
-
--- Publishes a JSON event built by the daemon (its hot path builds them, not Lua).
-local function emit_raw(c, json)
-  if json == nil or json == '' then return end
   redis.call('PUBLISH', k('events'), json)
   if c.events_stream_maxlen > 0 then
     redis.call('XADD', k('stream', 'events'), 'MAXLEN', '~', fmt(c.events_stream_maxlen), '*',
@@ -142,9 +143,10 @@ local function finish_terminal(c, tkey, h, status, ms, extra)
   idem_set(h, status == 'succeeded' and 'completed' or 'failed', ms)
 end
 
--- Permanent failure: dead_lettered + DLQ entry, or failed when the DLQ is disabled.
-local function dead_letter(c, tkey, h, ms, err, class, worker_id, no_dlq)
-  if c.dlq_enabled == 0 or no_dlq then
+-- Permanent failure: dead_lettered + DLQ entry, or failed when the DLQ is disabled. The
+-- one place that applies [limits] dlq_enabled (as published in <prefix>:config).
+local function dead_letter(c, tkey, h, ms, err, class, worker_id)
+  if c.dlq_enabled == 0 then
     finish_terminal(c, tkey, h, 'failed', ms, {last_error = err, last_error_class = class})
     emit(c, ms, 'TASK_FAILED', h, worker_id)
     return 'failed'
@@ -164,7 +166,9 @@ local function dead_letter(c, tkey, h, ms, err, class, worker_id, no_dlq)
   return 'dead_lettered'
 end
 
--- max_attempts and timeout_ms: the task's own, else the handler's, else the defaults.
+--[[ The one place max_attempts and timeout_ms are resolved: at claim, from the task's own
+value, else its handler section's (the policy table the daemon sends), else the defaults.
+The result is written into the hash; finish, handback and the reaper read it from there. ]]
 local function resolve(h, policy)
   local per = policy.t[h.task_type]
   local ma = tonumber(h.own_max_attempts) or (per and per[1]) or policy.d[1]
@@ -172,95 +176,91 @@ local function resolve(h, policy)
   return ma, to
 end
 
---[[ The decision for one stream entry delivered to `worker` (by XREADGROUP or
-XAUTOCLAIM). Returns a claimed-task array to run, or nil when the entry was settled
-here (acknowledged as terminal, cancelled, expired, duplicate, invalid or lost). ]]
-local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
-  local f = {}
-  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
-  local tid, ent_attempt, tkey, h
-  local source = stream .. '/' .. entry_id
+-- Why a raw entry cannot become a runnable task, or nil when it can.
+local function raw_entry_error(c, f)
+  if f.task_type == nil then return 'missing field task_type' end
+  if not valid_name(f.task_type, 128) then return 'task_type must match [A-Za-z0-9._:-]{1,128}' end
+  if f.payload == nil then return 'missing field payload' end
+  if #f.payload > c.max_payload_bytes then
+    return 'payload of ' .. fmt(#f.payload) .. ' bytes exceeds max_payload_bytes '
+           .. fmt(c.max_payload_bytes)
+  end
+  if not pcall(cjson.decode, f.payload) then return 'payload is not valid JSON' end
+  if f.task_id ~= nil and not valid_name(f.task_id, 64) then
+    return 'task_id must match [A-Za-z0-9._:-]{1,64}'
+  end
+  if f.max_attempts ~= nil and not parse_int(f.max_attempts, 1, 1000) then
+    return 'max_attempts must be an integer in [1, 1000]'
+  end
+  if f.timeout_ms ~= nil and not parse_int(f.timeout_ms, 1, 2^53) then
+    return 'timeout_ms must be a positive integer'
+  end
+  if f.ttl_seconds ~= nil and not parse_int(f.ttl_seconds, 1, 2^53) then
+    return 'ttl_seconds must be a positive integer'
+  end
+  if f.idempotency_key ~= nil and (#f.idempotency_key < 1 or #f.idempotency_key > 256) then
+    return 'idempotency_key must be 1-256 bytes'
+  end
+  return nil
+end
 
-  if f.task_type ~= nil or f.attempt == nil then
-    -- A raw producer entry (SPEC 4b): materialize it on first read.
-    local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
-    tid = derived
-    if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
-    tkey = k('task', tid)
-    h = hgetall(tkey)
-    if h and h.source ~= source then
-      if f.task_id ~= nil and tid ~= derived then
-        -- A producer's id that exists already: the entry is a duplicate.
-        ack(stream, entry_id)
-        emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker)
-        return nil
-      end
+--[[ A raw producer entry (no `attempt`, or a `task_type`): its task, created on first read.
+Returns tid, tkey, h; or nil when the entry was settled here (a duplicate by task id or
+idempotency key, or malformed: dead-lettered with the reason). ]]
+local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
+  local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
+  local tid = derived
+  if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
+  local tkey = k('task', tid)
+  local h = hgetall(tkey)
+  if h then
+    if h.source ~= source and tid ~= derived then
+      -- A producer's id that exists already: the entry is a duplicate.
+      ack(stream, entry_id)
+      emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker)
+      return nil
     end
-    if not h then
-      local err
-      if f.task_type == nil then err = 'missing field task_type'
-      elseif not valid_name(f.task_type, 128) then
-        err = 'task_type must match [A-Za-z0-9._:-]{1,128}'
-      elseif f.payload == nil then err = 'missing field payload'
-      elseif #f.payload > c.max_payload_bytes then
-        err = 'payload of ' .. fmt(#f.payload) .. ' bytes exceeds max_payload_bytes '
-              .. fmt(c.max_payload_bytes)
-      elseif not pcall(cjson.decode, f.payload) then err = 'payload is not valid JSON'
-      elseif f.task_id ~= nil and not valid_name(f.task_id, 64) then
-        err = 'task_id must match [A-Za-z0-9._:-]{1,64}'
-      elseif f.max_attempts ~= nil and not parse_int(f.max_attempts, 1, 1000) then
-        err = 'max_attempts must be an integer in [1, 1000]'
-      elseif f.timeout_ms ~= nil and not parse_int(f.timeout_ms, 1, 2^53) then
-        err = 'timeout_ms must be a positive integer'
-      elseif f.ttl_seconds ~= nil and not parse_int(f.ttl_seconds, 1, 2^53) then
-        err = 'ttl_seconds must be a positive integer'
-      elseif f.idempotency_key ~= nil and (#f.idempotency_key < 1 or #f.idempotency_key > 256) then
-        err = 'idempotency_key must be 1-256 bytes'
-      end
-      if err == nil and f.idempotency_key ~= nil then
-        local ikey = k('idempotency', queue, f.idempotency_key)
-        local rec = {task_id = tid, state = 'processing', updated_at = ms}
-        if not redis.call('SET', ikey, cjson.encode(rec), 'NX', 'EX', fmt(c.idem_ttl_s)) then
-          ack(stream, entry_id)
-          emit(c, ms, 'TASK_DUPLICATE_ABSORBED', {id = tid, queue = queue,
-               task_type = f.task_type, attempt = 1}, worker,
-               {idempotency_key = f.idempotency_key})
-          return nil
-        end
-      end
-      h = {id = tid, queue = queue, task_type = f.task_type or '', payload = f.payload or '',
-           status = 'queued', attempt = '1', priority = fmt(band), created_at = fmt(ms),
-           updated_at = fmt(ms), metadata = '{}', cancel_requested = '0', source = source}
-      if err == nil then
-        h.own_max_attempts = f.max_attempts
-        h.own_timeout_ms = f.timeout_ms
-        h.ttl_seconds = f.ttl_seconds
-        h.idempotency_key = f.idempotency_key
-      end
-      local args = {}
-      for name, v in pairs(h) do
-        args[#args + 1] = name
-        args[#args + 1] = v
-      end
-      redis.call('HSET', tkey, unpack(args))
-      if err ~= nil then
-        dead_letter(c, tkey, h, ms, 'invalid entry: ' .. err, 'invalid_entry', worker)
-        ack(stream, entry_id)
-        return nil
-      end
-    end
-    ent_attempt = 1
-  else
-    tid = f.task_id
-    ent_attempt = tonumber(f.attempt)
-    tkey = k('task', tid)
-    h = hgetall(tkey)
-    if not h then
-      ack(stream, entry_id) -- the task expired or was deleted: nothing left to run
+    return tid, tkey, h -- this entry's own task, read again (a redelivery)
+  end
+  local err = raw_entry_error(c, f)
+  if err == nil and f.idempotency_key ~= nil then
+    local ikey = k('idempotency', queue, f.idempotency_key)
+    local rec = {task_id = tid, state = 'processing', updated_at = ms}
+    if not redis.call('SET', ikey, cjson.encode(rec), 'NX', 'EX', fmt(c.idem_ttl_s)) then
+      ack(stream, entry_id)
+      emit(c, ms, 'TASK_DUPLICATE_ABSORBED', {id = tid, queue = queue, task_type = f.task_type,
+           attempt = 1}, worker, {idempotency_key = f.idempotency_key})
       return nil
     end
   end
+  h = {id = tid, queue = queue, task_type = f.task_type or '', payload = f.payload or '',
+       status = 'queued', attempt = '1', priority = fmt(band), created_at = fmt(ms),
+       updated_at = fmt(ms), metadata = '{}', cancel_requested = '0', source = source}
+  if err == nil then
+    h.own_max_attempts = f.max_attempts
+    h.own_timeout_ms = f.timeout_ms
+    h.ttl_seconds = f.ttl_seconds
+    h.idempotency_key = f.idempotency_key
+  end
+  local args = {}
+  for name, v in pairs(h) do
+    args[#args + 1] = name
+    args[#args + 1] = v
+  end
+  redis.call('HSET', tkey, unpack(args))
+  if err ~= nil then
+    dead_letter(c, tkey, h, ms, 'invalid entry: ' .. err, 'invalid_entry', worker)
+    ack(stream, entry_id)
+    return nil
+  end
+  return tid, tkey, h
+end
 
+--[[ Whether a task whose entry was delivered may run now. Returns 'claim' (queued at the
+entry's attempt), 'adopt' (the entry carries a running attempt of a lost worker), or nil
+when the entry was settled here: acknowledged as terminal, retrying, cancelled, expired,
+a stale duplicate, or dead-lettered because a lost worker had used the last attempt. ]]
+local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   local status = h.status
   if TERMINAL[status] or status == 'retrying' then
     redis.call('SREM', k('cancelled'), tid)
@@ -274,43 +274,71 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
     ack(stream, entry_id)
     return nil
   end
-  local adopt = false
   if status == 'running' and h.carrier == source then
-    -- Redelivery of the entry that carries a running attempt: its worker is lost.
-    local ma = tonumber(h.max_attempts) or 1
-    if tonumber(h.attempt) >= ma then
+    if tonumber(h.attempt) >= (tonumber(h.max_attempts) or 1) then
       dead_letter(c, tkey, h, ms, 'worker_lost', 'worker_lost', worker)
       ack(stream, entry_id)
       return nil
     end
-    adopt = true
-  elseif status ~= 'queued' or ent_attempt ~= tonumber(h.attempt) then
+    return 'adopt'
+  end
+  if status ~= 'queued' or ent_attempt ~= tonumber(h.attempt) then
     ack(stream, entry_id)
     emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker, {entry_attempt = ent_attempt})
     return nil
   end
   local ttl = tonumber(h.ttl_seconds)
-  if not adopt and ttl and ms >= tonumber(h.created_at) + ttl * 1000 then
+  if ttl and ms >= tonumber(h.created_at) + ttl * 1000 then
     finish_terminal(c, tkey, h, 'expired', ms)
     emit(c, ms, 'TASK_EXPIRED', h, worker)
     ack(stream, entry_id)
     return nil
   end
+  return 'claim'
+end
 
+-- The claim: queued (or adopted) -> running at the attempt it runs, with the resolved
+-- limits and the carrier entry. Returns the claimed-task array the daemon decodes
+-- (src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
+-- max_attempts, timeout_ms.
+local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source)
   local attempt = tonumber(h.attempt)
   if adopt then attempt = attempt + 1 end
   local ma, to = resolve(h, policy)
   redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
              'started_at', fmt(ms), 'updated_at', fmt(ms), 'max_attempts', fmt(ma),
              'timeout_ms', fmt(to), 'carrier', source)
-  return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to,
-          h.own_max_attempts and 1 or 0}
+  h.attempt = attempt
+  emit(c, ms, 'TASK_STARTED', h, worker)
+  return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to}
+end
+
+--[[ One stream entry delivered to `worker` (by XREADGROUP or XAUTOCLAIM): returns a
+claimed task to run, or nil when the entry was settled here. ]]
+local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local source = stream .. '/' .. entry_id
+  local tid, tkey, h, ent_attempt
+  if f.task_type ~= nil or f.attempt == nil then
+    tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
+    ent_attempt = 1
+  else
+    tid, ent_attempt = f.task_id, tonumber(f.attempt)
+    tkey = k('task', tid)
+    h = hgetall(tkey)
+    if not h then ack(stream, entry_id) end -- the task expired or was deleted
+  end
+  if not h then return nil end
+  local admit = settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
+  if not admit then return nil end
+  return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, admit == 'adopt', source)
 end
 
 local function decode_policy(json)
   local ok, p = pcall(cjson.decode, json or '')
   if not ok or type(p) ~= 'table' or type(p.d) ~= 'table' then
-    return {d = {DEFAULTS.default_max_attempts, 30000}, t = {}}
+    return {d = {DEFAULTS.default_max_attempts, DEFAULTS.default_timeout_ms}, t = {}}
   end
   if type(p.t) ~= 'table' then p.t = {} end
   return p
@@ -328,6 +356,13 @@ the ones that must not run and claims the rest (queued -> running). Returns
 {claimed-tasks, block-streams, entries-read}; block-streams (stream, last-id pairs) is
 filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is -1 when
 a missing group was recreated and the daemon should fetch again at once. ]]
+-- The fetch KEYS layout, the same as the daemon's (dtq_streams_fetch_keys in src/streams.c).
+local FETCH_KEYS_PER_QUEUE = 11
+local function fetch_paused_key(keys, qi) return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 1] end
+local function fetch_stream_key(keys, qi, band)
+  return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 2 + (9 - band)]
+end
+
 local function fetch(keys, args)
   local worker, count, policy = args[1], tonumber(args[2]), decode_policy(args[3])
   local c = load_config()
@@ -336,11 +371,10 @@ local function fetch(keys, args)
   local nq = #args - 3
   for qi = 1, nq do
     local queue = args[3 + qi]
-    local base = (qi - 1) * 11
-    if redis.call('EXISTS', keys[base + 1]) == 0 then
+    if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
       for band = 9, 0, -1 do
         if read >= count then break end
-        local stream = keys[base + 2 + (9 - band)]
+        local stream = fetch_stream_key(keys, qi, band)
         local ok, res = pcall(redis.call, 'XREADGROUP', 'GROUP', GROUP, worker, 'COUNT',
                               count - read, 'STREAMS', stream, '>')
         if not ok then
@@ -361,11 +395,11 @@ local function fetch(keys, args)
   local block = {}
   if read == 0 and not created then
     for qi = 1, nq do
-      local base = (qi - 1) * 11
-      if redis.call('EXISTS', keys[base + 1]) == 0 then
-        for j = 2, 11 do
-          local last = redis.call('XREVRANGE', keys[base + j], '+', '-', 'COUNT', 1)
-          block[#block + 1] = keys[base + j]
+      if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
+        for band = 9, 0, -1 do
+          local stream = fetch_stream_key(keys, qi, band)
+          local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+          block[#block + 1] = stream
           block[#block + 1] = (last[1] and last[1][1]) or '0-0'
         end
       end
@@ -403,83 +437,106 @@ local function reap(keys, args)
   return claimed
 end
 
---[[ FCALL <ns>_claim 1 <task-key> <attempt> <worker_id> <stream> <entry_id>
-The claim alone: queued -> running only if the hash is queued at that attempt. Exactly one
-of any number of concurrent claimants gets 'running'; the others get WRONG_STATE. ]]
-local function claim(keys, args)
-  local h = hgetall(keys[1])
-  if not h then return redis.error_reply('NOT_FOUND task ' .. keys[1]) end
-  if h.status ~= 'queued' or tonumber(h.attempt) ~= tonumber(args[1]) then
-    return redis.error_reply('WRONG_STATE ' .. h.status)
-  end
-  local ms = now_ms()
-  redis.call('HSET', keys[1], 'status', 'running', 'worker_id', args[2], 'started_at', fmt(ms),
-             'updated_at', fmt(ms), 'carrier', (args[3] or '') .. '/' .. (args[4] or ''))
-  return 'running'
+--[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
+for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/it_scripts.c
+pins the two sides together. ]]
+local FINISH_RECORD_FIELDS = 10
+local FINISH_OUTCOMES = {succeeded = true, retry = true, dead_letter = true, cancelled = true}
+local RESULT_STATES = {none = true, full = true, truncated = true}
+
+local function decode_finish_record(args, i)
+  local b = 2 + (i - 1) * FINISH_RECORD_FIELDS
+  return {task_id = args[b + 1], attempt = tonumber(args[b + 2]), outcome = args[b + 3],
+          stream = args[b + 4], entry_id = args[b + 5], result = args[b + 6],
+          result_state = args[b + 7], error = args[b + 8], error_class = args[b + 9],
+          delay_ms = tonumber(args[b + 10])}
 end
 
---[[ FCALL <ns>_finish 0 worker_id n record... — completes n attempts at once.
-A record is 11 values: task_id attempt outcome stream entry_id result result_flag error
-error_class delay_ms event_json. outcome: s(ucceeded) r(etry) d(ead) f(ailed) c(ancelled);
-result_flag: n (null), r (result), t (truncated result). Per record, in this order: the
-hash's status, the event, the follow-up write (result, schedule, DLQ), the idempotency
-record, and only then the acknowledgement; all entries of a stream are acknowledged with
-one XACK and one XDEL. A record whose task is no longer this attempt's (adopted, or
-already finished by a replay of this call) is 'stale' and acknowledges nothing. ]]
+local function finish_record_error(r)
+  if not r.task_id or r.task_id == '' then return 'task_id is empty' end
+  if not r.attempt then return 'attempt is not a number' end
+  if not FINISH_OUTCOMES[r.outcome] then return 'unknown outcome ' .. tostring(r.outcome) end
+  if not RESULT_STATES[r.result_state] then
+    return 'unknown result_state ' .. tostring(r.result_state)
+  end
+  if r.outcome == 'retry' and not r.delay_ms then return 'delay_ms is not a number' end
+  return nil
+end
+
+-- Applies one finish record; returns the task's new status, 'stale' or 'gone'.
+local function finish_one(c, ms, worker, r)
+  local tkey = k('task', r.task_id)
+  -- Only the fields the guard and the follow-up writes need: the payload can be large.
+  local v = redis.call('HMGET', tkey, 'status', 'attempt', 'worker_id', 'cancel_requested',
+                       'idempotency_key', 'queue', 'task_type')
+  if not v[1] then return 'gone' end
+  local h = {id = r.task_id, status = v[1], attempt = v[2], worker_id = v[3],
+             cancel_requested = v[4], idempotency_key = v[5] or nil, queue = v[6],
+             task_type = v[7]}
+  if h.status ~= 'running' or tonumber(h.attempt) ~= r.attempt or h.worker_id ~= worker then
+    return 'stale'
+  end
+  local outcome = r.outcome
+  if h.cancel_requested == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
+  if outcome == 'succeeded' then
+    if r.result_state ~= 'none' then
+      redis.call('SET', k('result', r.task_id), r.result, 'EX', fmt(c.result_retention_s))
+    end
+    if r.result_state == 'truncated' then
+      redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
+                 fmt(ms), 'result_truncated', '1')
+    else
+      redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
+                 fmt(ms))
+    end
+    emit(c, ms, 'TASK_SUCCEEDED', h, worker)
+    redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
+    idem_set(h, 'completed', ms)
+    return 'succeeded'
+  elseif outcome == 'retry' then
+    redis.call('HSET', tkey, 'status', 'retrying', 'updated_at', fmt(ms), 'last_error', r.error,
+               'last_error_class', r.error_class)
+    emit(c, ms, 'TASK_RETRY_SCHEDULED', h, worker, {delay_ms = r.delay_ms})
+    redis.call('ZADD', k('retry', 'schedule'), fmt(ms + r.delay_ms), r.task_id)
+    return 'retrying'
+  elseif outcome == 'cancelled' then
+    finish_terminal(c, tkey, h, 'cancelled', ms)
+    emit(c, ms, 'TASK_CANCELLED', h, worker)
+    return 'cancelled'
+  end
+  return dead_letter(c, tkey, hgetall(tkey), ms, r.error, r.error_class, worker)
+end
+
+--[[ FCALL <ns>_finish 0 worker_id n record... — completes n attempts at once. Every record
+is checked before anything is written. Per record, in this order: the hash's status, the
+event, the follow-up write (result, schedule, DLQ), the idempotency record, and only then
+the acknowledgement; all entries of a stream are acknowledged with one XACK and one XDEL.
+Replies one word per record: the task's new status (succeeded, retrying, dead_lettered,
+failed, cancelled), 'stale' when the task is no longer at this attempt with this worker
+(nothing written, nothing acknowledged), or 'gone' when its hash no longer exists. ]]
 local function finish(keys, args)
   local worker, n = args[1], tonumber(args[2])
+  if not n or #args ~= 2 + n * FINISH_RECORD_FIELDS then
+    return redis.error_reply('INVALID_ARGUMENT finish takes worker_id, n and n records of ' ..
+                             fmt(FINISH_RECORD_FIELDS) .. ' values')
+  end
+  local records = {}
+  for i = 1, n do
+    local r = decode_finish_record(args, i)
+    local err = finish_record_error(r)
+    if err then return redis.error_reply('INVALID_ARGUMENT record ' .. fmt(i) .. ': ' .. err) end
+    records[i] = r
+  end
   local c = load_config()
   local ms = now_ms()
   local out, acks = {}, {}
-  for i = 0, n - 1 do
-    local b = 2 + i * 11
-    local tid, attempt, outcome = args[b + 1], tonumber(args[b + 2]), args[b + 3]
-    local stream, entry_id = args[b + 4], args[b + 5]
-    local tkey = k('task', tid)
-    -- Only the fields the guard and the follow-up writes need: the payload can be large.
-    local v = redis.call('HMGET', tkey, 'status', 'attempt', 'worker_id', 'cancel_requested',
-                         'idempotency_key', 'queue', 'task_type')
-    local h = v[1] and {id = tid, status = v[1], attempt = v[2], worker_id = v[3],
-                        cancel_requested = v[4], idempotency_key = v[5] or nil, queue = v[6],
-                        task_type = v[7]} or nil
-    local verdict = 'ok'
-    if not h then
-      verdict = 'gone'
-    elseif h.status ~= 'running' or tonumber(h.attempt) ~= attempt or h.worker_id ~= worker then
-      verdict = 'stale'
-    else
-      local err, class = args[b + 8], args[b + 9]
-      if h.cancel_requested == '1' and outcome ~= 's' then outcome = 'c' end
-      if outcome == 's' then
-        local extra = {}
-        if args[b + 7] ~= 'n' then
-          redis.call('SET', k('result', tid), args[b + 6], 'EX', fmt(c.result_retention_s))
-          if args[b + 7] == 't' then extra.result_truncated = '1' end
-        end
-        redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms),
-                   'finished_at', fmt(ms))
-        if extra.result_truncated then redis.call('HSET', tkey, 'result_truncated', '1') end
-        emit_raw(c, args[b + 11])
-        redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
-        idem_set(h, 'completed', ms)
-      elseif outcome == 'r' then
-        redis.call('HSET', tkey, 'status', 'retrying', 'updated_at', fmt(ms), 'last_error', err,
-                   'last_error_class', class)
-        emit_raw(c, args[b + 11])
-        redis.call('ZADD', k('retry', 'schedule'), fmt(ms + tonumber(args[b + 10])), tid)
-      elseif outcome == 'c' then
-        finish_terminal(c, tkey, h, 'cancelled', ms)
-        emit(c, ms, 'TASK_CANCELLED', h, worker)
-        verdict = 'cancelled'
-      else
-        verdict = dead_letter(c, tkey, hgetall(tkey), ms, err, class, worker, outcome == 'f')
-      end
-    end
+  for i, r in ipairs(records) do
+    local verdict = finish_one(c, ms, worker, r)
     if verdict ~= 'stale' then
-      acks[stream] = acks[stream] or {}
-      table.insert(acks[stream], entry_id)
+      acks[r.stream] = acks[r.stream] or {}
+      table.insert(acks[r.stream], r.entry_id)
     end
-    out[#out + 1] = verdict
+    out[i] = verdict
   end
   for stream, ids in pairs(acks) do
     redis.call('XACK', stream, GROUP, unpack(ids))
@@ -890,8 +947,24 @@ local function stats(keys, args)
   return out
 end
 
+--[[ FCALL <ns>_worker_event 0 <worker_id> <type>: publishes WORKER_STARTED or
+WORKER_STOPPED through the one event builder. ]]
+local WORKER_EVENTS = {WORKER_STARTED = true, WORKER_STOPPED = true}
+local function worker_event(keys, args)
+  if not WORKER_EVENTS[args[2] or ''] then
+    return opt_error('type must be WORKER_STARTED or WORKER_STOPPED')
+  end
+  emit(load_config(), now_ms(), args[2], {}, args[1])
+  return 'ok'
+end
+
+-- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
 local function reg(name, fn, ro)
-  local spec = {function_name = NS .. '_' .. name, callback = fn}
+  local wrapped = function(keys, args)
+    call_seq, call_events = nil, 0
+    return fn(keys, args)
+  end
+  local spec = {function_name = NS .. '_' .. name, callback = wrapped}
   if ro then spec.flags = {'no-writes'} end
   redis.register_function(spec)
 end
@@ -899,9 +972,9 @@ end
 reg('enqueue', enqueue)
 reg('fetch', fetch)
 reg('reap', reap)
-reg('claim', claim)
 reg('finish', finish)
 reg('handback', handback)
+reg('worker_event', worker_event)
 reg('sched_claim', sched_claim)
 reg('sched_promote', sched_promote)
 reg('lock_refresh', lock_refresh)

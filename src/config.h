@@ -12,6 +12,11 @@
 
 #define DTQ_EX_CONFIG 78
 
+/* Defaults that are not config keys; lua/dtq.lua's DEFAULTS repeats them (and the key
+ * table's defaults), and tests/check_config.c keeps the two equal. */
+#define DTQ_DEFAULT_PRIORITY 5       /* enqueue without `priority` */
+#define DTQ_DEFAULT_TIMEOUT_MS 30000 /* attempts of a task type without timeout_ms */
+
 enum dtq_handler_kind { DTQ_HANDLER_KIND_BUILTIN, DTQ_HANDLER_KIND_EXEC, DTQ_HANDLER_KIND_PLUGIN };
 enum dtq_events_level { DTQ_EVENTS_ALL, DTQ_EVENTS_TERMINAL, DTQ_EVENTS_OFF };
 

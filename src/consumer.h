@@ -1,22 +1,26 @@
-/* consumer.h: reading work. One FCALL <ns>_fetch reads and claims up to the free slots in
- * strict priority order; when the streams are empty the `blk` connection waits in one
- * XREAD BLOCK; a reaper takes entries of lost workers (XAUTOCLAIM) every
- * visibility_timeout_s / 2. */
+/* consumer.h: reading new work. One FCALL <ns>_fetch reads and claims up to the free
+ * slots in strict priority order; when the streams are empty the `blk` connection waits in
+ * one XREAD BLOCK. At most one fetch is in flight; completions that free slots while it is
+ * out are picked up by the next one, so reads batch themselves under load. */
 #ifndef DTQ_CONSUMER_H
 #define DTQ_CONSUMER_H
 
-#include "worker.h"
+#include "ctx.h"
+#include "executor.h"
 
-dtq_consumer *dtq_consumer_new(dtq_worker *w);
+typedef struct dtq_consumer dtq_consumer;
+
+dtq_consumer *dtq_consumer_new(dtq_ctx *ctx, dtq_executor *ex);
 void dtq_consumer_free(dtq_consumer *c);
 void dtq_consumer_start(dtq_consumer *c);
 /* Stops reading (drain). */
 void dtq_consumer_stop(dtq_consumer *c);
-/* Slots were freed or the connection came back: fetch if there may be work. */
+/* Slots were freed, the connection came back, or the served streams changed: fetch if
+ * there may be work. NULL-safe. */
 void dtq_consumer_kick(dtq_consumer *c);
-/* True while a fetch or reap reply is outstanding: it may still hand over tasks. */
-int dtq_consumer_busy(const dtq_consumer *c);
-/* The served streams changed (reload) or were recreated. */
+/* Forgets that the streams looked empty (reload) and fetches. */
 void dtq_consumer_reset(dtq_consumer *c);
+/* True while a fetch reply is outstanding: it may still hand over tasks. */
+int dtq_consumer_busy(const dtq_consumer *c);
 
 #endif

@@ -1,31 +1,35 @@
 /* executor.h: execution slots. Runs claimed tasks through their handlers with a timeout,
- * turns each outcome into a decision (succeeded, retry, dead letter), and finalizes the
- * decisions in batches: one FCALL <ns>_finish per batch, pipelined, ACK last. */
+ * turns each ended attempt into a decision (outcome.c) and hands it to the finisher; the
+ * slot is free at once. Owns the children of exec handlers. */
 #ifndef DTQ_EXECUTOR_H
 #define DTQ_EXECUTOR_H
 
+#include "ctx.h"
+#include "finisher.h"
 #include "task.h"
-#include "worker.h"
 
-dtq_executor *dtq_executor_new(dtq_worker *w);
+typedef struct dtq_executor dtq_executor;
+
+dtq_executor *dtq_executor_new(dtq_ctx *ctx, dtq_finisher *fin);
 void dtq_executor_free(dtq_executor *ex);
 
 int dtq_executor_free_slots(const dtq_executor *ex);
 int dtq_executor_running(const dtq_executor *ex);
 /* Starts an attempt; takes ownership of t. */
 void dtq_executor_run(dtq_executor *ex, dtq_task *t);
-/* Sends pending finalizations (after a reconnect, or when a batch returns). */
-void dtq_executor_flush(dtq_executor *ex);
-/* True when nothing runs and no finalization is waiting or in flight. */
-int dtq_executor_idle(const dtq_executor *ex);
+/* Starts every task of a fetch or reap reply (an array of claimed-task arrays). */
+void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list);
+/* Stops the handler of a running attempt because dtq_cancel asked; it ends cancelled.
+ * No-op when that attempt is not running here. */
+void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt);
 /* Stops every running handler and hands its task back for another worker. */
 void dtq_executor_abandon_all(dtq_executor *ex, const char *reason);
-/* Asks Redis whether any running task had cancel_requested set (dtq_cancel on a running
- * task); such a handler is stopped and its task ends cancelled. Called every heartbeat. */
-void dtq_executor_check_cancels(dtq_executor *ex);
-/* Calls fn for the entry of every running attempt (heartbeat XCLAIM). */
-void dtq_executor_each_entry(const dtq_executor *ex,
-                             void (*fn)(const char *stream, const char *entry_id, void *arg),
-                             void *arg);
+/* Calls fn for the task of every running attempt. */
+void dtq_executor_each_task(const dtq_executor *ex, void (*fn)(const dtq_task *t, void *arg),
+                            void *arg);
+/* Reaps exited exec children (SIGCHLD). */
+void dtq_executor_reap_children(dtq_executor *ex);
+/* The config was reloaded. */
+void dtq_executor_config_changed(dtq_executor *ex);
 
 #endif

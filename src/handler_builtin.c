@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handler.h"
+#include "registry.h"
 #include "util.h"
 
 static void builtin_noop(dtq_handler_call *call) {

@@ -8,18 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "executor.h"
-#include "scheduler.h"
 #include "util.h"
 
 struct dtq_http {
-    dtq_worker *w;
+    dtq_ctx *ctx;
     struct evhttp *http;
+    int serving; /* pushed by the lifecycle: running, not starting or draining */
 };
 
-char *dtq_http_render_metrics(const dtq_worker *w) {
-    const dtq_counters *c = &w->counters;
-    const dtq_scheduler_gauges *g = dtq_scheduler_gauges_get(w->sched);
+char *dtq_http_render_metrics(const dtq_ctx *ctx) {
+    const dtq_counters *c = &ctx->counters;
+    const dtq_gauges *g = &ctx->gauges;
     return dtq_xasprintf("# HELP dtq_tasks_processed_total Attempts finished by this worker.\n"
                          "# TYPE dtq_tasks_processed_total counter\n"
                          "dtq_tasks_processed_total %llu\n"
@@ -47,8 +46,8 @@ char *dtq_http_render_metrics(const dtq_worker *w) {
                          "dtq_scheduler_promoted_total %llu\n",
                          (unsigned long long)c->processed, (unsigned long long)c->succeeded,
                          (unsigned long long)c->failed, (unsigned long long)c->retried,
-                         (unsigned long long)c->finish_batches, dtq_executor_running(w->exec),
-                         (long long)w->cfg->concurrency, dtq_worker_is_up(w), g->leader,
+                         (unsigned long long)c->finish_batches, g->active_tasks,
+                         (long long)ctx->cfg->concurrency, dtq_ctx_is_up(ctx), g->scheduler_leader,
                          (long long)g->scheduled, (long long)g->claimed,
                          (unsigned long long)g->promoted);
 }
@@ -69,12 +68,12 @@ static void request_cb(struct evhttp_request *req, void *arg) {
     if (!strcmp(path, "/healthz")) {
         reply_text(req, 200, "OK", "ok\n");
     } else if (!strcmp(path, "/readyz")) {
-        if (dtq_worker_is_up(h->w) && h->w->state == DTQ_WORKER_RUNNING)
+        if (dtq_ctx_is_up(h->ctx) && h->serving)
             reply_text(req, 200, "OK", "ready\n");
         else
             reply_text(req, 503, "Service Unavailable", "not ready\n");
     } else if (!strcmp(path, "/metrics")) {
-        char *m = dtq_http_render_metrics(h->w);
+        char *m = dtq_http_render_metrics(h->ctx);
         reply_text(req, 200, "OK", m);
         free(m);
     } else {
@@ -82,7 +81,11 @@ static void request_cb(struct evhttp_request *req, void *arg) {
     }
 }
 
-dtq_http *dtq_http_new(dtq_worker *w, const char *listen, char *err, size_t errlen) {
+void dtq_http_set_serving(dtq_http *h, int serving) {
+    if (h) h->serving = serving;
+}
+
+dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errlen) {
     dtq_http *h;
     const char *colon = strrchr(listen, ':');
     char *host;
@@ -93,8 +96,8 @@ dtq_http *dtq_http_new(dtq_worker *w, const char *listen, char *err, size_t errl
     }
     host = dtq_xstrndup(listen, (size_t)(colon - listen));
     h = dtq_xcalloc(1, sizeof(*h));
-    h->w = w;
-    h->http = evhttp_new(w->base);
+    h->ctx = ctx;
+    h->http = evhttp_new(ctx->base);
     evhttp_set_gencb(h->http, request_cb, h);
     if (evhttp_bind_socket(h->http, *host ? host : "0.0.0.0", (unsigned short)port) != 0) {
         snprintf(err, errlen, "[http] listen: cannot bind %s", listen);

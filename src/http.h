@@ -5,13 +5,17 @@
 
 #include <stddef.h>
 
-#include "worker.h"
+#include "ctx.h"
+
+typedef struct dtq_http dtq_http;
 
 /* NULL with err filled when the address cannot be bound. */
-dtq_http *dtq_http_new(dtq_worker *w, const char *listen, char *err, size_t errlen);
+dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errlen);
 void dtq_http_free(dtq_http *h);
 
 /* Renders the metrics text into a caller-owned string (also used by tests). */
-char *dtq_http_render_metrics(const dtq_worker *w);
+char *dtq_http_render_metrics(const dtq_ctx *ctx);
+/* The lifecycle says whether the daemon is serving (/readyz also needs Redis up). NULL-safe. */
+void dtq_http_set_serving(dtq_http *h, int serving);
 
 #endif

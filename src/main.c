@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "registry.h"
 #include "log.h"
 #include "util.h"
 #include "worker.h"

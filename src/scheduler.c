@@ -12,12 +12,11 @@
 #include "util.h"
 
 struct dtq_scheduler {
-    dtq_worker *w;
+    dtq_ctx *ctx;
     struct event *tick_ev;
     int running;
     int busy;       /* a step is in flight */
     int batch_full; /* the last claim filled its batch */
-    dtq_scheduler_gauges g;
     char *lock_key, *schedule_key, *claimed_key;
 };
 
@@ -28,12 +27,12 @@ static void arm(dtq_scheduler *s, int64_t ms) {
 
 /* About interval_ms, +-20%, so passes of many daemons do not line up. */
 static void arm_interval(dtq_scheduler *s) {
-    int64_t iv = s->w->cfg->scheduler_interval_ms;
+    int64_t iv = s->ctx->cfg->scheduler_interval_ms;
     arm(s, (int64_t)((double)iv * (0.8 + 0.4 * dtq_retry_uniform())));
 }
 
 static int sched_send(dtq_scheduler *s, redisCallbackFn *cb, dtq_argv *a) {
-    int rc = dtq_worker_command(s->w, cb, s, a->argc, a->argv, a->lens);
+    int rc = dtq_ctx_command(s->ctx, cb, s, a);
     dtq_argv_deinit(a);
     if (rc == DTQ_OK)
         s->busy = 1;
@@ -43,22 +42,22 @@ static int sched_send(dtq_scheduler *s, redisCallbackFn *cb, dtq_argv *a) {
 }
 
 static void lose_leadership(dtq_scheduler *s, const char *why) {
-    if (s->g.leader) dtq_warn("scheduler: no longer leader (%s)", why);
-    s->g.leader = 0;
+    if (s->ctx->gauges.scheduler_leader) dtq_warn("scheduler: no longer leader (%s)", why);
+    s->ctx->gauges.scheduler_leader = 0;
 }
 
 static void scheduled_gauge_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
-    if (reply && reply->type == REDIS_REPLY_INTEGER) s->g.scheduled = reply->integer;
+    if (reply && reply->type == REDIS_REPLY_INTEGER) s->ctx->gauges.scheduled = reply->integer;
 }
 
 static void claimed_gauge_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
-    if (reply && reply->type == REDIS_REPLY_INTEGER) s->g.claimed = reply->integer;
+    if (reply && reply->type == REDIS_REPLY_INTEGER) s->ctx->gauges.claimed = reply->integer;
 }
 
 static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
@@ -72,7 +71,7 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
         arm_interval(s);
         return;
     }
-    s->g.promoted += (uint64_t)reply->integer;
+    s->ctx->gauges.promoted += (uint64_t)reply->integer;
     if (s->batch_full)
         arm(s, 0); /* the claim filled its batch: go again at once */
     else
@@ -81,10 +80,9 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
 
 static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
-    dtq_worker *w = s->w;
+    dtq_ctx *ctx = s->ctx;
     redisReply *reply = r;
     dtq_argv a;
-    char *fn;
     DTQ_UNUSED(ac);
     s->busy = 0;
     if (!reply) return;
@@ -98,39 +96,35 @@ static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
         arm_interval(s);
         return;
     }
-    fn = dtq_worker_fn(w, "sched_promote");
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, fn);
+    dtq_argv_adds(&a, ctx->fn.sched_promote);
     dtq_argv_adds(&a, "1");
     dtq_argv_adds(&a, s->claimed_key);
-    dtq_argv_adds(&a, w->cfg->worker_id);
+    dtq_argv_adds(&a, ctx->cfg->worker_id);
     for (size_t i = 0; i < reply->elements; i++)
         dtq_argv_add(&a, reply->element[i]->str, reply->element[i]->len);
-    free(fn);
-    s->batch_full = (int64_t)reply->elements >= w->cfg->scheduler_batch;
+    s->batch_full = (int64_t)reply->elements >= ctx->cfg->scheduler_batch;
     sched_send(s, promote_cb, &a);
 }
 
 static void pass(dtq_scheduler *s) {
-    dtq_worker *w = s->w;
+    dtq_ctx *ctx = s->ctx;
     dtq_argv a;
-    char *fn = dtq_worker_fn(w, "sched_claim");
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, fn);
+    dtq_argv_adds(&a, ctx->fn.sched_claim);
     dtq_argv_adds(&a, "2");
     dtq_argv_adds(&a, s->schedule_key);
     dtq_argv_adds(&a, s->claimed_key);
-    dtq_argv_addll(&a, w->cfg->scheduler_batch);
-    dtq_argv_addll(&a, w->cfg->claim_timeout_ms);
-    free(fn);
+    dtq_argv_addll(&a, ctx->cfg->scheduler_batch);
+    dtq_argv_addll(&a, ctx->cfg->claim_timeout_ms);
     for (int i = 0; i < 2; i++) {
         dtq_argv g;
         dtq_argv_init(&g);
         dtq_argv_adds(&g, "ZCARD");
         dtq_argv_adds(&g, i ? s->claimed_key : s->schedule_key);
-        dtq_worker_command(w, i ? claimed_gauge_cb : scheduled_gauge_cb, s, g.argc, g.argv, g.lens);
+        dtq_ctx_command(ctx, i ? claimed_gauge_cb : scheduled_gauge_cb, s, &g);
         dtq_argv_deinit(&g);
     }
     sched_send(s, claim_cb, &a);
@@ -152,8 +146,8 @@ static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
     /* SET NX answers OK or nil; the refresh Function answers 1 or 0. */
     if ((reply->type == REDIS_REPLY_STATUS && !strcmp(reply->str, "OK")) ||
         (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)) {
-        if (!s->g.leader) dtq_info("scheduler: this worker is now the leader");
-        s->g.leader = 1;
+        if (!s->ctx->gauges.scheduler_leader) dtq_info("scheduler: this worker is now the leader");
+        s->ctx->gauges.scheduler_leader = 1;
         pass(s);
         return;
     }
@@ -163,81 +157,73 @@ static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_scheduler *s = arg;
-    dtq_worker *w = s->w;
+    dtq_ctx *ctx = s->ctx;
     dtq_argv a;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     if (!s->running || s->busy) return;
-    if (!dtq_worker_is_up(w)) {
+    if (!dtq_ctx_is_up(ctx)) {
         arm_interval(s);
         return;
     }
     dtq_argv_init(&a);
-    if (s->g.leader) {
-        char *fn = dtq_worker_fn(w, "lock_refresh");
+    if (s->ctx->gauges.scheduler_leader) {
         dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, ctx->fn.lock_refresh);
         dtq_argv_adds(&a, "1");
         dtq_argv_adds(&a, s->lock_key);
-        dtq_argv_adds(&a, w->cfg->worker_id);
-        dtq_argv_addll(&a, w->cfg->leader_lock_ms);
-        free(fn);
+        dtq_argv_adds(&a, ctx->cfg->worker_id);
+        dtq_argv_addll(&a, ctx->cfg->leader_lock_ms);
     } else {
         dtq_argv_adds(&a, "SET");
         dtq_argv_adds(&a, s->lock_key);
-        dtq_argv_adds(&a, w->cfg->worker_id);
+        dtq_argv_adds(&a, ctx->cfg->worker_id);
         dtq_argv_adds(&a, "NX");
         dtq_argv_adds(&a, "PX");
-        dtq_argv_addll(&a, w->cfg->leader_lock_ms);
+        dtq_argv_addll(&a, ctx->cfg->leader_lock_ms);
     }
     sched_send(s, lock_cb, &a);
 }
 
-dtq_scheduler *dtq_scheduler_new(dtq_worker *w) {
+dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx) {
     dtq_scheduler *s = dtq_xcalloc(1, sizeof(*s));
-    s->w = w;
-    s->tick_ev = evtimer_new(w->base, tick_cb, s);
-    s->lock_key = dtq_worker_key(w, "lock:scheduler");
-    s->schedule_key = dtq_worker_key(w, "retry:schedule");
-    s->claimed_key = dtq_worker_key(w, "retry:claimed");
+    s->ctx = ctx;
+    s->tick_ev = evtimer_new(ctx->base, tick_cb, s);
+    s->lock_key = dtq_ctx_key(ctx, "lock:scheduler");
+    s->schedule_key = dtq_ctx_key(ctx, "retry:schedule");
+    s->claimed_key = dtq_ctx_key(ctx, "retry:claimed");
     return s;
 }
 
 void dtq_scheduler_start(dtq_scheduler *s) {
-    if (!s->w->cfg->scheduler_enabled || s->running) return;
+    if (!s->ctx->cfg->scheduler_enabled || s->running) return;
     s->running = 1;
     arm(s, 0);
 }
 
 void dtq_scheduler_stop(dtq_scheduler *s) {
-    dtq_worker *w = s->w;
+    dtq_ctx *ctx = s->ctx;
     s->running = 0;
     evtimer_del(s->tick_ev);
-    if (s->g.leader && dtq_worker_is_up(w)) {
+    if (s->ctx->gauges.scheduler_leader && dtq_ctx_is_up(ctx)) {
         dtq_argv a;
-        char *fn = dtq_worker_fn(w, "lock_release");
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, ctx->fn.lock_release);
         dtq_argv_adds(&a, "1");
         dtq_argv_adds(&a, s->lock_key);
-        dtq_argv_adds(&a, w->cfg->worker_id);
-        dtq_worker_command(w, NULL, NULL, a.argc, a.argv, a.lens);
+        dtq_argv_adds(&a, ctx->cfg->worker_id);
+        dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
-        free(fn);
         dtq_info("scheduler: leader lock released");
     }
-    s->g.leader = 0;
+    s->ctx->gauges.scheduler_leader = 0;
 }
 
 void dtq_scheduler_connection_lost(dtq_scheduler *s) {
     s->busy = 0;
     lose_leadership(s, "connection lost");
     arm_interval(s);
-}
-
-const dtq_scheduler_gauges *dtq_scheduler_gauges_get(const dtq_scheduler *s) {
-    return &s->g;
 }
 
 void dtq_scheduler_free(dtq_scheduler *s) {

@@ -8,22 +8,17 @@
 
 #include <stdint.h>
 
-#include "worker.h"
+#include "ctx.h"
 
-typedef struct dtq_scheduler_gauges {
-    int leader;
-    int64_t scheduled; /* ZCARD of the schedule at the last pass */
-    int64_t claimed;   /* ZCARD of the claimed set at the last pass */
-    uint64_t promoted; /* entries written by this daemon's passes */
-} dtq_scheduler_gauges;
+typedef struct dtq_scheduler dtq_scheduler;
 
-dtq_scheduler *dtq_scheduler_new(dtq_worker *w);
+/* Its gauges live in ctx->gauges. */
+dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx);
 void dtq_scheduler_free(dtq_scheduler *s);
 void dtq_scheduler_start(dtq_scheduler *s);
 /* Stops passes and releases the lock if held. */
 void dtq_scheduler_stop(dtq_scheduler *s);
 /* The connection dropped: a leader must not act on a lock it can no longer refresh. */
 void dtq_scheduler_connection_lost(dtq_scheduler *s);
-const dtq_scheduler_gauges *dtq_scheduler_gauges_get(const dtq_scheduler *s);
 
 #endif

@@ -8,7 +8,7 @@
 
 #include "util.h"
 
-#define CLAIM_FIELDS 10
+#define CLAIM_FIELDS 9 /* lua/dtq.lua claim_task() */
 
 static int as_string(const redisReply *r, char **out, size_t *len) {
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
@@ -35,7 +35,6 @@ static int as_int(const redisReply *r, int64_t *out) {
 
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
     dtq_task *t;
-    int64_t own;
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != CLAIM_FIELDS) {
         snprintf(err, errlen, "claimed task is not an array of %d", CLAIM_FIELDS);
         return NULL;
@@ -47,12 +46,11 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
         as_string(r->element[4], &t->task_type, NULL) ||
         as_string(r->element[5], &t->payload, &t->payload_len) ||
         as_int(r->element[6], &t->attempt) || as_int(r->element[7], &t->max_attempts) ||
-        as_int(r->element[8], &t->timeout_ms) || as_int(r->element[9], &own)) {
+        as_int(r->element[8], &t->timeout_ms)) {
         snprintf(err, errlen, "claimed task has a field of the wrong type");
         dtq_task_free(t);
         return NULL;
     }
-    t->own_max_attempts = own != 0;
     return t;
 }
 

@@ -17,9 +17,8 @@ typedef struct dtq_task {
     char *payload;        /* JSON text, NUL-terminated */
     size_t payload_len;   /* bytes */
     int64_t attempt;      /* the attempt being run, 1-based */
-    int64_t max_attempts; /* as resolved at claim */
+    int64_t max_attempts; /* as resolved at claim, the value every later decision uses */
     int64_t timeout_ms;   /* as resolved at claim */
-    int own_max_attempts; /* 1 when max_attempts came with the task itself */
 } dtq_task;
 
 /* Decodes one claimed-task array; NULL (with err filled) when it is malformed.

@@ -3,22 +3,22 @@
  * drain and reload, and decides when the process may exit. */
 #include "worker.h"
 
-#include <cjson/cJSON.h>
 #include <event2/event.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "consumer.h"
-#include "events.h"
+#include "ctx.h"
 #include "executor.h"
-#include "handler_exec.h"
+#include "finisher.h"
 #include "heartbeat.h"
 #include "http.h"
+#include "lease.h"
 #include "log.h"
+#include "reaper.h"
 #include "scheduler.h"
 #include "scripts.h"
 #include "sdnotify.h"
@@ -26,144 +26,94 @@
 
 #define HARD_STOP_GRACE_S 15
 
+enum dtq_worker_state {
+    DTQ_WORKER_STARTING,
+    DTQ_WORKER_RUNNING,
+    DTQ_WORKER_DRAINING,
+    DTQ_WORKER_STOPPED
+};
+
+struct dtq_worker {
+    dtq_ctx *ctx;
+    enum dtq_worker_state state;
+    int setup_pending; /* setup replies outstanding after a (re)connect */
+    int ever_ready;
+    dtq_finisher *finisher;
+    dtq_executor *executor;
+    dtq_consumer *consumer;
+    dtq_reaper *reaper;
+    dtq_lease *lease;
+    dtq_scheduler *scheduler;
+    dtq_heartbeat *heartbeat;
+    dtq_http *http;
+    struct event *sig_term, *sig_int, *sig_hup, *sig_pipe, *sig_chld;
+    struct event *drain_timer, *hard_stop_timer, *watchdog_timer, *setup_retry_timer;
+    int exit_code;
+};
+
 static void setup_redis(dtq_worker *w);
+static void check_drained(dtq_worker *w);
 
-/* ----------------------------------------------------------------- helpers */
-
-char *dtq_worker_key(const dtq_worker *w, const char *fmt, ...) {
-    va_list ap;
-    char *suffix = NULL, *key;
-    va_start(ap, fmt);
-    if (vasprintf(&suffix, fmt, ap) < 0) abort();
-    va_end(ap);
-    key = dtq_xasprintf("%s:%s", w->prefix, suffix);
-    free(suffix);
-    return key;
+static void set_state(dtq_worker *w, enum dtq_worker_state st) {
+    w->state = st;
+    dtq_http_set_serving(w->http, st == DTQ_WORKER_RUNNING);
 }
 
-char *dtq_worker_fn(const dtq_worker *w, const char *name) {
-    return dtq_xasprintf("%s_%s", w->cfg->ns, name);
-}
-
-int dtq_worker_is_up(const dtq_worker *w) {
-    return w->ready && dtq_rconn_is_up(w->cmd);
-}
-
-int dtq_worker_command(dtq_worker *w, redisCallbackFn *cb, void *priv, int argc, char **argv,
-                       const size_t *lens) {
-    if (!w->ready) return DTQ_ERR;
-    return dtq_rconn_command(w->cmd, cb, priv, argc, (const char **)argv, lens);
-}
-
-void dtq_worker_publish(dtq_worker *w, char *json) {
-    dtq_argv a;
-    char *channel;
-    if (!json) return;
-    channel = dtq_worker_key(w, "events");
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "PUBLISH");
-    dtq_argv_adds(&a, channel);
-    dtq_argv_adds(&a, json);
-    dtq_worker_command(w, NULL, NULL, a.argc, a.argv, a.lens);
-    dtq_argv_deinit(&a);
-    if (w->cfg->events_stream_maxlen > 0) {
-        char *stream = dtq_worker_key(w, "stream:events");
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "XADD");
-        dtq_argv_adds(&a, stream);
-        dtq_argv_adds(&a, "MAXLEN");
-        dtq_argv_adds(&a, "~");
-        dtq_argv_addll(&a, w->cfg->events_stream_maxlen);
-        dtq_argv_adds(&a, "*");
-        dtq_argv_adds(&a, "event");
-        dtq_argv_adds(&a, json);
-        dtq_worker_command(w, NULL, NULL, a.argc, a.argv, a.lens);
-        dtq_argv_deinit(&a);
-        free(stream);
-    }
-    free(channel);
-    free(json);
-}
-
+/* WORKER_STARTED / WORKER_STOPPED, built and published by the Functions like every event. */
 static void worker_event(dtq_worker *w, const char *type) {
-    dtq_worker_publish(w, dtq_events_build(w->cfg->events, dtq_now_ms(), type, "", "", "", 0,
-                                           w->cfg->worker_id, NULL));
+    dtq_argv a;
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, w->ctx->fn.worker_event);
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, w->ctx->cfg->worker_id);
+    dtq_argv_adds(&a, type);
+    dtq_ctx_command(w->ctx, NULL, NULL, &a);
+    dtq_argv_deinit(&a);
 }
 
-/* Releases what derive() built; nstreams / 10 is the number of queues it was built for. */
-static void free_derived(dtq_worker *w) {
-    for (int i = 0; i < w->nstreams; i++) free(w->streams[i]);
-    for (int q = 0; w->paused_keys && q < w->nstreams / 10; q++) free(w->paused_keys[q]);
-    free(w->streams);
-    free(w->paused_keys);
-    free(w->prefix);
-    free(w->policy_json);
-    w->streams = w->paused_keys = NULL;
-    w->prefix = w->policy_json = NULL;
-    w->nstreams = 0;
+/* ctx hooks: what the subsystems report. */
+static void on_slots_freed(void *arg) {
+    dtq_worker *w = arg;
+    dtq_consumer_kick(w->consumer);
 }
 
-/* Derived state of a config: prefix, served streams and the claim-time policy table. */
-static void derive(dtq_worker *w) {
-    const dtq_config *cfg = w->cfg;
-    cJSON *root = cJSON_CreateObject(), *d = cJSON_CreateArray(), *t = cJSON_CreateObject();
-    free_derived(w);
-    w->prefix = dtq_config_prefix(cfg);
-    w->nstreams = cfg->nqueues * 10;
-    w->streams = dtq_xcalloc((size_t)w->nstreams, sizeof(char *));
-    for (int q = 0; q < cfg->nqueues; q++)
-        for (int band = 9; band >= 0; band--)
-            w->streams[q * 10 + (9 - band)] =
-                dtq_worker_key(w, "stream:%s:p%d", cfg->queues[q], band);
-    w->paused_keys = dtq_xcalloc((size_t)cfg->nqueues, sizeof(char *));
-    for (int q = 0; q < cfg->nqueues; q++)
-        w->paused_keys[q] = dtq_worker_key(w, "queue:%s:paused", cfg->queues[q]);
-    cJSON_AddItemToArray(d, cJSON_CreateNumber((double)cfg->default_max_attempts));
-    cJSON_AddItemToArray(d, cJSON_CreateNumber(30000));
-    for (int i = 0; i < cfg->nhandlers; i++) {
-        const dtq_handler_conf *h = &cfg->handlers[i];
-        cJSON *pair = cJSON_CreateArray();
-        cJSON_AddItemToArray(
-            pair, cJSON_CreateNumber(
-                      (double)(h->max_attempts ? h->max_attempts : cfg->default_max_attempts)));
-        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)h->timeout_ms));
-        cJSON_AddItemToObject(t, h->task_type, pair);
-    }
-    cJSON_AddItemToObject(root, "d", d);
-    cJSON_AddItemToObject(root, "t", t);
-    w->policy_json = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
+static void on_settled(void *arg) {
+    check_drained(arg);
 }
 
 /* ----------------------------------------------------------------- setup after connect */
 
 static void setup_done(dtq_worker *w) {
-    w->ready = 1;
+    dtq_ctx *ctx = w->ctx;
+    ctx->ready = 1;
     if (!w->ever_ready) {
         w->ever_ready = 1;
         dtq_sdnotify("READY=1\nSTATUS=connected, serving");
         worker_event(w, "WORKER_STARTED");
-        dtq_info("worker %s ready: serving %d queue(s) with concurrency %lld", w->cfg->worker_id,
-                 w->cfg->nqueues, (long long)w->cfg->concurrency);
+        dtq_info("worker %s ready: serving %d queue(s) with concurrency %lld", ctx->cfg->worker_id,
+                 ctx->cfg->nqueues, (long long)ctx->cfg->concurrency);
     } else {
         dtq_sdnotify("STATUS=reconnected, serving");
         dtq_info("redis setup done after reconnect");
     }
-    if (w->state == DTQ_WORKER_STARTING) w->state = DTQ_WORKER_RUNNING;
-    dtq_heartbeat_start(w->hb);
-    dtq_executor_flush(w->exec);
+    if (w->state == DTQ_WORKER_STARTING) set_state(w, DTQ_WORKER_RUNNING);
+    dtq_heartbeat_start(w->heartbeat);
+    dtq_lease_start(w->lease);
+    dtq_finisher_flush(w->finisher);
     if (w->state == DTQ_WORKER_RUNNING) {
-        dtq_consumer_start(w->cons);
-        dtq_scheduler_start(w->sched);
+        dtq_consumer_start(w->consumer);
+        dtq_reaper_start(w->reaper);
+        dtq_scheduler_start(w->scheduler);
     }
-    dtq_worker_check_drained(w);
+    check_drained(w);
 }
 
 static void setup_retry_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_worker *w = arg;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
-    if (dtq_rconn_is_up(w->cmd) && !w->ready) setup_redis(w);
+    if (dtq_rconn_is_up(w->ctx->cmd) && !w->ctx->ready) setup_redis(w);
 }
 
 static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
@@ -181,16 +131,19 @@ static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (--w->setup_pending == 0) setup_done(w);
 }
 
+/* Setup commands bypass the gate: they are what opens it. */
 static void setup_command(dtq_worker *w, dtq_argv *a) {
-    if (dtq_rconn_command(w->cmd, setup_cb, w, a->argc, (const char **)a->argv, a->lens) == DTQ_OK)
+    if (dtq_rconn_command(w->ctx->cmd, setup_cb, w, a->argc, (const char **)a->argv, a->lens) ==
+        DTQ_OK)
         w->setup_pending++;
     dtq_argv_deinit(a);
 }
 
+/* <prefix>:config: the limits the Functions enforce, as this daemon's config says. */
 static void publish_config(dtq_worker *w, int counted) {
-    const dtq_config *cfg = w->cfg;
+    const dtq_config *cfg = w->ctx->cfg;
     dtq_argv a;
-    char *key = dtq_worker_key(w, "config");
+    char *key = dtq_ctx_key(w->ctx, "config");
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "HSET");
     dtq_argv_adds(&a, key);
@@ -202,7 +155,7 @@ static void publish_config(dtq_worker *w, int counted) {
     PUT("max_payload_bytes", cfg->max_payload_bytes);
     PUT("max_queue_depth", cfg->max_queue_depth);
     PUT("default_max_attempts", cfg->default_max_attempts);
-    PUT("default_priority", 5);
+    PUT("default_priority", DTQ_DEFAULT_PRIORITY);
     PUT("task_retention_s", cfg->task_retention_s);
     PUT("result_retention_s", cfg->result_retention_s);
     PUT("idem_ttl_s", cfg->idem_ttl_s);
@@ -217,16 +170,17 @@ static void publish_config(dtq_worker *w, int counted) {
     if (counted) {
         setup_command(w, &a);
     } else {
-        dtq_rconn_command(w->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
+        dtq_rconn_command(w->ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
         dtq_argv_deinit(&a);
     }
 }
 
 static void setup_redis(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
     dtq_argv a;
     size_t len;
-    char *lib = dtq_scripts_library(w->cfg->ns, w->prefix, &len);
-    w->ready = 0;
+    char *lib = dtq_scripts_library(ctx->cfg->ns, ctx->prefix, &len);
+    ctx->ready = 0;
     w->setup_pending = 0;
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FUNCTION");
@@ -236,11 +190,11 @@ static void setup_redis(dtq_worker *w) {
     free(lib);
     setup_command(w, &a);
     publish_config(w, 1);
-    for (int i = 0; i < w->nstreams; i++) {
+    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "XGROUP");
         dtq_argv_adds(&a, "CREATE");
-        dtq_argv_adds(&a, w->streams[i]);
+        dtq_argv_adds(&a, ctx->streams.keys[i]);
         dtq_argv_adds(&a, "workers");
         dtq_argv_adds(&a, "0");
         dtq_argv_adds(&a, "MKSTREAM");
@@ -255,50 +209,48 @@ static void cmd_state_cb(dtq_rconn *rc, int up, void *arg) {
         setup_redis(w);
         return;
     }
-    w->ready = 0;
+    w->ctx->ready = 0;
     dtq_sdnotify("STATUS=redis connection lost, reconnecting");
-    dtq_scheduler_connection_lost(w->sched);
+    dtq_scheduler_connection_lost(w->scheduler);
 }
 
 static void blk_state_cb(dtq_rconn *rc, int up, void *arg) {
     dtq_worker *w = arg;
     DTQ_UNUSED(rc);
-    if (up) dtq_consumer_kick(w->cons);
+    if (up) dtq_consumer_kick(w->consumer);
 }
 
 /* ----------------------------------------------------------------- drain and signals */
 
 static void final_beat_done(void *arg) {
     dtq_worker *w = arg;
-    event_base_loopbreak(w->base);
+    event_base_loopbreak(w->ctx->base);
 }
 
 static void finish_stop(dtq_worker *w) {
     if (w->state == DTQ_WORKER_STOPPED) return;
-    w->state = DTQ_WORKER_STOPPED;
+    set_state(w, DTQ_WORKER_STOPPED);
     dtq_info("drained; stopping");
-    if (dtq_worker_is_up(w)) {
-        worker_event(w, "WORKER_STOPPED");
-        dtq_heartbeat_beat(w->hb, "stopped", final_beat_done, w);
-    } else {
-        event_base_loopbreak(w->base);
-    }
+    if (dtq_ctx_is_up(w->ctx)) worker_event(w, "WORKER_STOPPED");
+    dtq_heartbeat_set_status(w->heartbeat, "stopped", final_beat_done, w);
 }
 
-void dtq_worker_check_drained(dtq_worker *w) {
-    /* A fetch still in flight may hand over claimed tasks; they must run before exit. */
-    if (w->state == DTQ_WORKER_DRAINING && dtq_executor_idle(w->exec) &&
-        !dtq_consumer_busy(w->cons))
+/* A drain ends when nothing runs, no outcome waits to be written, and no fetch or reap
+ * reply (which may still hand over claimed tasks, to be run before exit) is outstanding. */
+static void check_drained(dtq_worker *w) {
+    if (w->state == DTQ_WORKER_DRAINING && dtq_executor_running(w->executor) == 0 &&
+        dtq_finisher_idle(w->finisher) && !dtq_consumer_busy(w->consumer) &&
+        !dtq_reaper_busy(w->reaper))
         finish_stop(w);
 }
 
 static void drain_expired(dtq_worker *w) {
-    int n = dtq_executor_running(w->exec);
+    int n = dtq_executor_running(w->executor);
     if (n) {
         dtq_warn("drain: %d task(s) still running; stopping them and handing them back", n);
-        dtq_executor_abandon_all(w->exec, "interrupted: worker shut down");
+        dtq_executor_abandon_all(w->executor, "interrupted: worker shut down");
     }
-    dtq_worker_check_drained(w);
+    check_drained(w);
 }
 
 static void drain_timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -313,36 +265,39 @@ static void hard_stop_cb(evutil_socket_t fd, short what, void *arg) {
     DTQ_UNUSED(what);
     dtq_error("stopping without Redis: unsent task outcomes are recovered by another worker's "
               "reaper after visibility_timeout_s");
-    w->state = DTQ_WORKER_STOPPED;
-    event_base_loopbreak(w->base);
+    set_state(w, DTQ_WORKER_STOPPED);
+    event_base_loopbreak(w->ctx->base);
 }
 
 static void start_drain(dtq_worker *w) {
-    struct timeval tv = {w->cfg->drain_timeout_s, 0};
-    struct timeval hard = {w->cfg->drain_timeout_s + HARD_STOP_GRACE_S, 0};
-    w->state = DTQ_WORKER_DRAINING;
+    const dtq_config *cfg = w->ctx->cfg;
+    struct timeval tv = {cfg->drain_timeout_s, 0};
+    struct timeval hard = {cfg->drain_timeout_s + HARD_STOP_GRACE_S, 0};
+    set_state(w, DTQ_WORKER_DRAINING);
     dtq_sdnotify("STOPPING=1\nSTATUS=draining");
-    dtq_info("draining: %d task(s) running, up to %llds", dtq_executor_running(w->exec),
-             (long long)w->cfg->drain_timeout_s);
-    dtq_consumer_stop(w->cons);
-    dtq_scheduler_stop(w->sched);
-    if (dtq_worker_is_up(w)) dtq_heartbeat_beat(w->hb, "draining", NULL, NULL);
+    dtq_info("draining: %d task(s) running, up to %llds", dtq_executor_running(w->executor),
+             (long long)cfg->drain_timeout_s);
+    dtq_consumer_stop(w->consumer);
+    dtq_reaper_stop(w->reaper);
+    dtq_scheduler_stop(w->scheduler);
+    dtq_heartbeat_set_status(w->heartbeat, "draining", NULL, NULL);
     evtimer_add(w->drain_timer, &tv);
     evtimer_add(w->hard_stop_timer, &hard);
-    dtq_worker_check_drained(w);
+    check_drained(w);
 }
 
 static void reload(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
     char err[512];
     dtq_config *cfg;
     dtq_handler_registry *reg;
     enum dtq_log_level lvl;
     enum dtq_log_format fmt;
-    if (!w->cfg->path) {
+    if (!ctx->cfg->path) {
         dtq_warn("SIGHUP: no config file to reload");
         return;
     }
-    cfg = dtq_config_load(w->cfg->path, err, sizeof(err));
+    cfg = dtq_config_load(ctx->cfg->path, err, sizeof(err));
     if (!cfg) {
         dtq_error("SIGHUP: new config refused, keeping the old one: %s", err);
         return;
@@ -353,28 +308,24 @@ static void reload(dtq_worker *w) {
         dtq_config_free(cfg);
         return;
     }
-    if (strcmp(cfg->redis_url, w->cfg->redis_url) || strcmp(cfg->ns, w->cfg->ns) ||
-        cfg->cluster_hash_tag != w->cfg->cluster_hash_tag)
+    if (strcmp(cfg->redis_url, ctx->cfg->redis_url) || strcmp(cfg->ns, ctx->cfg->ns) ||
+        cfg->cluster_hash_tag != ctx->cfg->cluster_hash_tag)
         dtq_warn("SIGHUP: [redis] changes take effect only after a restart");
     /* Identity and connection settings stay as started. */
     free(cfg->worker_id);
-    cfg->worker_id = dtq_xstrdup(w->cfg->worker_id);
+    cfg->worker_id = dtq_xstrdup(ctx->cfg->worker_id);
     free(cfg->redis_url);
-    cfg->redis_url = dtq_xstrdup(w->cfg->redis_url);
+    cfg->redis_url = dtq_xstrdup(ctx->cfg->redis_url);
     free(cfg->ns);
-    cfg->ns = dtq_xstrdup(w->cfg->ns);
-    cfg->cluster_hash_tag = w->cfg->cluster_hash_tag;
-    dtq_handler_registry_free(w->handlers, 0);
-    w->handlers = reg;
-    dtq_config_free(w->cfg);
-    w->cfg = cfg;
-    derive(w);
+    cfg->ns = dtq_xstrdup(ctx->cfg->ns);
+    cfg->cluster_hash_tag = ctx->cfg->cluster_hash_tag;
+    dtq_ctx_set_config(ctx, cfg, reg);
     dtq_log_level_from_string(cfg->log_level, &lvl);
     dtq_log_format_from_string(cfg->log_format, &fmt);
     dtq_log_setup(lvl, fmt);
-    dtq_exec_set_error_max(w->execs, cfg->error_max_bytes);
-    if (dtq_rconn_is_up(w->cmd)) publish_config(w, 0);
-    dtq_consumer_reset(w->cons);
+    dtq_executor_config_changed(w->executor);
+    if (dtq_rconn_is_up(ctx->cmd)) publish_config(w, 0);
+    dtq_consumer_reset(w->consumer);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);
 }
 
@@ -387,7 +338,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg) {
     }
     if (sig == SIGPIPE) return;
     if (sig == SIGCHLD) {
-        dtq_exec_reap(w->execs);
+        dtq_executor_reap_children(w->executor);
         return;
     }
     if (w->state == DTQ_WORKER_DRAINING) {
@@ -410,98 +361,101 @@ static void watchdog_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ----------------------------------------------------------------- lifecycle */
 
+static struct event *add_signal(dtq_worker *w, int sig) {
+    struct event *ev = evsignal_new(w->ctx->base, sig, signal_cb, w);
+    evsignal_add(ev, NULL);
+    return ev;
+}
+
 dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
-    dtq_worker *w = dtq_xcalloc(1, sizeof(*w));
+    dtq_worker *w;
+    dtq_handler_registry *reg = dtq_handler_registry_new(cfg, err, errlen);
+    struct event_base *base;
     dtq_redis_url url;
+    dtq_ctx *ctx;
     int64_t wd;
-    w->cfg = cfg;
-    w->handlers = dtq_handler_registry_new(cfg, err, errlen);
-    if (!w->handlers) {
-        w->cfg = NULL;
-        free(w);
-        return NULL;
-    }
+    if (!reg) return NULL;
     if (dtq_redis_url_parse(cfg->redis_url, &url, err, errlen) != DTQ_OK) {
-        dtq_handler_registry_free(w->handlers, 1);
-        free(w);
+        dtq_handler_registry_free(reg, 1);
         return NULL;
     }
-    w->base = event_base_new();
-    if (!w->base) abort();
-    w->started_at_ms = dtq_now_ms();
-    if (gethostname(w->hostname, sizeof(w->hostname) - 1) != 0) strcpy(w->hostname, "unknown");
-    derive(w);
-    w->cmd = dtq_rconn_new(w->base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
-    w->blk = dtq_rconn_new(w->base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
+    base = event_base_new();
+    if (!base) abort();
+    w = dtq_xcalloc(1, sizeof(*w));
+    w->ctx = ctx = dtq_ctx_new(cfg, reg, base);
+    ctx->cmd = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
+    ctx->blk = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
     dtq_redis_url_deinit(&url);
-    w->execs = dtq_exec_new(w->base, cfg->error_max_bytes);
-    w->exec = dtq_executor_new(w);
-    w->cons = dtq_consumer_new(w);
-    w->sched = dtq_scheduler_new(w);
-    w->hb = dtq_heartbeat_new(w);
+    ctx->hooks.slots_freed = on_slots_freed;
+    ctx->hooks.settled = on_settled;
+    ctx->hooks.arg = w;
+    w->finisher = dtq_finisher_new(ctx);
+    w->executor = dtq_executor_new(ctx, w->finisher);
+    w->consumer = dtq_consumer_new(ctx, w->executor);
+    w->reaper = dtq_reaper_new(ctx, w->executor);
+    w->lease = dtq_lease_new(ctx, w->executor);
+    w->scheduler = dtq_scheduler_new(ctx);
+    w->heartbeat = dtq_heartbeat_new(ctx);
     if (*cfg->http_listen) {
-        w->http = dtq_http_new(w, cfg->http_listen, err, errlen);
+        w->http = dtq_http_new(ctx, cfg->http_listen, err, errlen);
         if (!w->http) {
-            w->cfg = NULL; /* the caller still owns cfg on failure */
+            ctx->cfg = NULL; /* the caller still owns cfg on failure */
             dtq_worker_free(w);
             return NULL;
         }
     }
-    w->sig_term = evsignal_new(w->base, SIGTERM, signal_cb, w);
-    w->sig_int = evsignal_new(w->base, SIGINT, signal_cb, w);
-    w->sig_hup = evsignal_new(w->base, SIGHUP, signal_cb, w);
-    w->sig_pipe = evsignal_new(w->base, SIGPIPE, signal_cb, w);
-    w->sig_chld = evsignal_new(w->base, SIGCHLD, signal_cb, w);
-    evsignal_add(w->sig_chld, NULL);
-    evsignal_add(w->sig_term, NULL);
-    evsignal_add(w->sig_int, NULL);
-    evsignal_add(w->sig_hup, NULL);
-    evsignal_add(w->sig_pipe, NULL);
-    w->drain_timer = evtimer_new(w->base, drain_timer_cb, w);
-    w->hard_stop_timer = evtimer_new(w->base, hard_stop_cb, w);
-    w->setup_retry_timer = evtimer_new(w->base, setup_retry_cb, w);
+    w->sig_term = add_signal(w, SIGTERM);
+    w->sig_int = add_signal(w, SIGINT);
+    w->sig_hup = add_signal(w, SIGHUP);
+    w->sig_pipe = add_signal(w, SIGPIPE);
+    w->sig_chld = add_signal(w, SIGCHLD);
+    w->drain_timer = evtimer_new(base, drain_timer_cb, w);
+    w->hard_stop_timer = evtimer_new(base, hard_stop_cb, w);
+    w->setup_retry_timer = evtimer_new(base, setup_retry_cb, w);
     wd = dtq_sdnotify_watchdog_ms();
     if (wd > 0) {
         struct timeval tv = {(wd / 2) / 1000, ((wd / 2) % 1000) * 1000};
-        w->watchdog_timer = event_new(w->base, -1, EV_PERSIST, watchdog_cb, w);
+        w->watchdog_timer = event_new(base, -1, EV_PERSIST, watchdog_cb, w);
         evtimer_add(w->watchdog_timer, &tv);
     }
     return w;
 }
 
 int dtq_worker_run(dtq_worker *w) {
-    dtq_info("dtq-worker %s starting as %s (pid %d)", DTQ_VERSION, w->cfg->worker_id,
+    dtq_info("dtq-worker %s starting as %s (pid %d)", DTQ_VERSION, w->ctx->cfg->worker_id,
              (int)getpid());
     dtq_sdnotify("STATUS=connecting to redis");
-    dtq_rconn_start(w->cmd);
-    dtq_rconn_start(w->blk);
-    event_base_dispatch(w->base);
+    dtq_rconn_start(w->ctx->cmd);
+    dtq_rconn_start(w->ctx->blk);
+    event_base_dispatch(w->ctx->base);
     dtq_info("stopped");
     return w->exit_code;
 }
 
 void dtq_worker_free(dtq_worker *w) {
+    struct event *events[] = {w ? w->sig_term : NULL,        w ? w->sig_int : NULL,
+                              w ? w->sig_hup : NULL,         w ? w->sig_pipe : NULL,
+                              w ? w->sig_chld : NULL,        w ? w->drain_timer : NULL,
+                              w ? w->hard_stop_timer : NULL, w ? w->setup_retry_timer : NULL,
+                              w ? w->watchdog_timer : NULL};
+    struct event_base *base;
     if (!w) return;
-    dtq_rconn_free(w->blk);
-    dtq_rconn_free(w->cmd);
+    base = w->ctx->base;
+    /* Connections first: their pending callbacks run (with NULL) while everything lives. */
+    dtq_rconn_free(w->ctx->blk);
+    dtq_rconn_free(w->ctx->cmd);
+    w->ctx->blk = w->ctx->cmd = NULL;
     dtq_http_free(w->http);
-    dtq_heartbeat_free(w->hb);
-    dtq_scheduler_free(w->sched);
-    dtq_consumer_free(w->cons);
-    dtq_executor_free(w->exec);
-    dtq_exec_free(w->execs);
-    if (w->sig_term) event_free(w->sig_term);
-    if (w->sig_int) event_free(w->sig_int);
-    if (w->sig_hup) event_free(w->sig_hup);
-    if (w->sig_pipe) event_free(w->sig_pipe);
-    if (w->sig_chld) event_free(w->sig_chld);
-    if (w->drain_timer) event_free(w->drain_timer);
-    if (w->hard_stop_timer) event_free(w->hard_stop_timer);
-    if (w->setup_retry_timer) event_free(w->setup_retry_timer);
-    if (w->watchdog_timer) event_free(w->watchdog_timer);
-    free_derived(w);
-    dtq_handler_registry_free(w->handlers, 1);
-    dtq_config_free(w->cfg);
-    if (w->base) event_base_free(w->base);
+    dtq_heartbeat_free(w->heartbeat);
+    dtq_scheduler_free(w->scheduler);
+    dtq_lease_free(w->lease);
+    dtq_reaper_free(w->reaper);
+    dtq_consumer_free(w->consumer);
+    dtq_executor_free(w->executor);
+    dtq_finisher_free(w->finisher);
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
+        if (events[i]) event_free(events[i]);
+    dtq_ctx_free(w->ctx);
+    event_base_free(base);
     free(w);
 }

@@ -7,7 +7,6 @@
 
 #include "harness.h"
 
-#include "events.h"
 #include "log.h"
 #include "rconn.h"
 #include "scripts.h"
@@ -134,30 +133,6 @@ START_TEST(test_iso8601) {
 }
 END_TEST
 
-START_TEST(test_event_json) {
-    char *json = dtq_events_build(DTQ_EVENTS_ALL, 1764464523456LL, "TASK_STARTED", "t\"1",
-                                  "default", "echo", 2, "w1", "{\"delay_ms\":5}");
-    cJSON *ev = cJSON_Parse(json);
-    ck_assert_ptr_nonnull(ev);
-    ck_assert_str_eq(cJSON_GetObjectItem(ev, "type")->valuestring, "TASK_STARTED");
-    ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_id")->valuestring, "t\"1");
-    ck_assert_str_eq(cJSON_GetObjectItem(ev, "ts")->valuestring, "2025-11-30T01:02:03.456Z");
-    ck_assert_int_eq(cJSON_GetObjectItem(ev, "attempt")->valueint, 2);
-    ck_assert_int_eq(strlen(cJSON_GetObjectItem(ev, "event_id")->valuestring), 36);
-    ck_assert_int_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "metadata"), "delay_ms")->valueint,
-                     5);
-    cJSON_Delete(ev);
-    free(json);
-    ck_assert_ptr_null(
-        dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_STARTED", "t", "q", "x", 1, "w", NULL));
-    ck_assert_ptr_null(
-        dtq_events_build(DTQ_EVENTS_OFF, 0, "TASK_SUCCEEDED", "t", "q", "x", 1, "w", NULL));
-    json = dtq_events_build(DTQ_EVENTS_TERMINAL, 0, "TASK_SUCCEEDED", "t", "q", "x", 1, "w", NULL);
-    ck_assert_ptr_nonnull(json);
-    free(json);
-}
-END_TEST
-
 START_TEST(test_library_namespacing) {
     size_t len;
     char *lib = dtq_scripts_library("jobs", "{jobs}", &len);
@@ -203,13 +178,12 @@ static redisReply *claim_reply(int nfields) {
     if (nfields > 6) r->element[6] = int_reply_of(2);
     if (nfields > 7) r->element[7] = int_reply_of(5);
     if (nfields > 8) r->element[8] = str_reply("30000"); /* strings with numbers are accepted */
-    if (nfields > 9) r->element[9] = int_reply_of(1);
     return r;
 }
 
 START_TEST(test_task_from_reply) {
     char err[128];
-    redisReply *r = claim_reply(10);
+    redisReply *r = claim_reply(9);
     dtq_task *t = dtq_task_from_reply(r, err, sizeof(err));
     ck_assert_ptr_nonnull(t);
     ck_assert_str_eq(t->stream, "dtq:stream:q:p5");
@@ -219,14 +193,13 @@ START_TEST(test_task_from_reply) {
     ck_assert_int_eq(t->attempt, 2);
     ck_assert_int_eq(t->max_attempts, 5);
     ck_assert_int_eq(t->timeout_ms, 30000);
-    ck_assert(t->own_max_attempts);
     dtq_task_free(t);
     freeReplyObject(r);
-    r = claim_reply(9); /* one field short */
+    r = claim_reply(8); /* one field short */
     ck_assert_ptr_null(dtq_task_from_reply(r, err, sizeof(err)));
-    ck_assert_ptr_nonnull(strstr(err, "array of 10"));
+    ck_assert_ptr_nonnull(strstr(err, "array of 9"));
     freeReplyObject(r);
-    r = claim_reply(10);
+    r = claim_reply(9);
     free(r->element[6]->str);
     r->element[6]->type = REDIS_REPLY_STRING;
     r->element[6]->str = strdup("two");
@@ -255,7 +228,6 @@ int main(void) {
     tcase_add_test(tc, test_names_and_ids);
     tcase_add_test(tc, test_numbers);
     tcase_add_test(tc, test_iso8601);
-    tcase_add_test(tc, test_event_json);
     tcase_add_test(tc, test_library_namespacing);
     tcase_add_test(tc, test_error_codes);
     tcase_add_test(tc, test_log_escape);

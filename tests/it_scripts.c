@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "finisher.h"
 #include "harness.h"
+#include "util.h"
 
 static th_redis R;
 static redisContext *C;
@@ -213,7 +215,7 @@ START_TEST(test_fetch_raw_entries) {
     ck_assert_int_eq(r->element[0]->elements, 2);
     ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, id);
     ck_assert_int_eq(r->element[0]->element[0]->element[7]->integer, 7); /* its own max_attempts */
-    ck_assert_int_eq(r->element[0]->element[0]->element[9]->integer, 1);
+    th_assert_field(C, id, "max_attempts", "7"); /* resolved once at claim, kept in the hash */
     ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "own-id");
     freeReplyObject(r);
     th_assert_field(C, id, "status", "running");
@@ -338,59 +340,78 @@ START_TEST(test_fetch_skips_paused_and_handles_cancel_and_ttl) {
 }
 END_TEST
 
-START_TEST(test_claim_exactly_one_winner) {
-    redisReply *a, *b;
+START_TEST(test_fetch_exactly_one_winner) {
+    redisReply *a, *b, *r;
+    create_groups("default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race"));
     redisContext *c2 = th_connect(&R);
-    /* Both claimants' calls are in flight at once; Redis runs one script at a time. */
-    redisAppendCommand(C, "FCALL dtq_claim 1 dtq:task:race 1 w1 s 1-0");
-    redisAppendCommand(c2, "FCALL dtq_claim 1 dtq:task:race 1 w2 s 1-0");
+    /* Both workers' fetches are in flight at once; Redis runs one Function at a time. */
+    redisAppendCommand(C, "FCALL dtq_fetch 11 dtq:queue:default:paused dtq:stream:default:p9 "
+                          "dtq:stream:default:p8 dtq:stream:default:p7 dtq:stream:default:p6 "
+                          "dtq:stream:default:p5 dtq:stream:default:p4 dtq:stream:default:p3 "
+                          "dtq:stream:default:p2 dtq:stream:default:p1 dtq:stream:default:p0 "
+                          "w1 10 {} default");
+    redisAppendCommand(c2, "FCALL dtq_fetch 11 dtq:queue:default:paused dtq:stream:default:p9 "
+                           "dtq:stream:default:p8 dtq:stream:default:p7 dtq:stream:default:p6 "
+                           "dtq:stream:default:p5 dtq:stream:default:p4 dtq:stream:default:p3 "
+                           "dtq:stream:default:p2 dtq:stream:default:p1 dtq:stream:default:p0 "
+                           "w2 10 {} default");
     ck_assert_int_eq(redisGetReply(C, (void **)&a), REDIS_OK);
     ck_assert_int_eq(redisGetReply(c2, (void **)&b), REDIS_OK);
-    int wins = (a->type == REDIS_REPLY_STATUS || a->type == REDIS_REPLY_STRING) +
-               (b->type == REDIS_REPLY_STATUS || b->type == REDIS_REPLY_STRING);
-    ck_assert_int_eq(wins, 1);
-    redisReply *loser = a->type == REDIS_REPLY_ERROR ? a : b;
-    ck_assert_str_eq(loser->str, "WRONG_STATE running");
+    ck_assert_int_eq(a->element[0]->elements + b->element[0]->elements, 1);
+    th_assert_field(C, "race", "worker_id", a->element[0]->elements ? "w1" : "w2");
     freeReplyObject(a);
     freeReplyObject(b);
     redisFree(c2);
-    /* a claimant holding an old attempt number loses too */
-    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race2"));
-    expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:race2 2 w1 s 1-0"),
-                        "WRONG_STATE queued");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_claim 1 dtq:task:none 1 w1 s 1-0"), "NOT_FOUND");
+    /* a second entry for the same attempt is a duplicate: absorbed, the claim unchanged */
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_id race attempt 1"));
+    r = fetch("w3", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 0);
+    freeReplyObject(r);
+    th_assert_field(C, "race", "status", "running");
+    ck_assert_str_ne(th_task_field(C, "race", "worker_id"), "w3");
 }
 END_TEST
 
 /* ----------------------------------------------------------------- finish */
 
-static redisReply *finish_one(const char *worker, redisReply *claimed, const char *outcome,
-                              const char *result, const char *flag) {
-    const char *argv[] = {"FCALL",
-                          "dtq_finish",
-                          "0",
-                          worker,
-                          "1",
-                          claimed->element[2]->str,
-                          NULL,
-                          outcome,
-                          claimed->element[0]->str,
-                          claimed->element[1]->str,
-                          result,
-                          flag,
-                          "boom",
-                          "retryable",
-                          "1500",
-                          "{\"type\":\"TASK_SUCCEEDED\"}"};
-    char attempt[16];
-    snprintf(attempt, sizeof(attempt), "%lld", claimed->element[6]->integer);
-    argv[6] = attempt;
-    redisReply *r = redisCommandArgv(C, 16, argv, NULL);
+/* Finishes one claimed task through the daemon's own encoder, so these tests pin the
+ * finish record both sides read and write. */
+static redisReply *finish_one(const char *worker, redisReply *claimed,
+                              enum dtq_outcome_kind outcome, const char *result,
+                              enum dtq_result_state state) {
+    dtq_finish_record rec = {0};
+    dtq_argv a;
+    redisReply *r;
+    rec.task_id = claimed->element[2]->str;
+    rec.attempt = claimed->element[6]->integer;
+    rec.stream = claimed->element[0]->str;
+    rec.entry_id = claimed->element[1]->str;
+    rec.outcome = outcome;
+    rec.result_state = state;
+    rec.result = (char *)result;
+    rec.result_len = strlen(result);
+    rec.error = (char *)"boom";
+    rec.error_class = "retryable";
+    rec.delay_ms = 1500;
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, "dtq_finish");
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, worker);
+    dtq_argv_adds(&a, "1");
+    dtq_finish_record_encode(&a, &rec);
+    ck_assert_int_eq(a.argc, 5 + DTQ_FINISH_RECORD_FIELDS);
+    r = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "finish: %s", r->str);
     return r;
 }
+
+#define OK_ DTQ_OUTCOME_SUCCEEDED
+#define RETRY_ DTQ_OUTCOME_RETRY
+#define DEAD_ DTQ_OUTCOME_DEAD_LETTER
 
 START_TEST(test_finish_paths) {
     redisReply *r, *f;
@@ -401,13 +422,13 @@ START_TEST(test_finish_paths) {
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 3);
     /* the guard: another worker cannot finish w1's attempt */
-    f = finish_one("w2", r->element[0]->element[0], "s", "{\"ok\":1}", "r");
+    f = finish_one("w2", r->element[0]->element[0], OK_, "{\"ok\":1}", DTQ_RESULT_FULL);
     ck_assert_str_eq(f->element[0]->str, "stale");
     freeReplyObject(f);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 3);
 
-    f = finish_one("w1", r->element[0]->element[0], "s", "{\"ok\":1}", "t");
-    ck_assert_str_eq(f->element[0]->str, "ok");
+    f = finish_one("w1", r->element[0]->element[0], OK_, "{\"ok\":1}", DTQ_RESULT_TRUNCATED);
+    ck_assert_str_eq(f->element[0]->str, "succeeded");
     freeReplyObject(f);
     th_assert_field(C, "s1", "status", "succeeded");
     th_assert_field(C, "s1", "result_truncated", "1");
@@ -422,11 +443,12 @@ START_TEST(test_finish_paths) {
     ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:task:s1")), 0);
     ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:result:s1")), 0);
     /* replaying the same finish is stale and acknowledges nothing twice */
-    f = finish_one("w1", r->element[0]->element[0], "s", "{\"ok\":1}", "r");
+    f = finish_one("w1", r->element[0]->element[0], OK_, "{\"ok\":1}", DTQ_RESULT_FULL);
     ck_assert_str_eq(f->element[0]->str, "stale");
     freeReplyObject(f);
 
-    f = finish_one("w1", r->element[0]->element[1], "r", "", "n");
+    f = finish_one("w1", r->element[0]->element[1], RETRY_, "", DTQ_RESULT_NONE);
+    ck_assert_str_eq(f->element[0]->str, "retrying");
     freeReplyObject(f);
     th_assert_field(C, "r1", "status", "retrying");
     th_assert_field(C, "r1", "last_error", "boom");
@@ -437,7 +459,7 @@ START_TEST(test_finish_paths) {
     }
     ck_assert_int_eq(th_int(th_cmd(C, "TTL dtq:task:r1")), -1);
 
-    f = finish_one("w1", r->element[0]->element[2], "d", "", "n");
+    f = finish_one("w1", r->element[0]->element[2], DEAD_, "", DTQ_RESULT_NONE);
     ck_assert_str_eq(f->element[0]->str, "dead_lettered");
     freeReplyObject(f);
     th_assert_field(C, "d1", "status", "dead_lettered");
@@ -454,6 +476,35 @@ START_TEST(test_finish_paths) {
     ck_assert_int_eq(r->element[0]->integer, 0);
     freeReplyObject(r);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:r1")), 0); /* null result: no key */
+}
+END_TEST
+
+START_TEST(test_finish_refuses_malformed_records) {
+    redisReply *r, *f;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id m1"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    /* an unknown outcome word (the old one-letter code), a short record, a bad attempt */
+    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 1 s dtq:stream:default:p5 %s {} full '' '' 0",
+               r->element[0]->element[0]->element[1]->str);
+    ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
+    ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT record 1: unknown outcome s"));
+    freeReplyObject(f);
+    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 1 succeeded");
+    ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
+    ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT"));
+    freeReplyObject(f);
+    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 x succeeded dtq:stream:default:p5 %s {} full '' '' 0",
+               r->element[0]->element[0]->element[1]->str);
+    ck_assert_ptr_nonnull(strstr(f->str, "attempt is not a number"));
+    freeReplyObject(f);
+    /* nothing was written or acknowledged */
+    th_assert_field(C, "m1", "status", "running");
+    freeReplyObject(r);
+    r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
+    ck_assert_int_eq(r->element[0]->integer, 1);
+    freeReplyObject(r);
 }
 END_TEST
 
@@ -539,9 +590,9 @@ START_TEST(test_admin_functions) {
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a1 idempotency_key ka"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a2"));
     r = fetch("w1", 10, "default");
-    f = finish_one("w1", r->element[0]->element[0], "d", "", "n");
+    f = finish_one("w1", r->element[0]->element[0], DEAD_, "", DTQ_RESULT_NONE);
     freeReplyObject(f);
-    f = finish_one("w1", r->element[0]->element[1], "d", "", "n");
+    f = finish_one("w1", r->element[0]->element[1], DEAD_, "", DTQ_RESULT_NONE);
     freeReplyObject(f);
     freeReplyObject(r);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 2);
@@ -668,8 +719,9 @@ int main(void) {
     tcase_add_test(tc, test_fetch_malformed_raw_entries);
     tcase_add_test(tc, test_duplicate_and_stale_entries_absorbed);
     tcase_add_test(tc, test_fetch_skips_paused_and_handles_cancel_and_ttl);
-    tcase_add_test(tc, test_claim_exactly_one_winner);
+    tcase_add_test(tc, test_fetch_exactly_one_winner);
     tcase_add_test(tc, test_finish_paths);
+    tcase_add_test(tc, test_finish_refuses_malformed_records);
     tcase_add_test(tc, test_sched_claim_never_twice_and_stale_claims_return);
     tcase_add_test(tc, test_sched_promote_cases);
     tcase_add_test(tc, test_lock_compare_semantics);

@@ -1,6 +1,6 @@
-/* handler.c: resolves each configured task type to a function: a builtin by name or a
+/* registry.c: resolves each configured task type to a function: a builtin by name or a
  * plugin symbol through dlopen. */
-#include "handler.h"
+#include "registry.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

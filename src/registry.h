@@ -1,7 +1,7 @@
-/* handler.h: the task_type -> handler registry, built from the [handler:*] sections.
+/* registry.h: the task_type -> handler registry, built from the [handler:*] sections.
  * Builtins and plugins share the ABI of include/dtq/handler.h. */
-#ifndef DTQ_HANDLER_REGISTRY_H
-#define DTQ_HANDLER_REGISTRY_H
+#ifndef DTQ_REGISTRY_H
+#define DTQ_REGISTRY_H
 
 #include <stddef.h>
 

@@ -1,0 +1,116 @@
+/* ctx.c: building and swapping the shared context. */
+#include "ctx.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "keys.h"
+#include "util.h"
+
+/* The table <ns>_fetch and <ns>_reap resolve max_attempts and timeout_ms from at claim:
+ * {"d":[default_max_attempts, default_timeout_ms], "t":{task_type:[max, timeout]}}. */
+static char *build_policy_json(const dtq_config *cfg) {
+    cJSON *root = cJSON_CreateObject(), *d = cJSON_CreateArray(), *t = cJSON_CreateObject();
+    char *out;
+    cJSON_AddItemToArray(d, cJSON_CreateNumber((double)cfg->default_max_attempts));
+    cJSON_AddItemToArray(d, cJSON_CreateNumber(DTQ_DEFAULT_TIMEOUT_MS));
+    for (int i = 0; i < cfg->nhandlers; i++) {
+        const dtq_handler_conf *h = &cfg->handlers[i];
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(
+            pair, cJSON_CreateNumber(
+                      (double)(h->max_attempts ? h->max_attempts : cfg->default_max_attempts)));
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)h->timeout_ms));
+        cJSON_AddItemToObject(t, h->task_type, pair);
+    }
+    cJSON_AddItemToObject(root, "d", d);
+    cJSON_AddItemToObject(root, "t", t);
+    out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!out) abort();
+    return out;
+}
+
+static void derive(dtq_ctx *ctx) {
+    free(ctx->policy_json);
+    ctx->policy_json = build_policy_json(ctx->cfg);
+    dtq_streams_build(&ctx->streams, ctx->prefix, ctx->cfg->queues, ctx->cfg->nqueues);
+}
+
+dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base) {
+    dtq_ctx *ctx = dtq_xcalloc(1, sizeof(*ctx));
+    const char *ns = cfg->ns;
+    ctx->cfg = cfg;
+    ctx->handlers = reg;
+    ctx->base = base;
+    ctx->prefix = dtq_config_prefix(cfg);
+    ctx->fn.fetch = dtq_keys_function(ns, "fetch");
+    ctx->fn.reap = dtq_keys_function(ns, "reap");
+    ctx->fn.finish = dtq_keys_function(ns, "finish");
+    ctx->fn.handback = dtq_keys_function(ns, "handback");
+    ctx->fn.worker_event = dtq_keys_function(ns, "worker_event");
+    ctx->fn.sched_claim = dtq_keys_function(ns, "sched_claim");
+    ctx->fn.sched_promote = dtq_keys_function(ns, "sched_promote");
+    ctx->fn.lock_refresh = dtq_keys_function(ns, "lock_refresh");
+    ctx->fn.lock_release = dtq_keys_function(ns, "lock_release");
+    ctx->started_at_ms = dtq_now_ms();
+    if (gethostname(ctx->hostname, sizeof(ctx->hostname) - 1) != 0)
+        strcpy(ctx->hostname, "unknown");
+    derive(ctx);
+    return ctx;
+}
+
+void dtq_ctx_set_config(dtq_ctx *ctx, dtq_config *cfg, dtq_handler_registry *reg) {
+    dtq_handler_registry_free(ctx->handlers, 0);
+    dtq_config_free(ctx->cfg);
+    ctx->cfg = cfg;
+    ctx->handlers = reg;
+    derive(ctx);
+}
+
+void dtq_ctx_free(dtq_ctx *ctx) {
+    dtq_functions *f;
+    if (!ctx) return;
+    f = &ctx->fn;
+    dtq_rconn_free(ctx->blk);
+    dtq_rconn_free(ctx->cmd);
+    dtq_streams_clear(&ctx->streams);
+    free(ctx->policy_json);
+    free(ctx->prefix);
+    free(f->fetch);
+    free(f->reap);
+    free(f->finish);
+    free(f->handback);
+    free(f->worker_event);
+    free(f->sched_claim);
+    free(f->sched_promote);
+    free(f->lock_refresh);
+    free(f->lock_release);
+    dtq_handler_registry_free(ctx->handlers, 1);
+    dtq_config_free(ctx->cfg);
+    free(ctx);
+}
+
+char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) {
+    va_list ap;
+    char *suffix = NULL, *key;
+    va_start(ap, fmt);
+    if (vasprintf(&suffix, fmt, ap) < 0) abort();
+    va_end(ap);
+    key = dtq_key(ctx->prefix, "%s", suffix);
+    free(suffix);
+    return key;
+}
+
+int dtq_ctx_is_up(const dtq_ctx *ctx) {
+    return ctx->ready && dtq_rconn_is_up(ctx->cmd);
+}
+
+int dtq_ctx_command(dtq_ctx *ctx, redisCallbackFn *cb, void *priv, const dtq_argv *a) {
+    if (!ctx->ready) return DTQ_ERR;
+    return dtq_rconn_command(ctx->cmd, cb, priv, a->argc, (const char **)a->argv, a->lens);
+}

@@ -1,0 +1,91 @@
+/* ctx.h: what every subsystem of the daemon shares, and nothing that decides anything:
+ * the config and handler registry in force, the event base, the two Redis connections
+ * with the command gate, key and Function names, the stream table, counters and gauges,
+ * and the hooks through which subsystems tell the lifecycle (worker.c) what happened.
+ * Dependencies flow one way: subsystems include this, worker.c includes them.
+ *
+ * Two connections: `cmd` carries every command, pipelined; `blk` only ever waits in
+ * XREAD BLOCK while the served streams are empty, so waiting never stalls the pipeline. */
+#ifndef DTQ_CTX_H
+#define DTQ_CTX_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "rconn.h"
+#include "registry.h"
+#include "streams.h"
+
+struct event_base;
+
+typedef struct dtq_counters {
+    uint64_t processed; /* attempts finished, any outcome */
+    uint64_t succeeded;
+    uint64_t failed;  /* dead-lettered or failed */
+    uint64_t retried; /* retries scheduled */
+    uint64_t finish_batches;
+} dtq_counters;
+
+/* Written by the subsystem named in each comment, read by heartbeat and HTTP. */
+typedef struct dtq_gauges {
+    int active_tasks;     /* executor */
+    int scheduler_leader; /* scheduler */
+    int64_t scheduled;    /* scheduler: ZCARD of the schedule at its last pass */
+    int64_t claimed;      /* scheduler: ZCARD of the claimed set at its last pass */
+    uint64_t promoted;    /* scheduler: entries written by this daemon's passes */
+} dtq_gauges;
+
+/* Set by worker.c; every hook may be NULL. */
+typedef struct dtq_hooks {
+    void (*slots_freed)(void *arg); /* an execution slot became free */
+    void (*settled)(void *arg);     /* work that a drain waits for may have ended */
+    void *arg;
+} dtq_hooks;
+
+/* Function names "<ns>_<name>", built once (the namespace never changes on reload). */
+typedef struct dtq_functions {
+    char *fetch, *reap, *finish, *handback, *worker_event;
+    char *sched_claim, *sched_promote, *lock_refresh, *lock_release;
+} dtq_functions;
+
+typedef struct dtq_ctx {
+    dtq_config *cfg; /* swapped whole on SIGHUP, with the registry */
+    dtq_handler_registry *handlers;
+    struct event_base *base;
+    dtq_rconn *cmd;
+    dtq_rconn *blk;
+    int ready;         /* the command gate: setup done on the current `cmd` connection */
+    char *prefix;      /* key prefix: ns or {ns} */
+    char *policy_json; /* claim-time max_attempts/timeout_ms table for the Functions */
+    dtq_streams streams;
+    dtq_functions fn;
+    dtq_counters counters;
+    dtq_gauges gauges;
+    dtq_hooks hooks;
+    char hostname[256];
+    int64_t started_at_ms;
+} dtq_ctx;
+
+/* Takes ownership of cfg and reg; the connections are attached by the caller. */
+dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base);
+/* Frees the connections too (pending callbacks run with NULL replies first). */
+void dtq_ctx_free(dtq_ctx *ctx);
+/* Swaps in a reloaded config and registry (owned from now on) and rebuilds what derives
+ * from them. Plugins of the old registry stay mapped: calls may still run in them. */
+void dtq_ctx_set_config(dtq_ctx *ctx, dtq_config *cfg, dtq_handler_registry *reg);
+
+/* "<prefix>:<suffix>" (caller-owned). */
+char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* True when the gate is open: connected and set up. */
+int dtq_ctx_is_up(const dtq_ctx *ctx);
+/* Sends a command on `cmd` through the gate; DTQ_ERR (cb not called) when it is closed. */
+int dtq_ctx_command(dtq_ctx *ctx, redisCallbackFn *cb, void *priv, const dtq_argv *a);
+
+static inline void dtq_ctx_slots_freed(dtq_ctx *ctx) {
+    if (ctx->hooks.slots_freed) ctx->hooks.slots_freed(ctx->hooks.arg);
+}
+static inline void dtq_ctx_settled(dtq_ctx *ctx) {
+    if (ctx->hooks.settled) ctx->hooks.settled(ctx->hooks.arg);
+}
+
+#endif

@@ -1,0 +1,204 @@
+/* finisher.c: the finish queue and its batches. */
+#include "finisher.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define FINISH_BATCH_MAX 256
+
+struct dtq_finisher {
+    dtq_ctx *ctx;
+    dtq_finish_record *pending, *pending_tail;
+    int npending;
+    int inflight; /* batches awaiting replies */
+    struct event *retry_ev;
+};
+
+typedef struct batch {
+    dtq_finisher *f;
+    dtq_finish_record *list;
+} batch;
+
+void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
+    int has_result = rec->result_state != DTQ_RESULT_NONE && rec->result;
+    dtq_argv_adds(a, rec->task_id);
+    dtq_argv_addll(a, rec->attempt);
+    dtq_argv_adds(a, dtq_outcome_kind_name(rec->outcome));
+    dtq_argv_adds(a, rec->stream);
+    dtq_argv_adds(a, rec->entry_id);
+    dtq_argv_add(a, has_result ? rec->result : "", has_result ? rec->result_len : 0);
+    dtq_argv_adds(a, dtq_result_state_name(rec->result_state));
+    dtq_argv_adds(a, rec->error ? rec->error : "");
+    dtq_argv_adds(a, rec->error_class ? rec->error_class : "");
+    dtq_argv_addll(a, rec->delay_ms);
+}
+
+void dtq_handback_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
+    dtq_argv_adds(a, rec->task_id);
+    dtq_argv_addll(a, rec->attempt);
+    dtq_argv_adds(a, rec->stream);
+    dtq_argv_adds(a, rec->entry_id);
+    dtq_argv_adds(a, rec->error ? rec->error : "");
+}
+
+void dtq_finish_record_free(dtq_finish_record *rec) {
+    if (!rec) return;
+    free(rec->task_id);
+    free(rec->stream);
+    free(rec->entry_id);
+    free(rec->result);
+    free(rec->error);
+    free(rec);
+}
+
+static void free_list(dtq_finish_record *list) {
+    while (list) {
+        dtq_finish_record *next = list->next;
+        dtq_finish_record_free(list);
+        list = next;
+    }
+}
+
+/* Puts a batch that did not make it back at the head of the queue, keeping order. */
+static void prepend_list(dtq_finisher *f, dtq_finish_record *list) {
+    dtq_finish_record *tail = list;
+    int n = 1;
+    if (!list) return;
+    while (tail->next) {
+        tail = tail->next;
+        n++;
+    }
+    tail->next = f->pending;
+    if (!f->pending) f->pending_tail = tail;
+    f->pending = list;
+    f->npending += n;
+}
+
+static void log_verdicts(const dtq_finish_record *rec, const redisReply *reply) {
+    for (size_t i = 0; i < reply->elements && rec; i++, rec = rec->next) {
+        const redisReply *v = reply->element[i];
+        if (v->type != REDIS_REPLY_STRING) continue;
+        if (!strcmp(v->str, "stale"))
+            dtq_warn("task %s attempt %lld: finished after its task moved on (adopted by "
+                     "another worker?); result not recorded",
+                     rec->task_id, (long long)rec->attempt);
+        else if (!strcmp(v->str, "failed") && !rec->handback)
+            dtq_warn("task %s failed permanently; dlq_enabled = false, so it ends 'failed' "
+                     "without a dead-letter entry",
+                     rec->task_id);
+    }
+}
+
+static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
+    batch *b = priv;
+    dtq_finisher *f = b->f;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    f->inflight--;
+    if (!reply || reply->type == REDIS_REPLY_ERROR) {
+        if (reply) {
+            struct timeval tv = {1, 0};
+            dtq_error("finalize batch refused by Redis, retrying in 1s: %s", reply->str);
+            evtimer_add(f->retry_ev, &tv);
+        }
+        prepend_list(f, b->list);
+        free(b);
+        return; /* sent again after the reconnect (flush from setup) or the retry timer */
+    }
+    if (reply->type == REDIS_REPLY_ARRAY) log_verdicts(b->list, reply);
+    free_list(b->list);
+    free(b);
+    f->ctx->counters.finish_batches++;
+    dtq_finisher_flush(f);
+    dtq_ctx_settled(f->ctx);
+}
+
+/* Sends one batch of records of one kind (finish or handback) from the queue head. */
+static int send_batch(dtq_finisher *f) {
+    dtq_ctx *ctx = f->ctx;
+    int handback = f->pending->handback, n = 0;
+    dtq_finish_record *list = NULL, **tailp = &list;
+    dtq_argv a;
+    batch *b;
+
+    while (f->pending && n < FINISH_BATCH_MAX && f->pending->handback == handback) {
+        dtq_finish_record *rec = f->pending;
+        f->pending = rec->next;
+        rec->next = NULL;
+        *tailp = rec;
+        tailp = &rec->next;
+        n++;
+    }
+    if (!f->pending) f->pending_tail = NULL;
+    f->npending -= n;
+
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, handback ? ctx->fn.handback : ctx->fn.finish);
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, ctx->cfg->worker_id);
+    dtq_argv_addll(&a, n);
+    for (dtq_finish_record *rec = list; rec; rec = rec->next) {
+        if (handback)
+            dtq_handback_record_encode(&a, rec);
+        else
+            dtq_finish_record_encode(&a, rec);
+    }
+    b = dtq_xcalloc(1, sizeof(*b));
+    b->f = f;
+    b->list = list;
+    if (dtq_ctx_command(ctx, batch_cb, b, &a) != DTQ_OK) {
+        prepend_list(f, list);
+        free(b);
+        dtq_argv_deinit(&a);
+        return DTQ_ERR;
+    }
+    f->inflight++;
+    dtq_argv_deinit(&a);
+    return DTQ_OK;
+}
+
+void dtq_finisher_flush(dtq_finisher *f) {
+    if (!dtq_ctx_is_up(f->ctx)) return;
+    while (f->inflight == 0 && f->pending)
+        if (send_batch(f) != DTQ_OK) break;
+}
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg) {
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    dtq_finisher_flush(arg);
+}
+
+void dtq_finisher_add(dtq_finisher *f, dtq_finish_record *rec) {
+    rec->next = NULL;
+    if (f->pending_tail)
+        f->pending_tail->next = rec;
+    else
+        f->pending = rec;
+    f->pending_tail = rec;
+    f->npending++;
+    dtq_finisher_flush(f);
+}
+
+int dtq_finisher_idle(const dtq_finisher *f) {
+    return f->npending == 0 && f->inflight == 0;
+}
+
+dtq_finisher *dtq_finisher_new(dtq_ctx *ctx) {
+    dtq_finisher *f = dtq_xcalloc(1, sizeof(*f));
+    f->ctx = ctx;
+    f->retry_ev = evtimer_new(ctx->base, retry_cb, f);
+    return f;
+}
+
+void dtq_finisher_free(dtq_finisher *f) {
+    if (!f) return;
+    free_list(f->pending);
+    event_free(f->retry_ev);
+    free(f);
+}

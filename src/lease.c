@@ -1,0 +1,112 @@
+/* lease.c: claim renewal and cancel probes for running attempts. */
+#include "lease.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+struct dtq_lease {
+    dtq_ctx *ctx;
+    dtq_executor *ex;
+    struct event *tick_ev;
+};
+
+typedef struct claim_ctx {
+    const char *stream;
+    dtq_argv *a;
+} claim_ctx;
+
+static void add_entry(const dtq_task *t, void *arg) {
+    claim_ctx *c = arg;
+    if (!strcmp(t->stream, c->stream)) dtq_argv_adds(c->a, t->entry_id);
+}
+
+static void renew_claims(dtq_lease *l) {
+    dtq_ctx *ctx = l->ctx;
+    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
+        dtq_argv a;
+        claim_ctx c = {ctx->streams.keys[i], &a};
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "XCLAIM");
+        dtq_argv_adds(&a, c.stream);
+        dtq_argv_adds(&a, "workers");
+        dtq_argv_adds(&a, ctx->cfg->worker_id);
+        dtq_argv_adds(&a, "0");
+        dtq_executor_each_task(l->ex, add_entry, &c);
+        if (a.argc > 5) {
+            dtq_argv_adds(&a, "IDLE");
+            dtq_argv_adds(&a, "0");
+            dtq_argv_adds(&a, "JUSTID");
+            dtq_ctx_command(ctx, NULL, NULL, &a);
+        }
+        dtq_argv_deinit(&a);
+    }
+}
+
+typedef struct cancel_probe {
+    dtq_lease *l;
+    char *task_id;
+    int64_t attempt;
+} cancel_probe;
+
+static void cancel_probe_cb(redisAsyncContext *ac, void *reply_ptr, void *priv) {
+    cancel_probe *p = priv;
+    redisReply *reply = reply_ptr;
+    DTQ_UNUSED(ac);
+    if (reply && reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, "1"))
+        dtq_executor_cancel(p->l->ex, p->task_id, p->attempt);
+    free(p->task_id);
+    free(p);
+}
+
+static void probe_cancel(const dtq_task *t, void *arg) {
+    dtq_lease *l = arg;
+    cancel_probe *p = dtq_xcalloc(1, sizeof(*p));
+    char *key = dtq_ctx_key(l->ctx, "task:%s", t->id);
+    dtq_argv a;
+    p->l = l;
+    p->task_id = dtq_xstrdup(t->id);
+    p->attempt = t->attempt;
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "HGET");
+    dtq_argv_adds(&a, key);
+    dtq_argv_adds(&a, "cancel_requested");
+    if (dtq_ctx_command(l->ctx, cancel_probe_cb, p, &a) != DTQ_OK) {
+        free(p->task_id);
+        free(p);
+    }
+    dtq_argv_deinit(&a);
+    free(key);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_lease *l = arg;
+    struct timeval tv = {l->ctx->cfg->heartbeat_interval_s, 0};
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (dtq_ctx_is_up(l->ctx)) {
+        renew_claims(l);
+        dtq_executor_each_task(l->ex, probe_cancel, l);
+    }
+    evtimer_add(l->tick_ev, &tv);
+}
+
+dtq_lease *dtq_lease_new(dtq_ctx *ctx, dtq_executor *ex) {
+    dtq_lease *l = dtq_xcalloc(1, sizeof(*l));
+    l->ctx = ctx;
+    l->ex = ex;
+    l->tick_ev = evtimer_new(ctx->base, tick_cb, l);
+    return l;
+}
+
+void dtq_lease_start(dtq_lease *l) {
+    if (!evtimer_pending(l->tick_ev, NULL)) tick_cb(-1, 0, l);
+}
+
+void dtq_lease_free(dtq_lease *l) {
+    if (!l) return;
+    event_free(l->tick_ev);
+    free(l);
+}

@@ -1,0 +1,58 @@
+/* outcome.h: the decision for one ended attempt, as a pure function: success (with the
+ * result to keep), a retry after a backoff, a dead letter, or a cancellation. The one
+ * owner of that decision; lua/dtq.lua's finish applies it (and [limits] dlq_enabled). */
+#ifndef DTQ_OUTCOME_H
+#define DTQ_OUTCOME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "retry.h"
+
+enum dtq_outcome_kind {
+    DTQ_OUTCOME_SUCCEEDED,
+    DTQ_OUTCOME_RETRY,
+    DTQ_OUTCOME_DEAD_LETTER,
+    DTQ_OUTCOME_CANCELLED
+};
+
+enum dtq_result_state { DTQ_RESULT_NONE, DTQ_RESULT_FULL, DTQ_RESULT_TRUNCATED };
+
+/* How an attempt ended, as the executor saw it. */
+typedef struct dtq_attempt_end {
+    int status;         /* DTQ_HANDLER_OK, _RETRY, _FAIL or DTQ_HANDLER_FAIL_SIGNAL */
+    int timed_out;      /* the timeout stopped it */
+    int cancelled;      /* dtq_cancel stopped it */
+    int handler_known;  /* the task type has a handler */
+    const char *result; /* handler output (JSON text) or NULL */
+    size_t result_len;
+    const char *error;    /* handler's message or NULL */
+    int64_t attempt;      /* the attempt that ended */
+    int64_t max_attempts; /* as resolved at claim and carried in the task hash */
+} dtq_attempt_end;
+
+typedef struct dtq_outcome_limits {
+    const dtq_retry_policy *retry; /* the task type's policy */
+    int64_t result_max_bytes;
+    int64_t error_max_bytes;
+} dtq_outcome_limits;
+
+typedef struct dtq_outcome {
+    enum dtq_outcome_kind kind;
+    enum dtq_result_state result_state;
+    size_t result_len;       /* bytes of end->result to record (FULL or TRUNCATED) */
+    char *error;             /* owned, NULL on success */
+    const char *error_class; /* a dtq_retry_class_to_string() name, NULL on success */
+    int64_t delay_ms;        /* RETRY only */
+} dtq_outcome;
+
+/* `uniform01` is the jitter draw (dtq_retry_uniform()), passed in to keep this testable. */
+void dtq_outcome_decide(const dtq_attempt_end *end, const dtq_outcome_limits *lim, double uniform01,
+                        dtq_outcome *out);
+void dtq_outcome_deinit(dtq_outcome *out);
+
+/* The words of the finish record (lua/dtq.lua FINISH_OUTCOMES and RESULT_STATES). */
+const char *dtq_outcome_kind_name(enum dtq_outcome_kind k);
+const char *dtq_result_state_name(enum dtq_result_state s);
+
+#endif

@@ -1,0 +1,20 @@
+/* reaper.h: recovery of lost workers' attempts. Every visibility_timeout_s / 2 (and one
+ * second after start, to recover a crash quickly) one FCALL <ns>_reap takes entries idle
+ * longer than visibility_timeout_s from other consumers (XAUTOCLAIM) and adopts them
+ * (attempt + 1) or settles them; adopted tasks run here. */
+#ifndef DTQ_REAPER_H
+#define DTQ_REAPER_H
+
+#include "ctx.h"
+#include "executor.h"
+
+typedef struct dtq_reaper dtq_reaper;
+
+dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex);
+void dtq_reaper_free(dtq_reaper *r);
+void dtq_reaper_start(dtq_reaper *r);
+void dtq_reaper_stop(dtq_reaper *r);
+/* True while a reap reply is outstanding: it may still hand over tasks. */
+int dtq_reaper_busy(const dtq_reaper *r);
+
+#endif
