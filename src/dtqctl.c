@@ -13,8 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "rconn.h"
 #include "scripts.h"
+#include "task.h"
 #include "util.h"
 
 #define EXIT_REFUSED 1
@@ -78,7 +80,7 @@ static redisReply *cmdv(ctl *x, int argc, const char **argv) {
 /* Runs FCALL <ns>_<name> 0 args...; a Redis error reply ends the program with exit 1. */
 static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) {
     const char **argv = dtq_xcalloc((size_t)argc + 3, sizeof(char *));
-    char *fn = dtq_xasprintf("%s_%s", x->ns, name);
+    char *fn = dtq_keys_function(x->ns, name);
     redisReply *r;
     argv[0] = strcmp(name, "stats") ? "FCALL" : "FCALL_RO";
     argv[1] = fn;
@@ -159,7 +161,7 @@ static cJSON *hash_to_json(const redisReply *r) {
 }
 
 static char *task_status(ctl *x, const char *id) {
-    char *key = dtq_xasprintf("%s:task:%s", x->prefix, id);
+    char *key = dtq_key(x->prefix, "task:%s", id);
     const char *argv[3] = {"HGET", key, "status"};
     redisReply *r = cmdv(x, 3, argv);
     char *s = r->type == REDIS_REPLY_STRING ? dtq_xstrdup(r->str) : NULL;
@@ -169,8 +171,8 @@ static char *task_status(ctl *x, const char *id) {
 }
 
 static int cmd_show(ctl *x, const char *id) {
-    char *key = dtq_xasprintf("%s:task:%s", x->prefix, id);
-    char *rkey = dtq_xasprintf("%s:result:%s", x->prefix, id);
+    char *key = dtq_key(x->prefix, "task:%s", id);
+    char *rkey = dtq_key(x->prefix, "result:%s", id);
     const char *argv[2] = {"HGETALL", key};
     const char *rargv[2] = {"GET", rkey};
     redisReply *r = cmdv(x, 2, argv), *res;
@@ -246,8 +248,7 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
         for (;;) {
             char *st = task_status(x, id);
             if (!st) refused("task %s disappeared", id);
-            if (!strcmp(st, "succeeded") || !strcmp(st, "failed") || !strcmp(st, "dead_lettered") ||
-                !strcmp(st, "cancelled") || !strcmp(st, "expired")) {
+            if (dtq_task_status_is_terminal(st)) {
                 int failed = strcmp(st, "succeeded") != 0;
                 free(st);
                 freeReplyObject(r);
@@ -265,7 +266,7 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
 
 static int cmd_dlq_list(ctl *x, int argc, char **argv) {
     long long count = 20;
-    char *key = dtq_xasprintf("%s:stream:dead-letter", x->prefix), cnt[32];
+    char *key = dtq_key(x->prefix, "stream:dead-letter"), cnt[32];
     const char *a[6] = {"XRANGE", key, "-", "+", "COUNT", cnt};
     redisReply *r;
     cJSON *arr = cJSON_CreateArray();
@@ -316,7 +317,7 @@ static redisReply *stats_reply(ctl *x) {
 static int cmd_stats(ctl *x, int queues_only) {
     redisReply *r = stats_reply(x);
     cJSON *o = cJSON_CreateObject();
-    char *sched_key = dtq_xasprintf("%s:retry:schedule", x->prefix);
+    char *sched_key = dtq_key(x->prefix, "retry:schedule");
     for (size_t i = 0; i + 1 < r->elements; i += 2)
         cJSON_AddNumberToObject(o, r->element[i]->str, (double)r->element[i + 1]->integer);
     if (queues_only) {
@@ -325,7 +326,7 @@ static int cmd_stats(ctl *x, int queues_only) {
         redisReply *z = cmdv(x, 4, a);
         cJSON *per = cJSON_CreateObject();
         for (size_t i = 0; z->type == REDIS_REPLY_ARRAY && i < z->elements; i++) {
-            char *tk = dtq_xasprintf("%s:task:%s", x->prefix, z->element[i]->str);
+            char *tk = dtq_key(x->prefix, "task:%s", z->element[i]->str);
             const char *h[3] = {"HGET", tk, "queue"};
             redisReply *q = cmdv(x, 3, h);
             if (q->type == REDIS_REPLY_STRING) {
@@ -385,7 +386,7 @@ static int cmd_stats(ctl *x, int queues_only) {
 }
 
 static int cmd_workers(ctl *x) {
-    char *set = dtq_xasprintf("%s:workers", x->prefix);
+    char *set = dtq_key(x->prefix, "workers");
     const char *a[2] = {"SMEMBERS", set};
     redisReply *r = cmdv(x, 2, a);
     cJSON *arr = cJSON_CreateArray();
@@ -394,7 +395,7 @@ static int cmd_workers(ctl *x) {
         printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S",
                "STATUS");
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        char *key = dtq_xasprintf("%s:worker:%s", x->prefix, r->element[i]->str);
+        char *key = dtq_key(x->prefix, "worker:%s", r->element[i]->str);
         const char *h[2] = {"HGETALL", key};
         redisReply *w = cmdv(x, 2, h);
         if (w->type == REDIS_REPLY_ARRAY && w->elements) {
@@ -427,7 +428,7 @@ static int cmd_workers(ctl *x) {
 }
 
 static int cmd_events(ctl *x) {
-    char *ch = dtq_xasprintf("%s:events", x->prefix);
+    char *ch = dtq_key(x->prefix, "events");
     const char *a[2] = {"SUBSCRIBE", ch};
     redisReply *r = cmdv(x, 2, a);
     freeReplyObject(r);
@@ -496,7 +497,7 @@ int main(int argc, char **argv) {
         if ((!strcmp(argv[0], "requeue-all") || !strcmp(argv[0], "purge")) && argc != 1)
             usage_error("usage: dtqctl dlq %s", argv[0]);
     }
-    x.prefix = dtq_xstrdup(x.ns);
+    x.prefix = dtq_keys_prefix(x.ns, 0);
     connect_ctl(&x, url);
     if (!strcmp(cmd, "enqueue"))
         rc = cmd_enqueue(&x, argc, argv);
