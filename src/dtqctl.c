@@ -1,6 +1,8 @@
 /* dtqctl: the admin and producer CLI. Synchronous hiredis; every action is one of the
  * Functions (so dtqctl and redis-cli do exactly the same thing) or a plain read.
- * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage. */
+ * The [redis] settings come from the daemon's loader (defaults, -c FILE, DTQ_REDIS_*),
+ * then -u and -n; key and Function names come from keys.h, as the daemon's do.
+ * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage or configuration. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
@@ -13,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "keys.h"
 #include "rconn.h"
 #include "scripts.h"
@@ -53,8 +56,24 @@ static void refused(const char *fmt, ...) {
     exit(EXIT_REFUSED);
 }
 
+/* A configuration that cannot be loaded: one line on stderr, exit 2 (as for usage). */
+static void config_error(const char *err) __attribute__((noreturn));
+
+static void config_error(const char *err) {
+    fputs("dtqctl: config error: ", stderr);
+    for (const char *p = err; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, stderr);
+    fputc('\n', stderr);
+    exit(EXIT_USAGE);
+}
+
 static void help(void) {
-    printf("usage: dtqctl [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
+    printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
+           "options:\n"
+           "  -c, --config FILE     the daemon's INI file: dtqctl uses its [redis] url,\n"
+           "                        namespace, cluster_hash_tag and connect_timeout_ms\n"
+           "  -u, --url REDIS_URL   overrides the configured url\n"
+           "  -n, --namespace NS    overrides the configured namespace\n"
+           "  -j, --json            machine-readable output\n\n"
            "commands:\n"
            "  enqueue <queue> <task_type> <payload> [--priority N] [--delay-ms N]\n"
            "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
@@ -68,7 +87,12 @@ static void help(void) {
            "  workers                   live workers with heartbeat age\n"
            "  events                    follow the event channel\n"
            "  stats\n\n"
-           "REDIS_URL defaults to $DTQ_REDIS_URL, then redis://127.0.0.1:6379/0.\n");
+           "Settings are loaded as dtq-worker loads them: defaults (redis://127.0.0.1:6379/0,\n"
+           "namespace dtq), then FILE, then the DTQ_<SECTION>_<KEY> environment variables\n"
+           "(DTQ_REDIS_URL, DTQ_REDIS_NAMESPACE, DTQ_REDIS_CLUSTER_HASH_TAG=true, ...), then\n"
+           "-u and -n.\n\n"
+           "exit codes: 0 ok; 1 Redis refused, not found or unreachable; 2 usage error, or a\n"
+           "configuration (FILE or environment) that does not load.\n");
 }
 
 static redisReply *cmdv(ctl *x, int argc, const char **argv) {
@@ -99,10 +123,10 @@ static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) 
     return r;
 }
 
-static void connect_ctl(ctl *x, const char *url_s) {
+static void connect_ctl(ctl *x, const char *url_s, int64_t timeout_ms) {
     dtq_redis_url url;
     char err[256];
-    struct timeval tv = {2, 0};
+    struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
         usage_error("bad Redis URL '%s': %s", url_s, err);
     x->c = url.is_unix ? redisConnectUnixWithTimeout(url.path, tv)
@@ -444,28 +468,29 @@ static int cmd_events(ctl *x) {
 }
 
 int main(int argc, char **argv) {
-    static const struct option opts[] = {{"url", required_argument, NULL, 'u'},
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"url", required_argument, NULL, 'u'},
                                          {"namespace", required_argument, NULL, 'n'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     ctl x = {0};
-    const char *url = getenv("DTQ_REDIS_URL");
+    const char *path = NULL, *url = NULL, *ns = NULL;
     const char *cmd;
+    dtq_config *cfg;
+    char err[1024];
     int opt, rc;
-    x.ns = getenv("DTQ_REDIS_NAMESPACE") ? getenv("DTQ_REDIS_NAMESPACE") : "dtq";
-    if (!url || !*url) url = "redis://127.0.0.1:6379/0";
-    while ((opt = getopt_long(argc, argv, "+u:n:jh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+c:u:n:jh", opts, NULL)) != -1) {
         switch (opt) {
+        case 'c': path = optarg; break;
         case 'u': url = optarg; break;
-        case 'n': x.ns = optarg; break;
+        case 'n': ns = optarg; break;
         case 'j': x.json = 1; break;
         case 'h': help(); return 0;
         default: fprintf(stderr, "Try 'dtqctl --help'.\n"); return EXIT_USAGE;
         }
     }
     if (optind >= argc) usage_error("no command given");
-    if (!dtq_valid_name(x.ns, strlen(x.ns), 64)) usage_error("bad namespace '%s'", x.ns);
     cmd = argv[optind];
     argc -= optind + 1;
     argv += optind + 1;
@@ -497,8 +522,14 @@ int main(int argc, char **argv) {
         if ((!strcmp(argv[0], "requeue-all") || !strcmp(argv[0], "purge")) && argc != 1)
             usage_error("usage: dtqctl dlq %s", argv[0]);
     }
-    x.prefix = dtq_keys_prefix(x.ns, 0);
-    connect_ctl(&x, url);
+    cfg = dtq_config_load(path, err, sizeof(err));
+    if (!cfg) config_error(err);
+    x.ns = ns ? ns : cfg->ns;
+    /* the loader's rule for [redis] namespace, so -n names what a daemon could use */
+    if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
+        usage_error("bad namespace '%s'", x.ns);
+    x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
+    connect_ctl(&x, url ? url : cfg->redis_url, cfg->connect_timeout_ms);
     if (!strcmp(cmd, "enqueue"))
         rc = cmd_enqueue(&x, argc, argv);
     else if (!strcmp(cmd, "show"))
@@ -532,5 +563,6 @@ int main(int argc, char **argv) {
         rc = cmd_events(&x);
     redisFree(x.c);
     free(x.prefix);
+    dtq_config_free(cfg);
     return rc;
 }
