@@ -127,13 +127,20 @@ static void connect_ctl(ctl *x, const char *url_s, int64_t timeout_ms) {
     dtq_redis_url url;
     char err[256];
     struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
+    /* A URL may carry a password: messages name the socket or host:port, never the URL. */
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
-        usage_error("bad Redis URL '%s': %s", url_s, err);
+        usage_error("bad Redis URL: %s", err);
     x->c = url.is_unix ? redisConnectUnixWithTimeout(url.path, tv)
                        : redisConnectWithTimeout(url.host, url.port, tv);
-    if (!x->c || x->c->err)
-        refused("cannot connect to Redis at %s: %s", url.is_unix ? url.path : url.host,
-                x->c ? x->c->errstr : "out of memory");
+    if (!x->c || x->c->err) {
+        const char *why = x->c ? x->c->errstr : "out of memory";
+        if (url.is_unix)
+            refused("cannot connect to Redis at %s: %s", url.path, why);
+        else if (strchr(url.host, ':')) /* IPv6 literal */
+            refused("cannot connect to Redis at [%s]:%d: %s", url.host, url.port, why);
+        else
+            refused("cannot connect to Redis at %s:%d: %s", url.host, url.port, why);
+    }
     if (url.password) {
         const char *argv[3] = {"AUTH", url.user ? url.user : url.password, url.password};
         redisReply *r = cmdv(x, url.user ? 3 : 2, argv);
