@@ -225,6 +225,55 @@ START_TEST(test_events_follow) {
 }
 END_TEST
 
+/* A config that does not load is one line and exit 2; no message ever shows a URL's
+ * password. */
+START_TEST(test_bad_config_and_secrets) {
+    char path[400], args[600], *out;
+    FILE *f;
+    th_path(&R, "bad.ini", path, sizeof(path));
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[redis]\nnamespace = jobs\ncluster_hash_tag = perhaps\n", f);
+    fclose(f);
+    snprintf(args, sizeof(args), "-c '%s' show x", path);
+    ck_assert_int_eq(ctl(&out, args), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_msg(!strncmp(out, "dtqctl: config error: ", 22), "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, path));
+    ck_assert_ptr_nonnull(strstr(out, "[redis] cluster_hash_tag"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "-c /nonexistent/worker.ini show x"), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_ptr_nonnull(
+        strstr(out, "dtqctl: config error: /nonexistent/worker.ini: cannot open"));
+    free(out);
+    ck_assert_int_eq(tag(&out, "-c /nonexistent/worker.ini --help"), 0); /* help needs no config */
+    free(out);
+    snprintf(args, sizeof(args), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=perhaps", R.url);
+    ck_assert_int_eq(run(&out, args, "show x"), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "DTQ_REDIS_CLUSTER_HASH_TAG"));
+    free(out);
+    /* passwords: unreachable, malformed (-u), malformed (environment) */
+    ck_assert_int_eq(ctl(&out, "-u redis://u:s3cret@127.0.0.1:1/0 stats"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot connect to Redis at 127.0.0.1:1:"));
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "-u redis://u:s3cret@127.0.0.1:99999/0 stats"), 2);
+    ck_assert_ptr_nonnull(strstr(out, "bad Redis URL"));
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+    ck_assert_int_eq(run(&out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:99999", "stats"), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+    ck_assert_int_eq(run(&out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:1", "stats"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "127.0.0.1:1"));
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+}
+END_TEST
+
 /* ---- a daemon with [redis] cluster_hash_tag = true: keys are {dtq}:... ---- */
 
 static void setup_tag(void) {
@@ -507,6 +556,7 @@ int main(void) {
     tcase_add_test(tc, test_refusals_and_usage);
     tcase_add_test(tc, test_dlq_queues_workers);
     tcase_add_test(tc, test_events_follow);
+    tcase_add_test(tc, test_bad_config_and_secrets);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);
