@@ -1,6 +1,8 @@
 /* dtqctl: the admin and producer CLI. Synchronous hiredis; every action is one of the
  * Functions (so dtqctl and redis-cli do exactly the same thing) or a plain read.
- * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage. */
+ * The [redis] settings come from the daemon's loader (defaults, -c FILE, DTQ_REDIS_*),
+ * then -u and -n; key and Function names come from keys.h, as the daemon's do.
+ * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage or configuration. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
@@ -13,8 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "keys.h"
 #include "rconn.h"
 #include "scripts.h"
+#include "task.h"
 #include "util.h"
 
 #define EXIT_REFUSED 1
@@ -51,8 +56,24 @@ static void refused(const char *fmt, ...) {
     exit(EXIT_REFUSED);
 }
 
+/* A configuration that cannot be loaded: one line on stderr, exit 2 (as for usage). */
+static void config_error(const char *err) __attribute__((noreturn));
+
+static void config_error(const char *err) {
+    fputs("dtqctl: config error: ", stderr);
+    for (const char *p = err; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, stderr);
+    fputc('\n', stderr);
+    exit(EXIT_USAGE);
+}
+
 static void help(void) {
-    printf("usage: dtqctl [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
+    printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
+           "options:\n"
+           "  -c, --config FILE     the daemon's INI file: dtqctl uses its [redis] url,\n"
+           "                        namespace, cluster_hash_tag and connect_timeout_ms\n"
+           "  -u, --url REDIS_URL   overrides the configured url\n"
+           "  -n, --namespace NS    overrides the configured namespace\n"
+           "  -j, --json            machine-readable output\n\n"
            "commands:\n"
            "  enqueue <queue> <task_type> <payload> [--priority N] [--delay-ms N]\n"
            "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
@@ -66,7 +87,12 @@ static void help(void) {
            "  workers                   live workers with heartbeat age\n"
            "  events                    follow the event channel\n"
            "  stats\n\n"
-           "REDIS_URL defaults to $DTQ_REDIS_URL, then redis://127.0.0.1:6379/0.\n");
+           "Settings are loaded as dtq-worker loads them: defaults (redis://127.0.0.1:6379/0,\n"
+           "namespace dtq), then FILE, then the DTQ_<SECTION>_<KEY> environment variables\n"
+           "(DTQ_REDIS_URL, DTQ_REDIS_NAMESPACE, DTQ_REDIS_CLUSTER_HASH_TAG=true, ...), then\n"
+           "-u and -n.\n\n"
+           "exit codes: 0 ok; 1 Redis refused, not found or unreachable; 2 usage error, or a\n"
+           "configuration (FILE or environment) that does not load.\n");
 }
 
 static redisReply *cmdv(ctl *x, int argc, const char **argv) {
@@ -78,7 +104,7 @@ static redisReply *cmdv(ctl *x, int argc, const char **argv) {
 /* Runs FCALL <ns>_<name> 0 args...; a Redis error reply ends the program with exit 1. */
 static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) {
     const char **argv = dtq_xcalloc((size_t)argc + 3, sizeof(char *));
-    char *fn = dtq_xasprintf("%s_%s", x->ns, name);
+    char *fn = dtq_keys_function(x->ns, name);
     redisReply *r;
     argv[0] = strcmp(name, "stats") ? "FCALL" : "FCALL_RO";
     argv[1] = fn;
@@ -97,17 +123,24 @@ static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) 
     return r;
 }
 
-static void connect_ctl(ctl *x, const char *url_s) {
+static void connect_ctl(ctl *x, const char *url_s, int64_t timeout_ms) {
     dtq_redis_url url;
     char err[256];
-    struct timeval tv = {2, 0};
+    struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
+    /* A URL may carry a password: messages name the socket or host:port, never the URL. */
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
-        usage_error("bad Redis URL '%s': %s", url_s, err);
+        usage_error("bad Redis URL: %s", err);
     x->c = url.is_unix ? redisConnectUnixWithTimeout(url.path, tv)
                        : redisConnectWithTimeout(url.host, url.port, tv);
-    if (!x->c || x->c->err)
-        refused("cannot connect to Redis at %s: %s", url.is_unix ? url.path : url.host,
-                x->c ? x->c->errstr : "out of memory");
+    if (!x->c || x->c->err) {
+        const char *why = x->c ? x->c->errstr : "out of memory";
+        if (url.is_unix)
+            refused("cannot connect to Redis at %s: %s", url.path, why);
+        else if (strchr(url.host, ':')) /* IPv6 literal */
+            refused("cannot connect to Redis at [%s]:%d: %s", url.host, url.port, why);
+        else
+            refused("cannot connect to Redis at %s:%d: %s", url.host, url.port, why);
+    }
     if (url.password) {
         const char *argv[3] = {"AUTH", url.user ? url.user : url.password, url.password};
         redisReply *r = cmdv(x, url.user ? 3 : 2, argv);
@@ -159,7 +192,7 @@ static cJSON *hash_to_json(const redisReply *r) {
 }
 
 static char *task_status(ctl *x, const char *id) {
-    char *key = dtq_xasprintf("%s:task:%s", x->prefix, id);
+    char *key = dtq_key(x->prefix, "task:%s", id);
     const char *argv[3] = {"HGET", key, "status"};
     redisReply *r = cmdv(x, 3, argv);
     char *s = r->type == REDIS_REPLY_STRING ? dtq_xstrdup(r->str) : NULL;
@@ -169,8 +202,8 @@ static char *task_status(ctl *x, const char *id) {
 }
 
 static int cmd_show(ctl *x, const char *id) {
-    char *key = dtq_xasprintf("%s:task:%s", x->prefix, id);
-    char *rkey = dtq_xasprintf("%s:result:%s", x->prefix, id);
+    char *key = dtq_key(x->prefix, "task:%s", id);
+    char *rkey = dtq_key(x->prefix, "result:%s", id);
     const char *argv[2] = {"HGETALL", key};
     const char *rargv[2] = {"GET", rkey};
     redisReply *r = cmdv(x, 2, argv), *res;
@@ -246,8 +279,7 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
         for (;;) {
             char *st = task_status(x, id);
             if (!st) refused("task %s disappeared", id);
-            if (!strcmp(st, "succeeded") || !strcmp(st, "failed") || !strcmp(st, "dead_lettered") ||
-                !strcmp(st, "cancelled") || !strcmp(st, "expired")) {
+            if (dtq_task_status_is_terminal(st)) {
                 int failed = strcmp(st, "succeeded") != 0;
                 free(st);
                 freeReplyObject(r);
@@ -265,7 +297,7 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
 
 static int cmd_dlq_list(ctl *x, int argc, char **argv) {
     long long count = 20;
-    char *key = dtq_xasprintf("%s:stream:dead-letter", x->prefix), cnt[32];
+    char *key = dtq_key(x->prefix, "stream:dead-letter"), cnt[32];
     const char *a[6] = {"XRANGE", key, "-", "+", "COUNT", cnt};
     redisReply *r;
     cJSON *arr = cJSON_CreateArray();
@@ -316,7 +348,7 @@ static redisReply *stats_reply(ctl *x) {
 static int cmd_stats(ctl *x, int queues_only) {
     redisReply *r = stats_reply(x);
     cJSON *o = cJSON_CreateObject();
-    char *sched_key = dtq_xasprintf("%s:retry:schedule", x->prefix);
+    char *sched_key = dtq_key(x->prefix, "retry:schedule");
     for (size_t i = 0; i + 1 < r->elements; i += 2)
         cJSON_AddNumberToObject(o, r->element[i]->str, (double)r->element[i + 1]->integer);
     if (queues_only) {
@@ -325,7 +357,7 @@ static int cmd_stats(ctl *x, int queues_only) {
         redisReply *z = cmdv(x, 4, a);
         cJSON *per = cJSON_CreateObject();
         for (size_t i = 0; z->type == REDIS_REPLY_ARRAY && i < z->elements; i++) {
-            char *tk = dtq_xasprintf("%s:task:%s", x->prefix, z->element[i]->str);
+            char *tk = dtq_key(x->prefix, "task:%s", z->element[i]->str);
             const char *h[3] = {"HGET", tk, "queue"};
             redisReply *q = cmdv(x, 3, h);
             if (q->type == REDIS_REPLY_STRING) {
@@ -385,7 +417,7 @@ static int cmd_stats(ctl *x, int queues_only) {
 }
 
 static int cmd_workers(ctl *x) {
-    char *set = dtq_xasprintf("%s:workers", x->prefix);
+    char *set = dtq_key(x->prefix, "workers");
     const char *a[2] = {"SMEMBERS", set};
     redisReply *r = cmdv(x, 2, a);
     cJSON *arr = cJSON_CreateArray();
@@ -394,7 +426,7 @@ static int cmd_workers(ctl *x) {
         printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S",
                "STATUS");
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        char *key = dtq_xasprintf("%s:worker:%s", x->prefix, r->element[i]->str);
+        char *key = dtq_key(x->prefix, "worker:%s", r->element[i]->str);
         const char *h[2] = {"HGETALL", key};
         redisReply *w = cmdv(x, 2, h);
         if (w->type == REDIS_REPLY_ARRAY && w->elements) {
@@ -427,7 +459,7 @@ static int cmd_workers(ctl *x) {
 }
 
 static int cmd_events(ctl *x) {
-    char *ch = dtq_xasprintf("%s:events", x->prefix);
+    char *ch = dtq_key(x->prefix, "events");
     const char *a[2] = {"SUBSCRIBE", ch};
     redisReply *r = cmdv(x, 2, a);
     freeReplyObject(r);
@@ -443,28 +475,29 @@ static int cmd_events(ctl *x) {
 }
 
 int main(int argc, char **argv) {
-    static const struct option opts[] = {{"url", required_argument, NULL, 'u'},
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"url", required_argument, NULL, 'u'},
                                          {"namespace", required_argument, NULL, 'n'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     ctl x = {0};
-    const char *url = getenv("DTQ_REDIS_URL");
+    const char *path = NULL, *url = NULL, *ns = NULL;
     const char *cmd;
+    dtq_config *cfg;
+    char err[1024];
     int opt, rc;
-    x.ns = getenv("DTQ_REDIS_NAMESPACE") ? getenv("DTQ_REDIS_NAMESPACE") : "dtq";
-    if (!url || !*url) url = "redis://127.0.0.1:6379/0";
-    while ((opt = getopt_long(argc, argv, "+u:n:jh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+c:u:n:jh", opts, NULL)) != -1) {
         switch (opt) {
+        case 'c': path = optarg; break;
         case 'u': url = optarg; break;
-        case 'n': x.ns = optarg; break;
+        case 'n': ns = optarg; break;
         case 'j': x.json = 1; break;
         case 'h': help(); return 0;
         default: fprintf(stderr, "Try 'dtqctl --help'.\n"); return EXIT_USAGE;
         }
     }
     if (optind >= argc) usage_error("no command given");
-    if (!dtq_valid_name(x.ns, strlen(x.ns), 64)) usage_error("bad namespace '%s'", x.ns);
     cmd = argv[optind];
     argc -= optind + 1;
     argv += optind + 1;
@@ -496,8 +529,14 @@ int main(int argc, char **argv) {
         if ((!strcmp(argv[0], "requeue-all") || !strcmp(argv[0], "purge")) && argc != 1)
             usage_error("usage: dtqctl dlq %s", argv[0]);
     }
-    x.prefix = dtq_xstrdup(x.ns);
-    connect_ctl(&x, url);
+    cfg = dtq_config_load(path, err, sizeof(err));
+    if (!cfg) config_error(err);
+    x.ns = ns ? ns : cfg->ns;
+    /* the loader's rule for [redis] namespace, so -n names what a daemon could use */
+    if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
+        usage_error("bad namespace '%s'", x.ns);
+    x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
+    connect_ctl(&x, url ? url : cfg->redis_url, cfg->connect_timeout_ms);
     if (!strcmp(cmd, "enqueue"))
         rc = cmd_enqueue(&x, argc, argv);
     else if (!strcmp(cmd, "show"))
@@ -531,5 +570,6 @@ int main(int argc, char **argv) {
         rc = cmd_events(&x);
     redisFree(x.c);
     free(x.prefix);
+    dtq_config_free(cfg);
     return rc;
 }

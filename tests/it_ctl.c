@@ -1,11 +1,17 @@
 /* it_ctl.c: dtqctl against a real Redis with a running daemon: output, --json, and the
- * exit codes 0 (ok), 1 (refused / not found / unreachable) and 2 (usage). */
+ * exit codes 0 (ok), 1 (refused / not found / unreachable) and 2 (usage or configuration).
+ * The "cluster_hash_tag" case runs every verb against a daemon whose keys are {dtq}:...,
+ * with the setting given to dtqctl through DTQ_REDIS_CLUSTER_HASH_TAG or -c FILE. */
 #include <check.h>
+#include <cjson/cJSON.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -28,17 +34,74 @@ static void teardown(void) {
     th_redis_stop(&R);
 }
 
-/* Runs dtqctl with `args` (shell words, test-controlled); returns the exit code and the
- * output (stdout, then stderr) in *out. */
-static int ctl(char **out, const char *args) {
-    char cmd[2048], path[400];
+/* Runs dtqctl with `args` (shell words, test-controlled) in an environment of no
+ * DTQ_REDIS_* variables but the assignments in `env`; returns the exit code and the output
+ * (stdout, then stderr) in *out. */
+static int run(char **out, const char *env, const char *args) {
+    char cmd[3072], path[400];
     int status;
     th_path(&R, "ctl.out", path, sizeof(path));
-    snprintf(cmd, sizeof(cmd), "DTQ_REDIS_URL='%s' %s %s >%s 2>&1 </dev/null", R.url, DTQCTL_BIN,
-             args, path);
+    snprintf(cmd, sizeof(cmd),
+             "env -u DTQ_REDIS_URL -u DTQ_REDIS_NAMESPACE -u DTQ_REDIS_CLUSTER_HASH_TAG %s %s %s "
+             ">%s 2>&1 </dev/null",
+             env, DTQCTL_BIN, args, path);
     status = system(cmd);
     *out = th_read_file(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* dtqctl told the URL only. */
+static int ctl(char **out, const char *args) {
+    char env[600];
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", R.url);
+    return run(out, env, args);
+}
+
+/* dtqctl told the URL and DTQ_REDIS_CLUSTER_HASH_TAG=true. */
+static int tag(char **out, const char *args) {
+    char env[600];
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=true", R.url);
+    return run(out, env, args);
+}
+
+/* Fails unless `out` holds the line "<field padded to 18> <value>" that show prints. */
+static void assert_shown(const char *out, const char *field, const char *value) {
+    char line[512];
+    snprintf(line, sizeof(line), "%-18s %s\n", field, value);
+    ck_assert_msg(strstr(out, line) != NULL, "no '%s %s' in: %s", field, value, out);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static char *hget(const char *key, const char *field) {
+    redisReply *r = th_cmd(C, "HGET %s %s", key, field);
+    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Polls HGET key field until it equals want; returns 1 on success. */
+static int wait_field(const char *key, const char *field, const char *want, int timeout_ms) {
+    int64_t end = th_now_ms() + timeout_ms;
+    while (th_now_ms() < end) {
+        char *v = hget(key, field);
+        int ok = v && !strcmp(v, want);
+        free(v);
+        if (ok) return 1;
+        th_sleep_ms(20);
+    }
+    return 0;
+}
+
+/* th_wait_status for the {dtq}:task:<id> keys of the hash-tagged daemon. */
+static int tag_wait_status(const char *id, const char *status, int timeout_ms) {
+    char key[200];
+    snprintf(key, sizeof(key), "{dtq}:task:%s", id);
+    return wait_field(key, "status", status, timeout_ms);
 }
 
 START_TEST(test_enqueue_wait_and_show) {
@@ -162,6 +225,328 @@ START_TEST(test_events_follow) {
 }
 END_TEST
 
+/* A config that does not load is one line and exit 2; no message ever shows a URL's
+ * password. */
+START_TEST(test_bad_config_and_secrets) {
+    char path[400], args[600], *out;
+    FILE *f;
+    th_path(&R, "bad.ini", path, sizeof(path));
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("[redis]\nnamespace = jobs\ncluster_hash_tag = perhaps\n", f);
+    fclose(f);
+    snprintf(args, sizeof(args), "-c '%s' show x", path);
+    ck_assert_int_eq(ctl(&out, args), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_msg(!strncmp(out, "dtqctl: config error: ", 22), "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, path));
+    ck_assert_ptr_nonnull(strstr(out, "[redis] cluster_hash_tag"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "-c /nonexistent/worker.ini show x"), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_ptr_nonnull(
+        strstr(out, "dtqctl: config error: /nonexistent/worker.ini: cannot open"));
+    free(out);
+    ck_assert_int_eq(tag(&out, "-c /nonexistent/worker.ini --help"), 0); /* help needs no config */
+    free(out);
+    snprintf(args, sizeof(args), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=perhaps", R.url);
+    ck_assert_int_eq(run(&out, args, "show x"), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "DTQ_REDIS_CLUSTER_HASH_TAG"));
+    free(out);
+    /* passwords: unreachable, malformed (-u), malformed (environment) */
+    ck_assert_int_eq(ctl(&out, "-u redis://u:s3cret@127.0.0.1:1/0 stats"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot connect to Redis at 127.0.0.1:1:"));
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "-u redis://u:s3cret@127.0.0.1:99999/0 stats"), 2);
+    ck_assert_ptr_nonnull(strstr(out, "bad Redis URL"));
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+    ck_assert_int_eq(run(&out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:99999", "stats"), 2);
+    ck_assert_int_eq(count_lines(out), 1);
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+    ck_assert_int_eq(run(&out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:1", "stats"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "127.0.0.1:1"));
+    ck_assert_ptr_null(strstr(out, "s3cret"));
+    free(out);
+}
+END_TEST
+
+/* ---- a daemon with [redis] cluster_hash_tag = true: keys are {dtq}:... ---- */
+
+static void setup_tag(void) {
+    th_redis_start(&R, 0);
+    C = th_connect(&R);
+    th_daemon_start(&D, &R,
+                    "[redis]\ncluster_hash_tag = true\n[worker]\nworker_id = w-tag\n"
+                    "[handler:echo]\nbuiltin = echo\n[handler:fail]\nbuiltin = fail\n");
+    ck_assert_msg(wait_field("{dtq}:worker:w-tag", "status", "running", 10000),
+                  "worker w-tag did not become ready");
+}
+
+START_TEST(test_tag_enqueue_show_cancel) {
+    char *out;
+    ck_assert_int_eq(tag(&out, "enqueue default echo '{\"x\":1}' --id t1"), 0);
+    ck_assert_str_eq(out, "t1 created\n");
+    free(out);
+    ck_assert(tag_wait_status("t1", "succeeded", 5000));
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:task:t1")), 0);
+    ck_assert_int_eq(tag(&out, "show t1"), 0);
+    assert_shown(out, "id", "t1");
+    assert_shown(out, "status", "succeeded");
+    assert_shown(out, "queue", "default");
+    assert_shown(out, "task_type", "echo");
+    assert_shown(out, "payload", "{\"x\":1}");
+    assert_shown(out, "result", "{\"x\":1}");
+    free(out);
+    ck_assert_int_eq(tag(&out, "--json show t1"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"status\":\"succeeded\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"result\":{\"x\":1}"));
+    free(out);
+    /* without the setting dtqctl looks at dtq:task:t1, which does not exist */
+    ck_assert_int_eq(ctl(&out, "show t1"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
+    free(out);
+
+    ck_assert_int_eq(tag(&out, "enqueue default echo '{\"y\":2}' --id t2 --wait"), 0);
+    ck_assert_msg(!strncmp(out, "t2 created\n", 11), "%s", out);
+    ck_assert_ptr_null(strstr(out, "disappeared"));
+    assert_shown(out, "status", "succeeded");
+    assert_shown(out, "result", "{\"y\":2}");
+    free(out);
+    ck_assert_int_eq(tag(&out, "--json enqueue default echo 5 --id t3 --wait"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"id\":\"t3\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"result\":5"));
+    free(out);
+
+    /* a delayed task stays pending until cancelled */
+    ck_assert_int_eq(tag(&out, "enqueue default echo 1 --id c1 --delay-ms 600000"), 0);
+    free(out);
+    ck_assert(tag_wait_status("c1", "pending", 1000));
+    ck_assert_int_eq(tag(&out, "cancel c1"), 0);
+    ck_assert_str_eq(out, "cancelled\n");
+    free(out);
+    ck_assert(tag_wait_status("c1", "cancelled", 1000));
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD {dtq}:retry:schedule")), 0);
+    ck_assert_int_eq(tag(&out, "cancel c1"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "WRONG_STATE cancelled"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_tag_dlq) {
+    char *out;
+    ck_assert_int_eq(tag(&out, "enqueue default fail '{\"message\":\"nope\"}' --id f1 --wait"), 1);
+    ck_assert_ptr_null(strstr(out, "disappeared"));
+    assert_shown(out, "status", "dead_lettered");
+    free(out);
+    ck_assert_int_eq(tag(&out, "dlq list"), 0);
+    ck_assert_msg(!strncmp(out, "f1  fail  attempts=", 19), "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, "nope"));
+    ck_assert_int_eq(count_lines(out), 1);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "dlq list"), 0); /* dtq:stream:dead-letter is empty */
+    ck_assert_str_eq(out, "");
+    free(out);
+    ck_assert_int_eq(tag(&out, "--json dlq list --count 5"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"f1\""));
+    free(out);
+    ck_assert_int_eq(tag(&out, "dlq requeue f1"), 0);
+    ck_assert_str_eq(out, "queued\n");
+    free(out);
+    ck_assert(tag_wait_status("f1", "dead_lettered", 5000));
+    ck_assert_int_eq(tag(&out, "dlq discard f1"), 0);
+    ck_assert_str_eq(out, "discarded\n");
+    free(out);
+    ck_assert_int_eq(tag(&out, "dlq list"), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+
+    ck_assert_int_eq(tag(&out, "enqueue default fail '{\"message\":\"a\"}' --id f2 --wait"), 1);
+    free(out);
+    ck_assert_int_eq(tag(&out, "enqueue default fail '{\"message\":\"b\"}' --id f3 --wait"), 1);
+    free(out);
+    ck_assert_int_eq(tag(&out, "dlq requeue-all"), 0);
+    ck_assert_str_eq(out, "2\n");
+    free(out);
+    ck_assert(tag_wait_status("f2", "dead_lettered", 5000));
+    ck_assert(tag_wait_status("f3", "dead_lettered", 5000));
+    ck_assert_int_eq(tag(&out, "dlq list"), 0);
+    ck_assert_int_eq(count_lines(out), 2);
+    free(out);
+    ck_assert_int_eq(tag(&out, "dlq purge"), 0);
+    ck_assert_str_eq(out, "2\n");
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN {dtq}:stream:dead-letter")), 0);
+    {
+        redisReply *r = th_cmd(C, "XREVRANGE {dtq}:stream:audit + - COUNT 1");
+        ck_assert_str_eq(r->element[0]->element[1]->element[1]->str, "dtqctl");
+        ck_assert_str_eq(r->element[0]->element[1]->element[3]->str, "purge_dlq");
+        freeReplyObject(r);
+    }
+}
+END_TEST
+
+START_TEST(test_tag_queues_workers_stats) {
+    char *out, row[200];
+    ck_assert_int_eq(tag(&out, "enqueue default echo 1 --id q1 --wait"), 0);
+    free(out);
+    ck_assert_int_eq(tag(&out, "enqueue default echo 1 --id s1 --delay-ms 600000"), 0);
+    free(out);
+    ck_assert_int_eq(tag(&out, "pause default"), 0);
+    ck_assert_str_eq(out, "paused\n");
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS {dtq}:queue:default:paused")), 1);
+    /* SCHEDULED counts {dtq}:retry:schedule by the queue in each {dtq}:task:<id> */
+    ck_assert_int_eq(tag(&out, "queues"), 0);
+    snprintf(row, sizeof(row), "%-24s %10d %10d %10d %s\n", "default", 0, 0, 1, "paused");
+    ck_assert_msg(strstr(out, row) != NULL, "no row '%s' in: %s", row, out);
+    free(out);
+    ck_assert_int_eq(tag(&out, "--json queues"), 0);
+    ck_assert_str_eq(out, "[{\"queue\":\"default\",\"depth\":0,\"pending\":0,\"scheduled\":1,"
+                          "\"paused\":true}]\n");
+    free(out);
+    ck_assert_int_eq(tag(&out, "resume default"), 0);
+    ck_assert_str_eq(out, "resumed\n");
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS {dtq}:queue:default:paused")), 0);
+    ck_assert_int_eq(tag(&out, "queues"), 0);
+    snprintf(row, sizeof(row), "%-24s %10d %10d %10d %s\n", "default", 0, 0, 1, "");
+    ck_assert_msg(strstr(out, row) != NULL, "no row '%s' in: %s", row, out);
+    free(out);
+
+    ck_assert_int_eq(tag(&out, "workers"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "WORKER"));
+    ck_assert_msg(strstr(out, "\nw-tag ") != NULL, "%s", out);
+    ck_assert_ptr_nonnull(strstr(out, " running\n"));
+    ck_assert_int_eq(count_lines(out), 2);
+    free(out);
+    ck_assert_int_eq(tag(&out, "--json workers"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"worker_id\":\"w-tag\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"status\":\"running\""));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "workers"), 0); /* dtq:workers is empty */
+    ck_assert_ptr_null(strstr(out, "w-tag"));
+    free(out);
+
+    ck_assert_int_eq(tag(&out, "stats"), 0);
+    snprintf(row, sizeof(row), "%-32s %d\n", "workers", 1);
+    ck_assert_msg(strstr(out, row) != NULL, "%s", out);
+    snprintf(row, sizeof(row), "%-32s %d\n", "scheduled", 1);
+    ck_assert_msg(strstr(out, row) != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(tag(&out, "--json stats"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"queue:default:depth\":0"));
+    ck_assert_ptr_nonnull(strstr(out, "\"scheduled\":1"));
+    ck_assert_ptr_nonnull(strstr(out, "\"workers\":1"));
+    free(out);
+}
+END_TEST
+
+START_TEST(test_tag_events) {
+    int fds[2], status;
+    pid_t pid;
+    struct pollfd pfd;
+    FILE *f;
+    char line[4096], *out;
+    cJSON *ev;
+    int64_t end;
+    ck_assert_int_eq(pipe(fds), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        unsetenv("DTQ_REDIS_NAMESPACE");
+        setenv("DTQ_REDIS_URL", R.url, 1);
+        setenv("DTQ_REDIS_CLUSTER_HASH_TAG", "true", 1);
+        execl(DTQCTL_BIN, "dtqctl", "events", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    /* subscribed: the {dtq}:events channel has a subscriber */
+    end = th_now_ms() + 5000;
+    for (;;) {
+        redisReply *r = th_cmd(C, "PUBSUB NUMSUB {dtq}:events");
+        long long n = r->element[1]->integer;
+        freeReplyObject(r);
+        if (n == 1) break;
+        ck_assert_msg(th_now_ms() < end, "dtqctl events did not subscribe to {dtq}:events");
+        th_sleep_ms(20);
+    }
+    ck_assert_int_eq(tag(&out, "enqueue default echo 1 --id ev1"), 0);
+    free(out);
+    pfd.fd = fds[0];
+    pfd.events = POLLIN;
+    ck_assert_msg(poll(&pfd, 1, 5000) == 1, "no event within 5 s");
+    f = fdopen(fds[0], "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+    kill(pid, SIGTERM);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    fclose(f);
+    ev = cJSON_Parse(line);
+    ck_assert_msg(ev != NULL, "not JSON: %s", line);
+    ck_assert_str_eq(cJSON_GetObjectItem(ev, "type")->valuestring, "TASK_QUEUED");
+    ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_id")->valuestring, "ev1");
+    ck_assert_str_eq(cJSON_GetObjectItem(ev, "queue")->valuestring, "default");
+    cJSON_Delete(ev);
+}
+END_TEST
+
+/* dtqctl -c on the daemon's own file: url, namespace and cluster_hash_tag all come from it
+ * (no DTQ_REDIS_* in the environment); the environment, -n and -u still override it. */
+START_TEST(test_config_file) {
+    th_daemon d;
+    char args[800], *out;
+    th_daemon_start(&d, &R,
+                    "[redis]\nnamespace = jobs\ncluster_hash_tag = true\n"
+                    "[worker]\nworker_id = w-jobs\n[handler:echo]\nbuiltin = echo\n");
+    ck_assert_msg(wait_field("{jobs}:worker:w-jobs", "status", "running", 10000),
+                  "worker w-jobs did not become ready");
+    snprintf(args, sizeof(args), "-c '%s' enqueue default echo 7 --id j1 --wait", d.cfg);
+    ck_assert_int_eq(run(&out, "", args), 0);
+    ck_assert_msg(!strncmp(out, "j1 created\n", 11), "%s", out);
+    assert_shown(out, "status", "succeeded");
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS {jobs}:task:j1")), 1);
+    snprintf(args, sizeof(args), "-c '%s' show j1", d.cfg);
+    ck_assert_int_eq(run(&out, "", args), 0);
+    assert_shown(out, "id", "j1");
+    assert_shown(out, "status", "succeeded");
+    assert_shown(out, "task_type", "echo");
+    assert_shown(out, "result", "7");
+    free(out);
+    snprintf(args, sizeof(args), "-c '%s' workers", d.cfg);
+    ck_assert_int_eq(run(&out, "", args), 0);
+    ck_assert_ptr_nonnull(strstr(out, "w-jobs"));
+    ck_assert_ptr_null(strstr(out, "w-tag"));
+    free(out);
+    snprintf(args, sizeof(args), "-c '%s' --json stats", d.cfg);
+    ck_assert_int_eq(run(&out, "", args), 0); /* FCALL_RO jobs_stats */
+    ck_assert_ptr_nonnull(strstr(out, "\"workers\":1"));
+    free(out);
+    snprintf(args, sizeof(args), "-c '%s' -n dtq show j1", d.cfg);
+    ck_assert_int_eq(run(&out, "", args), 1); /* {dtq}:task:j1 */
+    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
+    free(out);
+    snprintf(args, sizeof(args), "-c '%s' show j1", d.cfg);
+    ck_assert_int_eq(run(&out, "DTQ_REDIS_CLUSTER_HASH_TAG=false", args), 1); /* jobs:task:j1 */
+    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
+    free(out);
+    snprintf(args, sizeof(args), "-c '%s' -u unix:///nonexistent/redis.sock show j1", d.cfg);
+    ck_assert_int_eq(run(&out, "", args), 1);
+    ck_assert_ptr_nonnull(strstr(out, "cannot connect to Redis at /nonexistent/redis.sock"));
+    free(out);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
@@ -171,6 +556,16 @@ int main(void) {
     tcase_add_test(tc, test_refusals_and_usage);
     tcase_add_test(tc, test_dlq_queues_workers);
     tcase_add_test(tc, test_events_follow);
+    tcase_add_test(tc, test_bad_config_and_secrets);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cluster_hash_tag");
+    tcase_add_checked_fixture(tc, setup_tag, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_tag_enqueue_show_cancel);
+    tcase_add_test(tc, test_tag_dlq);
+    tcase_add_test(tc, test_tag_queues_workers_stats);
+    tcase_add_test(tc, test_tag_events);
+    tcase_add_test(tc, test_config_file);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
