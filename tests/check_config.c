@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "harness.h"
 
 static char path[64];
+static char dir[64]; /* a directory where a config file is expected */
 
 static void write_ini(const char *text) {
     FILE *f;
@@ -20,8 +22,14 @@ static void write_ini(const char *text) {
     fclose(f);
 }
 
+static void make_dir(void) {
+    snprintf(dir, sizeof(dir), "/tmp/dtq-cfg-dir-%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+}
+
 static void teardown(void) {
     unlink(path);
+    if (*dir) rmdir(dir);
 }
 
 /* Loads `text` expecting failure; the message must name every fragment given. */
@@ -162,6 +170,59 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* A path that is not a regular file, or cannot be opened, is refused with its name; it is
+ * not silently read as an empty file (which would start the daemon on defaults). */
+START_TEST(test_path_not_a_readable_file) {
+    char err[512], fifo[80];
+    make_dir();
+    ck_assert_ptr_null(dtq_config_load(dir, err, sizeof(err)));
+    ck_assert_msg(strstr(err, dir) != NULL, "no path in: %s", err);
+    ck_assert_msg(strstr(err, "not a regular file") != NULL, "%s", err);
+
+    /* a FIFO would block a plain fopen until a writer comes */
+    snprintf(fifo, sizeof(fifo), "/tmp/dtq-cfg-fifo-%d", (int)getpid());
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_ptr_null(dtq_config_load(fifo, err, sizeof(err)));
+    unlink(fifo);
+    ck_assert_msg(strstr(err, "not a regular file") != NULL, "%s", err);
+
+    /* a path through a regular file: ENOTDIR */
+    write_ini("[worker]\nconcurrency = 1\n");
+    {
+        char sub[96];
+        snprintf(sub, sizeof(sub), "%s/x.ini", path);
+        ck_assert_ptr_null(dtq_config_load(sub, err, sizeof(err)));
+        ck_assert_msg(strstr(err, sub) != NULL && strstr(err, ": cannot open: ") != NULL, "%s",
+                      err);
+    }
+
+    /* mode 000: only meaningful when not root (root reads it anyway) */
+    if (geteuid() != 0) {
+        ck_assert_int_eq(chmod(path, 0), 0);
+        ck_assert_ptr_null(dtq_config_load(path, err, sizeof(err)));
+        ck_assert_msg(strstr(err, path) != NULL && strstr(err, "cannot open") != NULL, "%s", err);
+    }
+}
+END_TEST
+
+/* The binary: -c DIR must not start on defaults, --check-config -c DIR must not say ok. */
+START_TEST(test_binary_refuses_directory) {
+    char want[128], *out = NULL;
+    make_dir();
+    snprintf(want, sizeof(want), "%s: not a regular file", dir);
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", dir, NULL), 78);
+    ck_assert_msg(strstr(out, want) != NULL, "output: %s", out);
+    ck_assert_ptr_null(strstr(out, "configuration ok"));
+    free(out);
+    ck_assert_int_eq(th_run_worker(&out, "-c", dir, NULL), 78);
+    ck_assert_msg(strstr(out, want) != NULL, "output: %s", out);
+    free(out);
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", "/nonexistent/dtq.ini", NULL), 78);
+    ck_assert_msg(strstr(out, "/nonexistent/dtq.ini: cannot open") != NULL, "output: %s", out);
+    free(out);
+}
+END_TEST
+
 static void check_key_documented(const char *section, const char *key, const char *def,
                                  const char *doc, void *arg) {
     const char *text = arg;
@@ -232,6 +293,8 @@ int main(void) {
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_example_matches_table);
     tcase_add_test(tc, test_binary_exit_78);
+    tcase_add_test(tc, test_path_not_a_readable_file);
+    tcase_add_test(tc, test_binary_refuses_directory);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -295,6 +295,7 @@ int th_run_worker(char **stderr_out, ...) {
     args[n] = NULL;
     pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that times out takes the worker with it */
         dup2(fd, 2);
         dup2(fd, 1);
         execv(DTQ_WORKER_BIN, args);
