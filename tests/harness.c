@@ -319,6 +319,47 @@ char *th_task_field(redisContext *c, const char *task_id, const char *field) {
     return v;
 }
 
+int th_wait_until(int (*pred)(void *arg), void *arg, int timeout_ms) {
+    int64_t end = th_now_ms() + timeout_ms;
+    for (;;) {
+        if (pred(arg)) return 1;
+        if (th_now_ms() >= end) return 0;
+        th_sleep_ms(20);
+    }
+}
+
+int th_count_in_file(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    char *buf;
+    long n;
+    int count = 0;
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    buf = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = '\0';
+    fclose(f);
+    for (const char *p = strstr(buf, needle); p; p = strstr(p + 1, needle)) count++;
+    free(buf);
+    return count;
+}
+
+typedef struct log_probe {
+    const char *path, *needle;
+    int count;
+} log_probe;
+
+static int log_has(void *arg) {
+    const log_probe *p = arg;
+    return th_count_in_file(p->path, p->needle) >= p->count;
+}
+
+int th_wait_log(const char *path, const char *needle, int count, int timeout_ms) {
+    log_probe p = {path, needle, count};
+    return th_wait_until(log_has, &p, timeout_ms);
+}
+
 int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms) {
     int64_t end = th_now_ms() + timeout_ms;
     while (th_now_ms() < end) {
