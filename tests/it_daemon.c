@@ -396,27 +396,56 @@ START_TEST(test_cancel_running_task) {
 }
 END_TEST
 
+/* Replaces a daemon's config file with base + extra (base: the file it started with). */
+static void write_config(const th_daemon *d, const char *base, const char *extra) {
+    FILE *f = fopen(d->cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n%s", base, extra);
+    fclose(f);
+}
+
+#define RELOADED "SIGHUP: configuration reloaded"
+#define REFUSED "SIGHUP: new config refused, keeping the old one: "
+
+/* Which config is in effect is seen through [handler:later]: unknown at start, added by a
+ * valid reload, absent from the invalid file, and dropped again by a last valid reload. */
 START_TEST(test_sighup_reload) {
     th_daemon d;
-    FILE *f;
+    char *base, *log, want[600];
     start(&d, "w-reload", NULL);
+    base = th_read_file(d.cfg); /* HANDLERS, without [handler:later] */
     enqueue("before", "later", "1", NULL);
     wait_status("before", "dead_lettered", 5000);
-    f = fopen(d.cfg, "a");
-    fprintf(f, "[handler:later]\nbuiltin = echo\n");
-    fclose(f);
+    th_assert_field(C, "before", "last_error", "unknown_task_type:later");
+
+    /* a valid reload takes effect: the new handler runs */
+    write_config(&d, base, "[handler:later]\nbuiltin = echo\n");
     kill(d.pid, SIGHUP);
-    th_sleep_ms(300);
+    ck_assert_msg(th_wait_log(d.log, RELOADED " (6 handler(s))", 1, 5000), "no reload logged");
     enqueue("after", "later", "1", NULL);
     wait_status("after", "succeeded", 5000);
-    /* an invalid file is refused and the old config stays */
-    f = fopen(d.cfg, "a");
-    fprintf(f, "[worker]\nconcurrency = lots\n");
-    fclose(f);
+
+    /* an invalid file (which also lacks [handler:later]) is refused and the old config
+     * stays: 'later' still runs, which it could not under the new file */
+    write_config(&d, base, "[worker]\nconcurrency = lots\n");
     kill(d.pid, SIGHUP);
-    th_sleep_ms(300);
+    ck_assert_msg(th_wait_log(d.log, REFUSED, 1, 5000), "no refusal logged");
+    log = th_read_file(d.log);
+    snprintf(want, sizeof(want), REFUSED "%s: [worker] concurrency: 'lots'", d.cfg);
+    ck_assert_msg(strstr(log, want) != NULL, "want '%s' in log: %s", want, log);
+    free(log);
     enqueue("still", "later", "1", NULL);
     wait_status("still", "succeeded", 5000);
+    ck_assert_int_eq(th_count_in_file(d.log, RELOADED), 1);
+
+    /* the converse once more: a valid file without [handler:later] takes it away */
+    write_config(&d, base, "");
+    kill(d.pid, SIGHUP);
+    ck_assert_msg(th_wait_log(d.log, RELOADED " (5 handler(s))", 1, 5000), "no reload logged");
+    enqueue("gone", "later", "1", NULL);
+    wait_status("gone", "dead_lettered", 5000);
+    th_assert_field(C, "gone", "last_error", "unknown_task_type:later");
+    free(base);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
