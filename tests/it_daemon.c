@@ -831,29 +831,69 @@ START_TEST(test_namespace_and_cluster_hash_tag) {
 }
 END_TEST
 
+/* A string member of a log object, or a failed test. */
+static const char *log_str(const cJSON *j, const char *name, const char *line) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    ck_assert_msg(cJSON_IsString(v), "no string '%s' in: %s", name, line);
+    return v->valuestring;
+}
+
+/* Every line is one JSON object {ts, level, msg}; known lines decode to their exact text,
+ * newline and quotes included; the payload appears nowhere. */
 START_TEST(test_json_logs) {
     th_daemon d;
     FILE *f;
-    char line[4096];
-    int lines = 0;
+    char line[8192];
+    int lines = 0, failed = 0, ready = 0, shutdown = 0, debug = 0;
     start(&d, "w-json", "[log]\nformat = json\nlevel = debug\n");
-    enqueue("j1", "fail", "{\"message\":\"line1\\nline2\"}", NULL);
+    /* the error text (logged at debug) has a newline and quotes; "secret" is payload only */
+    enqueue("j1", "fail", "{\"message\":\"line1\\n\\\"line2\\\"\",\"secret\":\"pay-load-only\"}",
+            NULL);
     wait_status("j1", "dead_lettered", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     f = fopen(d.log, "r");
     ck_assert_ptr_nonnull(f);
     while (fgets(line, sizeof(line), f)) {
-        cJSON *j = cJSON_Parse(line);
-        ck_assert_msg(j != NULL, "not JSON: %s", line);
-        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "ts"));
-        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "level"));
-        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "msg"));
-        ck_assert_ptr_null(strstr(line, "\"message\"")); /* payloads are never logged */
+        cJSON *j;
+        const char *ts, *level, *msg;
+        size_t n = strlen(line);
+        ck_assert_msg(n > 0 && line[n - 1] == '\n', "unterminated or overlong line: %s", line);
+        j = cJSON_Parse(line);
+        ck_assert_msg(cJSON_IsObject(j), "not a JSON object: %s", line);
+        ck_assert_msg(cJSON_GetArraySize(j) == 3, "want ts, level, msg only: %s", line);
+        ts = log_str(j, "ts", line);
+        level = log_str(j, "level", line);
+        msg = log_str(j, "msg", line);
+        ck_assert_msg(strlen(ts) == 24 && !strncmp(ts, "20", 2) && ts[10] == 'T' && ts[19] == '.' &&
+                          ts[23] == 'Z',
+                      "ts not ISO 8601 UTC with ms: %s", ts);
+        ck_assert_msg(!strcmp(level, "debug") || !strcmp(level, "info") || !strcmp(level, "warn") ||
+                          !strcmp(level, "error"),
+                      "bad level: %s", line);
+        ck_assert_msg(!strstr(line, "pay-load-only") && !strstr(msg, "pay-load-only"),
+                      "payload logged: %s", line);
+        debug += !strcmp(level, "debug");
+        if (!strcmp(msg, "task j1 attempt 1 failed (permanent): line1\n\"line2\"")) {
+            ck_assert_str_eq(level, "debug");
+            failed++;
+        }
+        if (!strncmp(msg, "worker w-json ready: ", 21)) {
+            ck_assert_str_eq(level, "info");
+            ready++;
+        }
+        if (!strcmp(msg, "signal 15: shutting down")) {
+            ck_assert_str_eq(level, "info");
+            shutdown++;
+        }
         cJSON_Delete(j);
         lines++;
     }
     fclose(f);
     ck_assert_int_ge(lines, 4);
+    ck_assert_int_ge(debug, 1);
+    ck_assert_msg(failed == 1, "the failure line, decoded, appeared %d times", failed);
+    ck_assert_int_eq(ready, 1);
+    ck_assert_int_eq(shutdown, 1);
 }
 END_TEST
 
