@@ -1,6 +1,7 @@
 /* check_config.c: defaults, the INI file, environment overrides, every class of error, the
  * example file agreeing with the key table, and exit code 78 from the binary. */
 #include <check.h>
+#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,35 +224,51 @@ START_TEST(test_binary_refuses_directory) {
 }
 END_TEST
 
+/* config.example.ini as inih reads it: one (section, key, value) per assignment. */
+typedef struct example_entry {
+    char section[64], key[64], value[256];
+} example_entry;
+
+typedef struct example {
+    example_entry e[256];
+    int n;
+} example;
+
+static int collect_example(void *user, const char *section, const char *key, const char *value) {
+    example *ex = user;
+    ck_assert_msg(ex->n < (int)(sizeof(ex->e) / sizeof(ex->e[0])), "example too long");
+    snprintf(ex->e[ex->n].section, sizeof(ex->e[0].section), "%s", section);
+    snprintf(ex->e[ex->n].key, sizeof(ex->e[0].key), "%s", key);
+    snprintf(ex->e[ex->n].value, sizeof(ex->e[0].value), "%s", value);
+    ex->n++;
+    return 1;
+}
+
+/* Each key of the table appears exactly once under its own [section], with its default. */
 static void check_key_documented(const char *section, const char *key, const char *def,
                                  const char *doc, void *arg) {
-    const char *text = arg;
-    char want[256], header[96];
+    const example *ex = arg;
+    const example_entry *found = NULL;
     (void)doc;
-    snprintf(header, sizeof(header), "[%s]", section);
-    if (*def)
-        snprintf(want, sizeof(want), "\n%s = %s\n", key, def);
-    else
-        snprintf(want, sizeof(want), "\n%s =\n", key);
-    ck_assert_msg(strstr(text, header) != NULL, "config.example.ini lacks %s", header);
-    ck_assert_msg(strstr(strstr(text, header), want) != NULL,
-                  "config.example.ini lacks '%s = %s' under %s", key, def, header);
+    for (int i = 0; i < ex->n; i++) {
+        if (strcmp(ex->e[i].section, section) || strcmp(ex->e[i].key, key)) continue;
+        ck_assert_msg(found == NULL, "config.example.ini sets [%s] %s twice", section, key);
+        found = &ex->e[i];
+    }
+    ck_assert_msg(found != NULL, "config.example.ini lacks '%s = %s' under [%s]", key, def,
+                  section);
+    ck_assert_msg(!strcmp(found->value, def), "config.example.ini: [%s] %s = '%s', default is '%s'",
+                  section, key, found->value, def);
 }
 
 START_TEST(test_example_matches_table) {
-    char err[256], *text;
-    long n;
-    FILE *f = fopen(DTQ_SOURCE_DIR "/config.example.ini", "r");
+    char err[256];
+    example *ex = calloc(1, sizeof(*ex));
     dtq_config *cfg;
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    text = calloc(1, (size_t)n + 1);
-    ck_assert_int_eq(fread(text, 1, (size_t)n, f), n);
-    fclose(f);
-    dtq_config_each_key(check_key_documented, text);
-    free(text);
+    ck_assert_int_eq(ini_parse(DTQ_SOURCE_DIR "/config.example.ini", collect_example, ex), 0);
+    dtq_config_each_key(check_key_documented, ex);
+    free(ex);
+    /* and nothing else: the example loads, so it holds no unknown section or key */
     cfg = dtq_config_load(DTQ_SOURCE_DIR "/config.example.ini", err, sizeof(err));
     ck_assert_msg(cfg != NULL, "example does not load: %s", err);
     dtq_config_free(cfg);
