@@ -142,7 +142,7 @@ START_TEST(test_priority_order) {
     enqueue("low", "echo", "1", "priority 0");
     enqueue("mid", "echo", "1", "priority 5");
     enqueue("high", "echo", "1", "priority 9");
-    th_sleep_ms(300);
+    th_sleep_ms(300); /* deliberate: time in which a paused queue must not be served */
     th_assert_field(C, "high", "status", "queued"); /* paused: nothing ran */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
     wait_status("low", "succeeded", 5000);
@@ -366,7 +366,7 @@ START_TEST(test_delayed_task_and_ttl_expiry) {
     t0 = th_now_ms();
     enqueue("dl", "echo", "1", "delay_ms 1500");
     enqueue("ttl", "echo", "1", "delay_ms 2500 ttl_seconds 1");
-    th_sleep_ms(900);
+    th_sleep_ms(900); /* deliberate: most of the 1500 ms delay passes, and the task waits */
     th_assert_field(C, "dl", "status", "pending");
     wait_status("dl", "succeeded", 5000);
     ck_assert_int_ge(th_now_ms() - t0, 1400);
@@ -530,7 +530,8 @@ START_TEST(test_survives_redis_restart) {
     wait_status("r1", "running", 5000);
     wait_status("r2", "running", 5000);
     th_redis_stop(&R);
-    th_sleep_ms(700);
+    /* Redis comes back only once the daemon has seen it go (both connections) */
+    ck_assert_msg(th_wait_log(d.log, "; reconnecting", 2, 5000), "loss of Redis not logged");
     th_redis_restart(&R); /* same socket and data dir (appendonly) */
     redisFree(C);
     C = th_connect(&R);
@@ -545,6 +546,11 @@ START_TEST(test_survives_redis_restart) {
 END_TEST
 
 /* ----------------------------------------------------------------- exec handlers */
+
+/* True when the pgrep command line in arg finds nothing. */
+static int no_process_matches(void *arg) {
+    return system((const char *)arg) != 0;
+}
 
 static void write_script(const char *path, const char *body) {
     FILE *f = fopen(path, "w");
@@ -613,13 +619,12 @@ START_TEST(test_exec_handlers) {
     wait_status("xj", "dead_lettered", 10000);
     th_assert_field(C, "xj", "last_error_class", "bad_result");
     /* the slow program ignored SIGTERM: SIGKILL after the grace, nothing left running */
-    th_sleep_ms(700);
     {
         char cmd[600];
         /* "slo[w].sh" matches the script but not this pgrep's own command line */
         snprintf(cmd, sizeof(cmd), "pgrep -f '%.*s[w].sh' >/dev/null", (int)(strlen(slow) - 4),
                  slow);
-        ck_assert_int_ne(system(cmd), 0);
+        ck_assert_msg(th_wait_until(no_process_matches, cmd, 5000), "%s still running", slow);
     }
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
@@ -697,6 +702,26 @@ static int http_get(int port, const char *path, char **body) {
     return code;
 }
 
+typedef struct http_probe {
+    int port;
+    const char *path;
+    int want;
+} http_probe;
+
+static int http_is(void *arg) {
+    const http_probe *p = arg;
+    char *body;
+    int code = http_get(p->port, p->path, &body);
+    free(body);
+    return code == p->want;
+}
+
+/* Polls GET path until it answers `want`; 1 on success. */
+static int http_wait(int port, const char *path, int want, int timeout_ms) {
+    http_probe p = {port, path, want};
+    return th_wait_until(http_is, &p, timeout_ms);
+}
+
 START_TEST(test_http_endpoints) {
     th_daemon d;
     char *body;
@@ -718,17 +743,13 @@ START_TEST(test_http_endpoints) {
     ck_assert_int_eq(http_get(port, "/nope", &body), 404);
     free(body);
     th_redis_stop(&R);
-    th_sleep_ms(300);
-    ck_assert_int_eq(http_get(port, "/readyz", &body), 503); /* Redis gone: not ready */
-    free(body);
+    ck_assert_msg(http_wait(port, "/readyz", 503, 5000), "/readyz not 503 without Redis");
     ck_assert_int_eq(http_get(port, "/healthz", &body), 200); /* but alive */
     free(body);
     th_redis_restart(&R);
     redisFree(C);
     C = th_connect(&R);
-    th_sleep_ms(1500);
-    ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
-    free(body);
+    ck_assert_msg(http_wait(port, "/readyz", 200, 15000), "/readyz not 200 after Redis is back");
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -782,7 +803,8 @@ START_TEST(test_hung_redis_detected) {
     enqueue("hg", "sleep", "{\"ms\":500}", NULL);
     wait_status("hg", "running", 5000);
     kill(R.pid, SIGSTOP);
-    th_sleep_ms(2500);
+    /* Redis stays hung until the liveness PING (3 x 300 ms) has dropped the link */
+    ck_assert_msg(th_wait_log(d.log, "dropping the connection", 1, 10000), "hang not detected");
     kill(R.pid, SIGCONT);
     wait_status("hg", "succeeded", 10000);
     enqueue("hg2", "echo", "1", NULL);
@@ -917,7 +939,9 @@ START_TEST(test_silent_server_handshake_timeout) {
     snprintf(ini, sizeof(ini), "[redis]\nurl = redis://127.0.0.1:%d\nconnect_timeout_ms = 200\n",
              port);
     th_daemon_start(&d, &R, ini);
-    th_sleep_ms(1500);
+    /* two connections, each timed out at least twice: it keeps retrying */
+    ck_assert_msg(th_wait_log(d.log, "no answer to the handshake within 200 ms", 4, 10000),
+                  "handshake timeouts not logged (and retried)");
     ck_assert_int_eq(waitpid(d.pid, &status, WNOHANG), 0); /* still running */
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     buf = th_read_file(d.log);
@@ -951,7 +975,9 @@ START_TEST(test_acl_user_password_and_db) {
              "[worker]\nworker_id = w-acl-bad\n",
              R.port);
     th_daemon_start(&bad, &R, ini);
-    th_sleep_ms(1500);
+    /* two connections, each refused at least twice: it keeps retrying */
+    ck_assert_msg(th_wait_log(bad.log, "handshake refused", 4, 10000),
+                  "refused handshakes not logged (and retried)");
     ck_assert_int_eq(waitpid(bad.pid, &status, WNOHANG), 0);
     {
         char *buf = th_read_file(bad.log);
