@@ -1,4 +1,5 @@
-/* check_task.c: task.c: decoding of claimed tasks and terminal statuses. */
+/* check_task.c: task.c: decoding of claimed tasks, and the terminal statuses (the same
+ * set as lua/dtq.lua's TERMINAL). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +70,51 @@ START_TEST(test_task_from_reply) {
 }
 END_TEST
 
+/* The C list dtq_task_terminal_statuses and lua/dtq.lua's `local TERMINAL = {...}` (a set:
+ * status = true) name the same statuses, as many of them, none twice. */
+START_TEST(test_terminal_statuses_match_lua) {
+    th_lua_item lua[32];
+    int nlua = th_lua_table("TERMINAL", lua, 32), nc = 0;
+    const char *names[32];
+    for (int i = 0; i < nlua; i++) {
+        if (lua[i].name[0]) { /* status = true */
+            ck_assert_msg(!strcmp(lua[i].value, "true"), "TERMINAL.%s = %s, not true", lua[i].name,
+                          lua[i].value);
+            names[i] = lua[i].name;
+        } else { /* 'status' */
+            size_t n = strlen(lua[i].value);
+            ck_assert_msg(n >= 2 && (lua[i].value[0] == '\'' || lua[i].value[0] == '"'),
+                          "TERMINAL item %s is not a string", lua[i].value);
+            lua[i].value[n - 1] = '\0';
+            names[i] = lua[i].value + 1;
+        }
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(strcmp(names[i], names[j]), "TERMINAL lists %s twice", names[i]);
+    }
+    for (const char *const *c = dtq_task_terminal_statuses; *c; c++, nc++) {
+        int found = 0;
+        for (const char *const *d = dtq_task_terminal_statuses; d < c; d++)
+            ck_assert_msg(strcmp(*c, *d), "dtq_task_terminal_statuses lists %s twice", *c);
+        for (int i = 0; i < nlua; i++) found |= !strcmp(names[i], *c);
+        ck_assert_msg(found, "%s is terminal in C but not in lua/dtq.lua's TERMINAL", *c);
+        ck_assert(dtq_task_status_is_terminal(*c));
+    }
+    for (int i = 0; i < nlua; i++) {
+        int found = 0;
+        for (const char *const *c = dtq_task_terminal_statuses; *c; c++)
+            found |= !strcmp(names[i], *c);
+        ck_assert_msg(found, "%s is terminal in lua/dtq.lua but not in C", names[i]);
+    }
+    ck_assert_int_eq(nc, nlua);
+    ck_assert_int_ge(nc, 1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("task");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_task_from_reply);
+    tcase_add_test(tc, test_terminal_statuses_match_lua);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
