@@ -189,7 +189,7 @@ static dtq_handler_conf *handler_for(dtq_config *cfg, const char *task_type) {
     dtq_handler_conf *h = &cfg->handlers[cfg->nhandlers++];
     memset(h, 0, sizeof(*h));
     h->task_type = dtq_xstrdup(task_type);
-    h->timeout_ms = 30000;
+    h->timeout_ms = DTQ_DEFAULT_TIMEOUT_MS;
     h->kill_grace_ms = 5000;
     return h;
 }

@@ -12,6 +12,12 @@
 
 #define DTQ_EX_CONFIG 78
 
+/* Defaults that are not config keys; lua/dtq.lua's DEFAULTS holds the same values (a test
+ * compares them). A task's priority when enqueue gives none (0..9), and a handler's
+ * per-attempt limit when its section sets no timeout_ms. */
+#define DTQ_DEFAULT_PRIORITY 5
+#define DTQ_DEFAULT_TIMEOUT_MS 30000
+
 enum dtq_handler_kind { DTQ_HANDLER_KIND_BUILTIN, DTQ_HANDLER_KIND_EXEC, DTQ_HANDLER_KIND_PLUGIN };
 enum dtq_events_level { DTQ_EVENTS_ALL, DTQ_EVENTS_TERMINAL, DTQ_EVENTS_OFF };
 

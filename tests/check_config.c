@@ -275,6 +275,76 @@ START_TEST(test_example_matches_table) {
 }
 END_TEST
 
+/* The config key of a DEFAULTS name: how many keys have that name, and the last one. */
+typedef struct key_match {
+    const char *name, *section, *def;
+    int found;
+} key_match;
+
+static void match_key(const char *section, const char *key, const char *def, const char *doc,
+                      void *arg) {
+    key_match *m = arg;
+    (void)doc;
+    if (strcmp(key, m->name)) return;
+    m->found++;
+    m->section = section;
+    m->def = def;
+}
+
+/* A Lua number literal equal to the C number text `want`. */
+static void assert_same_number(const char *name, const char *lua, const char *want) {
+    char *end;
+    double a, b;
+    a = strtod(lua, &end);
+    ck_assert_msg(*lua && !*end, "DEFAULTS.%s = %s is not a number (C default: %s)", name, lua,
+                  want);
+    b = strtod(want, &end);
+    ck_assert_msg(*want && !*end, "DEFAULTS.%s = %s, but the C default '%s' is not a number", name,
+                  lua, want);
+    ck_assert_msg(a == b, "DEFAULTS.%s = %s, C default %s", name, lua, want);
+}
+
+/* lua/dtq.lua's DEFAULTS (what the Functions assume before a daemon has published its
+ * config) agrees with the C key table, and with the two defaults that are not keys. */
+START_TEST(test_lua_defaults_match_table) {
+    th_lua_item d[64];
+    int n = th_lua_table("DEFAULTS", d, 64);
+    char num[32];
+    ck_assert_int_ge(n, 1);
+    for (int i = 0; i < n; i++) {
+        const char *name = d[i].name, *v = d[i].value;
+        key_match m = {name, NULL, NULL, 0};
+        ck_assert_msg(*name, "DEFAULTS item '%s' has no name", v);
+        if (!strcmp(name, "default_priority")) {
+            snprintf(num, sizeof(num), "%d", DTQ_DEFAULT_PRIORITY);
+            assert_same_number(name, v, num);
+            continue;
+        }
+        if (!strcmp(name, "default_timeout_ms")) {
+            snprintf(num, sizeof(num), "%d", DTQ_DEFAULT_TIMEOUT_MS);
+            assert_same_number(name, v, num);
+            continue;
+        }
+        dtq_config_each_key(match_key, &m);
+        ck_assert_msg(m.found > 0,
+                      "DEFAULTS.%s is neither a config key nor default_priority/default_timeout_ms",
+                      name);
+        ck_assert_msg(m.found == 1, "DEFAULTS.%s matches %d config keys", name, m.found);
+        if (!strcmp(m.def, "true") || !strcmp(m.def, "false")) {
+            ck_assert_msg(!strcmp(v, !strcmp(m.def, "true") ? "1" : "0"),
+                          "DEFAULTS.%s = %s, [%s] %s = %s", name, v, m.section, name, m.def);
+        } else if (v[0] == '\'' || v[0] == '"') {
+            size_t len = strlen(v);
+            ck_assert_msg(len >= 2 && v[len - 1] == v[0], "DEFAULTS.%s = %s: bad string", name, v);
+            ck_assert_msg(len - 2 == strlen(m.def) && !strncmp(v + 1, m.def, len - 2),
+                          "DEFAULTS.%s = %s, [%s] %s = %s", name, v, m.section, name, m.def);
+        } else {
+            assert_same_number(name, v, m.def);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_binary_exit_78) {
     char *out = NULL;
     write_ini("[worker]\nheartbeat_interval_s = 40\n");
@@ -309,6 +379,7 @@ int main(void) {
     tcase_add_test(tc, test_env_overrides);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_example_matches_table);
+    tcase_add_test(tc, test_lua_defaults_match_table);
     tcase_add_test(tc, test_binary_exit_78);
     tcase_add_test(tc, test_path_not_a_readable_file);
     tcase_add_test(tc, test_binary_refuses_directory);
