@@ -23,9 +23,10 @@ static void write_ini(const char *text) {
     fclose(f);
 }
 
+/* A fresh directory (a failed test skips the teardown, so a fixed name could be taken). */
 static void make_dir(void) {
-    snprintf(dir, sizeof(dir), "/tmp/dtq-cfg-dir-%d", (int)getpid());
-    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(dir, sizeof(dir), "/tmp/dtq-cfg-dir-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
 static void teardown(void) {
