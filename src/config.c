@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "keys.h"
@@ -430,11 +431,18 @@ dtq_config *dtq_config_load(const char *path, char *err, size_t errlen) {
     for (size_t i = 0; i < NKEYS; i++) set_key(&st, &config_keys[i], config_keys[i].def);
     cfg->path = path ? dtq_xstrdup(path) : NULL;
     if (path) {
-        FILE *f = fopen(path, "r");
+        struct stat sb;
+        FILE *f = NULL;
         int rc;
-        if (!f) {
+        /* stat first: fopen "succeeds" on a directory (reads then fail, so the file would
+         * look empty) and blocks on a FIFO */
+        if (stat(path, &sb) != 0)
             fail(&st, NULL, NULL, "cannot open: %s", strerror(errno));
-        } else {
+        else if (!S_ISREG(sb.st_mode))
+            fail(&st, NULL, NULL, "not a regular file");
+        else if (!(f = fopen(path, "r")))
+            fail(&st, NULL, NULL, "cannot open: %s", strerror(errno));
+        if (f) {
             rc = ini_parse_file(f, ini_cb, &st);
             fclose(f);
             if (rc > 0) { /* a syntax error explains whatever the callbacks saw after it */

@@ -1,15 +1,18 @@
 /* check_config.c: defaults, the INI file, environment overrides, every class of error, the
  * example file agreeing with the key table, and exit code 78 from the binary. */
 #include <check.h>
+#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "harness.h"
 
 static char path[64];
+static char dir[64]; /* a directory where a config file is expected */
 
 static void write_ini(const char *text) {
     FILE *f;
@@ -20,8 +23,15 @@ static void write_ini(const char *text) {
     fclose(f);
 }
 
+/* A fresh directory (a failed test skips the teardown, so a fixed name could be taken). */
+static void make_dir(void) {
+    snprintf(dir, sizeof(dir), "/tmp/dtq-cfg-dir-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
 static void teardown(void) {
     unlink(path);
+    if (*dir) rmdir(dir);
 }
 
 /* Loads `text` expecting failure; the message must name every fragment given. */
@@ -162,38 +172,177 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* A path that is not a regular file, or cannot be opened, is refused with its name; it is
+ * not silently read as an empty file (which would start the daemon on defaults). */
+START_TEST(test_path_not_a_readable_file) {
+    char err[512], fifo[80];
+    make_dir();
+    ck_assert_ptr_null(dtq_config_load(dir, err, sizeof(err)));
+    ck_assert_msg(strstr(err, dir) != NULL, "no path in: %s", err);
+    ck_assert_msg(strstr(err, "not a regular file") != NULL, "%s", err);
+
+    /* a FIFO would block a plain fopen until a writer comes */
+    snprintf(fifo, sizeof(fifo), "/tmp/dtq-cfg-fifo-%d", (int)getpid());
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_ptr_null(dtq_config_load(fifo, err, sizeof(err)));
+    unlink(fifo);
+    ck_assert_msg(strstr(err, "not a regular file") != NULL, "%s", err);
+
+    /* a path through a regular file: ENOTDIR */
+    write_ini("[worker]\nconcurrency = 1\n");
+    {
+        char sub[96];
+        snprintf(sub, sizeof(sub), "%s/x.ini", path);
+        ck_assert_ptr_null(dtq_config_load(sub, err, sizeof(err)));
+        ck_assert_msg(strstr(err, sub) != NULL && strstr(err, ": cannot open: ") != NULL, "%s",
+                      err);
+    }
+
+    /* mode 000: only meaningful when not root (root reads it anyway) */
+    if (geteuid() != 0) {
+        ck_assert_int_eq(chmod(path, 0), 0);
+        ck_assert_ptr_null(dtq_config_load(path, err, sizeof(err)));
+        ck_assert_msg(strstr(err, path) != NULL && strstr(err, "cannot open") != NULL, "%s", err);
+    }
+}
+END_TEST
+
+/* The binary: -c DIR must not start on defaults, --check-config -c DIR must not say ok. */
+START_TEST(test_binary_refuses_directory) {
+    char want[128], *out = NULL;
+    make_dir();
+    snprintf(want, sizeof(want), "%s: not a regular file", dir);
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", dir, NULL), 78);
+    ck_assert_msg(strstr(out, want) != NULL, "output: %s", out);
+    ck_assert_ptr_null(strstr(out, "configuration ok"));
+    free(out);
+    ck_assert_int_eq(th_run_worker(&out, "-c", dir, NULL), 78);
+    ck_assert_msg(strstr(out, want) != NULL, "output: %s", out);
+    free(out);
+    ck_assert_int_eq(th_run_worker(&out, "--check-config", "-c", "/nonexistent/dtq.ini", NULL), 78);
+    ck_assert_msg(strstr(out, "/nonexistent/dtq.ini: cannot open") != NULL, "output: %s", out);
+    free(out);
+}
+END_TEST
+
+/* config.example.ini as inih reads it: one (section, key, value) per assignment. */
+typedef struct example_entry {
+    char section[64], key[64], value[256];
+} example_entry;
+
+typedef struct example {
+    example_entry e[256];
+    int n;
+} example;
+
+static int collect_example(void *user, const char *section, const char *key, const char *value) {
+    example *ex = user;
+    ck_assert_msg(ex->n < (int)(sizeof(ex->e) / sizeof(ex->e[0])), "example too long");
+    snprintf(ex->e[ex->n].section, sizeof(ex->e[0].section), "%s", section);
+    snprintf(ex->e[ex->n].key, sizeof(ex->e[0].key), "%s", key);
+    snprintf(ex->e[ex->n].value, sizeof(ex->e[0].value), "%s", value);
+    ex->n++;
+    return 1;
+}
+
+/* Each key of the table appears exactly once under its own [section], with its default. */
 static void check_key_documented(const char *section, const char *key, const char *def,
                                  const char *doc, void *arg) {
-    const char *text = arg;
-    char want[256], header[96];
+    const example *ex = arg;
+    const example_entry *found = NULL;
     (void)doc;
-    snprintf(header, sizeof(header), "[%s]", section);
-    if (*def)
-        snprintf(want, sizeof(want), "\n%s = %s\n", key, def);
-    else
-        snprintf(want, sizeof(want), "\n%s =\n", key);
-    ck_assert_msg(strstr(text, header) != NULL, "config.example.ini lacks %s", header);
-    ck_assert_msg(strstr(strstr(text, header), want) != NULL,
-                  "config.example.ini lacks '%s = %s' under %s", key, def, header);
+    for (int i = 0; i < ex->n; i++) {
+        if (strcmp(ex->e[i].section, section) || strcmp(ex->e[i].key, key)) continue;
+        ck_assert_msg(found == NULL, "config.example.ini sets [%s] %s twice", section, key);
+        found = &ex->e[i];
+    }
+    ck_assert_msg(found != NULL, "config.example.ini lacks '%s = %s' under [%s]", key, def,
+                  section);
+    ck_assert_msg(!strcmp(found->value, def), "config.example.ini: [%s] %s = '%s', default is '%s'",
+                  section, key, found->value, def);
 }
 
 START_TEST(test_example_matches_table) {
-    char err[256], *text;
-    long n;
-    FILE *f = fopen(DTQ_SOURCE_DIR "/config.example.ini", "r");
+    char err[256];
+    example *ex = calloc(1, sizeof(*ex));
     dtq_config *cfg;
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    text = calloc(1, (size_t)n + 1);
-    ck_assert_int_eq(fread(text, 1, (size_t)n, f), n);
-    fclose(f);
-    dtq_config_each_key(check_key_documented, text);
-    free(text);
+    ck_assert_int_eq(ini_parse(DTQ_SOURCE_DIR "/config.example.ini", collect_example, ex), 0);
+    dtq_config_each_key(check_key_documented, ex);
+    free(ex);
+    /* and nothing else: the example loads, so it holds no unknown section or key */
     cfg = dtq_config_load(DTQ_SOURCE_DIR "/config.example.ini", err, sizeof(err));
     ck_assert_msg(cfg != NULL, "example does not load: %s", err);
     dtq_config_free(cfg);
+}
+END_TEST
+
+/* The config key of a DEFAULTS name: how many keys have that name, and the last one. */
+typedef struct key_match {
+    const char *name, *section, *def;
+    int found;
+} key_match;
+
+static void match_key(const char *section, const char *key, const char *def, const char *doc,
+                      void *arg) {
+    key_match *m = arg;
+    (void)doc;
+    if (strcmp(key, m->name)) return;
+    m->found++;
+    m->section = section;
+    m->def = def;
+}
+
+/* A Lua number literal equal to the C number text `want`. */
+static void assert_same_number(const char *name, const char *lua, const char *want) {
+    char *end;
+    double a, b;
+    a = strtod(lua, &end);
+    ck_assert_msg(*lua && !*end, "DEFAULTS.%s = %s is not a number (C default: %s)", name, lua,
+                  want);
+    b = strtod(want, &end);
+    ck_assert_msg(*want && !*end, "DEFAULTS.%s = %s, but the C default '%s' is not a number", name,
+                  lua, want);
+    ck_assert_msg(a == b, "DEFAULTS.%s = %s, C default %s", name, lua, want);
+}
+
+/* lua/dtq.lua's DEFAULTS (what the Functions assume before a daemon has published its
+ * config) agrees with the C key table, and with the two defaults that are not keys. */
+START_TEST(test_lua_defaults_match_table) {
+    th_lua_item d[64];
+    int n = th_lua_table("DEFAULTS", d, 64);
+    char num[32];
+    ck_assert_int_ge(n, 1);
+    for (int i = 0; i < n; i++) {
+        const char *name = d[i].name, *v = d[i].value;
+        key_match m = {name, NULL, NULL, 0};
+        ck_assert_msg(*name, "DEFAULTS item '%s' has no name", v);
+        if (!strcmp(name, "default_priority")) {
+            snprintf(num, sizeof(num), "%d", DTQ_DEFAULT_PRIORITY);
+            assert_same_number(name, v, num);
+            continue;
+        }
+        if (!strcmp(name, "default_timeout_ms")) {
+            snprintf(num, sizeof(num), "%d", DTQ_DEFAULT_TIMEOUT_MS);
+            assert_same_number(name, v, num);
+            continue;
+        }
+        dtq_config_each_key(match_key, &m);
+        ck_assert_msg(m.found > 0,
+                      "DEFAULTS.%s is neither a config key nor default_priority/default_timeout_ms",
+                      name);
+        ck_assert_msg(m.found == 1, "DEFAULTS.%s matches %d config keys", name, m.found);
+        if (!strcmp(m.def, "true") || !strcmp(m.def, "false")) {
+            ck_assert_msg(!strcmp(v, !strcmp(m.def, "true") ? "1" : "0"),
+                          "DEFAULTS.%s = %s, [%s] %s = %s", name, v, m.section, name, m.def);
+        } else if (v[0] == '\'' || v[0] == '"') {
+            size_t len = strlen(v);
+            ck_assert_msg(len >= 2 && v[len - 1] == v[0], "DEFAULTS.%s = %s: bad string", name, v);
+            ck_assert_msg(len - 2 == strlen(m.def) && !strncmp(v + 1, m.def, len - 2),
+                          "DEFAULTS.%s = %s, [%s] %s = %s", name, v, m.section, name, m.def);
+        } else {
+            assert_same_number(name, v, m.def);
+        }
+    }
 }
 END_TEST
 
@@ -231,7 +380,10 @@ int main(void) {
     tcase_add_test(tc, test_env_overrides);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_example_matches_table);
+    tcase_add_test(tc, test_lua_defaults_match_table);
     tcase_add_test(tc, test_binary_exit_78);
+    tcase_add_test(tc, test_path_not_a_readable_file);
+    tcase_add_test(tc, test_binary_refuses_directory);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <check.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -295,6 +296,7 @@ int th_run_worker(char **stderr_out, ...) {
     args[n] = NULL;
     pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that times out takes the worker with it */
         dup2(fd, 2);
         dup2(fd, 1);
         execv(DTQ_WORKER_BIN, args);
@@ -316,6 +318,47 @@ char *th_task_field(redisContext *c, const char *task_id, const char *field) {
     char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
     freeReplyObject(r);
     return v;
+}
+
+int th_wait_until(int (*pred)(void *arg), void *arg, int timeout_ms) {
+    int64_t end = th_now_ms() + timeout_ms;
+    for (;;) {
+        if (pred(arg)) return 1;
+        if (th_now_ms() >= end) return 0;
+        th_sleep_ms(20);
+    }
+}
+
+int th_count_in_file(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    char *buf;
+    long n;
+    int count = 0;
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    buf = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = '\0';
+    fclose(f);
+    for (const char *p = strstr(buf, needle); p; p = strstr(p + 1, needle)) count++;
+    free(buf);
+    return count;
+}
+
+typedef struct log_probe {
+    const char *path, *needle;
+    int count;
+} log_probe;
+
+static int log_has(void *arg) {
+    const log_probe *p = arg;
+    return th_count_in_file(p->path, p->needle) >= p->count;
+}
+
+int th_wait_log(const char *path, const char *needle, int count, int timeout_ms) {
+    log_probe p = {path, needle, count};
+    return th_wait_until(log_has, &p, timeout_ms);
 }
 
 int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms) {
@@ -367,4 +410,112 @@ char *th_read_file(const char *path) {
     if (fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = '\0';
     fclose(f);
     return buf;
+}
+
+/* Copies [b, e) into out without surrounding blanks. */
+static void trimmed(const char *b, const char *e, char *out, size_t outlen) {
+    while (b < e && isspace((unsigned char)*b)) b++;
+    while (e > b && isspace((unsigned char)e[-1])) e--;
+    snprintf(out, outlen, "%.*s", (int)(e - b), b);
+}
+
+static void lua_item(const char *b, const char *e, th_lua_item *it) {
+    const char *eq = NULL;
+    char quote = 0;
+    for (const char *p = b; p < e; p++) {
+        if (quote) {
+            if (*p == '\\')
+                p++;
+            else if (*p == quote)
+                quote = 0;
+        } else if (*p == '\'' || *p == '"') {
+            quote = *p;
+        } else if (*p == '=') {
+            eq = p;
+            break;
+        }
+    }
+    memset(it, 0, sizeof(*it));
+    if (!eq) {
+        trimmed(b, e, it->value, sizeof(it->value));
+        return;
+    }
+    trimmed(b, eq, it->name, sizeof(it->name));
+    trimmed(eq + 1, e, it->value, sizeof(it->value));
+    if (it->name[0] == '[') { /* ['x'] or ["x"] */
+        size_t n = strlen(it->name);
+        ck_assert_msg(n >= 4 && it->name[n - 1] == ']', "bad Lua key %s", it->name);
+        memmove(it->name, it->name + 2, n - 4);
+        it->name[n - 4] = '\0';
+    }
+}
+
+int th_lua_table(const char *table, th_lua_item *items, int max) {
+    char *src = th_read_file(DTQ_SOURCE_DIR "/lua/dtq.lua"), want[128];
+    const char *p = src, *open = NULL;
+    char *body, *out, *item, quote = 0;
+    int n = 0;
+    snprintf(want, sizeof(want), "local %s", table);
+    while ((p = strstr(p, want)) != NULL) {
+        const char *q = p + strlen(want);
+        if (p == src || p[-1] == '\n') {
+            while (*q == ' ') q++;
+            if (*q++ == '=') {
+                while (*q == ' ') q++;
+                if (*q == '{') {
+                    open = q;
+                    break;
+                }
+            }
+        }
+        p += strlen(want);
+    }
+    ck_assert_msg(open != NULL, "lua/dtq.lua has no 'local %s = {'", table);
+    /* the constructor's text up to its closing brace, without comments */
+    body = out = calloc(1, strlen(open) + 1);
+    for (p = open + 1;; p++) {
+        ck_assert_msg(*p, "lua/dtq.lua: table %s is not closed", table);
+        if (quote) {
+            if (*p == '\\')
+                *out++ = *p++;
+            else if (*p == quote)
+                quote = 0;
+        } else if (*p == '\'' || *p == '"') {
+            quote = *p;
+        } else if (p[0] == '-' && p[1] == '-') {
+            while (p[1] && p[1] != '\n') p++;
+            continue;
+        } else if (*p == '{') {
+            ck_abort_msg("lua/dtq.lua: table %s is not flat", table);
+        } else if (*p == '}') {
+            break;
+        }
+        *out++ = *p;
+    }
+    *out++ = ',';
+    *out = '\0';
+    /* items end at commas outside quotes; a trailing comma leaves an empty one */
+    quote = 0;
+    item = body;
+    for (char *c = body; *c; c++) {
+        if (quote) {
+            if (*c == '\\')
+                c++;
+            else if (*c == quote)
+                quote = 0;
+        } else if (*c == '\'' || *c == '"') {
+            quote = *c;
+        } else if (*c == ',' || *c == ';') {
+            const char *b = item;
+            while (b < c && isspace((unsigned char)*b)) b++;
+            if (b < c) {
+                ck_assert_msg(n < max, "lua/dtq.lua: table %s has more than %d items", table, max);
+                lua_item(item, c, &items[n++]);
+            }
+            item = c + 1;
+        }
+    }
+    free(body);
+    free(src);
+    return n;
 }

@@ -50,6 +50,13 @@ int th_daemon_stop(th_daemon *d, int sig, int timeout_ms);
  * its exit code, and its stderr+stdout in *stderr_out (caller frees). */
 int th_run_worker(char **stderr_out, ...);
 
+/* Polls pred(arg) every 20 ms until it returns nonzero: returns 1 then, or 0 once timeout_ms
+ * has passed. Tests wait on conditions with this, not with sleeps. */
+int th_wait_until(int (*pred)(void *arg), void *arg, int timeout_ms);
+/* How many times needle occurs in the file (0 when the file cannot be read). */
+int th_count_in_file(const char *path, const char *needle);
+/* Polls the file (a daemon's log) until needle occurs at least `count` times; 1 on success. */
+int th_wait_log(const char *path, const char *needle, int count, int timeout_ms);
 /* Polls the task hash until its status equals `status`; returns 1 on success. */
 int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms);
 /* HGET dtq:task:<id> <field> as a caller-owned string (NULL when absent). */
@@ -60,8 +67,19 @@ char *th_read_file(const char *path);
 long long th_int(redisReply *r);
 /* Fails unless HGET dtq:task:<id> <field> equals want. */
 void th_assert_field(redisContext *c, const char *task_id, const char *field, const char *want);
+/* One item of a Lua table constructor: `name = value` (name "" for a bare value). The
+ * value is the source text, quotes included; a ['x'] or ["x"] key is given as x. */
+typedef struct th_lua_item {
+    char name[64];
+    char value[128];
+} th_lua_item;
+/* Parses the flat table `local <table> = {...}` of lua/dtq.lua into at most max items and
+ * returns their number; fails the test when the table is missing or has nested braces. */
+int th_lua_table(const char *table, th_lua_item *items, int max);
 /* Runs a suite (fork mode) and returns the process exit code. */
 int th_run_suite(Suite *s);
+/* Only for letting time pass on purpose ("nothing happens for N ms"), never to wait for
+ * something to happen: use th_wait_until for that. */
 void th_sleep_ms(int ms);
 int64_t th_now_ms(void);
 /* A unique temp file path in the harness dir. */

@@ -207,6 +207,15 @@ START_TEST(test_dlq_queues_workers) {
 }
 END_TEST
 
+/* True once a client (dtqctl events) is subscribed to the events channel. */
+static int events_subscribed(void *arg) {
+    redisReply *r = th_cmd(C, "PUBSUB NUMSUB dtq:events");
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->integer > 0;
+    (void)arg;
+    freeReplyObject(r);
+    return ok;
+}
+
 START_TEST(test_events_follow) {
     char path[400], cmd[1200], *out;
     th_path(&R, "events.out", path, sizeof(path));
@@ -214,10 +223,10 @@ START_TEST(test_events_follow) {
     snprintf(cmd, sizeof(cmd), "DTQ_REDIS_URL='%s' timeout 2 %s events >%s 2>&1 &", R.url,
              DTQCTL_BIN, path);
     ck_assert_int_eq(system(cmd), 0);
-    th_sleep_ms(300);
+    ck_assert_msg(th_wait_until(events_subscribed, NULL, 5000), "dtqctl events did not subscribe");
     ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id ev-task --wait"), 0);
     free(out);
-    th_sleep_ms(2000);
+    ck_assert_msg(th_wait_log(path, "\"type\":\"TASK_SUCCEEDED\"", 1, 5000), "no TASK_SUCCEEDED");
     out = th_read_file(path);
     ck_assert_msg(strstr(out, "\"type\":\"TASK_SUCCEEDED\"") != NULL, "events: %s", out);
     ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"ev-task\""));

@@ -142,7 +142,7 @@ START_TEST(test_priority_order) {
     enqueue("low", "echo", "1", "priority 0");
     enqueue("mid", "echo", "1", "priority 5");
     enqueue("high", "echo", "1", "priority 9");
-    th_sleep_ms(300);
+    th_sleep_ms(300); /* deliberate: time in which a paused queue must not be served */
     th_assert_field(C, "high", "status", "queued"); /* paused: nothing ran */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
     wait_status("low", "succeeded", 5000);
@@ -366,7 +366,7 @@ START_TEST(test_delayed_task_and_ttl_expiry) {
     t0 = th_now_ms();
     enqueue("dl", "echo", "1", "delay_ms 1500");
     enqueue("ttl", "echo", "1", "delay_ms 2500 ttl_seconds 1");
-    th_sleep_ms(900);
+    th_sleep_ms(900); /* deliberate: most of the 1500 ms delay passes, and the task waits */
     th_assert_field(C, "dl", "status", "pending");
     wait_status("dl", "succeeded", 5000);
     ck_assert_int_ge(th_now_ms() - t0, 1400);
@@ -396,27 +396,56 @@ START_TEST(test_cancel_running_task) {
 }
 END_TEST
 
+/* Replaces a daemon's config file with base + extra (base: the file it started with). */
+static void write_config(const th_daemon *d, const char *base, const char *extra) {
+    FILE *f = fopen(d->cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s\n%s", base, extra);
+    fclose(f);
+}
+
+#define RELOADED "SIGHUP: configuration reloaded"
+#define REFUSED "SIGHUP: new config refused, keeping the old one: "
+
+/* Which config is in effect is seen through [handler:later]: unknown at start, added by a
+ * valid reload, absent from the invalid file, and dropped again by a last valid reload. */
 START_TEST(test_sighup_reload) {
     th_daemon d;
-    FILE *f;
+    char *base, *log, want[600];
     start(&d, "w-reload", NULL);
+    base = th_read_file(d.cfg); /* HANDLERS, without [handler:later] */
     enqueue("before", "later", "1", NULL);
     wait_status("before", "dead_lettered", 5000);
-    f = fopen(d.cfg, "a");
-    fprintf(f, "[handler:later]\nbuiltin = echo\n");
-    fclose(f);
+    th_assert_field(C, "before", "last_error", "unknown_task_type:later");
+
+    /* a valid reload takes effect: the new handler runs */
+    write_config(&d, base, "[handler:later]\nbuiltin = echo\n");
     kill(d.pid, SIGHUP);
-    th_sleep_ms(300);
+    ck_assert_msg(th_wait_log(d.log, RELOADED " (6 handler(s))", 1, 5000), "no reload logged");
     enqueue("after", "later", "1", NULL);
     wait_status("after", "succeeded", 5000);
-    /* an invalid file is refused and the old config stays */
-    f = fopen(d.cfg, "a");
-    fprintf(f, "[worker]\nconcurrency = lots\n");
-    fclose(f);
+
+    /* an invalid file (which also lacks [handler:later]) is refused and the old config
+     * stays: 'later' still runs, which it could not under the new file */
+    write_config(&d, base, "[worker]\nconcurrency = lots\n");
     kill(d.pid, SIGHUP);
-    th_sleep_ms(300);
+    ck_assert_msg(th_wait_log(d.log, REFUSED, 1, 5000), "no refusal logged");
+    log = th_read_file(d.log);
+    snprintf(want, sizeof(want), REFUSED "%s: [worker] concurrency: 'lots'", d.cfg);
+    ck_assert_msg(strstr(log, want) != NULL, "want '%s' in log: %s", want, log);
+    free(log);
     enqueue("still", "later", "1", NULL);
     wait_status("still", "succeeded", 5000);
+    ck_assert_int_eq(th_count_in_file(d.log, RELOADED), 1);
+
+    /* the converse once more: a valid file without [handler:later] takes it away */
+    write_config(&d, base, "");
+    kill(d.pid, SIGHUP);
+    ck_assert_msg(th_wait_log(d.log, RELOADED " (5 handler(s))", 1, 5000), "no reload logged");
+    enqueue("gone", "later", "1", NULL);
+    wait_status("gone", "dead_lettered", 5000);
+    th_assert_field(C, "gone", "last_error", "unknown_task_type:later");
+    free(base);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -501,7 +530,8 @@ START_TEST(test_survives_redis_restart) {
     wait_status("r1", "running", 5000);
     wait_status("r2", "running", 5000);
     th_redis_stop(&R);
-    th_sleep_ms(700);
+    /* Redis comes back only once the daemon has seen it go (both connections) */
+    ck_assert_msg(th_wait_log(d.log, "; reconnecting", 2, 5000), "loss of Redis not logged");
     th_redis_restart(&R); /* same socket and data dir (appendonly) */
     redisFree(C);
     C = th_connect(&R);
@@ -516,6 +546,11 @@ START_TEST(test_survives_redis_restart) {
 END_TEST
 
 /* ----------------------------------------------------------------- exec handlers */
+
+/* True when the pgrep command line in arg finds nothing. */
+static int no_process_matches(void *arg) {
+    return system((const char *)arg) != 0;
+}
 
 static void write_script(const char *path, const char *body) {
     FILE *f = fopen(path, "w");
@@ -584,13 +619,12 @@ START_TEST(test_exec_handlers) {
     wait_status("xj", "dead_lettered", 10000);
     th_assert_field(C, "xj", "last_error_class", "bad_result");
     /* the slow program ignored SIGTERM: SIGKILL after the grace, nothing left running */
-    th_sleep_ms(700);
     {
         char cmd[600];
         /* "slo[w].sh" matches the script but not this pgrep's own command line */
         snprintf(cmd, sizeof(cmd), "pgrep -f '%.*s[w].sh' >/dev/null", (int)(strlen(slow) - 4),
                  slow);
-        ck_assert_int_ne(system(cmd), 0);
+        ck_assert_msg(th_wait_until(no_process_matches, cmd, 5000), "%s still running", slow);
     }
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
@@ -668,6 +702,26 @@ static int http_get(int port, const char *path, char **body) {
     return code;
 }
 
+typedef struct http_probe {
+    int port;
+    const char *path;
+    int want;
+} http_probe;
+
+static int http_is(void *arg) {
+    const http_probe *p = arg;
+    char *body;
+    int code = http_get(p->port, p->path, &body);
+    free(body);
+    return code == p->want;
+}
+
+/* Polls GET path until it answers `want`; 1 on success. */
+static int http_wait(int port, const char *path, int want, int timeout_ms) {
+    http_probe p = {port, path, want};
+    return th_wait_until(http_is, &p, timeout_ms);
+}
+
 START_TEST(test_http_endpoints) {
     th_daemon d;
     char *body;
@@ -689,17 +743,13 @@ START_TEST(test_http_endpoints) {
     ck_assert_int_eq(http_get(port, "/nope", &body), 404);
     free(body);
     th_redis_stop(&R);
-    th_sleep_ms(300);
-    ck_assert_int_eq(http_get(port, "/readyz", &body), 503); /* Redis gone: not ready */
-    free(body);
+    ck_assert_msg(http_wait(port, "/readyz", 503, 5000), "/readyz not 503 without Redis");
     ck_assert_int_eq(http_get(port, "/healthz", &body), 200); /* but alive */
     free(body);
     th_redis_restart(&R);
     redisFree(C);
     C = th_connect(&R);
-    th_sleep_ms(1500);
-    ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
-    free(body);
+    ck_assert_msg(http_wait(port, "/readyz", 200, 15000), "/readyz not 200 after Redis is back");
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -753,7 +803,8 @@ START_TEST(test_hung_redis_detected) {
     enqueue("hg", "sleep", "{\"ms\":500}", NULL);
     wait_status("hg", "running", 5000);
     kill(R.pid, SIGSTOP);
-    th_sleep_ms(2500);
+    /* Redis stays hung until the liveness PING (3 x 300 ms) has dropped the link */
+    ck_assert_msg(th_wait_log(d.log, "dropping the connection", 1, 10000), "hang not detected");
     kill(R.pid, SIGCONT);
     wait_status("hg", "succeeded", 10000);
     enqueue("hg2", "echo", "1", NULL);
@@ -802,29 +853,69 @@ START_TEST(test_namespace_and_cluster_hash_tag) {
 }
 END_TEST
 
+/* A string member of a log object, or a failed test. */
+static const char *log_str(const cJSON *j, const char *name, const char *line) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    ck_assert_msg(cJSON_IsString(v), "no string '%s' in: %s", name, line);
+    return v->valuestring;
+}
+
+/* Every line is one JSON object {ts, level, msg}; known lines decode to their exact text,
+ * newline and quotes included; the payload appears nowhere. */
 START_TEST(test_json_logs) {
     th_daemon d;
     FILE *f;
-    char line[4096];
-    int lines = 0;
+    char line[8192];
+    int lines = 0, failed = 0, ready = 0, shutdown = 0, debug = 0;
     start(&d, "w-json", "[log]\nformat = json\nlevel = debug\n");
-    enqueue("j1", "fail", "{\"message\":\"line1\\nline2\"}", NULL);
+    /* the error text (logged at debug) has a newline and quotes; "secret" is payload only */
+    enqueue("j1", "fail", "{\"message\":\"line1\\n\\\"line2\\\"\",\"secret\":\"pay-load-only\"}",
+            NULL);
     wait_status("j1", "dead_lettered", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     f = fopen(d.log, "r");
     ck_assert_ptr_nonnull(f);
     while (fgets(line, sizeof(line), f)) {
-        cJSON *j = cJSON_Parse(line);
-        ck_assert_msg(j != NULL, "not JSON: %s", line);
-        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "ts"));
-        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "level"));
-        ck_assert_ptr_nonnull(cJSON_GetObjectItem(j, "msg"));
-        ck_assert_ptr_null(strstr(line, "\"message\"")); /* payloads are never logged */
+        cJSON *j;
+        const char *ts, *level, *msg;
+        size_t n = strlen(line);
+        ck_assert_msg(n > 0 && line[n - 1] == '\n', "unterminated or overlong line: %s", line);
+        j = cJSON_Parse(line);
+        ck_assert_msg(cJSON_IsObject(j), "not a JSON object: %s", line);
+        ck_assert_msg(cJSON_GetArraySize(j) == 3, "want ts, level, msg only: %s", line);
+        ts = log_str(j, "ts", line);
+        level = log_str(j, "level", line);
+        msg = log_str(j, "msg", line);
+        ck_assert_msg(strlen(ts) == 24 && !strncmp(ts, "20", 2) && ts[10] == 'T' && ts[19] == '.' &&
+                          ts[23] == 'Z',
+                      "ts not ISO 8601 UTC with ms: %s", ts);
+        ck_assert_msg(!strcmp(level, "debug") || !strcmp(level, "info") || !strcmp(level, "warn") ||
+                          !strcmp(level, "error"),
+                      "bad level: %s", line);
+        ck_assert_msg(!strstr(line, "pay-load-only") && !strstr(msg, "pay-load-only"),
+                      "payload logged: %s", line);
+        debug += !strcmp(level, "debug");
+        if (!strcmp(msg, "task j1 attempt 1 failed (permanent): line1\n\"line2\"")) {
+            ck_assert_str_eq(level, "debug");
+            failed++;
+        }
+        if (!strncmp(msg, "worker w-json ready: ", 21)) {
+            ck_assert_str_eq(level, "info");
+            ready++;
+        }
+        if (!strcmp(msg, "signal 15: shutting down")) {
+            ck_assert_str_eq(level, "info");
+            shutdown++;
+        }
         cJSON_Delete(j);
         lines++;
     }
     fclose(f);
     ck_assert_int_ge(lines, 4);
+    ck_assert_int_ge(debug, 1);
+    ck_assert_msg(failed == 1, "the failure line, decoded, appeared %d times", failed);
+    ck_assert_int_eq(ready, 1);
+    ck_assert_int_eq(shutdown, 1);
 }
 END_TEST
 
@@ -848,7 +939,9 @@ START_TEST(test_silent_server_handshake_timeout) {
     snprintf(ini, sizeof(ini), "[redis]\nurl = redis://127.0.0.1:%d\nconnect_timeout_ms = 200\n",
              port);
     th_daemon_start(&d, &R, ini);
-    th_sleep_ms(1500);
+    /* two connections, each timed out at least twice: it keeps retrying */
+    ck_assert_msg(th_wait_log(d.log, "no answer to the handshake within 200 ms", 4, 10000),
+                  "handshake timeouts not logged (and retried)");
     ck_assert_int_eq(waitpid(d.pid, &status, WNOHANG), 0); /* still running */
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     buf = th_read_file(d.log);
@@ -882,7 +975,9 @@ START_TEST(test_acl_user_password_and_db) {
              "[worker]\nworker_id = w-acl-bad\n",
              R.port);
     th_daemon_start(&bad, &R, ini);
-    th_sleep_ms(1500);
+    /* two connections, each refused at least twice: it keeps retrying */
+    ck_assert_msg(th_wait_log(bad.log, "handshake refused", 4, 10000),
+                  "refused handshakes not logged (and retried)");
     ck_assert_int_eq(waitpid(bad.pid, &status, WNOHANG), 0);
     {
         char *buf = th_read_file(bad.log);

@@ -330,7 +330,7 @@ START_TEST(test_fetch_skips_paused_and_handles_cancel_and_ttl) {
     ck_assert_int_eq(r->element[2]->integer, 0);
     ck_assert_int_eq(r->element[1]->elements, 0); /* nothing to block on while paused */
     freeReplyObject(r);
-    th_sleep_ms(1100);
+    th_sleep_ms(1100); /* deliberate: e1's 1 s TTL passes */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 0);
@@ -530,7 +530,7 @@ START_TEST(test_sched_claim_never_twice_and_stale_claims_return) {
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 10);
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 1);
     /* with claim_timeout 0 every claim is stale: back to the schedule, then claimed again */
-    th_sleep_ms(5);
+    th_sleep_ms(5); /* deliberate: every claim becomes older than 0 ms */
     a = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 100 0");
     ck_assert_int_eq(a->elements, 10);
     freeReplyObject(a);

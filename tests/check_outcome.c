@@ -1,0 +1,150 @@
+/* check_outcome: the retry / dead-letter decision for an ended attempt (src/outcome.c). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtq/handler.h"
+#include "handler_exec.h"
+#include "harness.h"
+#include "outcome.h"
+
+static const dtq_retry_policy policy = {1.0, 60.0, 0.2, DTQ_JITTER_NONE};
+static const dtq_outcome_limits limits = {&policy, 8, 24};
+
+/* A known handler's attempt 1 of 3 that ended with `status`. */
+static dtq_attempt_end ended(int status) {
+    dtq_attempt_end e = {0};
+    e.status = status;
+    e.handler_known = 1;
+    e.attempt = 1;
+    e.max_attempts = 3;
+    return e;
+}
+
+START_TEST(test_success_and_results) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_OK);
+    dtq_outcome o;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_NONE);
+    ck_assert_ptr_null(o.error);
+    e.result = "null";
+    e.result_len = 4;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_NONE); /* a JSON null is no result */
+    e.result = "[1,2]";
+    e.result_len = 5;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_FULL);
+    ck_assert_int_eq(o.result_len, 5);
+    e.result = "\"0123456789\"";
+    e.result_len = strlen(e.result);
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_TRUNCATED);
+    ck_assert_int_eq(o.result_len, 8); /* result_max_bytes */
+}
+END_TEST
+
+START_TEST(test_bad_result_is_permanent) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_OK);
+    dtq_outcome o;
+    e.result = "{oops";
+    e.result_len = 5;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    ck_assert_str_eq(o.error_class, "bad_result");
+    ck_assert_str_eq(o.error, "result is not valid JSON");
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
+START_TEST(test_retryable_until_the_last_attempt) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_RETRY);
+    dtq_outcome o;
+    e.error = "try later";
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_RETRY);
+    ck_assert_str_eq(o.error_class, "retryable");
+    ck_assert_int_eq(o.delay_ms, 1000);
+    dtq_outcome_deinit(&o);
+    e.attempt = 2;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.delay_ms, 2000);
+    dtq_outcome_deinit(&o);
+    e.attempt = 3; /* the last of max_attempts, as resolved at claim */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    dtq_outcome_deinit(&o);
+    e.max_attempts = 1;
+    e.attempt = 1;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
+START_TEST(test_failure_classes) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_RETRY);
+    dtq_outcome o;
+    e.timed_out = 1;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_RETRY);
+    ck_assert_str_eq(o.error_class, "timeout");
+    dtq_outcome_deinit(&o);
+    e = ended(DTQ_HANDLER_FAIL);
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER); /* permanent on attempt 1 of 3 */
+    ck_assert_str_eq(o.error_class, "permanent");
+    ck_assert_str_eq(o.error, "handler failed");
+    dtq_outcome_deinit(&o);
+    e = ended(DTQ_HANDLER_FAIL_SIGNAL);
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.error_class, "signal");
+    dtq_outcome_deinit(&o);
+    e = ended(DTQ_HANDLER_FAIL);
+    e.handler_known = 0;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.error_class, "unknown_task_type");
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
+START_TEST(test_error_keeps_its_tail_and_cancel_wins) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_FAIL);
+    dtq_outcome o;
+    e.error = "first part ... what finally broke";
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(strlen(o.error), 24);
+    ck_assert_str_eq(o.error, "t ... what finally broke"); /* error_max_bytes, from the end */
+    dtq_outcome_deinit(&o);
+    e.cancelled = 1;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_CANCELLED);
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
+START_TEST(test_record_words) {
+    ck_assert_str_eq(dtq_outcome_kind_name(DTQ_OUTCOME_SUCCEEDED), "succeeded");
+    ck_assert_str_eq(dtq_outcome_kind_name(DTQ_OUTCOME_RETRY), "retry");
+    ck_assert_str_eq(dtq_outcome_kind_name(DTQ_OUTCOME_DEAD_LETTER), "dead_letter");
+    ck_assert_str_eq(dtq_outcome_kind_name(DTQ_OUTCOME_CANCELLED), "cancelled");
+    ck_assert_str_eq(dtq_result_state_name(DTQ_RESULT_NONE), "none");
+    ck_assert_str_eq(dtq_result_state_name(DTQ_RESULT_FULL), "full");
+    ck_assert_str_eq(dtq_result_state_name(DTQ_RESULT_TRUNCATED), "truncated");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("outcome");
+    TCase *tc = tcase_create("decide");
+    tcase_add_test(tc, test_success_and_results);
+    tcase_add_test(tc, test_bad_result_is_permanent);
+    tcase_add_test(tc, test_retryable_until_the_last_attempt);
+    tcase_add_test(tc, test_failure_classes);
+    tcase_add_test(tc, test_error_keeps_its_tail_and_cancel_wins);
+    tcase_add_test(tc, test_record_words);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}

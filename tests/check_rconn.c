@@ -1,0 +1,85 @@
+/* check_rconn.c: rconn.c: parsing of redis:// and unix:// URLs. */
+#include <check.h>
+#include <string.h>
+
+#include "harness.h"
+
+#include "rconn.h"
+
+START_TEST(test_url_tcp) {
+    dtq_redis_url u;
+    char err[128];
+    ck_assert_int_eq(dtq_redis_url_parse("redis://127.0.0.1:6380/3", &u, err, sizeof(err)), 0);
+    ck_assert(!u.is_unix);
+    ck_assert_str_eq(u.host, "127.0.0.1");
+    ck_assert_int_eq(u.port, 6380);
+    ck_assert_int_eq(u.db, 3);
+    ck_assert_ptr_null(u.password);
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis://alice:s3cr:et@h.example", &u, err, sizeof(err)),
+                     0);
+    ck_assert_str_eq(u.user, "alice");
+    ck_assert_str_eq(u.password, "s3cr:et");
+    ck_assert_str_eq(u.host, "h.example");
+    ck_assert_int_eq(u.port, 6379);
+    ck_assert_int_eq(u.db, 0);
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis://:pw@localhost:7000", &u, err, sizeof(err)), 0);
+    ck_assert_ptr_null(u.user);
+    ck_assert_str_eq(u.password, "pw");
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis://[::1]:6390/1", &u, err, sizeof(err)), 0);
+    ck_assert_str_eq(u.host, "::1");
+    ck_assert_int_eq(u.port, 6390);
+    ck_assert_int_eq(u.db, 1);
+    dtq_redis_url_deinit(&u);
+}
+END_TEST
+
+START_TEST(test_url_unix) {
+    dtq_redis_url u;
+    char err[128];
+    ck_assert_int_eq(dtq_redis_url_parse("unix:///run/redis.sock?db=2", &u, err, sizeof(err)), 0);
+    ck_assert(u.is_unix);
+    ck_assert_str_eq(u.path, "/run/redis.sock");
+    ck_assert_int_eq(u.db, 2);
+    dtq_redis_url_deinit(&u);
+    ck_assert_int_eq(dtq_redis_url_parse("unix:///tmp/x.sock", &u, err, sizeof(err)), 0);
+    ck_assert_int_eq(u.db, 0);
+    dtq_redis_url_deinit(&u);
+}
+END_TEST
+
+START_TEST(test_url_errors) {
+    dtq_redis_url u;
+    char err[128];
+    const char *bad[] = {"http://x",
+                         "redis://",
+                         "redis://h:0",
+                         "redis://h:99999",
+                         "redis://h:p",
+                         "redis://h/x",
+                         "unix://relative.sock",
+                         "unix:///s.sock?db=x",
+                         "redis://[::1",
+                         "",
+                         NULL};
+    for (const char **b = bad; *b; b++) {
+        ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
+        ck_assert(strlen(err) > 0);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("rconn");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_url_tcp);
+    tcase_add_test(tc, test_url_unix);
+    tcase_add_test(tc, test_url_errors);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
