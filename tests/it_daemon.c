@@ -450,6 +450,49 @@ START_TEST(test_sighup_reload) {
 }
 END_TEST
 
+/* max_attempts is resolved once, at claim, and carried in the hash: a reload that changes
+ * it while an attempt runs reaches the next claim, never the decision about that attempt,
+ * so finish, hand-back and the reaper (which read the hash) always agree. */
+START_TEST(test_sighup_max_attempts_applies_from_the_next_claim) {
+    th_daemon d;
+    char *base;
+    /* timeouts are retryable: the attempt's max_attempts alone decides retry or DLQ */
+    start(&d, "w-maxatt", FAST_RETRY FAST_SCHED);
+    base = th_read_file(d.cfg);
+    write_config(&d, base,
+                 "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = 1\n");
+    kill(d.pid, SIGHUP);
+    ck_assert_msg(th_wait_log(d.log, RELOADED, 1, 5000), "no reload logged");
+
+    /* claimed under max_attempts = 1, raised to 5 while it runs: it is dead-lettered */
+    enqueue("down", "slow", "{\"ms\":10000}", NULL);
+    wait_status("down", "running", 5000);
+    th_assert_field(C, "down", "max_attempts", "1");
+    write_config(&d, base,
+                 "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = 5\n");
+    kill(d.pid, SIGHUP);
+    ck_assert_msg(th_wait_log(d.log, RELOADED, 2, 5000), "no second reload logged");
+    wait_status("down", "dead_lettered", 10000);
+    th_assert_field(C, "down", "attempt", "1");
+    th_assert_field(C, "down", "max_attempts", "1");
+
+    /* claimed under 5, lowered to 1 while it runs: attempt 1 is retried (the hash says 5),
+     * and attempt 2, claimed after the reload, runs under 1 and is the last */
+    enqueue("up", "slow", "{\"ms\":10000}", NULL);
+    wait_status("up", "running", 5000);
+    th_assert_field(C, "up", "max_attempts", "5");
+    write_config(&d, base,
+                 "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = 1\n");
+    kill(d.pid, SIGHUP);
+    ck_assert_msg(th_wait_log(d.log, RELOADED, 3, 5000), "no third reload logged");
+    wait_status("up", "dead_lettered", 15000);
+    th_assert_field(C, "up", "attempt", "2");
+    th_assert_field(C, "up", "max_attempts", "1");
+    free(base);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 START_TEST(test_sigterm_drains_running_tasks) {
     th_daemon d;
     start(&d, "w-drain", NULL);
@@ -1008,6 +1051,7 @@ int main(void) {
     tcase_add_test(tc, test_delayed_task_and_ttl_expiry);
     tcase_add_test(tc, test_cancel_running_task);
     tcase_add_test(tc, test_sighup_reload);
+    tcase_add_test(tc, test_sighup_max_attempts_applies_from_the_next_claim);
     tcase_add_test(tc, test_sigterm_drains_running_tasks);
     tcase_add_test(tc, test_drain_timeout_hands_tasks_back);
     tcase_add_test(tc, test_sigkill_recovered_by_reaper);
