@@ -370,7 +370,11 @@ START_TEST(test_fetch_exactly_one_winner) {
     ck_assert_int_eq(r->element[0]->elements, 0);
     freeReplyObject(r);
     th_assert_field(C, "race", "status", "running");
-    ck_assert_str_ne(th_task_field(C, "race", "worker_id"), "w3");
+    {
+        char *owner = th_task_field(C, "race", "worker_id");
+        ck_assert_str_ne(owner, "w3");
+        free(owner);
+    }
 }
 END_TEST
 
