@@ -450,28 +450,32 @@ START_TEST(test_sighup_reload) {
 }
 END_TEST
 
+/* Reloads with [handler:slow] (a sleep that times out, which is retryable) at `max`
+ * attempts; `nth` is the number of reloads logged afterwards. */
+static void reload_slow_max_attempts(const th_daemon *d, const char *base, int max, int nth) {
+    char extra[256];
+    snprintf(extra, sizeof(extra),
+             "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = %d\n", max);
+    write_config(d, base, extra);
+    kill(d->pid, SIGHUP);
+    ck_assert_msg(th_wait_log(d->log, RELOADED, nth, 5000), "reload %d not logged", nth);
+}
+
 /* max_attempts is resolved once, at claim, and carried in the hash: a reload that changes
  * it while an attempt runs reaches the next claim, never the decision about that attempt,
  * so finish, hand-back and the reaper (which read the hash) always agree. */
 START_TEST(test_sighup_max_attempts_applies_from_the_next_claim) {
     th_daemon d;
     char *base;
-    /* timeouts are retryable: the attempt's max_attempts alone decides retry or DLQ */
     start(&d, "w-maxatt", FAST_RETRY FAST_SCHED);
     base = th_read_file(d.cfg);
-    write_config(&d, base,
-                 "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = 1\n");
-    kill(d.pid, SIGHUP);
-    ck_assert_msg(th_wait_log(d.log, RELOADED, 1, 5000), "no reload logged");
+    reload_slow_max_attempts(&d, base, 1, 1);
 
     /* claimed under max_attempts = 1, raised to 5 while it runs: it is dead-lettered */
     enqueue("down", "slow", "{\"ms\":10000}", NULL);
     wait_status("down", "running", 5000);
     th_assert_field(C, "down", "max_attempts", "1");
-    write_config(&d, base,
-                 "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = 5\n");
-    kill(d.pid, SIGHUP);
-    ck_assert_msg(th_wait_log(d.log, RELOADED, 2, 5000), "no second reload logged");
+    reload_slow_max_attempts(&d, base, 5, 2);
     wait_status("down", "dead_lettered", 10000);
     th_assert_field(C, "down", "attempt", "1");
     th_assert_field(C, "down", "max_attempts", "1");
@@ -481,10 +485,7 @@ START_TEST(test_sighup_max_attempts_applies_from_the_next_claim) {
     enqueue("up", "slow", "{\"ms\":10000}", NULL);
     wait_status("up", "running", 5000);
     th_assert_field(C, "up", "max_attempts", "5");
-    write_config(&d, base,
-                 "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 1500\nmax_attempts = 1\n");
-    kill(d.pid, SIGHUP);
-    ck_assert_msg(th_wait_log(d.log, RELOADED, 3, 5000), "no third reload logged");
+    reload_slow_max_attempts(&d, base, 1, 3);
     wait_status("up", "dead_lettered", 15000);
     th_assert_field(C, "up", "attempt", "2");
     th_assert_field(C, "up", "max_attempts", "1");

@@ -10,6 +10,7 @@
 
 #include "finisher.h"
 #include "harness.h"
+#include "streams.h"
 #include "util.h"
 
 static th_redis R;
@@ -28,23 +29,30 @@ static void teardown(void) {
 
 #define POLICY "{\"d\":[5,30000],\"t\":{\"echo\":[3,1000]}}"
 
-/* FCALL dtq_fetch for queue `q` as `worker`, reading up to `count`. */
+/* FCALL dtq_fetch for queue `q` as `worker`, reading up to `count`, with its KEYS laid out
+ * by the daemon's own dtq_streams_fetch_keys(). */
+static void fetch_argv(dtq_argv *a, const char *worker, int count, const char *q) {
+    dtq_streams st = {0};
+    char *queues[1] = {(char *)q};
+    dtq_streams_build(&st, "dtq", queues, 1);
+    dtq_argv_init(a);
+    dtq_argv_adds(a, "FCALL");
+    dtq_argv_adds(a, "dtq_fetch");
+    dtq_argv_addll(a, DTQ_BANDS + 1);
+    dtq_streams_fetch_keys(&st, a);
+    dtq_argv_adds(a, worker);
+    dtq_argv_addll(a, count);
+    dtq_argv_adds(a, POLICY);
+    dtq_argv_adds(a, q);
+    dtq_streams_clear(&st);
+}
+
 static redisReply *fetch(const char *worker, int count, const char *q) {
-    char keys[11][128], cnt[16];
-    const char *argv[32];
-    int n = 0;
-    snprintf(keys[0], sizeof(keys[0]), "dtq:queue:%s:paused", q);
-    for (int b = 9; b >= 0; b--) snprintf(keys[10 - b], sizeof(keys[0]), "dtq:stream:%s:p%d", q, b);
-    snprintf(cnt, sizeof(cnt), "%d", count);
-    argv[n++] = "FCALL";
-    argv[n++] = "dtq_fetch";
-    argv[n++] = "11";
-    for (int i = 0; i < 11; i++) argv[n++] = keys[i];
-    argv[n++] = worker;
-    argv[n++] = cnt;
-    argv[n++] = POLICY;
-    argv[n++] = q;
-    redisReply *r = redisCommandArgv(C, n, argv, NULL);
+    dtq_argv a;
+    redisReply *r;
+    fetch_argv(&a, worker, count, q);
+    r = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
     return r;
@@ -343,20 +351,17 @@ END_TEST
 
 START_TEST(test_fetch_exactly_one_winner) {
     redisReply *a, *b, *r;
+    dtq_argv args;
     create_groups("default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race"));
     redisContext *c2 = th_connect(&R);
     /* Both workers' fetches are in flight at once; Redis runs one Function at a time. */
-    redisAppendCommand(C, "FCALL dtq_fetch 11 dtq:queue:default:paused dtq:stream:default:p9 "
-                          "dtq:stream:default:p8 dtq:stream:default:p7 dtq:stream:default:p6 "
-                          "dtq:stream:default:p5 dtq:stream:default:p4 dtq:stream:default:p3 "
-                          "dtq:stream:default:p2 dtq:stream:default:p1 dtq:stream:default:p0 "
-                          "w1 10 {} default");
-    redisAppendCommand(c2, "FCALL dtq_fetch 11 dtq:queue:default:paused dtq:stream:default:p9 "
-                           "dtq:stream:default:p8 dtq:stream:default:p7 dtq:stream:default:p6 "
-                           "dtq:stream:default:p5 dtq:stream:default:p4 dtq:stream:default:p3 "
-                           "dtq:stream:default:p2 dtq:stream:default:p1 dtq:stream:default:p0 "
-                           "w2 10 {} default");
+    fetch_argv(&args, "w1", 10, "default");
+    redisAppendCommandArgv(C, args.argc, (const char **)args.argv, args.lens);
+    dtq_argv_deinit(&args);
+    fetch_argv(&args, "w2", 10, "default");
+    redisAppendCommandArgv(c2, args.argc, (const char **)args.argv, args.lens);
+    dtq_argv_deinit(&args);
     ck_assert_int_eq(redisGetReply(C, (void **)&a), REDIS_OK);
     ck_assert_int_eq(redisGetReply(c2, (void **)&b), REDIS_OK);
     ck_assert_int_eq(a->element[0]->elements + b->element[0]->elements, 1);
