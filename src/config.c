@@ -378,13 +378,9 @@ static void validate(load_state *st) {
     if (cfg->scheduler_interval_ms >= cfg->leader_lock_ms)
         return fail(st, "scheduler", "interval_ms",
                     "must be less than leader_lock_ms, or the lock lapses between passes");
-    if (!strcmp(cfg->events_raw, "all"))
-        cfg->events = DTQ_EVENTS_ALL;
-    else if (!strcmp(cfg->events_raw, "terminal"))
-        cfg->events = DTQ_EVENTS_TERMINAL;
-    else if (!strcmp(cfg->events_raw, "off"))
-        cfg->events = DTQ_EVENTS_OFF;
-    else
+    /* Checked here, applied by the Functions (lua/dtq.lua emit) from <prefix>:config. */
+    if (strcmp(cfg->events_raw, "all") && strcmp(cfg->events_raw, "terminal") &&
+        strcmp(cfg->events_raw, "off"))
         return fail(st, "limits", "events", "'%s' is not one of all, terminal, off",
                     cfg->events_raw);
     if (*cfg->http_listen && !strrchr(cfg->http_listen, ':'))

@@ -18,7 +18,6 @@
 #define DTQ_DEFAULT_TIMEOUT_MS 30000 /* attempts of a task type without timeout_ms */
 
 enum dtq_handler_kind { DTQ_HANDLER_KIND_BUILTIN, DTQ_HANDLER_KIND_EXEC, DTQ_HANDLER_KIND_PLUGIN };
-enum dtq_events_level { DTQ_EVENTS_ALL, DTQ_EVENTS_TERMINAL, DTQ_EVENTS_OFF };
 
 /* One [handler:<task_type>] section. Retry keys that are absent inherit [retry]. */
 typedef struct dtq_handler_conf {
@@ -72,8 +71,7 @@ typedef struct dtq_config {
     int64_t idem_ttl_s;
     int dlq_enabled;
     int64_t dlq_maxlen;
-    char *events_raw;
-    enum dtq_events_level events;
+    char *events_raw; /* all | terminal | off, applied by the Functions */
     int64_t events_stream_maxlen;
     /* [http] */
     char *http_listen;

@@ -65,7 +65,7 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(cfg->scheduler_batch, 500);
     ck_assert_int_eq(cfg->max_payload_bytes, 262144);
     ck_assert_int_eq(cfg->dlq_enabled, 1);
-    ck_assert_int_eq(cfg->events, DTQ_EVENTS_ALL);
+    ck_assert_str_eq(cfg->events_raw, "all");
     ck_assert_int_eq(cfg->heartbeat_interval_s, 5);
     ck_assert_int_eq(cfg->visibility_timeout_s, 30);
     dtq_config_free(cfg);
