@@ -375,10 +375,17 @@ local function fetch(keys, args)
       for band = 9, 0, -1 do
         if read >= count then break end
         local stream = fetch_stream_key(keys, qi, band)
-        local ok, res = pcall(redis.call, 'XREADGROUP', 'GROUP', GROUP, worker, 'COUNT',
-                              count - read, 'STREAMS', stream, '>')
-        if not ok then
-          ensure_group(stream) -- the stream or its group was deleted: recreate, read next time
+        local res = redis.pcall('XREADGROUP', 'GROUP', GROUP, worker, 'COUNT', count - read,
+                                'STREAMS', stream, '>')
+        if type(res) == 'table' and res.err then
+          -- Only a deleted stream or group is repaired here (recreated, read next time);
+          -- any other error goes back to the daemon, which logs it and backs off.
+          if not string.find(res.err, 'NOGROUP', 1, true) then
+            -- What was claimed already must reach the daemon; the error can wait a call.
+            if read == 0 then return redis.error_reply(res.err) end
+            return {claimed, {}, read}
+          end
+          ensure_group(stream)
           created = true
           res = nil
         end

@@ -13,36 +13,47 @@ struct dtq_lease {
     struct event *tick_ev;
 };
 
-typedef struct claim_ctx {
-    const char *stream;
-    dtq_argv *a;
-} claim_ctx;
+/* One XCLAIM per stream, built up as entries are collected. Streams are taken from each
+ * entry itself, not from the served-stream table: a reload may stop serving a queue whose
+ * tasks still run here, and their claims must be kept all the same. */
+typedef struct claim_batch {
+    dtq_argv *per_stream; /* XCLAIM <stream> workers <worker> 0 <ids...> */
+    int n;
+    const char *worker_id;
+} claim_batch;
 
-static void add_entry(const dtq_task *t, void *arg) {
-    claim_ctx *c = arg;
-    if (!strcmp(t->stream, c->stream)) dtq_argv_adds(c->a, t->entry_id);
+static void add_entry(claim_batch *b, const char *stream, const char *entry_id) {
+    dtq_argv *a = NULL;
+    for (int i = 0; i < b->n && !a; i++)
+        if (!strcmp(b->per_stream[i].argv[1], stream)) a = &b->per_stream[i];
+    if (!a) {
+        b->per_stream = dtq_xrealloc(b->per_stream, sizeof(dtq_argv) * (size_t)(b->n + 1));
+        a = &b->per_stream[b->n++];
+        dtq_argv_init(a);
+        dtq_argv_adds(a, "XCLAIM");
+        dtq_argv_adds(a, stream);
+        dtq_argv_adds(a, "workers");
+        dtq_argv_adds(a, b->worker_id);
+        dtq_argv_adds(a, "0");
+    }
+    dtq_argv_adds(a, entry_id);
+}
+
+static void add_task(const dtq_task *t, void *arg) {
+    add_entry(arg, t->stream, t->entry_id);
 }
 
 static void renew_claims(dtq_lease *l) {
-    dtq_ctx *ctx = l->ctx;
-    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
-        dtq_argv a;
-        claim_ctx c = {ctx->streams.keys[i], &a};
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "XCLAIM");
-        dtq_argv_adds(&a, c.stream);
-        dtq_argv_adds(&a, "workers");
-        dtq_argv_adds(&a, ctx->cfg->worker_id);
-        dtq_argv_adds(&a, "0");
-        dtq_executor_each_task(l->ex, add_entry, &c);
-        if (a.argc > 5) {
-            dtq_argv_adds(&a, "IDLE");
-            dtq_argv_adds(&a, "0");
-            dtq_argv_adds(&a, "JUSTID");
-            dtq_ctx_command(ctx, NULL, NULL, &a);
-        }
-        dtq_argv_deinit(&a);
+    claim_batch b = {NULL, 0, l->ctx->cfg->worker_id};
+    dtq_executor_each_task(l->ex, add_task, &b);
+    for (int i = 0; i < b.n; i++) {
+        dtq_argv_adds(&b.per_stream[i], "IDLE");
+        dtq_argv_adds(&b.per_stream[i], "0");
+        dtq_argv_adds(&b.per_stream[i], "JUSTID");
+        dtq_ctx_command(l->ctx, NULL, NULL, &b.per_stream[i]);
+        dtq_argv_deinit(&b.per_stream[i]);
     }
+    free(b.per_stream);
 }
 
 typedef struct cancel_probe {

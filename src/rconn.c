@@ -33,7 +33,14 @@ struct dtq_rconn {
     struct event *timeout_ev;
     struct event *liveness_ev; /* PING every connect_timeout_ms while up */
     int64_t ping_sent_ms;      /* monotonic; 0 = no PING outstanding */
+    int unavailable;           /* dropped for READONLY/LOADING/MASTERDOWN: keep backing off */
 };
+
+/* What a command's callback is wrapped in, so every reply is seen here first. */
+typedef struct reply_hook {
+    redisCallbackFn *cb;
+    void *priv;
+} reply_hook;
 
 static void rconn_connect(dtq_rconn *rc);
 
@@ -180,7 +187,9 @@ static void handshake_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (--rc->handshake_pending == 0) {
         evtimer_del(rc->timeout_ev);
         rc->up = 1;
-        rc->backoff_ms = 0;
+        /* A server that answers the handshake but refuses work (a replica, still loading)
+         * keeps the backoff growing until a command succeeds: no reconnect busy loop. */
+        if (!rc->unavailable) rc->backoff_ms = 0;
         rc->ping_sent_ms = 0;
         if (rc->failures) dtq_info("redis %s: connected", rc->name);
         rc->failures = 0;
@@ -339,11 +348,53 @@ int dtq_rconn_is_up(const dtq_rconn *rc) {
     return rc && rc->up && rc->ac;
 }
 
+int dtq_rconn_error_is_unavailable(const char *err) {
+    static const char *const words[] = {"READONLY", "LOADING", "MASTERDOWN", NULL};
+    for (const char *const *w = words; *w; w++) {
+        size_t n = strlen(*w);
+        if (!strncmp(err, *w, n) && (err[n] == ' ' || err[n] == '\0')) return 1;
+    }
+    return 0;
+}
+
+/* A demoted primary (READONLY), a server loading its data (LOADING) or a replica without
+ * its primary (MASTERDOWN) cannot serve dtq: that is a connection failure, not an error of
+ * the command, so the link is dropped (pending callbacks see NULL, as on any loss) and
+ * re-made with backoff, and /readyz says not ready meanwhile. */
+static void reply_hook_cb(redisAsyncContext *ac, void *r, void *priv) {
+    reply_hook *h = priv;
+    redisReply *reply = r;
+    dtq_rconn *rc = ac->data;
+    if (rc && reply && reply->type == REDIS_REPLY_ERROR &&
+        dtq_rconn_error_is_unavailable(reply->str)) {
+        if (rc->up) {
+            dtq_warn("redis %s: server cannot serve (%s); reconnecting", rc->name, reply->str);
+            rc->unavailable = 1;
+            rc->ping_sent_ms = 0;
+            redisAsyncFree(ac); /* deferred by hiredis while in a callback */
+        }
+    }
+    if (h->cb) h->cb(ac, r, h->priv);
+    free(h);
+}
+
 int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, const char **argv,
                       const size_t *lens) {
+    reply_hook *h;
     if (!dtq_rconn_is_up(rc)) return DTQ_ERR;
-    if (redisAsyncCommandArgv(rc->ac, cb, priv, argc, argv, lens) != REDIS_OK) return DTQ_ERR;
+    h = dtq_xmalloc(sizeof(*h));
+    h->cb = cb;
+    h->priv = priv;
+    if (redisAsyncCommandArgv(rc->ac, reply_hook_cb, h, argc, argv, lens) != REDIS_OK) {
+        free(h);
+        return DTQ_ERR;
+    }
     return DTQ_OK;
+}
+
+void dtq_rconn_serving(dtq_rconn *rc) {
+    rc->unavailable = 0;
+    rc->backoff_ms = 0;
 }
 
 void dtq_rconn_free(dtq_rconn *rc) {

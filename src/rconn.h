@@ -41,6 +41,12 @@ int dtq_rconn_is_up(const dtq_rconn *rc);
  * for the callback's duration; a NULL reply means the connection died. */
 int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, const char **argv,
                       const size_t *lens);
+/* READONLY, LOADING or MASTERDOWN: the server cannot serve; the connection treats such a
+ * reply as its own failure (drop, reconnect with backoff) before the callback sees it. */
+int dtq_rconn_error_is_unavailable(const char *err);
+/* The caller's setup (writes included) succeeded on this connection: the server serves,
+ * so the reconnect backoff starts from its minimum again. */
+void dtq_rconn_serving(dtq_rconn *rc);
 /* Drops the link and stops reconnecting; pending callbacks run with NULL. NULL-safe. */
 void dtq_rconn_free(dtq_rconn *rc);
 

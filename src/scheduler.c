@@ -17,6 +17,7 @@ struct dtq_scheduler {
     int running;
     int busy;       /* a step is in flight */
     int batch_full; /* the last claim filled its batch */
+    int new_leader; /* the first pass since taking the lock: no claim can be in use */
     char *lock_key, *schedule_key, *claimed_key;
 };
 
@@ -118,7 +119,13 @@ static void pass(dtq_scheduler *s) {
     dtq_argv_adds(&a, s->schedule_key);
     dtq_argv_adds(&a, s->claimed_key);
     dtq_argv_addll(&a, ctx->cfg->scheduler_batch);
-    dtq_argv_addll(&a, ctx->cfg->claim_timeout_ms);
+    /* A new leader (also the old one after a reconnect) returns every claim to the
+     * schedule at once: the leader that made them no longer holds the lock, so none can
+     * be in anyone's hands, and waiting claim_timeout_ms would delay those retries by a
+     * minute. A late promote by the old leader is harmless: promote moves a task only
+     * from retrying/pending, so the second of two promotes writes nothing. */
+    dtq_argv_addll(&a, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
+    s->new_leader = 0;
     for (int i = 0; i < 2; i++) {
         dtq_argv g;
         dtq_argv_init(&g);
@@ -146,7 +153,10 @@ static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
     /* SET NX answers OK or nil; the refresh Function answers 1 or 0. */
     if ((reply->type == REDIS_REPLY_STATUS && !strcmp(reply->str, "OK")) ||
         (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)) {
-        if (!s->ctx->gauges.scheduler_leader) dtq_info("scheduler: this worker is now the leader");
+        if (!s->ctx->gauges.scheduler_leader) {
+            dtq_info("scheduler: this worker is now the leader");
+            s->new_leader = 1;
+        }
         s->ctx->gauges.scheduler_leader = 1;
         pass(s);
         return;

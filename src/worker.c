@@ -38,6 +38,7 @@ struct dtq_worker {
     enum dtq_worker_state state;
     int setup_pending; /* setup replies outstanding after a (re)connect */
     int ever_ready;
+    int policy_warned; /* the volatile-* eviction warning was logged */
     dtq_finisher *finisher;
     dtq_executor *executor;
     dtq_consumer *consumer;
@@ -87,6 +88,7 @@ static void on_settled(void *arg) {
 static void setup_done(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
     ctx->ready = 1;
+    dtq_rconn_serving(ctx->cmd);
     if (!w->ever_ready) {
         w->ever_ready = 1;
         dtq_sdnotify("READY=1\nSTATUS=connected, serving");
@@ -123,12 +125,56 @@ static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (!reply) return; /* lost again; the next connect restarts the setup */
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         struct timeval tv = {5, 0};
-        dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s", reply->str);
+        if (!dtq_rconn_error_is_unavailable(reply->str)) /* rconn said why and reconnects */
+            dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
+                      reply->str);
         w->setup_pending = -1000; /* poison this round */
         evtimer_add(w->setup_retry_timer, &tv);
         return;
     }
     if (--w->setup_pending == 0) setup_done(w);
+}
+
+/* Evicted task hashes are silently lost tasks, so a policy that may evict any key
+ * (allkeys-*) keeps the daemon from serving: it says why and checks again every 5 s. The
+ * volatile-* policies evict only keys with a TTL (finished tasks, results, idempotency
+ * records): served, with a warning. Returns 0 to serve. */
+static int check_eviction_policy(dtq_worker *w, const redisReply *reply) {
+    const char *p;
+    char policy[64] = "";
+    if (reply->type != REDIS_REPLY_STRING) {
+        dtq_warn("cannot read maxmemory-policy (%s); make sure it is noeviction",
+                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        return 0;
+    }
+    p = strstr(reply->str, "maxmemory_policy:");
+    if (p) sscanf(p + 17, "%63[a-z-]", policy);
+    if (!strncmp(policy, "allkeys-", 8)) {
+        dtq_error("redis maxmemory-policy is %s: Redis may evict queued task hashes, which "
+                  "loses tasks; not serving until it is noeviction (CONFIG SET "
+                  "maxmemory-policy noeviction); checking again in 5s",
+                  policy);
+        return -1;
+    }
+    if (!strncmp(policy, "volatile-", 9) && !w->policy_warned) {
+        dtq_warn("redis maxmemory-policy is %s: finished tasks, results and idempotency "
+                 "records (keys with a TTL) may be evicted early; noeviction is recommended",
+                 policy);
+        w->policy_warned = 1;
+    }
+    return 0;
+}
+
+static void policy_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_worker *w = priv;
+    redisReply *reply = r;
+    if (reply && check_eviction_policy(w, reply) != 0) {
+        struct timeval tv = {5, 0};
+        w->setup_pending = -1000; /* poison this round */
+        evtimer_add(w->setup_retry_timer, &tv);
+        return;
+    }
+    setup_cb(ac, r, priv);
 }
 
 /* Setup commands bypass the gate: they are what opens it. */
@@ -182,6 +228,12 @@ static void setup_redis(dtq_worker *w) {
     char *lib = dtq_scripts_library(ctx->cfg->ns, ctx->prefix, &len);
     ctx->ready = 0;
     w->setup_pending = 0;
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "INFO");
+    dtq_argv_adds(&a, "memory");
+    if (dtq_rconn_command(ctx->cmd, policy_cb, w, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
+        w->setup_pending++;
+    dtq_argv_deinit(&a);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FUNCTION");
     dtq_argv_adds(&a, "LOAD");
@@ -311,6 +363,9 @@ static void reload(dtq_worker *w) {
     if (strcmp(cfg->redis_url, ctx->cfg->redis_url) || strcmp(cfg->ns, ctx->cfg->ns) ||
         cfg->cluster_hash_tag != ctx->cfg->cluster_hash_tag)
         dtq_warn("SIGHUP: [redis] changes take effect only after a restart");
+    if (strcmp(cfg->http_listen, ctx->cfg->http_listen))
+        dtq_warn("SIGHUP: [http] listen changes take effect only after a restart (still %s)",
+                 *ctx->cfg->http_listen ? ctx->cfg->http_listen : "off");
     /* Identity and connection settings stay as started. */
     free(cfg->worker_id);
     cfg->worker_id = dtq_xstrdup(ctx->cfg->worker_id);
@@ -324,6 +379,12 @@ static void reload(dtq_worker *w) {
     dtq_log_format_from_string(cfg->log_format, &fmt);
     dtq_log_setup(lvl, fmt);
     dtq_executor_config_changed(w->executor);
+    /* [scheduler] enabled: stopping releases the leader lock at once, so another daemon
+     * takes over within one interval instead of after leader_lock_ms. */
+    if (!cfg->scheduler_enabled)
+        dtq_scheduler_stop(w->scheduler);
+    else if (w->state == DTQ_WORKER_RUNNING && ctx->ready)
+        dtq_scheduler_start(w->scheduler);
     if (dtq_rconn_is_up(ctx->cmd)) publish_config(w, 0);
     dtq_consumer_reset(w->consumer);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);

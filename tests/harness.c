@@ -329,6 +329,31 @@ int th_wait_until(int (*pred)(void *arg), void *arg, int timeout_ms) {
     }
 }
 
+typedef struct cmd_poll {
+    redisContext *c;
+    const char *cmd, *want;
+} cmd_poll;
+
+static int cmd_matches(void *arg) {
+    cmd_poll *p = arg;
+    redisReply *r = redisCommand(p->c, p->cmd);
+    int ok = 0;
+    if (!r) return 0;
+    if (!p->want)
+        ok = r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+    else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+        ok = !strcmp(r->str, p->want);
+    else if (r->type == REDIS_REPLY_INTEGER)
+        ok = r->integer == atoll(p->want) && *p->want;
+    freeReplyObject(r);
+    return ok;
+}
+
+int th_wait_until_cmd_str(redisContext *c, const char *cmd, const char *want, int timeout_ms) {
+    cmd_poll p = {c, cmd, want};
+    return th_wait_until(cmd_matches, &p, timeout_ms);
+}
+
 int th_count_in_file(const char *path, const char *needle) {
     FILE *f = fopen(path, "r");
     char *buf;

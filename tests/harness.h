@@ -53,6 +53,9 @@ int th_run_worker(char **stderr_out, ...);
 /* Polls pred(arg) every 20 ms until it returns nonzero: returns 1 then, or 0 once timeout_ms
  * has passed. Tests wait on conditions with this, not with sleeps. */
 int th_wait_until(int (*pred)(void *arg), void *arg, int timeout_ms);
+/* Polls the command (no arguments to format) until its reply is the string or integer
+ * `want`, or, with want NULL, a non-empty array. 1 on success. */
+int th_wait_until_cmd_str(redisContext *c, const char *cmd, const char *want, int timeout_ms);
 /* How many times needle occurs in the file (0 when the file cannot be read). */
 int th_count_in_file(const char *path, const char *needle);
 /* Polls the file (a daemon's log) until needle occurs at least `count` times; 1 on success. */

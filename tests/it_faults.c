@@ -1,0 +1,196 @@
+/* it_faults.c: faults beyond crashes, each against a real redis-server: a reload that
+ * drops a queue whose tasks run, a scheduler leader that dies holding claims, a reload
+ * that turns the scheduler off, a Redis that is demoted to a replica, and an eviction
+ * policy that could lose tasks. Nothing may be lost, run twice, or failed by them. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static th_redis R;
+static redisContext *C;
+
+#define HANDLERS "[handler:sleep]\nbuiltin = sleep\n[handler:echo]\nbuiltin = echo\n"
+#define RELOADED "SIGHUP: configuration reloaded"
+
+static void setup(void) {
+    th_redis_start(&R, 0);
+    C = th_connect(&R);
+}
+
+static void teardown(void) {
+    redisFree(C);
+    th_redis_stop(&R);
+}
+
+/* Worker `id` on R with `worker_ini` (a [worker] section's extra keys) and `extra`. */
+static void start(th_daemon *d, const char *id, const char *worker_ini, const char *extra,
+                  int wait) {
+    char ini[4096];
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\nvisibility_timeout_s = 3\n%s\n"
+             "%s\n" HANDLERS,
+             id, worker_ini ? worker_ini : "", extra ? extra : "");
+    th_daemon_start(d, &R, ini);
+    if (wait) th_daemon_wait_ready(C, id, 10000);
+}
+
+static void rewrite(const th_daemon *d, const char *id, const char *worker_ini, const char *extra) {
+    FILE *f = fopen(d->cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "[redis]\nurl = %s\n[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n"
+            "visibility_timeout_s = 3\n%s\n%s\n" HANDLERS,
+            R.url, id, worker_ini ? worker_ini : "", extra ? extra : "");
+    fclose(f);
+}
+
+static void enqueue(const char *queue, const char *id, const char *type, const char *payload,
+                    const char *opts) {
+    char cmd[512];
+    redisReply *r;
+    /* the payload goes as one argument; opts are space-separated words */
+    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s %%s task_id %s%s%s", queue, type, id,
+             opts ? " " : "", opts ? opts : "");
+    r = th_cmd(C, cmd, payload);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+static void wait_status(const char *id, const char *status, int ms) {
+    if (!th_wait_status(C, id, status, ms)) {
+        char *s = th_task_field(C, id, "status");
+        ck_abort_msg("task %s: want %s within %d ms, have %s", id, status, ms, s ? s : "(nil)");
+    }
+}
+
+static int exists(const char *key) {
+    return (int)th_int(th_cmd(C, "EXISTS %s", key));
+}
+
+/* A reload that stops serving a queue must not stop renewing the claims of its tasks that
+ * still run here: the lease renews by each run's own stream, so no other worker's reaper
+ * takes them and runs them again. */
+START_TEST(test_reload_dropping_a_queue_keeps_its_running_claims) {
+    th_daemon a, b;
+    start(&a, "w-a", "queues = qa, qb", NULL, 1);
+    enqueue("qb", "long", "sleep", "{\"ms\":7000}", NULL);
+    wait_status("long", "running", 5000);
+    th_assert_field(C, "long", "worker_id", "w-a");
+    rewrite(&a, "w-a", "queues = qa", NULL);
+    kill(a.pid, SIGHUP);
+    ck_assert(th_wait_log(a.log, RELOADED, 1, 5000));
+    start(&b, "w-b", "queues = qb", NULL, 1); /* its reaper looks every 1.5 s */
+    wait_status("long", "succeeded", 15000);
+    th_assert_field(C, "long", "attempt", "1");
+    th_assert_field(C, "long", "worker_id", "w-a");
+    ck_assert_int_eq(th_count_in_file(b.log, "adopted"), 0);
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* A leader that dies between its claim and its promote leaves the batch in
+ * retry:claimed; the next leader returns such claims at once instead of after
+ * claim_timeout_ms (60 s). */
+START_TEST(test_new_leader_promotes_stranded_claims_at_once) {
+    th_daemon d;
+    redisReply *t;
+    long long now_ms;
+    th_load_library(C);
+    enqueue("default", "stranded", "echo", "{\"x\":1}", "delay_ms 600000");
+    t = th_cmd(C, "TIME");
+    now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    /* as the dead leader left it: out of the schedule, claimed just now */
+    freeReplyObject(th_cmd(C, "ZREM dtq:retry:schedule stranded"));
+    freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed %lld stranded", now_ms));
+    start(&d, "w-leader", NULL, NULL, 1);
+    wait_status("stranded", "succeeded", 10000);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+START_TEST(test_reload_turning_the_scheduler_off_releases_the_lock) {
+    th_daemon d;
+    char *log;
+    start(&d, "w-sched", NULL, NULL, 1);
+    ck_assert(th_wait_until_cmd_str(C, "GET dtq:lock:scheduler", "w-sched", 5000));
+    rewrite(&d, "w-sched", NULL, "[scheduler]\nenabled = false\n[http]\nlisten = 127.0.0.1:1\n");
+    kill(d.pid, SIGHUP);
+    ck_assert(th_wait_log(d.log, RELOADED, 1, 5000));
+    /* released now, not after leader_lock_ms (10 s) */
+    ck_assert(th_wait_until_cmd_str(C, "EXISTS dtq:lock:scheduler", "0", 2000));
+    log = th_read_file(d.log);
+    ck_assert_ptr_nonnull(strstr(log, "[http] listen changes take effect only after a restart"));
+    free(log);
+    ck_assert_int_eq(exists("dtq:lock:scheduler"), 0);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* A primary demoted to a replica answers writes with READONLY: that is a connection
+ * failure (reconnect with a growing backoff, no busy loop), and serving resumes once the
+ * server is a primary again. */
+START_TEST(test_readonly_replica_is_a_connection_failure) {
+    th_daemon d;
+    th_redis other;
+    int lines;
+    start(&d, "w-ro", NULL, NULL, 1);
+    enqueue("default", "before", "echo", "1", NULL);
+    wait_status("before", "succeeded", 5000);
+    th_redis_start_tcp(&other, NULL, NULL);
+    freeReplyObject(th_cmd(C, "REPLICAOF 127.0.0.1 %d", other.port));
+    ck_assert_msg(th_wait_log(d.log, "server cannot serve", 1, 10000), "READONLY not noticed");
+    th_sleep_ms(4000); /* deliberate: let the backoff show over a few seconds */
+    lines = th_count_in_file(d.log, "server cannot serve");
+    ck_assert_msg(lines <= 12, "%d reconnects in ~4 s: a busy loop", lines);
+    freeReplyObject(th_cmd(C, "REPLICAOF NO ONE"));
+    th_redis_stop(&other);
+    /* the replica's sync emptied the data set: wait for the daemon to load its library */
+    ck_assert(th_wait_until_cmd_str(C, "FUNCTION LIST LIBRARYNAME dtq", NULL, 15000));
+    th_daemon_wait_ready(C, "w-ro", 15000);
+    enqueue("default", "after", "echo", "1", NULL);
+    wait_status("after", "succeeded", 10000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* allkeys-* may evict queued task hashes: the daemon does not serve under it, says why,
+ * and starts serving once the policy is noeviction. volatile-* is served with a warning. */
+START_TEST(test_eviction_policy_that_can_lose_tasks_is_refused) {
+    th_daemon d;
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory-policy allkeys-lru"));
+    start(&d, "w-evict", NULL, NULL, 0);
+    ck_assert(th_wait_log(d.log, "maxmemory-policy is allkeys-lru", 1, 10000));
+    th_load_library(C);
+    enqueue("default", "waits", "echo", "1", NULL);
+    th_sleep_ms(1000); /* deliberate: nothing may run while the policy is refused */
+    th_assert_field(C, "waits", "status", "queued");
+    ck_assert_int_eq(exists("dtq:worker:w-evict"), 0);
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory-policy volatile-lru"));
+    th_daemon_wait_ready(C, "w-evict", 15000);
+    wait_status("waits", "succeeded", 5000);
+    ck_assert(th_wait_log(d.log, "maxmemory-policy is volatile-lru", 1, 1000));
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("faults");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_reload_dropping_a_queue_keeps_its_running_claims);
+    tcase_add_test(tc, test_new_leader_promotes_stranded_claims_at_once);
+    tcase_add_test(tc, test_reload_turning_the_scheduler_off_releases_the_lock);
+    tcase_add_test(tc, test_readonly_replica_is_a_connection_failure);
+    tcase_add_test(tc, test_eviction_policy_that_can_lose_tasks_is_refused);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
