@@ -313,9 +313,24 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
   return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to}
 end
 
+--[[ An adopted task that cannot run here now (no free slot): it goes back to its queue
+at once, as a fresh entry, instead of waiting in this worker's pending list. `adopt`
+bumps the attempt (the lost worker's attempt counts, as for any crash). ]]
+local function requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, adopt)
+  if adopt then h.attempt = fmt(tonumber(h.attempt) + 1) end
+  redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
+  redis.call('HDEL', tkey, 'worker_id', 'carrier')
+  redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', h.id,
+             'attempt', h.attempt)
+  ack(stream, entry_id)
+  emit(c, ms, 'TASK_QUEUED', h, worker, {reason = 'reaped'})
+end
+
 --[[ One stream entry delivered to `worker` (by XREADGROUP or XAUTOCLAIM): returns a
-claimed task to run, or nil when the entry was settled here. ]]
-local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
+claimed task to run, or nil when the entry was settled here, or, with `requeue` (the
+reaper has no slot for it), put back in its queue. ]]
+local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields,
+                             requeue)
   local f = {}
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local source = stream .. '/' .. entry_id
@@ -332,6 +347,10 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
   if not h then return nil end
   local admit = settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   if not admit then return nil end
+  if requeue then
+    requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, admit == 'adopt')
+    return nil
+  end
   return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, admit == 'adopt', source)
 end
 
@@ -416,32 +435,44 @@ local function fetch(keys, args)
   return {claimed, block, read}
 end
 
---[[ FCALL <ns>_reap numkeys streams... ARGV: worker_id, min_idle_ms, count, policy-json,
-then for each stream its queue name and band. Takes entries idle longer than min_idle_ms
-from lost workers (XAUTOCLAIM) and adopts or settles them. Returns claimed tasks. ]]
+--[[ FCALL <ns>_reap numkeys streams... ARGV: worker_id, min_idle_ms, run_slots,
+min_count, policy-json, then for each stream its queue name, band and XAUTOCLAIM cursor.
+Takes entries idle longer than min_idle_ms from lost workers and adopts or settles them:
+up to run_slots adopted tasks are claimed to run here, and at least min_count entries are
+examined every call whatever the free slots, the ones beyond run_slots requeued. The
+cursors (0-0 to start) carry each stream's scan across calls, so live entries at the
+head of a pending list cannot hide lost ones behind them. Returns {claimed-tasks,
+next-cursors}, one cursor per stream. ]]
 local function reap(keys, args)
-  local worker, min_idle, count = args[1], args[2], tonumber(args[3])
-  local policy = decode_policy(args[4])
+  local worker, min_idle = args[1], args[2]
+  local run_slots, min_count = tonumber(args[3]), tonumber(args[4])
+  local policy = decode_policy(args[5])
   local c = load_config()
   local ms = now_ms()
-  local claimed = {}
+  local claimed, cursors, taken = {}, {}, 0
+  local budget = math.max(run_slots, min_count)
   for i, stream in ipairs(keys) do
-    local want = count - #claimed -- adopted tasks take slots; stop when they are full
-    if want <= 0 then break end
-    local queue, band = args[3 + 2 * i], tonumber(args[4 + 2 * i])
-    local ok, res = pcall(redis.call, 'XAUTOCLAIM', stream, GROUP, worker, min_idle, '0-0',
-                          'COUNT', want)
-    if ok then
-      for _, e in ipairs(res[2]) do
-        if e[2] then
-          local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2])
-          if t then claimed[#claimed + 1] = t end
+    local b = 5 + (i - 1) * 3
+    local queue, band, cursor = args[b + 1], tonumber(args[b + 2]), args[b + 3]
+    cursors[i] = cursor
+    if taken < budget then
+      local res = redis.pcall('XAUTOCLAIM', stream, GROUP, worker, min_idle, cursor, 'COUNT',
+                              budget - taken)
+      if type(res) == 'table' and not res.err then
+        cursors[i] = res[1]
+        for _, e in ipairs(res[2]) do
+          if e[2] then
+            taken = taken + 1
+            local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2],
+                                    #claimed >= run_slots)
+            if t then claimed[#claimed + 1] = t end
+          end
         end
+        for _, gone in ipairs(res[3] or {}) do redis.call('XACK', stream, GROUP, gone) end
       end
-      for _, gone in ipairs(res[3] or {}) do redis.call('XACK', stream, GROUP, gone) end
     end
   end
-  return claimed
+  return {claimed, cursors}
 end
 
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends

@@ -39,6 +39,7 @@ static void derive(dtq_ctx *ctx) {
     free(ctx->policy_json);
     ctx->policy_json = build_policy_json(ctx->cfg);
     dtq_streams_build(&ctx->streams, ctx->prefix, ctx->cfg->queues, ctx->cfg->nqueues);
+    ctx->streams_gen++;
 }
 
 dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base) {

@@ -58,6 +58,7 @@ typedef struct dtq_ctx {
     char *prefix;      /* key prefix: ns or {ns} */
     char *policy_json; /* claim-time max_attempts/timeout_ms table for the Functions */
     dtq_streams streams;
+    unsigned streams_gen; /* bumped whenever the stream table is rebuilt (reload) */
     dtq_functions fn;
     dtq_counters counters;
     dtq_gauges gauges;

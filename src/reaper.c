@@ -7,6 +7,10 @@
 #include "log.h"
 #include "util.h"
 
+/* Entries examined per call even when no slot is free; those beyond the free slots are
+ * requeued rather than kept, so recovery never waits for this worker to have room. */
+#define REAP_MIN 16
+
 struct dtq_reaper {
     dtq_ctx *ctx;
     dtq_executor *ex;
@@ -14,19 +18,42 @@ struct dtq_reaper {
     int stopped;
     int inflight;
     struct event *tick_ev;
+    char **cursors; /* XAUTOCLAIM cursor per served stream, carried across calls */
+    int ncursors;
+    unsigned cursors_gen; /* the ctx->streams_gen they belong to */
 };
+
+static void reset_cursors(dtq_reaper *rp) {
+    for (int i = 0; i < rp->ncursors; i++) free(rp->cursors[i]);
+    free(rp->cursors);
+    rp->ncursors = dtq_streams_count(&rp->ctx->streams);
+    rp->cursors = dtq_xcalloc((size_t)rp->ncursors, sizeof(char *));
+    for (int i = 0; i < rp->ncursors; i++) rp->cursors[i] = dtq_xstrdup("0-0");
+    rp->cursors_gen = rp->ctx->streams_gen;
+}
+
+static void save_cursors(dtq_reaper *rp, const redisReply *list) {
+    if (rp->cursors_gen != rp->ctx->streams_gen) return; /* a reload came in between */
+    for (size_t i = 0; i < list->elements && (int)i < rp->ncursors; i++) {
+        if (list->element[i]->type != REDIS_REPLY_STRING) continue;
+        free(rp->cursors[i]);
+        rp->cursors[i] = dtq_xstrndup(list->element[i]->str, list->element[i]->len);
+    }
+}
 
 static void reap_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_reaper *rp = priv;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     rp->inflight = 0;
-    if (reply && reply->type != REDIS_REPLY_ARRAY)
+    if (reply && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2))
         dtq_error("reaper failed: %s", reply->type == REDIS_REPLY_ERROR ? reply->str : "bad reply");
-    if (reply && reply->type == REDIS_REPLY_ARRAY) {
-        if (reply->elements)
-            dtq_info("reaper: adopted %zu task(s) of lost workers", reply->elements);
-        dtq_executor_run_claimed(rp->ex, reply);
+    else if (reply) {
+        const redisReply *claimed = reply->element[0];
+        if (claimed->elements)
+            dtq_info("reaper: adopted %zu task(s) of lost workers", claimed->elements);
+        save_cursors(rp, reply->element[1]);
+        dtq_executor_run_claimed(rp->ex, claimed);
     }
     if (rp->stopped) dtq_ctx_settled(rp->ctx);
 }
@@ -36,7 +63,8 @@ static void reap(dtq_reaper *rp) {
     const dtq_streams *st = &ctx->streams;
     int free_slots = dtq_executor_free_slots(rp->ex);
     dtq_argv a;
-    if (rp->inflight || free_slots <= 0 || !dtq_ctx_is_up(ctx)) return;
+    if (rp->inflight || !dtq_ctx_is_up(ctx)) return;
+    if (rp->cursors_gen != ctx->streams_gen) reset_cursors(rp);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FCALL");
     dtq_argv_adds(&a, ctx->fn.reap);
@@ -45,10 +73,12 @@ static void reap(dtq_reaper *rp) {
     dtq_argv_adds(&a, ctx->cfg->worker_id);
     dtq_argv_addll(&a, (long long)ctx->cfg->visibility_timeout_s * 1000);
     dtq_argv_addll(&a, free_slots);
+    dtq_argv_addll(&a, REAP_MIN);
     dtq_argv_adds(&a, ctx->policy_json);
     for (int i = 0; i < dtq_streams_count(st); i++) {
         dtq_argv_adds(&a, st->queues[dtq_streams_queue_of(i)]);
         dtq_argv_addll(&a, dtq_streams_band_of(i));
+        dtq_argv_adds(&a, rp->cursors[i]);
     }
     if (dtq_ctx_command(ctx, reap_cb, rp, &a) == DTQ_OK) rp->inflight = 1;
     dtq_argv_deinit(&a);
@@ -91,6 +121,8 @@ int dtq_reaper_busy(const dtq_reaper *rp) {
 
 void dtq_reaper_free(dtq_reaper *rp) {
     if (!rp) return;
+    for (int i = 0; i < rp->ncursors; i++) free(rp->cursors[i]);
+    free(rp->cursors);
     event_free(rp->tick_ev);
     free(rp);
 }

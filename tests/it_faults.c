@@ -181,6 +181,60 @@ START_TEST(test_eviction_policy_that_can_lose_tasks_is_refused) {
 }
 END_TEST
 
+static int pending_count(void) {
+    redisReply *r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
+    int n = (int)r->element[0]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+static int sixty_pending(void *arg) {
+    (void)arg;
+    return pending_count() == 60;
+}
+
+/* A lost worker's entries behind 60 live ones in the pending list: recovery depends
+ * neither on free slots (the reaper examines a minimum every cycle and requeues what it
+ * cannot run) nor on the first COUNT x 10 pending entries (the scan cursor is kept). */
+START_TEST(test_reaper_finds_lost_entries_behind_live_ones) {
+    th_daemon a, b;
+    char id[16];
+    int64_t t0;
+    start(&a, "w-full", "concurrency = 60", NULL, 1);
+    for (int i = 0; i < 60; i++) {
+        snprintf(id, sizeof(id), "live%d", i);
+        enqueue("default", id, "sleep", "{\"ms\":25000}", NULL);
+    }
+    ck_assert(th_wait_until(sixty_pending, NULL, 10000));
+    start(&b, "w-free", "concurrency = 4", NULL, 1);
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof(id), "lost%d", i);
+        enqueue("default", id, "echo", "1", NULL);
+    }
+    /* a worker that claims five and dies (its fetch ignores the pause: another key) */
+    redisReply *r = th_cmd(C, "FCALL dtq_fetch 11 dtq:nopause dtq:stream:default:p9 "
+                              "dtq:stream:default:p8 dtq:stream:default:p7 dtq:stream:default:p6 "
+                              "dtq:stream:default:p5 dtq:stream:default:p4 dtq:stream:default:p3 "
+                              "dtq:stream:default:p2 dtq:stream:default:p1 dtq:stream:default:p0 "
+                              "dead-w 5 {} default");
+    ck_assert_int_eq(r->element[0]->elements, 5);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
+    t0 = th_now_ms();
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof(id), "lost%d", i);
+        /* visibility_timeout_s (3) plus a few seconds; the live tasks run for 25 */
+        wait_status(id, "succeeded", (int)(12000 - (th_now_ms() - t0)));
+        th_assert_field(C, id, "attempt", "2");
+    }
+    th_assert_field(C, "live0", "attempt", "1");
+    th_assert_field(C, "live59", "worker_id", "w-full");
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGKILL, 10000), 128 + SIGKILL);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
@@ -191,6 +245,7 @@ int main(void) {
     tcase_add_test(tc, test_reload_turning_the_scheduler_off_releases_the_lock);
     tcase_add_test(tc, test_readonly_replica_is_a_connection_failure);
     tcase_add_test(tc, test_eviction_policy_that_can_lose_tasks_is_refused);
+    tcase_add_test(tc, test_reaper_finds_lost_entries_behind_live_ones);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
