@@ -14,6 +14,7 @@
 struct dtq_consumer {
     dtq_ctx *ctx;
     dtq_executor *ex;
+    const dtq_finisher *fin;
     int started;
     int stopped;
     int fetch_inflight;
@@ -103,7 +104,8 @@ static void maybe_fetch(dtq_consumer *c) {
     int free_slots;
     if (!c->started || c->stopped || c->processing || c->fetch_inflight || !dtq_ctx_is_up(ctx))
         return;
-    if (c->idle) return; /* the block or poll timer ends idleness */
+    if (c->idle) return;                      /* the block or poll timer ends idleness */
+    if (dtq_finisher_refused(c->fin)) return; /* resumed by slots_freed once accepted */
     free_slots = dtq_executor_free_slots(c->ex);
     if (free_slots <= 0) return;
 
@@ -128,10 +130,11 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
     maybe_fetch(c);
 }
 
-dtq_consumer *dtq_consumer_new(dtq_ctx *ctx, dtq_executor *ex) {
+dtq_consumer *dtq_consumer_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *fin) {
     dtq_consumer *c = dtq_xcalloc(1, sizeof(*c));
     c->ctx = ctx;
     c->ex = ex;
+    c->fin = fin;
     c->poll_ev = evtimer_new(ctx->base, poll_cb, c);
     return c;
 }

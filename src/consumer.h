@@ -7,10 +7,12 @@
 
 #include "ctx.h"
 #include "executor.h"
+#include "finisher.h"
 
 typedef struct dtq_consumer dtq_consumer;
 
-dtq_consumer *dtq_consumer_new(dtq_ctx *ctx, dtq_executor *ex);
+/* While `fin` reports refused finishes, nothing new is fetched. */
+dtq_consumer *dtq_consumer_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *fin);
 void dtq_consumer_free(dtq_consumer *c);
 void dtq_consumer_start(dtq_consumer *c);
 /* Stops reading (drain). */

@@ -10,18 +10,38 @@
 
 #define FINISH_BATCH_MAX 256
 
+typedef struct batch {
+    struct batch *prev, *next;
+    dtq_finisher *f;
+    dtq_finish_record *list;
+} batch;
+
 struct dtq_finisher {
     dtq_ctx *ctx;
     dtq_finish_record *pending, *pending_tail;
     int npending;
-    int inflight; /* batches awaiting replies */
+    int inflight;   /* batches awaiting replies */
+    batch *batches; /* those batches, so their entries' claims can be kept */
+    int refused;    /* the last batch came back with an error: Redis refuses writes */
     struct event *retry_ev;
 };
 
-typedef struct batch {
-    dtq_finisher *f;
-    dtq_finish_record *list;
-} batch;
+static void batch_link(dtq_finisher *f, batch *b) {
+    b->prev = NULL;
+    b->next = f->batches;
+    if (f->batches) f->batches->prev = b;
+    f->batches = b;
+    f->inflight++;
+}
+
+static void batch_unlink(dtq_finisher *f, batch *b) {
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        f->batches = b->next;
+    if (b->next) b->next->prev = b->prev;
+    f->inflight--;
+}
 
 void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
     int has_result = rec->result_state != DTQ_RESULT_NONE && rec->result;
@@ -98,11 +118,18 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_finisher *f = b->f;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
-    f->inflight--;
+    batch_unlink(f, b);
     if (!reply || reply->type == REDIS_REPLY_ERROR) {
         if (reply) {
+            /* Refused while connected (OOM, NOPERM, a missing Function): the results are
+             * kept and their entries stay claimed (lease.c), nothing new is taken until
+             * Redis accepts them, and they are sent again every second. */
             struct timeval tv = {1, 0};
-            dtq_error("finalize batch refused by Redis, retrying in 1s: %s", reply->str);
+            if (!f->refused)
+                dtq_error("finish batch refused by Redis; holding %d result(s), taking no new "
+                          "work, retrying every 1s: %s",
+                          f->npending + 1, reply->str);
+            f->refused = 1;
             evtimer_add(f->retry_ev, &tv);
         }
         prepend_list(f, b->list);
@@ -114,6 +141,11 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
     free(b);
     f->ctx->counters.finish_batches++;
     dtq_finisher_flush(f);
+    if (f->refused) {
+        dtq_info("finish batches accepted again; taking new work");
+        f->refused = 0;
+        dtq_ctx_slots_freed(f->ctx);
+    }
     dtq_ctx_settled(f->ctx);
 }
 
@@ -157,7 +189,7 @@ static int send_batch(dtq_finisher *f) {
         dtq_argv_deinit(&a);
         return DTQ_ERR;
     }
-    f->inflight++;
+    batch_link(f, b);
     dtq_argv_deinit(&a);
     return DTQ_OK;
 }
@@ -183,6 +215,18 @@ void dtq_finisher_add(dtq_finisher *f, dtq_finish_record *rec) {
     f->pending_tail = rec;
     f->npending++;
     dtq_finisher_flush(f);
+}
+
+int dtq_finisher_refused(const dtq_finisher *f) {
+    return f->refused;
+}
+
+void dtq_finisher_each_entry(const dtq_finisher *f,
+                             void (*fn)(const char *stream, const char *entry_id, void *arg),
+                             void *arg) {
+    for (const dtq_finish_record *r = f->pending; r; r = r->next) fn(r->stream, r->entry_id, arg);
+    for (const batch *b = f->batches; b; b = b->next)
+        for (const dtq_finish_record *r = b->list; r; r = r->next) fn(r->stream, r->entry_id, arg);
 }
 
 int dtq_finisher_idle(const dtq_finisher *f) {

@@ -47,6 +47,14 @@ void dtq_finisher_free(dtq_finisher *f);
 void dtq_finisher_add(dtq_finisher *f, dtq_finish_record *rec);
 /* Sends queued records (after a reconnect, or when a batch returns). */
 void dtq_finisher_flush(dtq_finisher *f);
+/* True while Redis refuses finish batches (the last one came back with an error and its
+ * records wait): take no new work meanwhile. */
+int dtq_finisher_refused(const dtq_finisher *f);
+/* Calls fn for the entry of every record not yet written (queued or in flight): their
+ * claims must be kept until Redis has the results. */
+void dtq_finisher_each_entry(const dtq_finisher *f,
+                             void (*fn)(const char *stream, const char *entry_id, void *arg),
+                             void *arg);
 /* True when nothing is queued or in flight. */
 int dtq_finisher_idle(const dtq_finisher *f);
 

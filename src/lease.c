@@ -10,6 +10,7 @@
 struct dtq_lease {
     dtq_ctx *ctx;
     dtq_executor *ex;
+    dtq_finisher *fin;
     struct event *tick_ev;
 };
 
@@ -43,9 +44,14 @@ static void add_task(const dtq_task *t, void *arg) {
     add_entry(arg, t->stream, t->entry_id);
 }
 
+static void add_unwritten(const char *stream, const char *entry_id, void *arg) {
+    add_entry(arg, stream, entry_id);
+}
+
 static void renew_claims(dtq_lease *l) {
     claim_batch b = {NULL, 0, l->ctx->cfg->worker_id};
     dtq_executor_each_task(l->ex, add_task, &b);
+    dtq_finisher_each_entry(l->fin, add_unwritten, &b);
     for (int i = 0; i < b.n; i++) {
         dtq_argv_adds(&b.per_stream[i], "IDLE");
         dtq_argv_adds(&b.per_stream[i], "0");
@@ -104,10 +110,11 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     evtimer_add(l->tick_ev, &tv);
 }
 
-dtq_lease *dtq_lease_new(dtq_ctx *ctx, dtq_executor *ex) {
+dtq_lease *dtq_lease_new(dtq_ctx *ctx, dtq_executor *ex, dtq_finisher *fin) {
     dtq_lease *l = dtq_xcalloc(1, sizeof(*l));
     l->ctx = ctx;
     l->ex = ex;
+    l->fin = fin;
     l->tick_ev = evtimer_new(ctx->base, tick_cb, l);
     return l;
 }

@@ -14,6 +14,7 @@
 struct dtq_reaper {
     dtq_ctx *ctx;
     dtq_executor *ex;
+    const dtq_finisher *fin;
     int started;
     int stopped;
     int inflight;
@@ -63,7 +64,7 @@ static void reap(dtq_reaper *rp) {
     const dtq_streams *st = &ctx->streams;
     int free_slots = dtq_executor_free_slots(rp->ex);
     dtq_argv a;
-    if (rp->inflight || !dtq_ctx_is_up(ctx)) return;
+    if (rp->inflight || !dtq_ctx_is_up(ctx) || dtq_finisher_refused(rp->fin)) return;
     if (rp->cursors_gen != ctx->streams_gen) reset_cursors(rp);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FCALL");
@@ -95,10 +96,11 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     reap(rp);
 }
 
-dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex) {
+dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *fin) {
     dtq_reaper *rp = dtq_xcalloc(1, sizeof(*rp));
     rp->ctx = ctx;
     rp->ex = ex;
+    rp->fin = fin;
     rp->tick_ev = evtimer_new(ctx->base, tick_cb, rp);
     return rp;
 }

@@ -7,10 +7,12 @@
 
 #include "ctx.h"
 #include "executor.h"
+#include "finisher.h"
 
 typedef struct dtq_reaper dtq_reaper;
 
-dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex);
+/* While `fin` reports refused finishes, nothing is reaped. */
+dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *fin);
 void dtq_reaper_free(dtq_reaper *r);
 void dtq_reaper_start(dtq_reaper *r);
 void dtq_reaper_stop(dtq_reaper *r);

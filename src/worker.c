@@ -452,9 +452,9 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     ctx->hooks.arg = w;
     w->finisher = dtq_finisher_new(ctx);
     w->executor = dtq_executor_new(ctx, w->finisher);
-    w->consumer = dtq_consumer_new(ctx, w->executor);
-    w->reaper = dtq_reaper_new(ctx, w->executor);
-    w->lease = dtq_lease_new(ctx, w->executor);
+    w->consumer = dtq_consumer_new(ctx, w->executor, w->finisher);
+    w->reaper = dtq_reaper_new(ctx, w->executor, w->finisher);
+    w->lease = dtq_lease_new(ctx, w->executor, w->finisher);
     w->scheduler = dtq_scheduler_new(ctx);
     w->heartbeat = dtq_heartbeat_new(ctx);
     if (*cfg->http_listen) {

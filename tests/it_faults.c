@@ -27,6 +27,16 @@ static void teardown(void) {
     th_redis_stop(&R);
 }
 
+static int pending_count_of(const char *queue) {
+    int n = 0;
+    for (int band = 0; band < 10; band++) {
+        redisReply *r = th_cmd(C, "XPENDING dtq:stream:%s:p%d workers", queue, band);
+        if (r->type == REDIS_REPLY_ARRAY) n += (int)r->element[0]->integer;
+        freeReplyObject(r);
+    }
+    return n;
+}
+
 /* Worker `id` on R with `worker_ini` (a [worker] section's extra keys) and `extra`. */
 static void start(th_daemon *d, const char *id, const char *worker_ini, const char *extra,
                   int wait) {
@@ -181,6 +191,45 @@ START_TEST(test_eviction_policy_that_can_lose_tasks_is_refused) {
 }
 END_TEST
 
+/* Redis refusing writes while connected (OOM under noeviction): the worker keeps the
+ * results it holds, keeps their entries claimed so no other worker adopts and re-runs
+ * them, takes no new work, and writes the results once Redis accepts them. */
+START_TEST(test_refused_finishes_are_held_and_their_claims_kept) {
+    th_daemon a, b;
+    char id[16];
+    start(&a, "w-hold", "concurrency = 4", NULL, 1);
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "held%d", i);
+        enqueue("default", id, "sleep", "{\"ms\":1500}", NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "held%d", i);
+        wait_status(id, "running", 5000);
+    }
+    start(&b, "w-other", "concurrency = 4", NULL, 1);
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 1"));
+    ck_assert_msg(th_wait_log(a.log, "finish batch refused by Redis; holding", 1, 10000),
+                  "refusal not logged");
+    th_sleep_ms(6000); /* deliberate: twice visibility_timeout_s with writes refused */
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "held%d", i);
+        th_assert_field(C, id, "status", "running");
+    }
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 0"));
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof(id), "held%d", i);
+        wait_status(id, "succeeded", 10000);
+        th_assert_field(C, id, "attempt", "1");
+        th_assert_field(C, id, "worker_id", "w-hold");
+    }
+    ck_assert(th_wait_log(a.log, "finish batches accepted again", 1, 5000));
+    ck_assert_int_eq(th_count_in_file(b.log, "adopted"), 0);
+    ck_assert_int_eq(pending_count_of("default"), 0);
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
 static int pending_count(void) {
     redisReply *r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
     int n = (int)r->element[0]->integer;
@@ -246,6 +295,7 @@ int main(void) {
     tcase_add_test(tc, test_readonly_replica_is_a_connection_failure);
     tcase_add_test(tc, test_eviction_policy_that_can_lose_tasks_is_refused);
     tcase_add_test(tc, test_reaper_finds_lost_entries_behind_live_ones);
+    tcase_add_test(tc, test_refused_finishes_are_held_and_their_claims_kept);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
