@@ -475,6 +475,70 @@ local function reap(keys, args)
   return {claimed, cursors}
 end
 
+--[[ A pending entry of this worker that this process never heard of, because the reply
+of the fetch or reap that claimed it was lost: if the claim is still this worker's, it is
+handed over again at the same attempt (it never started: the reply never arrived), with
+its idle time reset; otherwise the entry is processed like any delivered entry. ]]
+local function reclaim_lost(c, ms, worker, policy, stream, queue, band, entry_id, fields, source)
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local tid = f.task_id
+  if f.task_type ~= nil or f.attempt == nil then
+    tid = queue .. ':p' .. fmt(band) .. ':' .. entry_id
+    if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
+  end
+  local h = tid and hgetall(k('task', tid))
+  if h and h.status == 'running' and h.worker_id == worker and h.carrier == source then
+    redis.call('XCLAIM', stream, GROUP, worker, 0, entry_id, 'IDLE', 0, 'JUSTID')
+    return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', tonumber(h.attempt),
+            tonumber(h.max_attempts), tonumber(h.timeout_ms)}
+  end
+  return process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
+end
+
+local RECOVER_MAX = 1000 -- pending entries looked at per stream and call
+
+--[[ FCALL <ns>_recover numkeys streams... ARGV: worker_id, mode, policy-json, nknown,
+known... (stream/entry-id of every attempt the daemon runs or holds a result for), then for
+each stream its queue name and band. The entries pending for worker_id that are not known:
+mode 'lost' (after a reconnect of the same process) hands them over again at the same
+attempt (reclaim_lost); mode 'crashed' (a new process with a fixed worker_id, whose
+predecessor died) treats them as a lost worker's, at once: adopted (attempt + 1) and
+requeued, or dead-lettered when that was the last attempt. Returns claimed tasks. ]]
+local function recover(keys, args)
+  local worker, mode, policy = args[1], args[2], decode_policy(args[3])
+  local nknown = tonumber(args[4]) or 0
+  local known = {}
+  for i = 1, nknown do known[args[4 + i]] = true end
+  local b0 = 4 + nknown
+  local c = load_config()
+  local ms = now_ms()
+  local claimed = {}
+  for i, stream in ipairs(keys) do
+    local queue, band = args[b0 + 2 * i - 1], tonumber(args[b0 + 2 * i])
+    local pend = redis.pcall('XPENDING', stream, GROUP, '-', '+', RECOVER_MAX, worker)
+    if type(pend) == 'table' and not pend.err then
+      for _, p in ipairs(pend) do
+        local id = p[1]
+        local source = stream .. '/' .. id
+        if not known[source] then
+          local e = redis.call('XRANGE', stream, id, id)
+          if #e == 0 then
+            redis.call('XACK', stream, GROUP, id) -- the entry itself was deleted
+          elseif mode == 'lost' then
+            local t = reclaim_lost(c, ms, worker, policy, stream, queue, band, id, e[1][2],
+                                   source)
+            if t then claimed[#claimed + 1] = t end
+          else
+            process_entry(c, ms, worker, policy, stream, queue, band, id, e[1][2], true)
+          end
+        end
+      end
+    end
+  end
+  return claimed
+end
+
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
 for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/it_scripts.c
 pins the two sides together. ]]
@@ -1010,6 +1074,7 @@ end
 reg('enqueue', enqueue)
 reg('fetch', fetch)
 reg('reap', reap)
+reg('recover', recover)
 reg('finish', finish)
 reg('handback', handback)
 reg('worker_event', worker_event)

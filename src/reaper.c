@@ -18,6 +18,7 @@ struct dtq_reaper {
     int started;
     int stopped;
     int inflight;
+    int recovering; /* a recover reply is outstanding */
     struct event *tick_ev;
     char **cursors; /* XAUTOCLAIM cursor per served stream, carried across calls */
     int ncursors;
@@ -96,6 +97,59 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     reap(rp);
 }
 
+static void recover_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_reaper *rp = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    rp->recovering = 0;
+    if (reply && reply->type == REDIS_REPLY_ARRAY) {
+        if (reply->elements)
+            dtq_warn("recovered %zu task(s) claimed by a fetch or reap whose reply was lost; "
+                     "running them at the same attempt",
+                     reply->elements);
+        dtq_executor_run_claimed(rp->ex, reply);
+    } else if (reply) {
+        dtq_error("recovering this worker's pending entries failed: %s",
+                  reply->type == REDIS_REPLY_ERROR ? reply->str : "bad reply");
+    }
+    dtq_ctx_settled(rp->ctx);
+}
+
+static void add_known_task(const dtq_task *t, void *arg) {
+    dtq_argv_addf(arg, "%s/%s", t->stream, t->entry_id);
+}
+
+static void add_known_entry(const char *stream, const char *entry_id, void *arg) {
+    dtq_argv_addf(arg, "%s/%s", stream, entry_id);
+}
+
+void dtq_reaper_recover_own(dtq_reaper *rp, int predecessor_crashed) {
+    dtq_ctx *ctx = rp->ctx;
+    const dtq_streams *st = &ctx->streams;
+    dtq_argv a, known;
+    if (rp->recovering || !dtq_ctx_is_up(ctx)) return;
+    dtq_argv_init(&known);
+    dtq_executor_each_task(rp->ex, add_known_task, &known);
+    dtq_finisher_each_entry(rp->fin, add_known_entry, &known);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, ctx->fn.recover);
+    dtq_argv_addll(&a, dtq_streams_count(st));
+    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(&a, st->keys[i]);
+    dtq_argv_adds(&a, ctx->cfg->worker_id);
+    dtq_argv_adds(&a, predecessor_crashed ? "crashed" : "lost");
+    dtq_argv_adds(&a, ctx->policy_json);
+    dtq_argv_addll(&a, known.argc);
+    for (int i = 0; i < known.argc; i++) dtq_argv_add(&a, known.argv[i], known.lens[i]);
+    for (int i = 0; i < dtq_streams_count(st); i++) {
+        dtq_argv_adds(&a, st->queues[dtq_streams_queue_of(i)]);
+        dtq_argv_addll(&a, dtq_streams_band_of(i));
+    }
+    if (dtq_ctx_command(ctx, recover_cb, rp, &a) == DTQ_OK) rp->recovering = 1;
+    dtq_argv_deinit(&a);
+    dtq_argv_deinit(&known);
+}
+
 dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *fin) {
     dtq_reaper *rp = dtq_xcalloc(1, sizeof(*rp));
     rp->ctx = ctx;
@@ -118,7 +172,7 @@ void dtq_reaper_stop(dtq_reaper *rp) {
 }
 
 int dtq_reaper_busy(const dtq_reaper *rp) {
-    return rp->inflight;
+    return rp->inflight || rp->recovering;
 }
 
 void dtq_reaper_free(dtq_reaper *rp) {

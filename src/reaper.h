@@ -16,7 +16,13 @@ dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *f
 void dtq_reaper_free(dtq_reaper *r);
 void dtq_reaper_start(dtq_reaper *r);
 void dtq_reaper_stop(dtq_reaper *r);
-/* True while a reap reply is outstanding: it may still hand over tasks. */
+/* Entries pending for this worker that it neither runs nor holds a result for: after a
+ * reconnect they were claimed by a fetch or reap whose reply was lost, and run here at the
+ * same attempt (they never started); at the first connect of a process they belong to a
+ * crashed predecessor with the same worker_id, and are adopted at once as a lost
+ * worker's. Must be sent before the first fetch on the connection. */
+void dtq_reaper_recover_own(dtq_reaper *r, int predecessor_crashed);
+/* True while a reap or recover reply is outstanding: it may still hand over tasks. */
 int dtq_reaper_busy(const dtq_reaper *r);
 
 #endif

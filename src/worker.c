@@ -89,6 +89,8 @@ static void setup_done(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
     ctx->ready = 1;
     dtq_rconn_serving(ctx->cmd);
+    /* First on the connection, before any fetch: what a lost reply claimed for us. */
+    dtq_reaper_recover_own(w->reaper, !w->ever_ready);
     if (!w->ever_ready) {
         w->ever_ready = 1;
         dtq_sdnotify("READY=1\nSTATUS=connected, serving");

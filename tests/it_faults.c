@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "proxy.h"
 
 static th_redis R;
 static redisContext *C;
@@ -230,6 +231,63 @@ START_TEST(test_refused_finishes_are_held_and_their_claims_kept) {
 }
 END_TEST
 
+/* The reply to a fetch is lost after Redis ran it (a liveness drop, a network cut): the
+ * task it claimed is not left to a reaper with an extra attempt. With max_attempts = 1
+ * it still runs, and succeeds, at attempt 1. */
+START_TEST(test_lost_fetch_reply_runs_the_task_at_the_same_attempt) {
+    th_redis tcp;
+    th_proxy px;
+    th_daemon d;
+    redisContext *c;
+    redisReply *r;
+    char ini[512];
+    th_redis_start_tcp(&tcp, NULL, NULL);
+    c = th_connect(&tcp);
+    th_load_library(c);
+    r = th_cmd(c, "FCALL dtq_enqueue 0 default echo {} task_id once max_attempts 1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    th_proxy_start(&px, tcp.port, "dtq_fetch", 1);
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-cut\nheartbeat_interval_s = 1\nvisibility_timeout_s = 3\n"
+             "[redis]\nurl = redis://127.0.0.1:%d\n" HANDLERS,
+             px.port);
+    th_daemon_start(&d, &tcp, ini);
+    ck_assert_msg(th_wait_status(c, "once", "succeeded", 15000), "task did not succeed");
+    r = th_cmd(c, "HMGET dtq:task:once attempt worker_id");
+    ck_assert_str_eq(r->element[0]->str, "1");
+    ck_assert_str_eq(r->element[1]->str, "w-cut");
+    freeReplyObject(r);
+    ck_assert(th_wait_log(
+        d.log, "recovered 1 task(s) claimed by a fetch or reap whose reply was lost", 1, 1000));
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    th_proxy_stop(&px);
+    redisFree(c);
+    th_redis_stop(&tcp);
+}
+END_TEST
+
+/* A process with a fixed worker_id that crashed and is restarted knows at once that the
+ * attempts pending under its name are lost: they are adopted now, not after
+ * visibility_timeout_s. */
+START_TEST(test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once) {
+    th_daemon d;
+    char ini[256];
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-fixed\nvisibility_timeout_s = 600\n" HANDLERS);
+    th_daemon_start(&d, &R, ini);
+    th_daemon_wait_ready(C, "w-fixed", 10000);
+    enqueue("default", "crashy", "sleep", "{\"ms\":60000}", NULL);
+    wait_status("crashy", "running", 5000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGKILL, 5000), 128 + SIGKILL);
+    th_daemon_start(&d, &R, ini);
+    /* requeued as attempt 2 at once; visibility_timeout_s would take ten minutes */
+    ck_assert(th_wait_until_cmd_str(C, "HGET dtq:task:crashy attempt", "2", 10000));
+    wait_status("crashy", "running", 10000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGKILL, 5000), 128 + SIGKILL);
+}
+END_TEST
+
 static int pending_count(void) {
     redisReply *r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
     int n = (int)r->element[0]->integer;
@@ -296,6 +354,8 @@ int main(void) {
     tcase_add_test(tc, test_eviction_policy_that_can_lose_tasks_is_refused);
     tcase_add_test(tc, test_reaper_finds_lost_entries_behind_live_ones);
     tcase_add_test(tc, test_refused_finishes_are_held_and_their_claims_kept);
+    tcase_add_test(tc, test_lost_fetch_reply_runs_the_task_at_the_same_attempt);
+    tcase_add_test(tc, test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
