@@ -51,17 +51,33 @@ local function iso(ms)
                        math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
 end
 
--- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis.
+-- What load_config() accepts from <prefix>:config: the bounds of the key table in
+-- src/config.c (dlq_enabled is its boolean as 0/1, default_priority a band).
+local CONFIG_BOUNDS = {max_payload_bytes = {1, 536870912}, max_queue_depth = {1, 9e15},
+                       default_max_attempts = {1, 1000}, default_priority = {0, 9},
+                       task_retention_s = {1, 9e15}, idem_ttl_s = {1, 9e15},
+                       dlq_maxlen = {1, 9e15}, result_retention_s = {1, 9e15},
+                       events_stream_maxlen = {0, 9e15}, dlq_enabled = {0, 1}}
+local EVENT_LEVELS = {all = true, terminal = true, off = true}
+
+-- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis. A
+-- value that is not a plain integer within CONFIG_BOUNDS (or an events level), or a config
+-- key of another type, is not trusted: that field takes its DEFAULTS value.
 local function load_config()
   local names = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
                  'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
                  'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
-  local vals = redis.call('HMGET', k('config'), unpack(names))
+  local vals = redis.pcall('HMGET', k('config'), unpack(names))
+  if vals.err then vals = {} end
   local c = {}
   for i, name in ipairs(names) do
-    local v = vals[i]
-    if not v then v = DEFAULTS[name] end
-    if name ~= 'events' then v = tonumber(v) or DEFAULTS[name] end
+    local v, b = vals[i], CONFIG_BOUNDS[name]
+    if name == 'events' then
+      if not EVENT_LEVELS[v] then v = DEFAULTS.events end
+    else
+      v = type(v) == 'string' and v:find('^%d+$') and tonumber(v) or nil
+      if not v or v < b[1] or v > b[2] then v = DEFAULTS[name] end
+    end
     c[name] = v
   end
   return c

@@ -884,6 +884,58 @@ START_TEST(test_event_shapes) {
 }
 END_TEST
 
+/* A JSON string payload of exactly `len` bytes (caller frees). */
+static char *json_string_of(size_t len) {
+    char *p = malloc(len + 1);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 'x', len);
+    p[0] = p[len - 1] = '"';
+    p[len] = '\0';
+    return p;
+}
+
+START_TEST(test_config_garbage_ignored) {
+    char *fits = json_string_of(262144), *over = json_string_of(262145); /* the default max */
+    redisReply *r;
+    char id[128];
+    for (const char *const *v = (const char *const[]){"abc", "-5", "0", "1e3", NULL}; *v; v++) {
+        freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes %s", *v));
+        r = th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", fits);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", *v, r->str);
+        freeReplyObject(r);
+        expect_error_prefix(
+            th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", over),
+            "PAYLOAD_TOO_LARGE payload is 262145 bytes, max_payload_bytes is 262144");
+    }
+    free(fits);
+    free(over);
+    /* out of range or unknown: retention, DLQ length and flag, event level */
+    freeReplyObject(th_cmd(C, "DEL dtq:config"));
+    freeReplyObject(th_cmd(C, "HSET dtq:config task_retention_s -1 dlq_maxlen 0 dlq_enabled 7 "
+                              "events loud events_stream_maxlen 100 default_priority 12"));
+    create_groups("default");
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    th_assert_field(C, "c1", "priority", "5");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:events")), 1); /* events: all */
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload {bad");
+    snprintf(id, sizeof(id), "default:p5:%s", r->str);
+    freeReplyObject(r);
+    freeReplyObject(fetch("w1", 10, "default"));
+    th_assert_field(C, id, "status", "dead_lettered"); /* dlq_enabled: 1 */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:task:%s", id)), 600000); /* 604800 s */
+    /* a config key of another type: every field takes its default */
+    freeReplyObject(th_cmd(C, "DEL dtq:config"));
+    freeReplyObject(th_cmd(C, "SET dtq:config junk"));
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c2");
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue: %s", r->str);
+    freeReplyObject(r);
+    th_assert_field(C, "c2", "priority", "5");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -907,6 +959,7 @@ int main(void) {
     tcase_add_test(tc, test_requeue_dlq_all);
     tcase_add_test(tc, test_events_from_functions);
     tcase_add_test(tc, test_event_shapes);
+    tcase_add_test(tc, test_config_garbage_ignored);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
