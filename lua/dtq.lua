@@ -102,6 +102,11 @@ local function parse_int(s, lo, hi)
   return n
 end
 
+-- Adds a queue to <prefix>:queues, the set <ns>_stats reports on. Never raises.
+local function queue_known(queue)
+  redis.pcall('SADD', k('queues'), queue)
+end
+
 -- Per-call state of the event builder, reset by the wrapper reg() puts around every
 -- Function: one INCR of <prefix>:seq per call that emits, however many events it emits.
 local call_seq, call_events, call_ts_ms, call_ts = nil, 0, nil, nil
@@ -264,6 +269,7 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
     args[#args + 1] = v
   end
   redis.call('HSET', tkey, unpack(args))
+  queue_known(queue)
   if err ~= nil then
     dead_letter(c, tkey, h, ms, 'invalid entry: ' .. err, 'invalid_entry', worker)
     ack(stream, entry_id)
@@ -680,6 +686,7 @@ local function enqueue(keys, args)
     hargs[#hargs + 1] = v
   end
   redis.call('HSET', k('task', tid), unpack(hargs))
+  queue_known(queue)
   if ikey then
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
@@ -914,22 +921,11 @@ end
 local function pause(keys, args) return pause_resume('pause', args) end
 local function resume(keys, args) return pause_resume('resume', args) end
 
--- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8).
+-- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8), for the queues in <prefix>:queues
+-- (added by enqueue, by raw-entry fetch and by the daemon's setup): no keyspace SCAN.
 local function stats(keys, args)
-  local queues, order = {}, {}
-  local cursor = '0'
-  local pat = PREFIX:gsub('[%[%]%*%?{}]', '\\%0') .. ':stream:*:p[0-9]'
-  repeat
-    local r = redis.call('SCAN', cursor, 'MATCH', pat, 'COUNT', 1000, 'TYPE', 'stream')
-    cursor = r[1]
-    for _, key in ipairs(r[2]) do
-      local q = key:sub(#PREFIX + 9, -4)
-      if not queues[q] then
-        queues[q] = true
-        order[#order + 1] = q
-      end
-    end
-  until cursor == '0'
+  local order = redis.pcall('SMEMBERS', k('queues'))
+  if order.err then order = {} end -- a key of another type lists no queue
   table.sort(order)
   local out = {}
   for _, q in ipairs(order) do
@@ -937,7 +933,8 @@ local function stats(keys, args)
     for band = 0, 9 do
       local s = stream_key(q, band)
       if redis.call('EXISTS', s) == 1 then
-        len = len + redis.call('XLEN', s)
+        local n = redis.pcall('XLEN', s) -- a key of another type counts 0
+        if type(n) == 'number' then len = len + n end
         local ok, p = pcall(redis.call, 'XPENDING', s, GROUP)
         if ok then pending = pending + p[1] end
       end

@@ -936,6 +936,45 @@ START_TEST(test_config_garbage_ignored) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- bounded calls */
+
+/* stats reports the queues of <p>:queues (enqueue, raw-entry fetch), without a SCAN: a
+ * queue that only a producer's XADD created is not listed until a fetch reads it. */
+START_TEST(test_stats_lists_known_queues) {
+    redisReply *r;
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 fresh echo 1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 later echo 1 delay_ms 60000"));
+    create_groups("rawq");
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:rawq:p5 * task_type echo payload 1"));
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues fresh")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues later")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues rawq")), 0);
+    r = th_cmd(C, "FCALL_RO dtq_stats 0");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r->elements, 2 * 3 * 2 + 8); /* fresh, later; four totals */
+    ck_assert_str_eq(r->element[0]->str, "queue:fresh:depth");
+    ck_assert_int_eq(r->element[1]->integer, 1);
+    ck_assert_str_eq(r->element[6]->str, "queue:later:depth");
+    ck_assert_int_eq(r->element[7]->integer, 0);
+    freeReplyObject(r);
+    freeReplyObject(fetch("w1", 10, "rawq"));
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues rawq")), 1);
+    /* a listed queue whose stream key holds another type counts 0, and stats still answers */
+    freeReplyObject(th_cmd(C, "SADD dtq:queues weird"));
+    freeReplyObject(th_cmd(C, "SET dtq:stream:weird:p5 junk"));
+    r = th_cmd(C, "FCALL_RO dtq_stats 0");
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "stats: %s", r->str);
+    ck_assert_int_eq(r->elements, 4 * 3 * 2 + 8);
+    ck_assert_str_eq(r->element[12]->str, "queue:rawq:depth");
+    ck_assert_int_eq(r->element[13]->integer, 0);
+    ck_assert_str_eq(r->element[14]->str, "queue:rawq:pending");
+    ck_assert_int_eq(r->element[15]->integer, 1);
+    ck_assert_str_eq(r->element[18]->str, "queue:weird:depth");
+    ck_assert_int_eq(r->element[19]->integer, 0);
+    freeReplyObject(r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -960,6 +999,7 @@ int main(void) {
     tcase_add_test(tc, test_events_from_functions);
     tcase_add_test(tc, test_event_shapes);
     tcase_add_test(tc, test_config_garbage_ignored);
+    tcase_add_test(tc, test_stats_lists_known_queues);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
