@@ -102,6 +102,69 @@ local function parse_int(s, lo, hi)
   return n
 end
 
+--[[ Poisoned records. A task hash is read with read_task(): redis.pcall turns WRONGTYPE
+into a reply at no extra cost, and TYPE is asked only then, for the reason. task_poison()
+names the first field the Functions could not compute with; such a task is dead-lettered
+(dead_letter_poisoned). A key of another type cannot hold the task: its item is put in
+quarantine(). Either way the item is settled and the other items of the call go on. ]]
+local function wrong_type(key, want)
+  return 'wrong type: ' .. key .. ' is a ' .. redis.call('TYPE', key).ok .. ', not a ' .. want
+end
+
+-- The task hash of `tid`, with h.id = tid; nil when it does not exist; or nil and the reason
+-- when the key holds another type.
+local function read_task(tkey, tid)
+  local flat = redis.pcall('HGETALL', tkey)
+  if flat.err then return nil, wrong_type(tkey, 'hash') end
+  if #flat == 0 then return nil end
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  h.id = tid
+  return h
+end
+
+local TASK_STATUSES = {pending = true, queued = true, running = true, retrying = true}
+-- name, lowest, highest, required
+local TASK_INT_FIELDS = {{'attempt', 1, 2^53, true}, {'created_at', 0, 2^53, true},
+                         {'priority', 0, 9}, {'ttl_seconds', 1, 2^53}, {'max_attempts', 1, 1000},
+                         {'own_max_attempts', 1, 1000}, {'own_timeout_ms', 1, 2^53}}
+
+-- Why the Functions cannot compute with this task hash, or nil when they can.
+local function task_poison(h)
+  if h.status == nil then return 'status is missing' end
+  if not TASK_STATUSES[h.status] and not TERMINAL[h.status] then
+    return 'status is not a known status'
+  end
+  if h.queue == nil then return 'queue is missing' end
+  if not valid_name(h.queue, 128) then return 'queue is not a valid queue name' end
+  if h.task_type == nil then return 'task_type is missing' end
+  for _, f in ipairs(TASK_INT_FIELDS) do
+    local v = h[f[1]]
+    if v == nil then
+      if f[4] then return f[1] .. ' is missing' end
+    else
+      v = tostring(v)
+      local n = v:find('^%d+$') and tonumber(v)
+      if not tonumber(v) then return f[1] .. ' is not a number' end
+      if not n or n < f[2] or n > f[3] then
+        return f[1] .. ' is not an integer in [' .. fmt(f[2]) .. ', ' .. fmt(f[3]) .. ']'
+      end
+    end
+  end
+  if h.dlq_entry and h.dlq_entry ~= '' and not h.dlq_entry:find('^%d+%-%d+$') then
+    return 'dlq_entry is not a stream id'
+  end
+  return nil
+end
+
+-- The quarantine record of an item whose key holds another type: reason, key, source (the
+-- stream entry <stream>/<entry-id>, or the Function's name), ts. Never raises.
+local QUARANTINE_MAXLEN = 10000
+local function quarantine(reason, key, source, ms)
+  redis.pcall('XADD', k('stream', 'quarantine'), 'MAXLEN', '~', fmt(QUARANTINE_MAXLEN), '*',
+              'reason', reason, 'key', key, 'source', source, 'ts', fmt(ms))
+end
+
 -- Adds a queue to <prefix>:queues, the set <ns>_stats reports on. Never raises.
 local function queue_known(queue)
   redis.pcall('SADD', k('queues'), queue)
@@ -187,6 +250,14 @@ local function dead_letter(c, tkey, h, ms, err, class, worker_id)
   return 'dead_lettered'
 end
 
+-- A task task_poison() refused: dead-lettered (failed with the DLQ disabled) with
+-- last_error "poisoned record: <why>" and class `poisoned`. Only the hash's strings are
+-- copied; nothing is computed from them.
+local function dead_letter_poisoned(c, tkey, h, ms, why, worker_id)
+  if not valid_name(h.queue, 128) then h.idempotency_key = nil end -- no record to find
+  return dead_letter(c, tkey, h, ms, 'poisoned record: ' .. why, 'poisoned', worker_id)
+end
+
 --[[ The one place max_attempts and timeout_ms are resolved: at claim, from the task's own
 value, else its handler section's (the policy table the daemon sends), else the defaults.
 The result is written into the hash; finish, handback and the reaper read it from there. ]]
@@ -225,15 +296,21 @@ local function raw_entry_error(c, f)
   return nil
 end
 
---[[ A raw producer entry (no `attempt`, or a `task_type`): its task, created on first read.
-Returns tid, tkey, h; or nil when the entry was settled here (a duplicate by task id or
-idempotency key, or malformed: dead-lettered with the reason). ]]
+--[[ A raw producer entry (no `attempt` or `task_id`, or a `task_type`): its task, created on
+first read. Returns tid, tkey, h; or nil when the entry was settled here (a duplicate by task
+id or idempotency key, malformed: dead-lettered with the reason, or its task key holds
+another type: quarantined). ]]
 local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
   local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
   local tid = derived
   if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
   local tkey = k('task', tid)
-  local h = hgetall(tkey)
+  local h, bad = read_task(tkey, tid)
+  if bad then
+    quarantine(bad, tkey, source, ms)
+    ack(stream, entry_id)
+    return nil
+  end
   if h then
     if h.source ~= source and tid ~= derived then
       -- A producer's id that exists already: the entry is a duplicate.
@@ -284,13 +361,14 @@ when the entry was settled here: acknowledged as terminal, retrying, cancelled, 
 a stale duplicate, or dead-lettered because a lost worker had used the last attempt. ]]
 local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   local status = h.status
+  -- <prefix>:cancelled of another type reads as empty (redis.pcall): it cancels nothing.
   if TERMINAL[status] or status == 'retrying' then
-    redis.call('SREM', k('cancelled'), tid)
+    redis.pcall('SREM', k('cancelled'), tid)
     ack(stream, entry_id)
     return nil
   end
-  if redis.call('SISMEMBER', k('cancelled'), tid) == 1 then
-    redis.call('SREM', k('cancelled'), tid)
+  if redis.pcall('SISMEMBER', k('cancelled'), tid) == 1 then
+    redis.pcall('SREM', k('cancelled'), tid)
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, worker)
     ack(stream, entry_id)
@@ -336,22 +414,33 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
 end
 
 --[[ One stream entry delivered to `worker` (by XREADGROUP or XAUTOCLAIM): returns a
-claimed task to run, or nil when the entry was settled here. ]]
+claimed task to run, or nil when the entry was settled here. A task hash task_poison()
+refuses is dead-lettered (unless it is terminal already: then its entry is only
+acknowledged); a task key of another type is quarantined. ]]
 local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
   local f = {}
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local source = stream .. '/' .. entry_id
-  local tid, tkey, h, ent_attempt
-  if f.task_type ~= nil or f.attempt == nil then
+  local tid, tkey, h, ent_attempt, bad
+  if f.task_type ~= nil or f.attempt == nil or f.task_id == nil then
     tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
     ent_attempt = 1
   else
     tid, ent_attempt = f.task_id, tonumber(f.attempt)
     tkey = k('task', tid)
-    h = hgetall(tkey)
-    if not h then ack(stream, entry_id) end -- the task expired or was deleted
+    h, bad = read_task(tkey, tid)
+    if bad then quarantine(bad, tkey, source, ms) end
+    if not h then ack(stream, entry_id) end -- expired, deleted, or quarantined
   end
   if not h then return nil end
+  if not TERMINAL[h.status] then
+    local why = task_poison(h)
+    if why then
+      dead_letter_poisoned(c, tkey, h, ms, why, worker)
+      ack(stream, entry_id)
+      return nil
+    end
+  end
   local admit = settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   if not admit then return nil end
   return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, admit == 'adopt', source)
@@ -400,8 +489,13 @@ local function fetch(keys, args)
         local ok, res = pcall(redis.call, 'XREADGROUP', 'GROUP', GROUP, worker, 'COUNT',
                               count - read, 'STREAMS', stream, '>')
         if not ok then
-          ensure_group(stream) -- the stream or its group was deleted: recreate, read next time
-          created = true
+          -- The stream or its group was deleted: recreate, read next time. A key of another
+          -- type is skipped (recreating it would fail on every call).
+          local msg = type(res) == 'table' and res.err or tostring(res)
+          if not msg:find('WRONGTYPE', 1, true) then
+            ensure_group(stream)
+            created = true
+          end
           res = nil
         end
         if res then
@@ -420,9 +514,11 @@ local function fetch(keys, args)
       if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
         for band = 9, 0, -1 do
           local stream = fetch_stream_key(keys, qi, band)
-          local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-          block[#block + 1] = stream
-          block[#block + 1] = (last[1] and last[1][1]) or '0-0'
+          local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+          if not last.err then -- a key of another type is not blocked on
+            block[#block + 1] = stream
+            block[#block + 1] = (last[1] and last[1][1]) or '0-0'
+          end
         end
       end
     end
@@ -485,19 +581,31 @@ local function finish_record_error(r)
   return nil
 end
 
--- Applies one finish record; returns the task's new status, 'stale' or 'gone'.
+-- Only the fields the guard, task_poison() and the follow-up writes need (the payload can
+-- be large): the guard's, then every field task_poison() reads.
+local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
+                       'task_type', 'dlq_entry', 'attempt', 'created_at', 'priority',
+                       'ttl_seconds', 'max_attempts', 'own_max_attempts', 'own_timeout_ms'}
+
+-- Applies one finish record; returns the task's new status, 'stale', 'gone', or
+-- 'quarantined' (the task key holds another type). A running task of this worker that
+-- task_poison() refuses is dead-lettered whatever the outcome.
 local function finish_one(c, ms, worker, r)
   local tkey = k('task', r.task_id)
-  -- Only the fields the guard and the follow-up writes need: the payload can be large.
-  local v = redis.call('HMGET', tkey, 'status', 'attempt', 'worker_id', 'cancel_requested',
-                       'idempotency_key', 'queue', 'task_type')
-  if not v[1] then return 'gone' end
-  local h = {id = r.task_id, status = v[1], attempt = v[2], worker_id = v[3],
-             cancel_requested = v[4], idempotency_key = v[5] or nil, queue = v[6],
-             task_type = v[7]}
-  if h.status ~= 'running' or tonumber(h.attempt) ~= r.attempt or h.worker_id ~= worker then
-    return 'stale'
+  local v = redis.pcall('HMGET', tkey, unpack(FINISH_FIELDS))
+  if v.err then
+    quarantine(wrong_type(tkey, 'hash'), tkey, r.stream .. '/' .. r.entry_id, ms)
+    return 'quarantined'
   end
+  local h = {id = r.task_id}
+  for i, name in ipairs(FINISH_FIELDS) do h[name] = v[i] or nil end
+  if not h.status then return 'gone' end
+  if h.status ~= 'running' or h.worker_id ~= worker then return 'stale' end
+  local why = task_poison(h)
+  if why then
+    return dead_letter_poisoned(c, tkey, (read_task(tkey, r.task_id)), ms, why, worker)
+  end
+  if tonumber(h.attempt) ~= r.attempt then return 'stale' end
   local outcome = r.outcome
   if h.cancel_requested == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
@@ -724,7 +832,8 @@ end
 gone/terminal -> drop; cancelled -> cancelled; TTL passed -> expired; already queued ->
 drop without XADD (an earlier pass got that far); retrying -> attempt+1, queued, XADD,
 TASK_RETRIED; pending -> queued, XADD, TASK_QUEUED. The XADD precedes the claim removal.
-Returns the number of entries written. ]]
+A hash task_poison() refuses is dead-lettered; a task key of another type is quarantined
+(source: the Function's name). Returns the number of entries written. ]]
 local function sched_promote(keys, args)
   local worker = args[1]
   local c = load_config()
@@ -733,11 +842,16 @@ local function sched_promote(keys, args)
   for i = 2, #args do
     local tid = args[i]
     local tkey = k('task', tid)
-    local h = hgetall(tkey)
-    if h and not TERMINAL[h.status] then
+    local h, bad = read_task(tkey, tid)
+    local why = h and not TERMINAL[h.status] and task_poison(h)
+    if bad then
+      quarantine(bad, tkey, NS .. '_sched_promote', ms)
+    elseif why then
+      dead_letter_poisoned(c, tkey, h, ms, why, worker)
+    elseif h and not TERMINAL[h.status] then
       local ttl = tonumber(h.ttl_seconds)
-      if redis.call('SISMEMBER', k('cancelled'), tid) == 1 then
-        redis.call('SREM', k('cancelled'), tid)
+      if redis.pcall('SISMEMBER', k('cancelled'), tid) == 1 then
+        redis.pcall('SREM', k('cancelled'), tid)
         finish_terminal(c, tkey, h, 'cancelled', ms)
         emit(c, ms, 'TASK_CANCELLED', h, worker)
       elseif (h.status == 'pending' or h.status == 'queued') and ttl and
@@ -793,12 +907,21 @@ local function dlq_remove(h)
   end
 end
 
+--[[ Returns 'queued'; the status a poisoned task was dead-lettered in again (task_poison(),
+nothing requeued); or nil, the error reply and, when the task key holds another type, the
+reason (nothing written). ]]
 local function requeue_one(c, tid, ms)
   local tkey = k('task', tid)
-  local h = hgetall(tkey)
+  local h, bad = read_task(tkey, tid)
+  if bad then return nil, 'NOT_FOUND task ' .. tid .. ': ' .. bad, bad end
   if not h then return nil, 'NOT_FOUND task ' .. tid end
   if h.status ~= 'dead_lettered' and h.status ~= 'failed' then
-    return nil, 'WRONG_STATE ' .. h.status
+    return nil, 'WRONG_STATE ' .. (h.status or 'missing')
+  end
+  local why = task_poison(h)
+  if why then
+    if h.dlq_entry and h.dlq_entry:find('^%d+%-%d+$') then dlq_remove(h) end
+    return dead_letter_poisoned(c, tkey, h, ms, why, '')
   end
   local ok, meta = pcall(cjson.decode, h.metadata or '{}')
   if not ok or type(meta) ~= 'table' then meta = {} end
@@ -842,12 +965,15 @@ local function requeue_dlq(keys, args)
   for _, e in ipairs(entries) do
     local f = {}
     for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-    local r = f.task_id and requeue_one(c, f.task_id, ms)
-    if r then
+    local r, err, bad
+    if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
+    if r == 'queued' then
       done = done + 1
       audit('requeue_dlq', f.task_id, args[2], ms)
     else
-      -- An entry whose task is gone or moved on cannot be requeued; drop the stale record.
+      -- Poisoned: dead-lettered again (a new entry). Otherwise the task is gone, moved on,
+      -- or its key holds another type: drop the stale record.
+      if bad then quarantine(bad, k('task', f.task_id), NS .. '_requeue_dlq', ms) end
       redis.call('XDEL', k('stream', 'dead-letter'), e[1])
     end
   end
