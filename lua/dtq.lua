@@ -950,31 +950,50 @@ local function requeue(keys, args)
   return r
 end
 
--- FCALL <ns>_requeue_dlq 0 [count] [actor]: the oldest `count` dead letters; returns how many.
+--[[ FCALL <ns>_requeue_dlq 0 [count] [actor]: one chunk, from the oldest dead letter on.
+Requeues at most min(count, REQUEUE_DLQ_CHUNK) tasks (default: the chunk) and examines at
+most REQUEUE_DLQ_SCAN entries, none added during the call; returns how many it requeued.
+Callers loop until 0. Entries whose task is gone or moved on are dropped; a poisoned task
+is dead-lettered again (a new entry at the end, counted against the chunk, not in the
+reply); an entry whose task key holds another type is dropped and quarantined. ]]
+local REQUEUE_DLQ_CHUNK, REQUEUE_DLQ_SCAN, REQUEUE_DLQ_PAGE = 1000, 10000, 100
+
 local function requeue_dlq(keys, args)
-  local count = 2^53
+  local count = REQUEUE_DLQ_CHUNK
   if args[1] and args[1] ~= '' then
     count = parse_int(args[1], 1, 2^53)
     if not count then return opt_error('count must be a positive integer') end
+    count = math.min(count, REQUEUE_DLQ_CHUNK)
   end
   local c = load_config()
   local ms = now_ms()
-  local done = 0
-  local entries = redis.call('XRANGE', k('stream', 'dead-letter'), '-', '+', 'COUNT',
-                             fmt(math.min(count, 1000000)))
-  for _, e in ipairs(entries) do
-    local f = {}
-    for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-    local r, err, bad
-    if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
-    if r == 'queued' then
-      done = done + 1
-      audit('requeue_dlq', f.task_id, args[2], ms)
-    else
-      -- Poisoned: dead-lettered again (a new entry). Otherwise the task is gone, moved on,
-      -- or its key holds another type: drop the stale record.
-      if bad then quarantine(bad, k('task', f.task_id), NS .. '_requeue_dlq', ms) end
-      redis.call('XDEL', k('stream', 'dead-letter'), e[1])
+  local dlq = k('stream', 'dead-letter')
+  local last = redis.call('XREVRANGE', dlq, '+', '-', 'COUNT', 1)
+  if not last[1] then return 0 end
+  local from, upto = '-', last[1][1] -- poisoned tasks dead-lettered again land after upto
+  local done, used, seen = 0, 0, 0
+  while used < count and seen < REQUEUE_DLQ_SCAN do
+    local page = redis.call('XRANGE', dlq, from, upto, 'COUNT',
+                            math.min(REQUEUE_DLQ_PAGE, REQUEUE_DLQ_SCAN - seen))
+    if #page == 0 then break end
+    for _, e in ipairs(page) do
+      if used >= count then break end
+      seen = seen + 1
+      from = '(' .. e[1]
+      local f = {}
+      for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+      local r, err, bad
+      if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
+      if r == 'queued' then
+        done, used = done + 1, used + 1
+        audit('requeue_dlq', f.task_id, args[2], ms)
+      else
+        -- Poisoned: dead-lettered again. Otherwise the task is gone, moved on, or its key
+        -- holds another type: drop the stale record.
+        if r then used = used + 1 end
+        if bad then quarantine(bad, k('task', f.task_id), NS .. '_requeue_dlq', ms) end
+        redis.call('XDEL', dlq, e[1])
+      end
     end
   end
   return done

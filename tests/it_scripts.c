@@ -1301,6 +1301,38 @@ START_TEST(test_stats_lists_known_queues) {
 }
 END_TEST
 
+/* Writes n dead-lettered tasks dl<i> of queue q with their dead-letter entries (pipelined). */
+static void make_dead_letters(int n, const char *q) {
+    redisReply *r;
+    for (int i = 1; i <= n; i++) {
+        redisAppendCommand(C,
+                           "HSET dtq:task:dl%d id dl%d queue %s task_type echo payload 1 status "
+                           "dead_lettered attempt 1 priority 5 created_at 1 dlq_entry 1-%d",
+                           i, i, q, i);
+        redisAppendCommand(C, "XADD dtq:stream:dead-letter 1-%d task_id dl%d", i, i);
+    }
+    for (int i = 0; i < 2 * n; i++) {
+        ck_assert_int_eq(redisGetReply(C, (void **)&r), REDIS_OK);
+        ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+    }
+}
+
+/* requeue_dlq works in chunks of 1000, whatever count says; callers loop until 0. */
+START_TEST(test_requeue_dlq_in_chunks) {
+    make_dead_letters(2500, "default");
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0 5000")), 1000);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 1000);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 500);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 500);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 2500);
+    th_assert_field(C, "dl1", "status", "queued");
+    th_assert_field(C, "dl2500", "status", "queued");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -1331,6 +1363,7 @@ int main(void) {
     tcase_add_test(tc, test_requeue_isolates_poisoned_records);
     tcase_add_test(tc, test_config_garbage_ignored);
     tcase_add_test(tc, test_stats_lists_known_queues);
+    tcase_add_test(tc, test_requeue_dlq_in_chunks);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
