@@ -462,8 +462,8 @@ end
 --[[ FCALL <ns>_fetch numkeys KEYS ARGV
 KEYS: for each served queue, its paused key then its ten streams p9..p0.
 ARGV: worker_id, count, policy-json, then the queue names in KEYS order.
-Reads up to `count` new entries in strict order (queue order, then p9 first), settles
-the ones that must not run and claims the rest (queued -> running). Returns
+Reads up to `count` (at most FETCH_MAX) new entries in strict order (queue order, then p9
+first), settles the ones that must not run and claims the rest (queued -> running). Returns
 {claimed-tasks, block-streams, entries-read}; block-streams (stream, last-id pairs) is
 filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is -1 when
 a missing group was recreated and the daemon should fetch again at once. ]]
@@ -474,8 +474,11 @@ local function fetch_stream_key(keys, qi, band)
   return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 2 + (9 - band)]
 end
 
+local FETCH_MAX = 1000 -- entries read per fetch call at most, whatever count says
+
 local function fetch(keys, args)
-  local worker, count, policy = args[1], tonumber(args[2]), decode_policy(args[3])
+  local worker, policy = args[1], decode_policy(args[3])
+  local count = math.min(tonumber(args[2]) or 0, FETCH_MAX)
   local c = load_config()
   local ms = now_ms()
   local claimed, read, created = {}, 0, false
@@ -810,9 +813,13 @@ end
 
 --[[ Scheduler. FCALL <ns>_sched_claim 2 <schedule> <claimed> <batch> <claim_timeout_ms>
 Returns stale claims to the schedule (due now), then moves up to `batch` due members from
-the schedule to the claimed set, scored with the claim time. Returns the claimed ids. ]]
+the schedule to the claimed set, scored with the claim time. Returns the claimed ids.
+`batch` is at most SCHED_CLAIM_MAX, whatever the caller passes. ]]
+local SCHED_CLAIM_MAX = 10000
+
 local function sched_claim(keys, args)
-  local batch, claim_timeout = tonumber(args[1]), tonumber(args[2])
+  local batch = math.max(1, math.min(tonumber(args[1]) or 1, SCHED_CLAIM_MAX))
+  local claim_timeout = tonumber(args[2])
   local ms = now_ms()
   local stale = redis.call('ZRANGEBYSCORE', keys[2], '-inf', fmt(ms - claim_timeout), 'LIMIT',
                            0, batch)

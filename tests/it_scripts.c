@@ -1333,6 +1333,31 @@ START_TEST(test_requeue_dlq_in_chunks) {
 }
 END_TEST
 
+/* fetch reads at most 1000 entries per call and sched_claim moves at most 10000. */
+START_TEST(test_fetch_and_sched_claim_caps) {
+    redisReply *r;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "EVAL %s 1 dtq:stream:default:p5",
+                           "for i = 1, 1200 do redis.call('XADD', KEYS[1], '*', 'task_type', "
+                           "'echo', 'payload', '1') end"));
+    r = fetch("w1", 5000, "default");
+    ck_assert_int_eq(r->element[2]->integer, 1000);
+    ck_assert_int_eq(r->element[0]->elements, 1000);
+    freeReplyObject(r);
+    r = fetch("w1", 5000, "default");
+    ck_assert_int_eq(r->element[0]->elements, 200);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "EVAL %s 1 dtq:retry:schedule",
+                           "for i = 1, 10005 do redis.call('ZADD', KEYS[1], 1, 'm' .. i) end"));
+    r = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 20000 60000");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r->elements, 10000);
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 5);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 10000);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -1364,6 +1389,7 @@ int main(void) {
     tcase_add_test(tc, test_config_garbage_ignored);
     tcase_add_test(tc, test_stats_lists_known_queues);
     tcase_add_test(tc, test_requeue_dlq_in_chunks);
+    tcase_add_test(tc, test_fetch_and_sched_claim_caps);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
