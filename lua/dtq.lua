@@ -51,17 +51,33 @@ local function iso(ms)
                        math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
 end
 
--- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis.
+-- What load_config() accepts from <prefix>:config: the bounds of the key table in
+-- src/config.c (dlq_enabled is its boolean as 0/1, default_priority a band).
+local CONFIG_BOUNDS = {max_payload_bytes = {1, 536870912}, max_queue_depth = {1, 9e15},
+                       default_max_attempts = {1, 1000}, default_priority = {0, 9},
+                       task_retention_s = {1, 9e15}, idem_ttl_s = {1, 9e15},
+                       dlq_maxlen = {1, 9e15}, result_retention_s = {1, 9e15},
+                       events_stream_maxlen = {0, 9e15}, dlq_enabled = {0, 1}}
+local EVENT_LEVELS = {all = true, terminal = true, off = true}
+
+-- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis. A
+-- value that is not a plain integer within CONFIG_BOUNDS (or an events level), or a config
+-- key of another type, is not trusted: that field takes its DEFAULTS value.
 local function load_config()
   local names = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
                  'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
                  'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
-  local vals = redis.call('HMGET', k('config'), unpack(names))
+  local vals = redis.pcall('HMGET', k('config'), unpack(names))
+  if vals.err then vals = {} end
   local c = {}
   for i, name in ipairs(names) do
-    local v = vals[i]
-    if not v then v = DEFAULTS[name] end
-    if name ~= 'events' then v = tonumber(v) or DEFAULTS[name] end
+    local v, b = vals[i], CONFIG_BOUNDS[name]
+    if name == 'events' then
+      if not EVENT_LEVELS[v] then v = DEFAULTS.events end
+    else
+      v = type(v) == 'string' and v:find('^%d+$') and tonumber(v) or nil
+      if not v or v < b[1] or v > b[2] then v = DEFAULTS[name] end
+    end
     c[name] = v
   end
   return c
@@ -84,6 +100,74 @@ local function parse_int(s, lo, hi)
   local n = tonumber(s)
   if not n or n < lo or n > hi then return nil end
   return n
+end
+
+--[[ Poisoned records. A task hash is read with read_task(): redis.pcall turns WRONGTYPE
+into a reply at no extra cost, and TYPE is asked only then, for the reason. task_poison()
+names the first field the Functions could not compute with; such a task is dead-lettered
+(dead_letter_poisoned). A key of another type cannot hold the task: its item is put in
+quarantine(). Either way the item is settled and the other items of the call go on. ]]
+local function wrong_type(key, want)
+  return 'wrong type: ' .. key .. ' is a ' .. redis.call('TYPE', key).ok .. ', not a ' .. want
+end
+
+-- The task hash of `tid`, with h.id = tid; nil when it does not exist; or nil and the reason
+-- when the key holds another type.
+local function read_task(tkey, tid)
+  local flat = redis.pcall('HGETALL', tkey)
+  if flat.err then return nil, wrong_type(tkey, 'hash') end
+  if #flat == 0 then return nil end
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  h.id = tid
+  return h
+end
+
+local TASK_STATUSES = {pending = true, queued = true, running = true, retrying = true}
+-- name, lowest, highest, required
+local TASK_INT_FIELDS = {{'attempt', 1, 2^53, true}, {'created_at', 0, 2^53, true},
+                         {'priority', 0, 9}, {'ttl_seconds', 1, 2^53}, {'max_attempts', 1, 1000},
+                         {'own_max_attempts', 1, 1000}, {'own_timeout_ms', 1, 2^53}}
+
+-- Why the Functions cannot compute with this task hash, or nil when they can.
+local function task_poison(h)
+  if h.status == nil then return 'status is missing' end
+  if not TASK_STATUSES[h.status] and not TERMINAL[h.status] then
+    return 'status is not a known status'
+  end
+  if h.queue == nil then return 'queue is missing' end
+  if not valid_name(h.queue, 128) then return 'queue is not a valid queue name' end
+  if h.task_type == nil then return 'task_type is missing' end
+  for _, f in ipairs(TASK_INT_FIELDS) do
+    local v = h[f[1]]
+    if v == nil then
+      if f[4] then return f[1] .. ' is missing' end
+    else
+      v = tostring(v)
+      local n = v:find('^%d+$') and tonumber(v)
+      if not tonumber(v) then return f[1] .. ' is not a number' end
+      if not n or n < f[2] or n > f[3] then
+        return f[1] .. ' is not an integer in [' .. fmt(f[2]) .. ', ' .. fmt(f[3]) .. ']'
+      end
+    end
+  end
+  if h.dlq_entry and h.dlq_entry ~= '' and not h.dlq_entry:find('^%d+%-%d+$') then
+    return 'dlq_entry is not a stream id'
+  end
+  return nil
+end
+
+-- The quarantine record of an item whose key holds another type: reason, key, source (the
+-- stream entry <stream>/<entry-id>, or the Function's name), ts. Never raises.
+local QUARANTINE_MAXLEN = 10000
+local function quarantine(reason, key, source, ms)
+  redis.pcall('XADD', k('stream', 'quarantine'), 'MAXLEN', '~', fmt(QUARANTINE_MAXLEN), '*',
+              'reason', reason, 'key', key, 'source', source, 'ts', fmt(ms))
+end
+
+-- Adds a queue to <prefix>:queues, the set <ns>_stats reports on. Never raises.
+local function queue_known(queue)
+  redis.pcall('SADD', k('queues'), queue)
 end
 
 -- Per-call state of the event builder, reset by the wrapper reg() puts around every
@@ -166,6 +250,14 @@ local function dead_letter(c, tkey, h, ms, err, class, worker_id)
   return 'dead_lettered'
 end
 
+-- A task task_poison() refused: dead-lettered (failed with the DLQ disabled) with
+-- last_error "poisoned record: <why>" and class `poisoned`. Only the hash's strings are
+-- copied; nothing is computed from them.
+local function dead_letter_poisoned(c, tkey, h, ms, why, worker_id)
+  if not valid_name(h.queue, 128) then h.idempotency_key = nil end -- no record to find
+  return dead_letter(c, tkey, h, ms, 'poisoned record: ' .. why, 'poisoned', worker_id)
+end
+
 --[[ The one place max_attempts and timeout_ms are resolved: at claim, from the task's own
 value, else its handler section's (the policy table the daemon sends), else the defaults.
 The result is written into the hash; finish, handback and the reaper read it from there. ]]
@@ -204,15 +296,21 @@ local function raw_entry_error(c, f)
   return nil
 end
 
---[[ A raw producer entry (no `attempt`, or a `task_type`): its task, created on first read.
-Returns tid, tkey, h; or nil when the entry was settled here (a duplicate by task id or
-idempotency key, or malformed: dead-lettered with the reason). ]]
+--[[ A raw producer entry (no `attempt` or `task_id`, or a `task_type`): its task, created on
+first read. Returns tid, tkey, h; or nil when the entry was settled here (a duplicate by task
+id or idempotency key, malformed: dead-lettered with the reason, or its task key holds
+another type: quarantined). ]]
 local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
   local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
   local tid = derived
   if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
   local tkey = k('task', tid)
-  local h = hgetall(tkey)
+  local h, bad = read_task(tkey, tid)
+  if bad then
+    quarantine(bad, tkey, source, ms)
+    ack(stream, entry_id)
+    return nil
+  end
   if h then
     if h.source ~= source and tid ~= derived then
       -- A producer's id that exists already: the entry is a duplicate.
@@ -248,6 +346,7 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
     args[#args + 1] = v
   end
   redis.call('HSET', tkey, unpack(args))
+  queue_known(queue)
   if err ~= nil then
     dead_letter(c, tkey, h, ms, 'invalid entry: ' .. err, 'invalid_entry', worker)
     ack(stream, entry_id)
@@ -262,13 +361,14 @@ when the entry was settled here: acknowledged as terminal, retrying, cancelled, 
 a stale duplicate, or dead-lettered because a lost worker had used the last attempt. ]]
 local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   local status = h.status
+  -- <prefix>:cancelled of another type reads as empty (redis.pcall): it cancels nothing.
   if TERMINAL[status] or status == 'retrying' then
-    redis.call('SREM', k('cancelled'), tid)
+    redis.pcall('SREM', k('cancelled'), tid)
     ack(stream, entry_id)
     return nil
   end
-  if redis.call('SISMEMBER', k('cancelled'), tid) == 1 then
-    redis.call('SREM', k('cancelled'), tid)
+  if redis.pcall('SISMEMBER', k('cancelled'), tid) == 1 then
+    redis.pcall('SREM', k('cancelled'), tid)
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, worker)
     ack(stream, entry_id)
@@ -328,23 +428,34 @@ end
 
 --[[ One stream entry delivered to `worker` (by XREADGROUP or XAUTOCLAIM): returns a
 claimed task to run, or nil when the entry was settled here, or, with `requeue` (the
-reaper has no slot for it), put back in its queue. ]]
+reaper has no slot for it), put back in its queue. A task hash task_poison() refuses is
+dead-lettered (unless it is terminal already: then its entry is only acknowledged); a task
+key of another type is quarantined. ]]
 local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields,
                              requeue)
   local f = {}
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local source = stream .. '/' .. entry_id
-  local tid, tkey, h, ent_attempt
-  if f.task_type ~= nil or f.attempt == nil then
+  local tid, tkey, h, ent_attempt, bad
+  if f.task_type ~= nil or f.attempt == nil or f.task_id == nil then
     tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
     ent_attempt = 1
   else
     tid, ent_attempt = f.task_id, tonumber(f.attempt)
     tkey = k('task', tid)
-    h = hgetall(tkey)
-    if not h then ack(stream, entry_id) end -- the task expired or was deleted
+    h, bad = read_task(tkey, tid)
+    if bad then quarantine(bad, tkey, source, ms) end
+    if not h then ack(stream, entry_id) end -- expired, deleted, or quarantined
   end
   if not h then return nil end
+  if not TERMINAL[h.status] then
+    local why = task_poison(h)
+    if why then
+      dead_letter_poisoned(c, tkey, h, ms, why, worker)
+      ack(stream, entry_id)
+      return nil
+    end
+  end
   local admit = settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   if not admit then return nil end
   if requeue then
@@ -370,8 +481,8 @@ end
 --[[ FCALL <ns>_fetch numkeys KEYS ARGV
 KEYS: for each served queue, its paused key then its ten streams p9..p0.
 ARGV: worker_id, count, policy-json, then the queue names in KEYS order.
-Reads up to `count` new entries in strict order (queue order, then p9 first), settles
-the ones that must not run and claims the rest (queued -> running). Returns
+Reads up to `count` (at most FETCH_MAX) new entries in strict order (queue order, then p9
+first), settles the ones that must not run and claims the rest (queued -> running). Returns
 {claimed-tasks, block-streams, entries-read}; block-streams (stream, last-id pairs) is
 filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is -1 when
 a missing group was recreated and the daemon should fetch again at once. ]]
@@ -382,8 +493,11 @@ local function fetch_stream_key(keys, qi, band)
   return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 2 + (9 - band)]
 end
 
+local FETCH_MAX = 1000 -- entries read per fetch call at most, whatever count says
+
 local function fetch(keys, args)
-  local worker, count, policy = args[1], tonumber(args[2]), decode_policy(args[3])
+  local worker, policy = args[1], decode_policy(args[3])
+  local count = math.min(tonumber(args[2]) or 0, FETCH_MAX)
   local c = load_config()
   local ms = now_ms()
   local claimed, read, created = {}, 0, false
@@ -397,15 +511,17 @@ local function fetch(keys, args)
         local res = redis.pcall('XREADGROUP', 'GROUP', GROUP, worker, 'COUNT', count - read,
                                 'STREAMS', stream, '>')
         if type(res) == 'table' and res.err then
-          -- Only a deleted stream or group is repaired here (recreated, read next time);
-          -- any other error goes back to the daemon, which logs it and backs off.
-          if not string.find(res.err, 'NOGROUP', 1, true) then
+          -- A deleted stream or group is repaired (recreated, read next time); a key of
+          -- another type is skipped (recreating it would fail on every call); any other
+          -- error goes back to the daemon, which logs it and backs off.
+          if string.find(res.err, 'NOGROUP', 1, true) then
+            ensure_group(stream)
+            created = true
+          elseif not string.find(res.err, 'WRONGTYPE', 1, true) then
             -- What was claimed already must reach the daemon; the error can wait a call.
             if read == 0 then return redis.error_reply(res.err) end
             return {claimed, {}, read}
           end
-          ensure_group(stream)
-          created = true
           res = nil
         end
         if res then
@@ -424,9 +540,11 @@ local function fetch(keys, args)
       if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
         for band = 9, 0, -1 do
           local stream = fetch_stream_key(keys, qi, band)
-          local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-          block[#block + 1] = stream
-          block[#block + 1] = (last[1] and last[1][1]) or '0-0'
+          local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+          if not last.err then -- a key of another type is not blocked on
+            block[#block + 1] = stream
+            block[#block + 1] = (last[1] and last[1][1]) or '0-0'
+          end
         end
       end
     end
@@ -565,19 +683,31 @@ local function finish_record_error(r)
   return nil
 end
 
--- Applies one finish record; returns the task's new status, 'stale' or 'gone'.
+-- Only the fields the guard, task_poison() and the follow-up writes need (the payload can
+-- be large): the guard's, then every field task_poison() reads.
+local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
+                       'task_type', 'dlq_entry', 'attempt', 'created_at', 'priority',
+                       'ttl_seconds', 'max_attempts', 'own_max_attempts', 'own_timeout_ms'}
+
+-- Applies one finish record; returns the task's new status, 'stale', 'gone', or
+-- 'quarantined' (the task key holds another type). A running task of this worker that
+-- task_poison() refuses is dead-lettered whatever the outcome.
 local function finish_one(c, ms, worker, r)
   local tkey = k('task', r.task_id)
-  -- Only the fields the guard and the follow-up writes need: the payload can be large.
-  local v = redis.call('HMGET', tkey, 'status', 'attempt', 'worker_id', 'cancel_requested',
-                       'idempotency_key', 'queue', 'task_type')
-  if not v[1] then return 'gone' end
-  local h = {id = r.task_id, status = v[1], attempt = v[2], worker_id = v[3],
-             cancel_requested = v[4], idempotency_key = v[5] or nil, queue = v[6],
-             task_type = v[7]}
-  if h.status ~= 'running' or tonumber(h.attempt) ~= r.attempt or h.worker_id ~= worker then
-    return 'stale'
+  local v = redis.pcall('HMGET', tkey, unpack(FINISH_FIELDS))
+  if v.err then
+    quarantine(wrong_type(tkey, 'hash'), tkey, r.stream .. '/' .. r.entry_id, ms)
+    return 'quarantined'
   end
+  local h = {id = r.task_id}
+  for i, name in ipairs(FINISH_FIELDS) do h[name] = v[i] or nil end
+  if not h.status then return 'gone' end
+  if h.status ~= 'running' or h.worker_id ~= worker then return 'stale' end
+  local why = task_poison(h)
+  if why then
+    return dead_letter_poisoned(c, tkey, (read_task(tkey, r.task_id)), ms, why, worker)
+  end
+  if tonumber(h.attempt) ~= r.attempt then return 'stale' end
   local outcome = r.outcome
   if h.cancel_requested == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
@@ -766,6 +896,7 @@ local function enqueue(keys, args)
     hargs[#hargs + 1] = v
   end
   redis.call('HSET', k('task', tid), unpack(hargs))
+  queue_known(queue)
   if ikey then
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
@@ -781,9 +912,13 @@ end
 
 --[[ Scheduler. FCALL <ns>_sched_claim 2 <schedule> <claimed> <batch> <claim_timeout_ms>
 Returns stale claims to the schedule (due now), then moves up to `batch` due members from
-the schedule to the claimed set, scored with the claim time. Returns the claimed ids. ]]
+the schedule to the claimed set, scored with the claim time. Returns the claimed ids.
+`batch` is at most SCHED_CLAIM_MAX, whatever the caller passes. ]]
+local SCHED_CLAIM_MAX = 10000
+
 local function sched_claim(keys, args)
-  local batch, claim_timeout = tonumber(args[1]), tonumber(args[2])
+  local batch = math.max(1, math.min(tonumber(args[1]) or 1, SCHED_CLAIM_MAX))
+  local claim_timeout = tonumber(args[2])
   local ms = now_ms()
   local stale = redis.call('ZRANGEBYSCORE', keys[2], '-inf', fmt(ms - claim_timeout), 'LIMIT',
                            0, batch)
@@ -803,7 +938,8 @@ end
 gone/terminal -> drop; cancelled -> cancelled; TTL passed -> expired; already queued ->
 drop without XADD (an earlier pass got that far); retrying -> attempt+1, queued, XADD,
 TASK_RETRIED; pending -> queued, XADD, TASK_QUEUED. The XADD precedes the claim removal.
-Returns the number of entries written. ]]
+A hash task_poison() refuses is dead-lettered; a task key of another type is quarantined
+(source: the Function's name). Returns the number of entries written. ]]
 local function sched_promote(keys, args)
   local worker = args[1]
   local c = load_config()
@@ -812,11 +948,16 @@ local function sched_promote(keys, args)
   for i = 2, #args do
     local tid = args[i]
     local tkey = k('task', tid)
-    local h = hgetall(tkey)
-    if h and not TERMINAL[h.status] then
+    local h, bad = read_task(tkey, tid)
+    local why = h and not TERMINAL[h.status] and task_poison(h)
+    if bad then
+      quarantine(bad, tkey, NS .. '_sched_promote', ms)
+    elseif why then
+      dead_letter_poisoned(c, tkey, h, ms, why, worker)
+    elseif h and not TERMINAL[h.status] then
       local ttl = tonumber(h.ttl_seconds)
-      if redis.call('SISMEMBER', k('cancelled'), tid) == 1 then
-        redis.call('SREM', k('cancelled'), tid)
+      if redis.pcall('SISMEMBER', k('cancelled'), tid) == 1 then
+        redis.pcall('SREM', k('cancelled'), tid)
         finish_terminal(c, tkey, h, 'cancelled', ms)
         emit(c, ms, 'TASK_CANCELLED', h, worker)
       elseif (h.status == 'pending' or h.status == 'queued') and ttl and
@@ -872,12 +1013,21 @@ local function dlq_remove(h)
   end
 end
 
+--[[ Returns 'queued'; the status a poisoned task was dead-lettered in again (task_poison(),
+nothing requeued); or nil, the error reply and, when the task key holds another type, the
+reason (nothing written). ]]
 local function requeue_one(c, tid, ms)
   local tkey = k('task', tid)
-  local h = hgetall(tkey)
+  local h, bad = read_task(tkey, tid)
+  if bad then return nil, 'NOT_FOUND task ' .. tid .. ': ' .. bad, bad end
   if not h then return nil, 'NOT_FOUND task ' .. tid end
   if h.status ~= 'dead_lettered' and h.status ~= 'failed' then
-    return nil, 'WRONG_STATE ' .. h.status
+    return nil, 'WRONG_STATE ' .. (h.status or 'missing')
+  end
+  local why = task_poison(h)
+  if why then
+    if h.dlq_entry and h.dlq_entry:find('^%d+%-%d+$') then dlq_remove(h) end
+    return dead_letter_poisoned(c, tkey, h, ms, why, '')
   end
   local ok, meta = pcall(cjson.decode, h.metadata or '{}')
   if not ok or type(meta) ~= 'table' then meta = {} end
@@ -906,28 +1056,50 @@ local function requeue(keys, args)
   return r
 end
 
--- FCALL <ns>_requeue_dlq 0 [count] [actor]: the oldest `count` dead letters; returns how many.
+--[[ FCALL <ns>_requeue_dlq 0 [count] [actor]: one chunk, from the oldest dead letter on.
+Requeues at most min(count, REQUEUE_DLQ_CHUNK) tasks (default: the chunk) and examines at
+most REQUEUE_DLQ_SCAN entries, none added during the call; returns how many it requeued.
+Callers loop until 0. Entries whose task is gone or moved on are dropped; a poisoned task
+is dead-lettered again (a new entry at the end, counted against the chunk, not in the
+reply); an entry whose task key holds another type is dropped and quarantined. ]]
+local REQUEUE_DLQ_CHUNK, REQUEUE_DLQ_SCAN, REQUEUE_DLQ_PAGE = 1000, 10000, 100
+
 local function requeue_dlq(keys, args)
-  local count = 2^53
+  local count = REQUEUE_DLQ_CHUNK
   if args[1] and args[1] ~= '' then
     count = parse_int(args[1], 1, 2^53)
     if not count then return opt_error('count must be a positive integer') end
+    count = math.min(count, REQUEUE_DLQ_CHUNK)
   end
   local c = load_config()
   local ms = now_ms()
-  local done = 0
-  local entries = redis.call('XRANGE', k('stream', 'dead-letter'), '-', '+', 'COUNT',
-                             fmt(math.min(count, 1000000)))
-  for _, e in ipairs(entries) do
-    local f = {}
-    for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-    local r = f.task_id and requeue_one(c, f.task_id, ms)
-    if r then
-      done = done + 1
-      audit('requeue_dlq', f.task_id, args[2], ms)
-    else
-      -- An entry whose task is gone or moved on cannot be requeued; drop the stale record.
-      redis.call('XDEL', k('stream', 'dead-letter'), e[1])
+  local dlq = k('stream', 'dead-letter')
+  local last = redis.call('XREVRANGE', dlq, '+', '-', 'COUNT', 1)
+  if not last[1] then return 0 end
+  local from, upto = '-', last[1][1] -- poisoned tasks dead-lettered again land after upto
+  local done, used, seen = 0, 0, 0
+  while used < count and seen < REQUEUE_DLQ_SCAN do
+    local page = redis.call('XRANGE', dlq, from, upto, 'COUNT',
+                            math.min(REQUEUE_DLQ_PAGE, REQUEUE_DLQ_SCAN - seen))
+    if #page == 0 then break end
+    for _, e in ipairs(page) do
+      if used >= count then break end
+      seen = seen + 1
+      from = '(' .. e[1]
+      local f = {}
+      for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
+      local r, err, bad
+      if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
+      if r == 'queued' then
+        done, used = done + 1, used + 1
+        audit('requeue_dlq', f.task_id, args[2], ms)
+      else
+        -- Poisoned: dead-lettered again. Otherwise the task is gone, moved on, or its key
+        -- holds another type: drop the stale record.
+        if r then used = used + 1 end
+        if bad then quarantine(bad, k('task', f.task_id), NS .. '_requeue_dlq', ms) end
+        redis.call('XDEL', dlq, e[1])
+      end
     end
   end
   return done
@@ -1000,22 +1172,11 @@ end
 local function pause(keys, args) return pause_resume('pause', args) end
 local function resume(keys, args) return pause_resume('resume', args) end
 
--- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8).
+-- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8), for the queues in <prefix>:queues
+-- (added by enqueue, by raw-entry fetch and by the daemon's setup): no keyspace SCAN.
 local function stats(keys, args)
-  local queues, order = {}, {}
-  local cursor = '0'
-  local pat = PREFIX:gsub('[%[%]%*%?{}]', '\\%0') .. ':stream:*:p[0-9]'
-  repeat
-    local r = redis.call('SCAN', cursor, 'MATCH', pat, 'COUNT', 1000, 'TYPE', 'stream')
-    cursor = r[1]
-    for _, key in ipairs(r[2]) do
-      local q = key:sub(#PREFIX + 9, -4)
-      if not queues[q] then
-        queues[q] = true
-        order[#order + 1] = q
-      end
-    end
-  until cursor == '0'
+  local order = redis.pcall('SMEMBERS', k('queues'))
+  if order.err then order = {} end -- a key of another type lists no queue
   table.sort(order)
   local out = {}
   for _, q in ipairs(order) do
@@ -1023,7 +1184,8 @@ local function stats(keys, args)
     for band = 0, 9 do
       local s = stream_key(q, band)
       if redis.call('EXISTS', s) == 1 then
-        len = len + redis.call('XLEN', s)
+        local n = redis.pcall('XLEN', s) -- a key of another type counts 0
+        if type(n) == 'number' then len = len + n end
         local ok, p = pcall(redis.call, 'XPENDING', s, GROUP)
         if ok then pending = pending + p[1] end
       end

@@ -184,6 +184,28 @@ static int simple(ctl *x, const char *fn, int argc, const char **args) {
     return 0;
 }
 
+/* dlq requeue-all: <ns>_requeue_dlq requeues one chunk per call, so call it until it
+ * requeues nothing, or until it has requeued as many tasks as the dead-letter stream held
+ * at the start (tasks that fail again at once come back to it: no endless loop). */
+static int cmd_requeue_all(ctl *x) {
+    const char *a[2] = {"", "dtqctl"};
+    char *key = dtq_key(x->prefix, "stream:dead-letter");
+    const char *xlen[2] = {"XLEN", key};
+    redisReply *r = cmdv(x, 2, xlen);
+    long long start = r->type == REDIS_REPLY_INTEGER ? r->integer : 0, total = 0, n;
+    freeReplyObject(r);
+    free(key);
+    do {
+        r = fcall(x, "requeue_dlq", 2, a);
+        if (r->type != REDIS_REPLY_INTEGER) refused("requeue_dlq: unexpected reply");
+        n = r->integer;
+        total += n;
+        freeReplyObject(r);
+    } while (n > 0 && total < start);
+    printf("%lld\n", total);
+    return 0;
+}
+
 static cJSON *hash_to_json(const redisReply *r) {
     cJSON *o = cJSON_CreateObject();
     for (size_t i = 0; i + 1 < r->elements; i += 2)
@@ -554,8 +576,7 @@ int main(int argc, char **argv) {
             const char *a[2] = {argv[1], "dtqctl"};
             rc = simple(&x, argv[0], 2, a);
         } else if (!strcmp(argv[0], "requeue-all")) {
-            const char *a[2] = {"", "dtqctl"};
-            rc = simple(&x, "requeue_dlq", 2, a);
+            rc = cmd_requeue_all(&x);
         } else {
             const char *a[1] = {"dtqctl"};
             rc = simple(&x, "purge_dlq", 1, a);

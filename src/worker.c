@@ -244,6 +244,17 @@ static void setup_redis(dtq_worker *w) {
     free(lib);
     setup_command(w, &a);
     publish_config(w, 1);
+    /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
+    {
+        char *key = dtq_ctx_key(ctx, "queues");
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "SADD");
+        dtq_argv_adds(&a, key);
+        for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
+        dtq_rconn_command(ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
+        dtq_argv_deinit(&a);
+        free(key);
+    }
     for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "XGROUP");

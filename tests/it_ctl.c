@@ -207,6 +207,37 @@ START_TEST(test_dlq_queues_workers) {
 }
 END_TEST
 
+/* dlq requeue-all loops over <ns>_requeue_dlq's chunks (1000 per call) until all 2500 are
+ * requeued. Their queue "parked" is not served, so none comes back while it loops. Also:
+ * the daemon's setup put its served queue in dtq:queues. */
+START_TEST(test_dlq_requeue_all_chunks) {
+    char *out;
+    redisReply *r;
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues default")), 1);
+    for (int i = 1; i <= 2500; i++) {
+        redisAppendCommand(C,
+                           "HSET dtq:task:dl%d id dl%d queue parked task_type echo payload 1 "
+                           "status dead_lettered attempt 1 priority 5 created_at 1 dlq_entry 1-%d",
+                           i, i, i);
+        redisAppendCommand(C, "XADD dtq:stream:dead-letter 1-%d task_id dl%d", i, i);
+    }
+    for (int i = 0; i < 5000; i++) {
+        ck_assert_int_eq(redisGetReply(C, (void **)&r), REDIS_OK);
+        ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(ctl(&out, "dlq requeue-all"), 0);
+    ck_assert_str_eq(out, "2500\n");
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:parked:p5")), 2500);
+    th_assert_field(C, "dl2500", "status", "queued");
+    ck_assert_int_eq(ctl(&out, "--json dlq requeue-all"), 0);
+    ck_assert_str_eq(out, "0\n");
+    free(out);
+}
+END_TEST
+
 /* True once a client (dtqctl events) is subscribed to the events channel. */
 static int events_subscribed(void *arg) {
     redisReply *r = th_cmd(C, "PUBSUB NUMSUB dtq:events");
@@ -564,6 +595,7 @@ int main(void) {
     tcase_add_test(tc, test_enqueue_wait_and_show);
     tcase_add_test(tc, test_refusals_and_usage);
     tcase_add_test(tc, test_dlq_queues_workers);
+    tcase_add_test(tc, test_dlq_requeue_all_chunks);
     tcase_add_test(tc, test_events_follow);
     tcase_add_test(tc, test_bad_config_and_secrets);
     suite_add_tcase(s, tc);

@@ -884,6 +884,483 @@ START_TEST(test_event_shapes) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- poisoned records */
+
+/* The value of `name` in a stream entry's field list (NULL when absent). */
+static const char *entry_field(const redisReply *entry, const char *name) {
+    const redisReply *f = entry->element[1];
+    for (size_t i = 0; i + 1 < f->elements; i += 2)
+        if (!strcmp(f->element[i]->str, name)) return f->element[i + 1]->str;
+    return NULL;
+}
+
+/* The stream entry id of the newest entry of `stream` whose `field` is `value`, into out. */
+static void entry_id_of(const char *stream, const char *fld, const char *value, char *out,
+                        size_t outlen) {
+    redisReply *r = th_cmd(C, "XRANGE %s - +", stream);
+    out[0] = '\0';
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *v = entry_field(r->element[i], fld);
+        if (v && !strcmp(v, value)) snprintf(out, outlen, "%s", r->element[i]->element[0]->str);
+    }
+    freeReplyObject(r);
+    ck_assert_msg(out[0], "no entry with %s = %s in %s", fld, value, stream);
+}
+
+/* Fails unless quarantine entry `idx` (oldest first) is for `key`, from `source`, with a
+ * reason naming the key's type. */
+static void assert_quarantined(size_t idx, const char *key, const char *source, const char *type) {
+    redisReply *q = th_cmd(C, "XRANGE dtq:stream:quarantine - +");
+    char want[256];
+    ck_assert_int_gt(q->elements, idx);
+    snprintf(want, sizeof(want), "wrong type: %s is a %s, not a hash", key, type);
+    ck_assert_str_eq(entry_field(q->element[idx], "reason"), want);
+    ck_assert_str_eq(entry_field(q->element[idx], "key"), key);
+    ck_assert_str_eq(entry_field(q->element[idx], "source"), source);
+    ck_assert_int_gt(strtoll(entry_field(q->element[idx], "ts"), NULL, 10), 0);
+    freeReplyObject(q);
+}
+
+/* Fails unless `id` is dead-lettered as poisoned because of `why`, with its dead-letter entry
+ * and a retention TTL. */
+static void assert_poisoned(const char *id, const char *why) {
+    char err[160], entry[64];
+    snprintf(err, sizeof(err), "poisoned record: %s", why);
+    th_assert_field(C, id, "status", "dead_lettered");
+    th_assert_field(C, id, "last_error", err);
+    th_assert_field(C, id, "last_error_class", "poisoned");
+    entry_id_of("dtq:stream:dead-letter", "task_id", id, entry, sizeof(entry));
+    th_assert_field(C, id, "dlq_entry", entry);
+    ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:task:%s", id)), 0);
+}
+
+static void assert_string_key(const char *key, const char *want) {
+    redisReply *r = th_cmd(C, "GET %s", key);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    ck_assert_str_eq(r->str, want);
+    freeReplyObject(r);
+}
+
+static long long pending_count(const char *stream) {
+    redisReply *r = th_cmd(C, "XPENDING %s workers", stream);
+    long long n = r->element[0]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* fetch: a poisoned hash is dead-lettered, a task key of another type quarantined (through
+ * both the dtq-entry and the raw-entry path), <p>:cancelled of another type reads as empty;
+ * the good entries around them are claimed as usual, and the call replies normally. */
+START_TEST(test_fetch_isolates_poisoned_records) {
+    redisReply *r;
+    char src1[160], src2[160], id[64];
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id g1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id bad"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id g2"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:bad attempt abc"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[2]->integer, 3);
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, "g1");
+    ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "g2");
+    freeReplyObject(r);
+    for (const char *const *g = (const char *const[]){"g1", "g2", NULL}; *g; g++) {
+        th_assert_field(C, *g, "status", "running");
+        th_assert_field(C, *g, "attempt", "1");
+        th_assert_field(C, *g, "worker_id", "w1");
+    }
+    assert_poisoned("bad", "attempt is not a number");
+    th_assert_field(C, "bad", "attempt", "abc"); /* copied, never rewritten */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    /* the poisoned entry is acknowledged and deleted; the two claimed ones stay pending */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 2);
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 2);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:stream:quarantine")), 0);
+
+    /* keys of another type: a dtq entry and a raw entry whose task keys are strings */
+    freeReplyObject(th_cmd(C, "SET dtq:cancelled junk"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id g3"));
+    freeReplyObject(th_cmd(C, "SET dtq:task:s1 junk1"));
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * task_id s1 attempt 1");
+    snprintf(src1, sizeof(src1), "dtq:stream:default:p5/%s", r->str);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "SET dtq:task:s2 junk2"));
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload 1 task_id s2");
+    snprintf(src2, sizeof(src2), "dtq:stream:default:p5/%s", r->str);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id g4"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[2]->integer, 4);
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, "g3");
+    ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "g4");
+    freeReplyObject(r);
+    th_assert_field(C, "g3", "status", "running");
+    th_assert_field(C, "g4", "status", "running");
+    assert_quarantined(0, "dtq:task:s1", src1, "string");
+    assert_quarantined(1, "dtq:task:s2", src2, "string");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 2);
+    assert_string_key("dtq:task:s1", "junk1");
+    assert_string_key("dtq:task:s2", "junk2");
+    assert_string_key("dtq:cancelled", "junk");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 4); /* g1..g4 */
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 4);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
+    /* an entry with an attempt but neither task_id nor task_type is a malformed raw entry */
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * attempt 1");
+    snprintf(id, sizeof(id), "default:p5:%s", r->str);
+    freeReplyObject(r);
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[2]->integer, 1);
+    freeReplyObject(r);
+    th_assert_field(C, id, "last_error_class", "invalid_entry");
+    /* a stream key of another type is skipped: no re-fetch loop (-1), not blocked on */
+    freeReplyObject(th_cmd(C, "DEL dtq:stream:default:p3"));
+    freeReplyObject(th_cmd(C, "SET dtq:stream:default:p3 junk"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[2]->integer, 0);
+    ck_assert_int_eq(r->element[1]->elements, 18); /* nine streams to block on */
+    freeReplyObject(r);
+}
+END_TEST
+
+/* reap: the same per entry, for the entries of a lost worker. */
+START_TEST(test_reap_isolates_poisoned_records) {
+    redisReply *r;
+    char src[160];
+    create_groups("default");
+    for (const char *const *t = (const char *const[]){"a1", "a2", "a3", "a4", NULL}; *t; t++)
+        freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
+    r = fetch("w-lost", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 4);
+    snprintf(src, sizeof(src), "dtq:stream:default:p5/%s",
+             r->element[0]->element[3]->element[1]->str);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "HSET dtq:task:a2 created_at yesterday"));
+    freeReplyObject(th_cmd(C, "DEL dtq:task:a4"));
+    freeReplyObject(th_cmd(C, "RPUSH dtq:task:a4 junk"));
+    /* ARGV: worker, min_idle_ms, run_slots, min_count, policy, (queue band cursor) per stream */
+    r = th_cmd(C, "FCALL dtq_reap 1 dtq:stream:default:p5 w2 0 10 16 %s default 5 0-0", POLICY);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "reap: %s", r->str);
+    ck_assert_int_eq(r->elements, 2); /* claimed tasks, next cursors */
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    ck_assert_str_eq(r->element[0]->element[0]->element[2]->str, "a1");
+    ck_assert_str_eq(r->element[0]->element[1]->element[2]->str, "a3");
+    ck_assert_int_eq(r->element[0]->element[0]->element[6]->integer, 2); /* attempt + 1 */
+    ck_assert_str_eq(r->element[1]->element[0]->str, "0-0");             /* scan done */
+    freeReplyObject(r);
+    for (const char *const *g = (const char *const[]){"a1", "a3", NULL}; *g; g++) {
+        th_assert_field(C, *g, "status", "running");
+        th_assert_field(C, *g, "attempt", "2");
+        th_assert_field(C, *g, "worker_id", "w2");
+    }
+    assert_poisoned("a2", "created_at is not a number");
+    assert_quarantined(0, "dtq:task:a4", src, "list");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "LLEN dtq:task:a4")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 2);
+    r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers - + 10 w2");
+    ck_assert_int_eq(r->elements, 2);
+    freeReplyObject(r);
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 2);
+}
+END_TEST
+
+/* finish: one call, four records: a poisoned hash is dead-lettered whatever the outcome, a
+ * task key of another type is quarantined, every entry is acknowledged. */
+START_TEST(test_finish_isolates_poisoned_records) {
+    redisReply *r, *f;
+    dtq_argv a;
+    char src[160];
+    create_groups("default");
+    for (const char *const *t = (const char *const[]){"f1", "f2", "f3", "f4", NULL}; *t; t++)
+        freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 4);
+    freeReplyObject(th_cmd(C, "HSET dtq:task:f2 priority high"));
+    freeReplyObject(th_cmd(C, "DEL dtq:task:f4"));
+    freeReplyObject(th_cmd(C, "SET dtq:task:f4 junk"));
+    snprintf(src, sizeof(src), "dtq:stream:default:p5/%s",
+             r->element[0]->element[3]->element[1]->str);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, "dtq_finish");
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, "w1");
+    dtq_argv_addll(&a, 4);
+    for (size_t i = 0; i < 4; i++) {
+        redisReply *t = r->element[0]->element[i];
+        dtq_finish_record rec = {0};
+        rec.task_id = t->element[2]->str;
+        rec.attempt = t->element[6]->integer;
+        rec.stream = t->element[0]->str;
+        rec.entry_id = t->element[1]->str;
+        rec.outcome = OK_;
+        rec.result_state = DTQ_RESULT_FULL;
+        rec.result = (char *)"{\"ok\":1}";
+        rec.result_len = strlen(rec.result);
+        rec.error = (char *)"";
+        rec.error_class = "";
+        dtq_finish_record_encode(&a, &rec);
+    }
+    f = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
+    freeReplyObject(r);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_msg(f->type == REDIS_REPLY_ARRAY, "finish: %s", f->str);
+    ck_assert_int_eq(f->elements, 4);
+    ck_assert_str_eq(f->element[0]->str, "succeeded");
+    ck_assert_str_eq(f->element[1]->str, "dead_lettered");
+    ck_assert_str_eq(f->element[2]->str, "succeeded");
+    ck_assert_str_eq(f->element[3]->str, "quarantined");
+    freeReplyObject(f);
+    for (const char *const *g = (const char *const[]){"f1", "f3", NULL}; *g; g++) {
+        char key[64];
+        th_assert_field(C, *g, "status", "succeeded");
+        snprintf(key, sizeof(key), "dtq:result:%s", *g);
+        assert_string_key(key, "{\"ok\":1}");
+    }
+    assert_poisoned("f2", "priority is not a number");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:f2")), 0);
+    assert_quarantined(0, "dtq:task:f4", src, "string");
+    assert_string_key("dtq:task:f4", "junk");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 1);
+    /* all four entries acknowledged and deleted */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
+}
+END_TEST
+
+/* sched_promote: per id; <p>:cancelled of another type cancels nothing and stays as is. */
+START_TEST(test_sched_promote_isolates_poisoned_records) {
+    redisReply *r;
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id p1 delay_ms 1"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:r1 id r1 queue default task_type echo status retrying "
+                              "attempt 2 priority 7 created_at 1"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:bad id bad queue default task_type echo status "
+                              "retrying attempt two priority 5 created_at 1"));
+    freeReplyObject(th_cmd(C, "SET dtq:task:s1 junk"));
+    freeReplyObject(th_cmd(C, "SET dtq:cancelled junk"));
+    for (const char *const *id = (const char *const[]){"p1", "bad", "r1", "s1", NULL}; *id; id++)
+        freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed 1 %s", *id));
+    r = th_cmd(C, "FCALL dtq_sched_promote 1 dtq:retry:claimed w1 p1 bad r1 s1");
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "promote: %s", r->str);
+    ck_assert_int_eq(r->integer, 2); /* p1 and r1 */
+    freeReplyObject(r);
+    th_assert_field(C, "p1", "status", "queued");
+    th_assert_field(C, "p1", "attempt", "1");
+    th_assert_field(C, "r1", "status", "queued");
+    th_assert_field(C, "r1", "attempt", "3");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p7")), 1);
+    assert_poisoned("bad", "attempt is not a number");
+    assert_quarantined(0, "dtq:task:s1", "dtq_sched_promote", "string");
+    assert_string_key("dtq:task:s1", "junk");
+    assert_string_key("dtq:cancelled", "junk");
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 1);
+}
+END_TEST
+
+/* requeue_dlq and requeue: a poisoned task is dead-lettered again (a new entry), an entry
+ * whose task key holds another type is dropped and quarantined; the others are requeued. */
+START_TEST(test_requeue_isolates_poisoned_records) {
+    redisReply *r;
+    char old_entry[64], entry[64];
+    create_groups("default");
+    for (const char *const *t = (const char *const[]){"d1", "d2", "d3", NULL}; *t; t++)
+        freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 3);
+    for (size_t i = 0; i < 3; i++)
+        freeReplyObject(finish_one("w1", r->element[0]->element[i], DEAD_, "", DTQ_RESULT_NONE));
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "SET dtq:task:s1 junk"));
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:dead-letter * task_id s1"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:d2 priority 12"));
+    entry_id_of("dtq:stream:dead-letter", "task_id", "d2", old_entry, sizeof(old_entry));
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 4);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 2);
+    for (const char *const *g = (const char *const[]){"d1", "d3", NULL}; *g; g++) {
+        th_assert_field(C, *g, "status", "queued");
+        th_assert_field(C, *g, "attempt", "1");
+    }
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 2);
+    assert_poisoned("d2", "priority is not an integer in [0, 9]");
+    entry_id_of("dtq:stream:dead-letter", "task_id", "d2", entry, sizeof(entry));
+    ck_assert_str_ne(entry, old_entry);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1); /* d2's new entry */
+    assert_quarantined(0, "dtq:task:s1", "dtq_requeue_dlq", "string");
+    assert_string_key("dtq:task:s1", "junk");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:audit")), 2); /* one per requeued task */
+    /* requeue of one task: poisoned -> dead-lettered again; another type -> refused */
+    r = th_cmd(C, "FCALL dtq_requeue 0 d2");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "requeue: %s", r->str);
+    ck_assert_str_eq(r->str, "dead_lettered");
+    freeReplyObject(r);
+    assert_poisoned("d2", "priority is not an integer in [0, 9]");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 s1"),
+                        "NOT_FOUND task s1: wrong type: dtq:task:s1 is a string, not a hash");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 1);
+}
+END_TEST
+
+/* Garbage in <p>:config is not trusted: each bad field falls back to its default. */
+/* A JSON string payload of exactly `len` bytes (caller frees). */
+static char *json_string_of(size_t len) {
+    char *p = malloc(len + 1);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 'x', len);
+    p[0] = p[len - 1] = '"';
+    p[len] = '\0';
+    return p;
+}
+
+START_TEST(test_config_garbage_ignored) {
+    char *fits = json_string_of(262144), *over = json_string_of(262145); /* the default max */
+    redisReply *r;
+    char id[128];
+    for (const char *const *v = (const char *const[]){"abc", "-5", "0", "1e3", NULL}; *v; v++) {
+        freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes %s", *v));
+        r = th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", fits);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", *v, r->str);
+        freeReplyObject(r);
+        expect_error_prefix(
+            th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", over),
+            "PAYLOAD_TOO_LARGE payload is 262145 bytes, max_payload_bytes is 262144");
+    }
+    free(fits);
+    free(over);
+    /* out of range or unknown: retention, DLQ length and flag, event level */
+    freeReplyObject(th_cmd(C, "DEL dtq:config"));
+    freeReplyObject(th_cmd(C, "HSET dtq:config task_retention_s -1 dlq_maxlen 0 dlq_enabled 7 "
+                              "events loud events_stream_maxlen 100 default_priority 12"));
+    create_groups("default");
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    th_assert_field(C, "c1", "priority", "5");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:events")), 1); /* events: all */
+    r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload {bad");
+    snprintf(id, sizeof(id), "default:p5:%s", r->str);
+    freeReplyObject(r);
+    freeReplyObject(fetch("w1", 10, "default"));
+    th_assert_field(C, id, "status", "dead_lettered"); /* dlq_enabled: 1 */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:task:%s", id)), 600000); /* 604800 s */
+    /* a config key of another type: every field takes its default */
+    freeReplyObject(th_cmd(C, "DEL dtq:config"));
+    freeReplyObject(th_cmd(C, "SET dtq:config junk"));
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c2");
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue: %s", r->str);
+    freeReplyObject(r);
+    th_assert_field(C, "c2", "priority", "5");
+}
+END_TEST
+
+/* ----------------------------------------------------------------- bounded calls */
+
+/* stats reports the queues of <p>:queues (enqueue, raw-entry fetch), without a SCAN: a
+ * queue that only a producer's XADD created is not listed until a fetch reads it. */
+START_TEST(test_stats_lists_known_queues) {
+    redisReply *r;
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 fresh echo 1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 later echo 1 delay_ms 60000"));
+    create_groups("rawq");
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:rawq:p5 * task_type echo payload 1"));
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues fresh")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues later")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues rawq")), 0);
+    r = th_cmd(C, "FCALL_RO dtq_stats 0");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r->elements, 2 * 3 * 2 + 8); /* fresh, later; four totals */
+    ck_assert_str_eq(r->element[0]->str, "queue:fresh:depth");
+    ck_assert_int_eq(r->element[1]->integer, 1);
+    ck_assert_str_eq(r->element[6]->str, "queue:later:depth");
+    ck_assert_int_eq(r->element[7]->integer, 0);
+    freeReplyObject(r);
+    freeReplyObject(fetch("w1", 10, "rawq"));
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues rawq")), 1);
+    /* a listed queue whose stream key holds another type counts 0, and stats still answers */
+    freeReplyObject(th_cmd(C, "SADD dtq:queues weird"));
+    freeReplyObject(th_cmd(C, "SET dtq:stream:weird:p5 junk"));
+    r = th_cmd(C, "FCALL_RO dtq_stats 0");
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "stats: %s", r->str);
+    ck_assert_int_eq(r->elements, 4 * 3 * 2 + 8);
+    ck_assert_str_eq(r->element[12]->str, "queue:rawq:depth");
+    ck_assert_int_eq(r->element[13]->integer, 0);
+    ck_assert_str_eq(r->element[14]->str, "queue:rawq:pending");
+    ck_assert_int_eq(r->element[15]->integer, 1);
+    ck_assert_str_eq(r->element[18]->str, "queue:weird:depth");
+    ck_assert_int_eq(r->element[19]->integer, 0);
+    freeReplyObject(r);
+}
+END_TEST
+
+/* Writes n dead-lettered tasks dl<i> of queue q with their dead-letter entries (pipelined). */
+static void make_dead_letters(int n, const char *q) {
+    redisReply *r;
+    for (int i = 1; i <= n; i++) {
+        redisAppendCommand(C,
+                           "HSET dtq:task:dl%d id dl%d queue %s task_type echo payload 1 status "
+                           "dead_lettered attempt 1 priority 5 created_at 1 dlq_entry 1-%d",
+                           i, i, q, i);
+        redisAppendCommand(C, "XADD dtq:stream:dead-letter 1-%d task_id dl%d", i, i);
+    }
+    for (int i = 0; i < 2 * n; i++) {
+        ck_assert_int_eq(redisGetReply(C, (void **)&r), REDIS_OK);
+        ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+    }
+}
+
+/* requeue_dlq works in chunks of 1000, whatever count says; callers loop until 0. */
+START_TEST(test_requeue_dlq_in_chunks) {
+    make_dead_letters(2500, "default");
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0 5000")), 1000);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 1000);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 500);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 500);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_requeue_dlq 0")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 2500);
+    th_assert_field(C, "dl1", "status", "queued");
+    th_assert_field(C, "dl2500", "status", "queued");
+}
+END_TEST
+
+/* fetch reads at most 1000 entries per call and sched_claim moves at most 10000. */
+START_TEST(test_fetch_and_sched_claim_caps) {
+    redisReply *r;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "EVAL %s 1 dtq:stream:default:p5",
+                           "for i = 1, 1200 do redis.call('XADD', KEYS[1], '*', 'task_type', "
+                           "'echo', 'payload', '1') end"));
+    r = fetch("w1", 5000, "default");
+    ck_assert_int_eq(r->element[2]->integer, 1000);
+    ck_assert_int_eq(r->element[0]->elements, 1000);
+    freeReplyObject(r);
+    r = fetch("w1", 5000, "default");
+    ck_assert_int_eq(r->element[0]->elements, 200);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "EVAL %s 1 dtq:retry:schedule",
+                           "for i = 1, 10005 do redis.call('ZADD', KEYS[1], 1, 'm' .. i) end"));
+    r = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 20000 60000");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r->elements, 10000);
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 5);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 10000);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -907,6 +1384,15 @@ int main(void) {
     tcase_add_test(tc, test_requeue_dlq_all);
     tcase_add_test(tc, test_events_from_functions);
     tcase_add_test(tc, test_event_shapes);
+    tcase_add_test(tc, test_fetch_isolates_poisoned_records);
+    tcase_add_test(tc, test_reap_isolates_poisoned_records);
+    tcase_add_test(tc, test_finish_isolates_poisoned_records);
+    tcase_add_test(tc, test_sched_promote_isolates_poisoned_records);
+    tcase_add_test(tc, test_requeue_isolates_poisoned_records);
+    tcase_add_test(tc, test_config_garbage_ignored);
+    tcase_add_test(tc, test_stats_lists_known_queues);
+    tcase_add_test(tc, test_requeue_dlq_in_chunks);
+    tcase_add_test(tc, test_fetch_and_sched_claim_caps);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
