@@ -1,6 +1,7 @@
 /* handler_exec.c: one `job` per child. A job completes when all three have happened: the
  * child was reaped, stdout hit EOF, stderr hit EOF; whichever comes last finishes it. A
- * cancelled job stops reporting but lives on until its child is reaped. */
+ * cancelled job stops reporting but lives on until its child is reaped, so every signal
+ * death that is reported was sent by someone other than the daemon. */
 #include "handler_exec.h"
 
 #include <ctype.h>
@@ -142,6 +143,8 @@ static void job_maybe_done(job *j) {
     }
     j->call = NULL;
     if (WIFSIGNALED(j->status)) {
+        /* Not our signal (a cancelled job reports nothing): a unit stop, the OOM killer or
+         * an operator. The executor and outcome.c decide what that means. */
         snprintf(msg, sizeof(msg), "signal:%d", WTERMSIG(j->status));
         call->complete(call, DTQ_HANDLER_FAIL_SIGNAL, NULL, 0, msg);
     } else if (WEXITSTATUS(j->status) == 0) {

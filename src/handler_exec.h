@@ -2,9 +2,10 @@
  * a shell in its own process group: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
  * DTQ_QUEUE, DTQ_ATTEMPT, DTQ_MAX_ATTEMPTS in its environment, stdout is the result.
  * Exit 0 succeeds, 75 (EX_TEMPFAIL) is a retryable failure, any other exit is permanent,
- * and a signal is permanent `signal:<N>`. Cancelling (timeout, dtq_cancel, shutdown) sends
- * SIGTERM to the group, then SIGKILL after kill_grace_ms. Nothing of the task reaches a
- * command line. */
+ * and death by a signal the daemon did not send is reported as DTQ_HANDLER_FAIL_SIGNAL
+ * `signal:<N>`. Cancelling (timeout, dtq_cancel, shutdown) sends SIGTERM to the group,
+ * then SIGKILL after kill_grace_ms, and the job reports nothing after that. Nothing of the
+ * task reaches a command line. */
 #ifndef DTQ_HANDLER_EXEC_H
 #define DTQ_HANDLER_EXEC_H
 
@@ -16,7 +17,8 @@
 
 struct event_base;
 
-/* Private outcome for a child killed by a signal (mapped to class "signal"). */
+/* Private outcome, beyond the plugin ABI's statuses (the executor accepts it from exec
+ * jobs only): the child was killed by a signal the daemon did not send (class "signal"). */
 #define DTQ_HANDLER_FAIL_SIGNAL 64
 #define DTQ_EXEC_TEMPFAIL 75
 

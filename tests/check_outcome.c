@@ -98,7 +98,16 @@ START_TEST(test_failure_classes) {
     ck_assert_str_eq(o.error, "handler failed");
     dtq_outcome_deinit(&o);
     e = ended(DTQ_HANDLER_FAIL_SIGNAL);
+    e.error = "signal:9";
     dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.error_class, "signal");
+    ck_assert_str_eq(o.error, "signal:9");
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_RETRY); /* killed from outside: not the task's fault */
+    ck_assert_int_eq(o.delay_ms, 1000);          /* the normal backoff */
+    dtq_outcome_deinit(&o);
+    e.attempt = 3; /* killed on every attempt: the last one dead-letters */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
     ck_assert_str_eq(o.error_class, "signal");
     dtq_outcome_deinit(&o);
     e = ended(DTQ_HANDLER_FAIL);

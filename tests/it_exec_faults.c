@@ -1,0 +1,208 @@
+/* it_exec_faults.c: exec handlers against what the infrastructure does to them. A program
+ * killed from outside (an operator, the OOM killer, a unit stop that signals every process)
+ * is retried or handed back, never failed. */
+#include <check.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static th_redis R;
+static redisContext *C;
+
+#define FAST_RETRY "[retry]\nbase_delay = 0.2\nmax_delay = 0.5\njitter = 0\n"
+#define FAST_SCHED "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"
+
+static void setup(void) {
+    th_redis_start(&R, 0);
+    C = th_connect(&R);
+}
+
+static void teardown(void) {
+    redisFree(C);
+    th_redis_stop(&R);
+}
+
+/* `worker` goes into [worker]; `sections` (handlers, [limits]) after it. */
+static void start(th_daemon *d, const char *id, const char *worker, const char *sections) {
+    char ini[8192];
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n%s\n" FAST_RETRY FAST_SCHED "%s",
+             id, worker ? worker : "", sections ? sections : "");
+    th_daemon_start(d, &R, ini);
+    th_daemon_wait_ready(C, id, 10000);
+}
+
+static void enqueue(const char *id, const char *type) {
+    redisReply *r =
+        th_cmd(C, "FCALL dtq_enqueue 0 default %s %s task_id %s", type, "{\"n\":1}", id);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+static void wait_status(const char *id, const char *status, int ms) {
+    if (!th_wait_status(C, id, status, ms)) {
+        char *s = th_task_field(C, id, "status"), *e = th_task_field(C, id, "last_error");
+        ck_abort_msg("task %s: want status %s within %d ms, have %s (last_error %s)", id, status,
+                     ms, s ? s : "(nil)", e ? e : "(nil)");
+    }
+}
+
+/* GET dtq:result:<id>, caller-owned ("" when there is none). */
+static char *result_of(const char *id) {
+    redisReply *r = th_cmd(C, "GET dtq:result:%s", id);
+    char *v = strdup(r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return v;
+}
+
+/* A script in the test dir; the path goes to out. */
+static void script(const char *name, const char *body, char *out, size_t outlen) {
+    FILE *f;
+    th_path(&R, name, out, outlen);
+    f = fopen(out, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    ck_assert_int_eq(chmod(out, 0755), 0);
+}
+
+/* Processes whose parent is `ppid` and whose name is `comm` (scanning /proc: the kernel
+ * may lack /proc/<pid>/task/<tid>/children). Returns how many, at most max in pids. */
+static int children_of(pid_t ppid, const char *comm, pid_t *pids, int max) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    ck_assert_ptr_nonnull(d);
+    while ((e = readdir(d)) != NULL) {
+        char path[300], line[512], *close_paren;
+        FILE *f;
+        int pp;
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r"))) continue; /* gone meanwhile */
+        if (!fgets(line, sizeof(line), f)) line[0] = '\0';
+        fclose(f);
+        /* "pid (comm) state ppid ...": comm may hold blanks and parentheses */
+        close_paren = strrchr(line, ')');
+        if (!close_paren || sscanf(close_paren + 1, " %*c %d", &pp) != 1 || pp != ppid) continue;
+        *close_paren = '\0';
+        if (strcmp(strchr(line, '(') + 1, comm)) continue;
+        if (n < max) pids[n] = (pid_t)atoi(e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct kids {
+    pid_t ppid;
+    const char *comm;
+    int want;
+    pid_t pids[8];
+} kids;
+
+static int has_kids(void *arg) {
+    kids *k = arg;
+    return children_of(k->ppid, k->comm, k->pids, 8) == k->want;
+}
+
+/* ----------------------------------------------------------------- signals from outside */
+
+/* An operator's or the OOM killer's SIGKILL is not the task's doing: the attempt is a
+ * retryable `signal` failure and the next attempt succeeds. A program that kills itself on
+ * every attempt still runs out of attempts: that is its own behaviour. */
+START_TEST(test_external_kill_is_retried) {
+    th_daemon d;
+    char victim[400], suicide[400], ini[2048];
+    kids k = {0, "sleep", 1, {0}};
+    script("victim.sh", "[ \"$DTQ_ATTEMPT\" -ge 2 ] && exit 0\nexec /bin/sleep 30", victim,
+           sizeof(victim));
+    script("suicide.sh", "kill -9 $$", suicide, sizeof(suicide));
+    snprintf(ini, sizeof(ini),
+             "[handler:victim]\nexec = %s\n[handler:suicide]\nexec = %s\nmax_attempts = 2\n",
+             victim, suicide);
+    start(&d, "w-kill", NULL, ini);
+    enqueue("a1", "victim");
+    wait_status("a1", "running", 5000);
+    k.ppid = d.pid;
+    ck_assert_msg(th_wait_until(has_kids, &k, 5000), "the daemon's sleep child never appeared");
+    ck_assert_int_eq(kill(k.pids[0], SIGKILL), 0);
+    wait_status("a1", "succeeded", 10000);
+    th_assert_field(C, "a1", "attempt", "2");
+    th_assert_field(C, "a1", "last_error", "signal:9");
+    th_assert_field(C, "a1", "last_error_class", "signal");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+
+    enqueue("a2", "suicide");
+    wait_status("a2", "dead_lettered", 10000);
+    th_assert_field(C, "a2", "attempt", "2"); /* retried once, then max_attempts */
+    th_assert_field(C, "a2", "last_error_class", "signal");
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* systemd's default KillMode=control-group: SIGTERM reaches the daemon and every child at
+ * once. The children die of it while the daemon drains: their tasks go back to the queue
+ * (attempt 2) at once, long before drain_timeout_s, and another daemon finishes them. */
+START_TEST(test_unit_stop_hands_back) {
+    th_daemon a, b;
+    char prog[400], ini[1024];
+    const char *ids[] = {"s1", "s2", "s3"};
+    kids k = {0, "sleep", 3, {0}};
+    int64_t t0;
+    script("stop.sh",
+           "[ \"$DTQ_ATTEMPT\" -ge 2 ] && { printf '\"again\"'; exit 0; }\n"
+           "exec /bin/sleep 30",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:stop]\nexec = %s\n", prog);
+    start(&a, "w-stop", "concurrency = 4\ndrain_timeout_s = 30", ini);
+    for (int i = 0; i < 3; i++) enqueue(ids[i], "stop");
+    for (int i = 0; i < 3; i++) wait_status(ids[i], "running", 5000);
+    k.ppid = a.pid;
+    ck_assert_msg(th_wait_until(has_kids, &k, 5000), "three sleep children never appeared");
+    t0 = th_now_ms();
+    /* the main PID first, then the rest of the cgroup, as systemd does */
+    ck_assert_int_eq(kill(a.pid, SIGTERM), 0);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(kill(-k.pids[i], SIGTERM), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, 0, 15000), 0); /* signal 0: only wait for the exit */
+    ck_assert_int_lt(th_now_ms() - t0, 10000);         /* not the drain timeout's doing */
+    for (int i = 0; i < 3; i++) {
+        th_assert_field(C, ids[i], "status", "queued");
+        th_assert_field(C, ids[i], "attempt", "2");
+        th_assert_field(C, ids[i], "last_error_class", "interrupted");
+    }
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    start(&b, "w-stop-2", NULL, ini);
+    for (int i = 0; i < 3; i++) {
+        char *res;
+        wait_status(ids[i], "succeeded", 10000);
+        th_assert_field(C, ids[i], "attempt", "2");
+        res = result_of(ids[i]);
+        ck_assert_str_eq(res, "\"again\"");
+        free(res);
+    }
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("exec_faults");
+    TCase *tc = tcase_create("signals");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_external_kill_is_retried);
+    tcase_add_test(tc, test_unit_stop_hands_back);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
