@@ -1,6 +1,6 @@
 /* it_exec_faults.c: exec handlers against what the infrastructure does to them. A program
  * killed from outside (an operator, the OOM killer, a unit stop that signals every process)
- * is retried or handed back, never failed. */
+ * is retried or handed back, never failed, and the systemd units stop the daemon alone. */
 #include <check.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -196,6 +196,77 @@ START_TEST(test_unit_stop_hands_back) {
 }
 END_TEST
 
+/* The value of `key=` in a unit file, or NULL. */
+static char *unit_value(const char *text, const char *key) {
+    size_t klen = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, key, klen) && p[klen] == '=')
+            return strndup(p + klen + 1, strcspn(p + klen + 1, "\n"));
+    return NULL;
+}
+
+/* The units SIGTERM the daemon only, and give a default drain (30 s) plus the hard-stop
+ * grace (15 s) room before systemd's SIGKILL. */
+START_TEST(test_units_stop_the_daemon_only) {
+    const char *units[] = {DTQ_SOURCE_DIR "/systemd/dtq-worker.service",
+                           DTQ_SOURCE_DIR "/systemd/dtq-worker@.service"};
+    for (int i = 0; i < 2; i++) {
+        char *text = th_read_file(units[i]), *mode = unit_value(text, "KillMode"),
+             *stop = unit_value(text, "TimeoutStopSec"), *end;
+        long secs;
+        ck_assert_msg(mode && !strcmp(mode, "mixed"), "%s: KillMode=%s", units[i],
+                      mode ? mode : "(unset)");
+        ck_assert_msg(stop != NULL, "%s: no TimeoutStopSec", units[i]);
+        secs = strtol(stop, &end, 10);
+        ck_assert_msg(end != stop && (!*end || !strcmp(end, "s")), "%s: TimeoutStopSec=%s",
+                      units[i], stop);
+        ck_assert_msg(secs > 45, "%s: TimeoutStopSec=%s is not above 45 s", units[i], stop);
+        free(mode);
+        free(stop);
+        free(text);
+    }
+}
+END_TEST
+
+/* Whether one of text's lines is `line`. */
+static int has_line(const char *text, const char *line) {
+    size_t n = strlen(line);
+    for (const char *p = strstr(text, line); p; p = strstr(p + 1, line))
+        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+/* A drain longer than the unit's TimeoutStopSec is announced to systemd with the stop
+ * notification: drain_timeout_s + 15 s hard-stop grace + 5 s for the exit. */
+START_TEST(test_drain_extends_the_stop_timeout) {
+    th_daemon d;
+    char sock[400], buf[512], got[2048] = "";
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct timeval tv = {5, 0};
+    th_path(&R, "notify.sock", sock, sizeof(sock));
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setenv("NOTIFY_SOCKET", sock, 1);
+    start(&d, "w-extend", "drain_timeout_s = 100", NULL);
+    unsetenv("NOTIFY_SOCKET");
+    kill(d.pid, SIGTERM);
+    while (!strstr(got, "STOPPING=1")) {
+        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ck_assert_msg(n > 0, "no STOPPING=1; got: %s", got);
+        buf[n] = '\0';
+        snprintf(got, sizeof(got), "%s", buf); /* the last datagram */
+    }
+    ck_assert_msg(has_line(got, "EXTEND_TIMEOUT_USEC=120000000"), "stop datagram: %s", got);
+    ck_assert_int_eq(th_daemon_stop(&d, 0, 10000), 0);
+    close(fd);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("exec_faults");
     TCase *tc = tcase_create("signals");
@@ -203,6 +274,10 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_external_kill_is_retried);
     tcase_add_test(tc, test_unit_stop_hands_back);
+    tcase_add_test(tc, test_drain_extends_the_stop_timeout);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("units"); /* files only: no Redis */
+    tcase_add_test(tc, test_units_stop_the_daemon_only);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
