@@ -125,7 +125,8 @@ static void run_end(run *r) {
     rec->outcome = o.kind;
     rec->result_state = o.result_state;
     if (o.result_state != DTQ_RESULT_NONE) {
-        rec->result = dtq_xstrndup(r->result, o.result_len);
+        /* NULL: output cut to a result_max_bytes of 0 */
+        rec->result = dtq_xstrndup(r->result ? r->result : "", o.result_len);
         rec->result_len = o.result_len;
     }
     rec->error = o.error; /* ownership moves to the record */
@@ -149,9 +150,10 @@ static void call_complete(dtq_handler_call *call, int status, const char *result
         return;
     }
     r->completed = 1;
-    /* A plugin has no business with the exec job's private status: per the ABI, any
+    /* A plugin has no business with the exec job's private statuses: per the ABI, any
      * status but OK and RETRY is a permanent failure. */
-    if (!r->is_exec && status == DTQ_HANDLER_FAIL_SIGNAL) status = DTQ_HANDLER_FAIL;
+    if (!r->is_exec && (status == DTQ_HANDLER_FAIL_SIGNAL || status == DTQ_HANDLER_OK_TRUNCATED))
+        status = DTQ_HANDLER_FAIL;
     r->status = status;
     if (result && result_len) {
         r->result = dtq_xstrndup(result, result_len);
@@ -271,14 +273,15 @@ void dtq_executor_reap_children(dtq_executor *ex) {
 }
 
 void dtq_executor_config_changed(dtq_executor *ex) {
-    dtq_exec_set_error_max(ex->children, ex->ctx->cfg->error_max_bytes);
+    dtq_exec_set_limits(ex->children, ex->ctx->cfg->error_max_bytes,
+                        ex->ctx->cfg->result_max_bytes);
 }
 
 dtq_executor *dtq_executor_new(dtq_ctx *ctx, dtq_finisher *fin) {
     dtq_executor *ex = dtq_xcalloc(1, sizeof(*ex));
     ex->ctx = ctx;
     ex->fin = fin;
-    ex->children = dtq_exec_new(ctx->base, ctx->cfg->error_max_bytes);
+    ex->children = dtq_exec_new(ctx->base, ctx->cfg->error_max_bytes, ctx->cfg->result_max_bytes);
     return ex;
 }
 

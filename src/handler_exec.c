@@ -18,8 +18,6 @@
 #include "log.h"
 #include "util.h"
 
-#define STDOUT_CAP (64 * 1024 * 1024) /* bytes kept of stdout before the result is refused */
-
 extern char **environ;
 
 typedef struct job {
@@ -33,7 +31,8 @@ typedef struct job {
     size_t payload_len, payload_off;
     char *out;
     size_t out_len, out_cap;
-    int out_overflow;
+    size_t out_max;    /* result_max_bytes when the job started: never more is kept */
+    int out_truncated; /* stdout went past out_max; the rest was read and dropped */
     char *err;
     size_t err_len;
     int reaped, status;
@@ -43,6 +42,7 @@ typedef struct job {
 struct dtq_exec {
     struct event_base *base;
     int64_t error_max_bytes;
+    int64_t result_max_bytes;
     job *jobs;
 };
 
@@ -148,10 +148,8 @@ static void job_maybe_done(job *j) {
         snprintf(msg, sizeof(msg), "signal:%d", WTERMSIG(j->status));
         call->complete(call, DTQ_HANDLER_FAIL_SIGNAL, NULL, 0, msg);
     } else if (WEXITSTATUS(j->status) == 0) {
-        if (j->out_overflow)
-            call->complete(call, DTQ_HANDLER_FAIL, NULL, 0, "result larger than 64 MiB");
-        else
-            call->complete(call, DTQ_HANDLER_OK, j->out, j->out_len, NULL);
+        call->complete(call, j->out_truncated ? DTQ_HANDLER_OK_TRUNCATED : DTQ_HANDLER_OK, j->out,
+                       j->out_len, NULL);
     } else {
         int code = WEXITSTATUS(j->status);
         const char *text = j->err_len ? j->err : NULL;
@@ -181,25 +179,32 @@ static void stdin_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Reads once from stdout. Returns 1 after data, 0 once the pipe is closed (EOF or error),
- * -1 when nothing is available now. Never finishes the job itself. */
+ * -1 when nothing is available now. Never finishes the job itself. Keeps at most out_max
+ * bytes: the rest would only be cut away when the result is stored, and a chatty program
+ * must not make the daemon buffer its whole output. The pipe is still read to its end, so
+ * the program never blocks on a full pipe. */
 static int read_stdout(job *j) {
     char buf[65536];
+    size_t keep;
     ssize_t n = read(j->out_fd, buf, sizeof(buf));
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
     if (n <= 0) {
         close_ev(&j->out_ev, &j->out_fd);
         return 0;
     }
-    if (j->out_len + (size_t)n > STDOUT_CAP) {
-        j->out_overflow = 1;
-        return 1;
-    }
-    if (j->out_len + (size_t)n + 1 > j->out_cap) {
-        j->out_cap = (j->out_len + (size_t)n + 1) * 2;
+    keep = j->out_max - j->out_len;
+    if ((size_t)n > keep)
+        j->out_truncated = 1;
+    else
+        keep = (size_t)n;
+    if (!keep) return 1;
+    if (j->out_len + keep + 1 > j->out_cap) {
+        j->out_cap = (j->out_len + keep + 1) * 2;
+        if (j->out_cap > j->out_max + 1) j->out_cap = j->out_max + 1;
         j->out = dtq_xrealloc(j->out, j->out_cap);
     }
-    memcpy(j->out + j->out_len, buf, (size_t)n);
-    j->out_len += (size_t)n;
+    memcpy(j->out + j->out_len, buf, keep);
+    j->out_len += keep;
     j->out[j->out_len] = '\0';
     return 1;
 }
@@ -347,6 +352,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     j->in_fd = in[1];
     j->out_fd = out[0];
     j->err_fd = errp[0];
+    j->out_max = (size_t)ex->result_max_bytes;
     j->payload = call->payload;
     j->payload_len = call->payload_len;
     j->kill_grace_ms = spec->kill_grace_ms;
@@ -392,15 +398,16 @@ void dtq_exec_reap(dtq_exec *ex) {
     }
 }
 
-dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes) {
+dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes, int64_t result_max_bytes) {
     dtq_exec *ex = dtq_xcalloc(1, sizeof(*ex));
     ex->base = base;
-    ex->error_max_bytes = error_max_bytes;
+    dtq_exec_set_limits(ex, error_max_bytes, result_max_bytes);
     return ex;
 }
 
-void dtq_exec_set_error_max(dtq_exec *ex, int64_t error_max_bytes) {
+void dtq_exec_set_limits(dtq_exec *ex, int64_t error_max_bytes, int64_t result_max_bytes) {
     ex->error_max_bytes = error_max_bytes;
+    ex->result_max_bytes = result_max_bytes;
 }
 
 int dtq_exec_children(const dtq_exec *ex) {

@@ -1,6 +1,7 @@
 /* it_exec_faults.c: exec handlers against what the infrastructure does to them. A program
  * killed from outside (an operator, the OOM killer, a unit stop that signals every process)
- * is retried or handed back, never failed, and the systemd units stop the daemon alone. */
+ * is retried or handed back, never failed; the systemd units stop the daemon alone; and a
+ * program cannot make the daemon buffer more stdout than result_max_bytes. */
 #include <check.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -115,6 +116,34 @@ typedef struct kids {
 static int has_kids(void *arg) {
     kids *k = arg;
     return children_of(k->ppid, k->comm, k->pids, 8) == k->want;
+}
+
+/* A field of /proc/<pid>/status ("VmHWM", "SigIgn") as text, caller-owned. */
+static char *proc_status(pid_t pid, const char *field) {
+    char path[64], line[256], *v = NULL;
+    size_t flen = strlen(field);
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, field, flen) && line[flen] == ':') {
+            char *s = line + flen + 1;
+            while (isspace((unsigned char)*s)) s++;
+            s[strcspn(s, "\n")] = '\0';
+            v = strdup(s);
+            break;
+        }
+    fclose(f);
+    ck_assert_msg(v != NULL, "no %s in %s", field, path);
+    return v;
+}
+
+static long vm_hwm_kb(pid_t pid) {
+    char *v = proc_status(pid, "VmHWM");
+    long kb = atol(v);
+    free(v);
+    return kb;
 }
 
 /* ----------------------------------------------------------------- signals from outside */
@@ -267,6 +296,54 @@ START_TEST(test_drain_extends_the_stop_timeout) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- output and a clean start */
+
+/* 10 MB of stdout with result_max_bytes = 1024: the daemon keeps the first 1024 bytes as
+ * they are (JSON or not), marks the result truncated, and its memory does not grow with the
+ * output. Output under the cap is still checked for JSON. */
+START_TEST(test_stdout_capped_while_read) {
+    th_daemon d;
+    char big[400], raw[400], small[400], ini[2048], *res;
+    long hwm0, hwm1;
+    script("big.sh",
+           "printf '\"'; /usr/bin/head -c 10000000 /dev/zero | /usr/bin/tr '\\000' a; printf '\"'",
+           big, sizeof(big));
+    script("raw.sh", "/usr/bin/head -c 10000000 /dev/zero | /usr/bin/tr '\\000' b", raw,
+           sizeof(raw));
+    script("small.sh", "echo not json", small, sizeof(small));
+    snprintf(ini, sizeof(ini),
+             "[limits]\nresult_max_bytes = 1024\n[handler:big]\nexec = %s\n"
+             "[handler:raw]\nexec = %s\n[handler:small]\nexec = %s\nmax_attempts = 1\n",
+             big, raw, small);
+    start(&d, "w-big", NULL, ini);
+    hwm0 = vm_hwm_kb(d.pid);
+    enqueue("o1", "big");
+    wait_status("o1", "succeeded", 30000);
+    th_assert_field(C, "o1", "result_truncated", "1");
+    res = result_of("o1");
+    ck_assert_int_eq(strlen(res), 1024);
+    ck_assert_int_eq(strspn(res + 1, "a"), 1023);
+    free(res);
+    hwm1 = vm_hwm_kb(d.pid);
+    ck_assert_msg(hwm1 - hwm0 < 8 * 1024, "VmHWM grew from %ld kB to %ld kB", hwm0, hwm1);
+#if !defined(__SANITIZE_ADDRESS__)
+    ck_assert_msg(hwm1 < 30 * 1024, "VmHWM %ld kB", hwm1);
+#endif
+    enqueue("o2", "raw"); /* not JSON, and too long to tell: kept as it is */
+    wait_status("o2", "succeeded", 30000);
+    th_assert_field(C, "o2", "result_truncated", "1");
+    res = result_of("o2");
+    ck_assert_int_eq(strspn(res, "b"), 1024);
+    ck_assert_int_eq(strlen(res), 1024);
+    free(res);
+    enqueue("o3", "small");
+    wait_status("o3", "dead_lettered", 10000);
+    th_assert_field(C, "o3", "last_error_class", "bad_result");
+    ck_assert_int_lt(vm_hwm_kb(d.pid) - hwm0, 8 * 1024);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("exec_faults");
     TCase *tc = tcase_create("signals");
@@ -278,6 +355,11 @@ int main(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("units"); /* files only: no Redis */
     tcase_add_test(tc, test_units_stop_the_daemon_only);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("child");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_stdout_capped_while_read);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
