@@ -5,6 +5,7 @@
 #include "handler_exec.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -276,71 +278,146 @@ static void job_cancel(dtq_handler_call *call) {
     }
 }
 
+/* Whether env[0..n) already sets the variable that `entry` (NAME=VALUE) names. */
+static int env_has(char *const *env, size_t n, const char *entry) {
+    size_t len = strcspn(entry, "=");
+    for (size_t k = 0; k < n; k++)
+        if (!strncmp(env[k], entry, len) && env[k][len] == '=') return 1;
+    return 0;
+}
+
+/* The child's environment, each name once. With a name twice, getenv() would take the
+ * first and a shell the last, so precedence is by order and duplicates are dropped: the
+ * daemon's DTQ_ variables (a section cannot forge the task id), then the section's env,
+ * then what the daemon inherited (without its own DTQ_* settings, which may hold a Redis
+ * password, and without the systemd variables meant for the daemon alone). */
 static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
     size_t n = 0, i = 0;
     char **env;
     while (environ[n]) n++;
     for (char **e = spec->env; *e; e++) n++;
     env = dtq_xcalloc(n + 6, sizeof(char *));
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
-            strncmp(*e, "WATCHDOG_", 9))
-            env[i++] = dtq_xstrdup(*e);
     env[i++] = dtq_xasprintf("DTQ_TASK_ID=%s", call->task_id);
     env[i++] = dtq_xasprintf("DTQ_TASK_TYPE=%s", call->task_type);
     env[i++] = dtq_xasprintf("DTQ_QUEUE=%s", call->queue);
     env[i++] = dtq_xasprintf("DTQ_ATTEMPT=%lld", call->attempt);
     env[i++] = dtq_xasprintf("DTQ_MAX_ATTEMPTS=%lld", call->max_attempts);
-    for (char **e = spec->env; *e; e++) env[i++] = dtq_xstrdup(*e);
+    for (char **e = spec->env; *e; e++)
+        if (!env_has(env, i, *e)) env[i++] = dtq_xstrdup(*e);
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
+            strncmp(*e, "WATCHDOG_", 9) && !env_has(env, i, *e))
+            env[i++] = dtq_xstrdup(*e);
     env[i] = NULL;
     return env;
 }
 
-static int nonblock_cloexec(int fd) {
-    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) | fcntl(fd, F_SETFD, FD_CLOEXEC);
+static void close_pipe(int p[2]) {
+    close(p[0]);
+    close(p[1]);
+}
+
+/* The three pipes, close-on-exec from birth: a plugin's thread may fork and exec at any
+ * moment, and a program that inherited a write end would hold back our EOF. On failure,
+ * the pipes already made are closed and msg says which one failed. */
+static int make_pipes(int p[3][2], char *msg, size_t msglen) {
+    static const char *const names[3] = {"stdin", "stdout", "stderr"};
+    for (int i = 0; i < 3; i++)
+        if (pipe2(p[i], O_CLOEXEC) != 0) {
+            snprintf(msg, msglen, "exec: cannot create the %s pipe: %s", names[i], strerror(errno));
+            while (i-- > 0) close_pipe(p[i]);
+            return -1;
+        }
+    return 0;
+}
+
+/* Closes every descriptor from 3 up. close_range(2) needs Linux 5.9; older kernels list
+ * /proc/self/fd (glibc keeps malloc usable in a forked child), and without /proc every
+ * possible number up to the descriptor limit is closed. */
+static void close_from_3(void) {
+    DIR *d;
+    struct rlimit rl;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    if (close_range(3, ~0U, 0) == 0) return;
+#endif
+    d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        int self = dirfd(d);
+        while ((e = readdir(d)) != NULL) {
+            int fd = atoi(e->d_name);
+            if (fd > 2 && fd != self) close(fd);
+        }
+        closedir(d);
+        return;
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) rl.rlim_cur = 65536;
+    for (rlim_t fd = 3; fd < rl.rlim_cur; fd++) close((int)fd);
+}
+
+/* In the forked child, every signal still blocked (see dtq_exec_start): a program starts
+ * as if from a clean login, not with what the daemon set up or inherited. */
+static void child_run(const dtq_exec_spec *spec, char **env, int p[3][2]) {
+    int fds[3] = {p[0][0], p[1][1], p[2][1]};
+    struct sigaction dfl;
+    sigset_t none;
+    setpgid(0, 0);
+    /* Default dispositions before unblocking: a signal caught now would run the daemon's
+     * handler here, and an ignored one (SIGPIPE under systemd, anything the daemon's parent
+     * ignored) would stay ignored across execve. SIGKILL, SIGSTOP and libc's internal
+     * signals refuse the change, which is fine. */
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++) sigaction(sig, &dfl, NULL);
+    /* A pipe end below 3 (the daemon started with 0-2 closed) is moved up first, so that
+     * one dup2 cannot overwrite another's source. dup2 clears close-on-exec on 0-2. */
+    for (int i = 0; i < 3; i++)
+        if (fds[i] < 3) fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+    for (int i = 0; i < 3; i++) dup2(fds[i], i);
+    close_from_3();
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (spec->workdir && chdir(spec->workdir) != 0) {
+        dprintf(2, "exec: cannot chdir to %s: %s\n", spec->workdir, strerror(errno));
+        _exit(127);
+    }
+    execve(spec->argv[0], spec->argv, env);
+    dprintf(2, "exec: cannot run %s: %s\n", spec->argv[0], strerror(errno));
+    _exit(127);
+}
+
+static void set_nonblock(int fd) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call) {
-    int in[2], out[2], errp[2];
-    char **env;
+    int p[3][2]; /* stdin, stdout, stderr: [0] read end, [1] write end */
+    char **env, msg[160];
+    sigset_t all, old;
     job *j;
     pid_t pid;
-    if (pipe(in) || pipe(out) || pipe(errp)) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "exec: pipe failed: %s", strerror(errno));
+    if (make_pipes(p, msg, sizeof(msg)) != 0) {
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
     }
     env = child_env(spec, call);
+    /* Blocked across fork, so the child cannot take a signal before it has reset the
+     * dispositions; the parent's mask is restored at once. */
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        setpgid(0, 0);
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        dup2(errp[1], 2);
-        for (int fd = 3; fd < 1024; fd++) close(fd);
-        if (spec->workdir && chdir(spec->workdir) != 0) {
-            dprintf(2, "exec: cannot chdir to %s: %s\n", spec->workdir, strerror(errno));
-            _exit(127);
-        }
-        execve(spec->argv[0], spec->argv, env);
-        dprintf(2, "exec: cannot run %s: %s\n", spec->argv[0], strerror(errno));
-        _exit(127);
-    }
+    if (pid == 0) child_run(spec, env, p);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     free_strv(env);
-    close(in[0]);
-    close(out[1]);
-    close(errp[1]);
+    close(p[0][0]);
+    close(p[1][1]);
+    close(p[2][1]);
     if (pid < 0) {
-        char msg[128];
         snprintf(msg, sizeof(msg), "exec: fork failed: %s", strerror(errno));
-        close(in[1]);
-        close(out[0]);
-        close(errp[0]);
+        close(p[0][1]);
+        close(p[1][0]);
+        close(p[2][0]);
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
     }
@@ -349,16 +426,16 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     j->ex = ex;
     j->call = call;
     j->pid = pid;
-    j->in_fd = in[1];
-    j->out_fd = out[0];
-    j->err_fd = errp[0];
+    j->in_fd = p[0][1];
+    j->out_fd = p[1][0];
+    j->err_fd = p[2][0];
     j->out_max = (size_t)ex->result_max_bytes;
     j->payload = call->payload;
     j->payload_len = call->payload_len;
     j->kill_grace_ms = spec->kill_grace_ms;
-    nonblock_cloexec(j->in_fd);
-    nonblock_cloexec(j->out_fd);
-    nonblock_cloexec(j->err_fd);
+    set_nonblock(j->in_fd);
+    set_nonblock(j->out_fd);
+    set_nonblock(j->err_fd);
     j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
     j->out_ev = event_new(ex->base, j->out_fd, EV_READ | EV_PERSIST, stdout_cb, j);
     j->err_ev = event_new(ex->base, j->err_fd, EV_READ | EV_PERSIST, stderr_cb, j);

@@ -1,5 +1,6 @@
 /* handler_exec.h: `exec = /path/prog arg...` handlers. A program per attempt, run without
- * a shell in its own process group: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
+ * a shell in its own process group, with default signal dispositions, an empty signal
+ * mask and only descriptors 0-2: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
  * DTQ_QUEUE, DTQ_ATTEMPT, DTQ_MAX_ATTEMPTS in its environment, stdout is the result (at
  * most result_max_bytes of it kept). Exit 0 succeeds, 75 (EX_TEMPFAIL) is a retryable
  * failure, any other exit is permanent, and death by a signal the daemon did not send is

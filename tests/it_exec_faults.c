@@ -1,7 +1,8 @@
 /* it_exec_faults.c: exec handlers against what the infrastructure does to them. A program
  * killed from outside (an operator, the OOM killer, a unit stop that signals every process)
  * is retried or handed back, never failed; the systemd units stop the daemon alone; and a
- * program cannot make the daemon buffer more stdout than result_max_bytes. */
+ * program starts clean (descriptors 0-2 only, default signals, its section's environment)
+ * and cannot make the daemon buffer more stdout than result_max_bytes. */
 #include <check.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -344,6 +345,138 @@ START_TEST(test_stdout_capped_while_read) {
 }
 END_TEST
 
+/* Whether the daemon's descriptor fd, a socket or a pipe the test process does not also
+ * hold (so the daemon made it), is close-on-exec. 1 when it is or does not apply. */
+static int made_cloexec(pid_t pid, const char *fd) {
+    char path[300], mine[300], target[256] = "", own[256] = "", line[256];
+    FILE *f;
+    long fl = 0;
+    snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
+    if (readlink(path, target, sizeof(target) - 1) < 0) return 1;
+    if (strncmp(target, "socket:", 7) && strncmp(target, "pipe:", 5)) return 1;
+    snprintf(mine, sizeof(mine), "/proc/self/fd/%s", fd);
+    if (readlink(mine, own, sizeof(own) - 1) > 0 && !strcmp(own, target)) return 1; /* inherited */
+    snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
+    f = fopen(path, "r");
+    if (!f) return 1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "flags:", 6)) fl = strtol(line + 6, NULL, 8);
+    fclose(f);
+    return (fl & O_CLOEXEC) != 0;
+}
+
+/* A program sees only 0, 1 and 2: nothing of the daemon's (Redis connections, libevent's
+ * descriptors, another child's pipes) nor what the daemon inherited, however high. The
+ * daemon's own sockets and pipes are close-on-exec. */
+START_TEST(test_child_sees_only_0_1_2) {
+    th_daemon d;
+    char prog[400], ini[1024], *res;
+    struct rlimit rl;
+    int high = 1500, nullfd = open("/dev/null", O_RDONLY);
+    DIR *dir;
+    struct dirent *e;
+    char fddir[64];
+    /* The program's descriptors without close-on-exec, i.e. those it was given: the shell
+     * opens its own (the script, the glob's directory) close-on-exec, and reads the flags
+     * with a redirection, which makes no new descriptor above 2 that lasts. */
+    script("fds.sh",
+           "out=\nfor f in /proc/$$/fd/*; do\n  n=${f##*/}; fl=\n"
+           "  { while read -r k v; do [ \"$k\" = flags: ] && fl=$v; done; } "
+           "2>/dev/null </proc/$$/fdinfo/$n\n"
+           "  [ -n \"$fl\" ] || continue\n"
+           "  [ $(( fl & 02000000 )) -eq 0 ] && out=\"$out${out:+,}$n\"\ndone\n"
+           "printf '\"%s\"' \"$out\"",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:fds]\nexec = %s\n", prog);
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur <= (rlim_t)high && rl.rlim_max > (rlim_t)high) {
+        rl.rlim_cur = (rlim_t)high + 1;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    ck_assert_int_eq(dup2(nullfd, high), high); /* not close-on-exec: the daemon inherits it */
+    start(&d, "w-fds", NULL, ini);
+    close(high);
+    close(nullfd);
+    enqueue("f1", "fds");
+    enqueue("f2", "fds");
+    wait_status("f1", "succeeded", 10000);
+    wait_status("f2", "succeeded", 10000);
+    res = result_of("f1");
+    ck_assert_str_eq(res, "\"0,1,2\"");
+    free(res);
+    res = result_of("f2");
+    ck_assert_str_eq(res, "\"0,1,2\"");
+    free(res);
+    snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)d.pid);
+    dir = opendir(fddir);
+    ck_assert_ptr_nonnull(dir);
+    while ((e = readdir(dir)) != NULL)
+        if (isdigit((unsigned char)e->d_name[0]))
+            ck_assert_msg(made_cloexec(d.pid, e->d_name),
+                          "daemon descriptor %s is not close-on-exec", e->d_name);
+    closedir(dir);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* A program starts with every signal at its default and none blocked, even when the
+ * daemon was started with some ignored (systemd ignores SIGPIPE; nohup SIGHUP) or blocked. */
+START_TEST(test_child_signals_default) {
+    th_daemon d;
+    char prog[400], ini[1024], *res, *ign;
+    sigset_t usr2, old;
+    script("sig.sh",
+           "b=$(/usr/bin/sed -n 's/^SigBlk:[[:space:]]*//p' /proc/$$/status)\n"
+           "i=$(/usr/bin/sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)\n"
+           "printf '{\"blk\":\"%s\",\"ign\":\"%s\"}' \"$b\" \"$i\"",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:sig]\nexec = %s\n", prog);
+    /* the daemon inherits these two, as from a parent that set them up */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &usr2, &old);
+    start(&d, "w-sig", NULL, ini);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    signal(SIGUSR1, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    ign = proc_status(d.pid, "SigIgn");
+    ck_assert_msg(strtoull(ign, NULL, 16) & (1ULL << (SIGUSR1 - 1)),
+                  "the daemon does not ignore SIGUSR1 (SigIgn %s): the test proves nothing", ign);
+    free(ign);
+    enqueue("g1", "sig");
+    wait_status("g1", "succeeded", 10000);
+    res = result_of("g1");
+    ck_assert_str_eq(res, "{\"blk\":\"0000000000000000\",\"ign\":\"0000000000000000\"}");
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* The section's env = NAME=VALUE replaces what the daemon inherited (each name once in the
+ * program's environment block), but cannot forge the daemon's DTQ_ variables. */
+START_TEST(test_section_env_overrides_inherited) {
+    th_daemon d;
+    char prog[400], ini[1024], *res;
+    script("env.sh",
+           "/usr/bin/tr '\\000' '\\n' < /proc/$$/environ | /usr/bin/grep -E "
+           "'^(PATH|DTQ_TASK_ID)=' | /usr/bin/sort | { o=; while read -r l; do "
+           "o=\"$o${o:+ }$l\"; done; printf '\"%s|%s\"' \"$o\" \"$PATH\"; }",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:env]\nexec = %s\nenv = PATH=/custom DTQ_TASK_ID=forged\n",
+             prog);
+    setenv("PATH", "/usr/local/bin:/usr/bin:/bin", 0); /* the daemon inherits a PATH */
+    start(&d, "w-env", NULL, ini);
+    enqueue("e1", "env");
+    wait_status("e1", "succeeded", 10000);
+    res = result_of("e1");
+    ck_assert_str_eq(res, "\"DTQ_TASK_ID=e1 PATH=/custom|/custom\"");
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("exec_faults");
     TCase *tc = tcase_create("signals");
@@ -360,6 +493,9 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_stdout_capped_while_read);
+    tcase_add_test(tc, test_child_sees_only_0_1_2);
+    tcase_add_test(tc, test_child_signals_default);
+    tcase_add_test(tc, test_section_env_overrides_inherited);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
