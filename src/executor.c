@@ -27,6 +27,7 @@ typedef struct run {
     char *error;
     int timed_out;
     int cancelled; /* stopped because of dtq_cancel */
+    int is_exec;   /* the private DTQ_HANDLER_* statuses are accepted from exec jobs only */
     char *config;  /* the handler's target, owned: a reload may free the registry */
 } run;
 
@@ -36,6 +37,7 @@ struct dtq_executor {
     dtq_exec *children; /* exec handler processes */
     run *running;
     int nrunning;
+    int draining; /* the daemon is stopping: see dtq_executor_drain */
 };
 
 static void run_end(run *r);
@@ -73,6 +75,23 @@ static void count_outcome(dtq_counters *c, enum dtq_outcome_kind kind) {
     if (kind == DTQ_OUTCOME_DEAD_LETTER) c->failed++;
 }
 
+/* Gives the attempt of a stopped or interrupted run back for another worker. */
+static void run_handback(run *r, const char *reason) {
+    dtq_executor *ex = r->ex;
+    dtq_finish_record *rec = dtq_xcalloc(1, sizeof(*rec));
+    rec->handback = 1;
+    rec->task_id = dtq_xstrdup(r->task->id);
+    rec->attempt = r->task->attempt;
+    rec->stream = dtq_xstrdup(r->task->stream);
+    rec->entry_id = dtq_xstrdup(r->task->entry_id);
+    rec->error = dtq_xstrdup(reason);
+    dtq_warn("task %s attempt %lld: interrupted (%s), handed back", r->task->id,
+             (long long)r->task->attempt, reason);
+    run_unlink(r);
+    run_free(r);
+    dtq_finisher_add(ex->fin, rec);
+}
+
 /* Decides the ended attempt and queues its finish record. */
 static void run_end(run *r) {
     dtq_executor *ex = r->ex;
@@ -85,8 +104,19 @@ static void run_end(run *r) {
     dtq_outcome_limits lim = {hc ? &hc->retry : &cfg->retry, cfg->result_max_bytes,
                               cfg->error_max_bytes};
     dtq_outcome o;
-    dtq_finish_record *rec = dtq_xcalloc(1, sizeof(*rec));
+    dtq_finish_record *rec;
 
+    /* A child killed by a signal we did not send while the daemon stops: the stop of the
+     * whole unit killed it (systemd's KillMode=control-group, a container runtime), not its
+     * own doing. It goes back like an attempt the drain ran out of time for. */
+    if (ex->draining && r->status == DTQ_HANDLER_FAIL_SIGNAL && !r->timed_out && !r->cancelled) {
+        char *reason =
+            dtq_xasprintf("interrupted: worker shut down (%s)", r->error ? r->error : "signal");
+        run_handback(r, reason);
+        free(reason);
+        return;
+    }
+    rec = dtq_xcalloc(1, sizeof(*rec));
     dtq_outcome_decide(&end, &lim, dtq_retry_uniform(), &o);
     rec->task_id = dtq_xstrdup(t->id);
     rec->attempt = t->attempt;
@@ -95,7 +125,8 @@ static void run_end(run *r) {
     rec->outcome = o.kind;
     rec->result_state = o.result_state;
     if (o.result_state != DTQ_RESULT_NONE) {
-        rec->result = dtq_xstrndup(r->result, o.result_len);
+        /* NULL: output cut to a result_max_bytes of 0 */
+        rec->result = dtq_xstrndup(r->result ? r->result : "", o.result_len);
         rec->result_len = o.result_len;
     }
     rec->error = o.error; /* ownership moves to the record */
@@ -119,6 +150,10 @@ static void call_complete(dtq_handler_call *call, int status, const char *result
         return;
     }
     r->completed = 1;
+    /* A plugin has no business with the exec job's private statuses: per the ABI, any
+     * status but OK and RETRY is a permanent failure. */
+    if (!r->is_exec && (status == DTQ_HANDLER_FAIL_SIGNAL || status == DTQ_HANDLER_OK_TRUNCATED))
+        status = DTQ_HANDLER_FAIL;
     r->status = status;
     if (result && result_len) {
         r->result = dtq_xstrndup(result, result_len);
@@ -183,6 +218,7 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     evtimer_add(r->timeout_ev, &tv);
 
     r->in_handler = 1;
+    r->is_exec = h->exec_spec != NULL;
     if (h->exec_spec)
         dtq_exec_start(ex->children, h->exec_spec, &r->call);
     else
@@ -217,20 +253,13 @@ void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt)
 void dtq_executor_abandon_all(dtq_executor *ex, const char *reason) {
     while (ex->running) {
         run *r = ex->running;
-        dtq_finish_record *rec = dtq_xcalloc(1, sizeof(*rec));
         if (!r->completed) run_stop(r);
-        rec->handback = 1;
-        rec->task_id = dtq_xstrdup(r->task->id);
-        rec->attempt = r->task->attempt;
-        rec->stream = dtq_xstrdup(r->task->stream);
-        rec->entry_id = dtq_xstrdup(r->task->entry_id);
-        rec->error = dtq_xstrdup(reason);
-        dtq_warn("task %s attempt %lld: interrupted (%s), handed back", r->task->id,
-                 (long long)r->task->attempt, reason);
-        run_unlink(r);
-        run_free(r);
-        dtq_finisher_add(ex->fin, rec);
+        run_handback(r, reason);
     }
+}
+
+void dtq_executor_drain(dtq_executor *ex) {
+    ex->draining = 1;
 }
 
 void dtq_executor_each_task(const dtq_executor *ex, void (*fn)(const dtq_task *t, void *arg),
@@ -244,14 +273,15 @@ void dtq_executor_reap_children(dtq_executor *ex) {
 }
 
 void dtq_executor_config_changed(dtq_executor *ex) {
-    dtq_exec_set_error_max(ex->children, ex->ctx->cfg->error_max_bytes);
+    dtq_exec_set_limits(ex->children, ex->ctx->cfg->error_max_bytes,
+                        ex->ctx->cfg->result_max_bytes);
 }
 
 dtq_executor *dtq_executor_new(dtq_ctx *ctx, dtq_finisher *fin) {
     dtq_executor *ex = dtq_xcalloc(1, sizeof(*ex));
     ex->ctx = ctx;
     ex->fin = fin;
-    ex->children = dtq_exec_new(ctx->base, ctx->cfg->error_max_bytes);
+    ex->children = dtq_exec_new(ctx->base, ctx->cfg->error_max_bytes, ctx->cfg->result_max_bytes);
     return ex;
 }
 

@@ -24,6 +24,9 @@ void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list);
 void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt);
 /* Stops every running handler and hands its task back for another worker. */
 void dtq_executor_abandon_all(dtq_executor *ex, const char *reason);
+/* The daemon is stopping. From now on an exec child killed by a signal the daemon did not
+ * send (the unit's stop reached it too) hands its task back instead of failing it. */
+void dtq_executor_drain(dtq_executor *ex);
 /* Calls fn for the task of every running attempt. */
 void dtq_executor_each_task(const dtq_executor *ex, void (*fn)(const dtq_task *t, void *arg),
                             void *arg);

@@ -1,9 +1,11 @@
 /* handler_exec.c: one `job` per child. A job completes when all three have happened: the
  * child was reaped, stdout hit EOF, stderr hit EOF; whichever comes last finishes it. A
- * cancelled job stops reporting but lives on until its child is reaped. */
+ * cancelled job stops reporting but lives on until its child is reaped, so every signal
+ * death that is reported was sent by someone other than the daemon. */
 #include "handler_exec.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -11,13 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "util.h"
-
-#define STDOUT_CAP (64 * 1024 * 1024) /* bytes kept of stdout before the result is refused */
 
 extern char **environ;
 
@@ -32,7 +33,8 @@ typedef struct job {
     size_t payload_len, payload_off;
     char *out;
     size_t out_len, out_cap;
-    int out_overflow;
+    size_t out_max;    /* result_max_bytes when the job started: never more is kept */
+    int out_truncated; /* stdout went past out_max; the rest was read and dropped */
     char *err;
     size_t err_len;
     int reaped, status;
@@ -42,6 +44,7 @@ typedef struct job {
 struct dtq_exec {
     struct event_base *base;
     int64_t error_max_bytes;
+    int64_t result_max_bytes;
     job *jobs;
 };
 
@@ -142,13 +145,13 @@ static void job_maybe_done(job *j) {
     }
     j->call = NULL;
     if (WIFSIGNALED(j->status)) {
+        /* Not our signal (a cancelled job reports nothing): a unit stop, the OOM killer or
+         * an operator. The executor and outcome.c decide what that means. */
         snprintf(msg, sizeof(msg), "signal:%d", WTERMSIG(j->status));
         call->complete(call, DTQ_HANDLER_FAIL_SIGNAL, NULL, 0, msg);
     } else if (WEXITSTATUS(j->status) == 0) {
-        if (j->out_overflow)
-            call->complete(call, DTQ_HANDLER_FAIL, NULL, 0, "result larger than 64 MiB");
-        else
-            call->complete(call, DTQ_HANDLER_OK, j->out, j->out_len, NULL);
+        call->complete(call, j->out_truncated ? DTQ_HANDLER_OK_TRUNCATED : DTQ_HANDLER_OK, j->out,
+                       j->out_len, NULL);
     } else {
         int code = WEXITSTATUS(j->status);
         const char *text = j->err_len ? j->err : NULL;
@@ -178,25 +181,32 @@ static void stdin_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Reads once from stdout. Returns 1 after data, 0 once the pipe is closed (EOF or error),
- * -1 when nothing is available now. Never finishes the job itself. */
+ * -1 when nothing is available now. Never finishes the job itself. Keeps at most out_max
+ * bytes: the rest would only be cut away when the result is stored, and a chatty program
+ * must not make the daemon buffer its whole output. The pipe is still read to its end, so
+ * the program never blocks on a full pipe. */
 static int read_stdout(job *j) {
     char buf[65536];
+    size_t keep;
     ssize_t n = read(j->out_fd, buf, sizeof(buf));
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
     if (n <= 0) {
         close_ev(&j->out_ev, &j->out_fd);
         return 0;
     }
-    if (j->out_len + (size_t)n > STDOUT_CAP) {
-        j->out_overflow = 1;
-        return 1;
-    }
-    if (j->out_len + (size_t)n + 1 > j->out_cap) {
-        j->out_cap = (j->out_len + (size_t)n + 1) * 2;
+    keep = j->out_max - j->out_len;
+    if ((size_t)n > keep)
+        j->out_truncated = 1;
+    else
+        keep = (size_t)n;
+    if (!keep) return 1;
+    if (j->out_len + keep + 1 > j->out_cap) {
+        j->out_cap = (j->out_len + keep + 1) * 2;
+        if (j->out_cap > j->out_max + 1) j->out_cap = j->out_max + 1;
         j->out = dtq_xrealloc(j->out, j->out_cap);
     }
-    memcpy(j->out + j->out_len, buf, (size_t)n);
-    j->out_len += (size_t)n;
+    memcpy(j->out + j->out_len, buf, keep);
+    j->out_len += keep;
     j->out[j->out_len] = '\0';
     return 1;
 }
@@ -268,71 +278,146 @@ static void job_cancel(dtq_handler_call *call) {
     }
 }
 
+/* Whether env[0..n) already sets the variable that `entry` (NAME=VALUE) names. */
+static int env_has(char *const *env, size_t n, const char *entry) {
+    size_t len = strcspn(entry, "=");
+    for (size_t k = 0; k < n; k++)
+        if (!strncmp(env[k], entry, len) && env[k][len] == '=') return 1;
+    return 0;
+}
+
+/* The child's environment, each name once. With a name twice, getenv() would take the
+ * first and a shell the last, so precedence is by order and duplicates are dropped: the
+ * daemon's DTQ_ variables (a section cannot forge the task id), then the section's env,
+ * then what the daemon inherited (without its own DTQ_* settings, which may hold a Redis
+ * password, and without the systemd variables meant for the daemon alone). */
 static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
     size_t n = 0, i = 0;
     char **env;
     while (environ[n]) n++;
     for (char **e = spec->env; *e; e++) n++;
     env = dtq_xcalloc(n + 6, sizeof(char *));
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
-            strncmp(*e, "WATCHDOG_", 9))
-            env[i++] = dtq_xstrdup(*e);
     env[i++] = dtq_xasprintf("DTQ_TASK_ID=%s", call->task_id);
     env[i++] = dtq_xasprintf("DTQ_TASK_TYPE=%s", call->task_type);
     env[i++] = dtq_xasprintf("DTQ_QUEUE=%s", call->queue);
     env[i++] = dtq_xasprintf("DTQ_ATTEMPT=%lld", call->attempt);
     env[i++] = dtq_xasprintf("DTQ_MAX_ATTEMPTS=%lld", call->max_attempts);
-    for (char **e = spec->env; *e; e++) env[i++] = dtq_xstrdup(*e);
+    for (char **e = spec->env; *e; e++)
+        if (!env_has(env, i, *e)) env[i++] = dtq_xstrdup(*e);
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
+            strncmp(*e, "WATCHDOG_", 9) && !env_has(env, i, *e))
+            env[i++] = dtq_xstrdup(*e);
     env[i] = NULL;
     return env;
 }
 
-static int nonblock_cloexec(int fd) {
-    return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) | fcntl(fd, F_SETFD, FD_CLOEXEC);
+static void close_pipe(int p[2]) {
+    close(p[0]);
+    close(p[1]);
+}
+
+/* The three pipes, close-on-exec from birth: a plugin's thread may fork and exec at any
+ * moment, and a program that inherited a write end would hold back our EOF. On failure,
+ * the pipes already made are closed and msg says which one failed. */
+static int make_pipes(int p[3][2], char *msg, size_t msglen) {
+    static const char *const names[3] = {"stdin", "stdout", "stderr"};
+    for (int i = 0; i < 3; i++)
+        if (pipe2(p[i], O_CLOEXEC) != 0) {
+            snprintf(msg, msglen, "exec: cannot create the %s pipe: %s", names[i], strerror(errno));
+            while (i-- > 0) close_pipe(p[i]);
+            return -1;
+        }
+    return 0;
+}
+
+/* Closes every descriptor from 3 up. close_range(2) needs Linux 5.9; older kernels list
+ * /proc/self/fd (glibc keeps malloc usable in a forked child), and without /proc every
+ * possible number up to the descriptor limit is closed. */
+static void close_from_3(void) {
+    DIR *d;
+    struct rlimit rl;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    if (close_range(3, ~0U, 0) == 0) return;
+#endif
+    d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        int self = dirfd(d);
+        while ((e = readdir(d)) != NULL) {
+            int fd = atoi(e->d_name);
+            if (fd > 2 && fd != self) close(fd);
+        }
+        closedir(d);
+        return;
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) rl.rlim_cur = 65536;
+    for (rlim_t fd = 3; fd < rl.rlim_cur; fd++) close((int)fd);
+}
+
+/* In the forked child, every signal still blocked (see dtq_exec_start): a program starts
+ * as if from a clean login, not with what the daemon set up or inherited. */
+static void child_run(const dtq_exec_spec *spec, char **env, int p[3][2]) {
+    int fds[3] = {p[0][0], p[1][1], p[2][1]};
+    struct sigaction dfl;
+    sigset_t none;
+    setpgid(0, 0);
+    /* Default dispositions before unblocking: a signal caught now would run the daemon's
+     * handler here, and an ignored one (SIGPIPE under systemd, anything the daemon's parent
+     * ignored) would stay ignored across execve. SIGKILL, SIGSTOP and libc's internal
+     * signals refuse the change, which is fine. */
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++) sigaction(sig, &dfl, NULL);
+    /* A pipe end below 3 (the daemon started with 0-2 closed) is moved up first, so that
+     * one dup2 cannot overwrite another's source. dup2 clears close-on-exec on 0-2. */
+    for (int i = 0; i < 3; i++)
+        if (fds[i] < 3) fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+    for (int i = 0; i < 3; i++) dup2(fds[i], i);
+    close_from_3();
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (spec->workdir && chdir(spec->workdir) != 0) {
+        dprintf(2, "exec: cannot chdir to %s: %s\n", spec->workdir, strerror(errno));
+        _exit(127);
+    }
+    execve(spec->argv[0], spec->argv, env);
+    dprintf(2, "exec: cannot run %s: %s\n", spec->argv[0], strerror(errno));
+    _exit(127);
+}
+
+static void set_nonblock(int fd) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call) {
-    int in[2], out[2], errp[2];
-    char **env;
+    int p[3][2]; /* stdin, stdout, stderr: [0] read end, [1] write end */
+    char **env, msg[160];
+    sigset_t all, old;
     job *j;
     pid_t pid;
-    if (pipe(in) || pipe(out) || pipe(errp)) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "exec: pipe failed: %s", strerror(errno));
+    if (make_pipes(p, msg, sizeof(msg)) != 0) {
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
     }
     env = child_env(spec, call);
+    /* Blocked across fork, so the child cannot take a signal before it has reset the
+     * dispositions; the parent's mask is restored at once. */
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
     pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        setpgid(0, 0);
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        dup2(errp[1], 2);
-        for (int fd = 3; fd < 1024; fd++) close(fd);
-        if (spec->workdir && chdir(spec->workdir) != 0) {
-            dprintf(2, "exec: cannot chdir to %s: %s\n", spec->workdir, strerror(errno));
-            _exit(127);
-        }
-        execve(spec->argv[0], spec->argv, env);
-        dprintf(2, "exec: cannot run %s: %s\n", spec->argv[0], strerror(errno));
-        _exit(127);
-    }
+    if (pid == 0) child_run(spec, env, p);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     free_strv(env);
-    close(in[0]);
-    close(out[1]);
-    close(errp[1]);
+    close(p[0][0]);
+    close(p[1][1]);
+    close(p[2][1]);
     if (pid < 0) {
-        char msg[128];
         snprintf(msg, sizeof(msg), "exec: fork failed: %s", strerror(errno));
-        close(in[1]);
-        close(out[0]);
-        close(errp[0]);
+        close(p[0][1]);
+        close(p[1][0]);
+        close(p[2][0]);
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
     }
@@ -341,15 +426,16 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     j->ex = ex;
     j->call = call;
     j->pid = pid;
-    j->in_fd = in[1];
-    j->out_fd = out[0];
-    j->err_fd = errp[0];
+    j->in_fd = p[0][1];
+    j->out_fd = p[1][0];
+    j->err_fd = p[2][0];
+    j->out_max = (size_t)ex->result_max_bytes;
     j->payload = call->payload;
     j->payload_len = call->payload_len;
     j->kill_grace_ms = spec->kill_grace_ms;
-    nonblock_cloexec(j->in_fd);
-    nonblock_cloexec(j->out_fd);
-    nonblock_cloexec(j->err_fd);
+    set_nonblock(j->in_fd);
+    set_nonblock(j->out_fd);
+    set_nonblock(j->err_fd);
     j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
     j->out_ev = event_new(ex->base, j->out_fd, EV_READ | EV_PERSIST, stdout_cb, j);
     j->err_ev = event_new(ex->base, j->err_fd, EV_READ | EV_PERSIST, stderr_cb, j);
@@ -389,15 +475,16 @@ void dtq_exec_reap(dtq_exec *ex) {
     }
 }
 
-dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes) {
+dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes, int64_t result_max_bytes) {
     dtq_exec *ex = dtq_xcalloc(1, sizeof(*ex));
     ex->base = base;
-    ex->error_max_bytes = error_max_bytes;
+    dtq_exec_set_limits(ex, error_max_bytes, result_max_bytes);
     return ex;
 }
 
-void dtq_exec_set_error_max(dtq_exec *ex, int64_t error_max_bytes) {
+void dtq_exec_set_limits(dtq_exec *ex, int64_t error_max_bytes, int64_t result_max_bytes) {
     ex->error_max_bytes = error_max_bytes;
+    ex->result_max_bytes = result_max_bytes;
 }
 
 int dtq_exec_children(const dtq_exec *ex) {

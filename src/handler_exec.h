@@ -1,10 +1,12 @@
 /* handler_exec.h: `exec = /path/prog arg...` handlers. A program per attempt, run without
- * a shell in its own process group: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
- * DTQ_QUEUE, DTQ_ATTEMPT, DTQ_MAX_ATTEMPTS in its environment, stdout is the result.
- * Exit 0 succeeds, 75 (EX_TEMPFAIL) is a retryable failure, any other exit is permanent,
- * and a signal is permanent `signal:<N>`. Cancelling (timeout, dtq_cancel, shutdown) sends
- * SIGTERM to the group, then SIGKILL after kill_grace_ms. Nothing of the task reaches a
- * command line. */
+ * a shell in its own process group, with default signal dispositions, an empty signal
+ * mask and only descriptors 0-2: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
+ * DTQ_QUEUE, DTQ_ATTEMPT, DTQ_MAX_ATTEMPTS in its environment, stdout is the result (at
+ * most result_max_bytes of it kept). Exit 0 succeeds, 75 (EX_TEMPFAIL) is a retryable
+ * failure, any other exit is permanent, and death by a signal the daemon did not send is
+ * reported as DTQ_HANDLER_FAIL_SIGNAL `signal:<N>`. Cancelling (timeout, dtq_cancel,
+ * shutdown) sends SIGTERM to the group, then SIGKILL after kill_grace_ms, and the job
+ * reports nothing after that. Nothing of the task reaches a command line. */
 #ifndef DTQ_HANDLER_EXEC_H
 #define DTQ_HANDLER_EXEC_H
 
@@ -16,8 +18,12 @@
 
 struct event_base;
 
-/* Private outcome for a child killed by a signal (mapped to class "signal"). */
+/* Private outcomes, beyond the plugin ABI's statuses (the executor accepts them from exec
+ * jobs only). FAIL_SIGNAL: the child was killed by a signal the daemon did not send (class
+ * "signal"). OK_TRUNCATED: exit 0 with more stdout than result_max_bytes; the result is
+ * its first result_max_bytes bytes. */
 #define DTQ_HANDLER_FAIL_SIGNAL 64
+#define DTQ_HANDLER_OK_TRUNCATED 65
 #define DTQ_EXEC_TEMPFAIL 75
 
 typedef struct dtq_exec_spec {
@@ -33,10 +39,12 @@ void dtq_exec_spec_free(dtq_exec_spec *spec);
 
 typedef struct dtq_exec dtq_exec;
 
-dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes);
+dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes, int64_t result_max_bytes);
 /* Kills (SIGKILL) and reaps every child still alive. NULL-safe. */
 void dtq_exec_free(dtq_exec *ex);
-void dtq_exec_set_error_max(dtq_exec *ex, int64_t error_max_bytes);
+/* Bytes of stderr kept for last_error (applies at once) and of stdout kept for the result
+ * (applies to children started afterwards). */
+void dtq_exec_set_limits(dtq_exec *ex, int64_t error_max_bytes, int64_t result_max_bytes);
 /* Starts the program for `call`; reports through call->complete and sets call->cancel. */
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call);
 /* Reaps exited children (call on SIGCHLD). */

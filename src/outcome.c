@@ -34,6 +34,16 @@ void dtq_outcome_decide(const dtq_attempt_end *end, const dtq_outcome_limits *li
         out->error = dtq_xstrdup("cancelled");
         return;
     }
+    if (end->status == DTQ_HANDLER_OK_TRUNCATED && !end->timed_out) {
+        /* exec output already cut while it was read: only its head was kept, which is no
+         * longer a JSON text, so it is recorded as it is, like any cut result. */
+        out->kind = DTQ_OUTCOME_SUCCEEDED;
+        out->result_state = DTQ_RESULT_TRUNCATED;
+        out->result_len = end->result_len;
+        if ((int64_t)out->result_len > lim->result_max_bytes)
+            out->result_len = (size_t)lim->result_max_bytes;
+        return;
+    }
     if (end->status == DTQ_HANDLER_OK && !end->timed_out) {
         cJSON *parsed = NULL;
         if (!end->result || !end->result_len) {

@@ -20,7 +20,7 @@ enum dtq_result_state { DTQ_RESULT_NONE, DTQ_RESULT_FULL, DTQ_RESULT_TRUNCATED }
 
 /* How an attempt ended, as the executor saw it. */
 typedef struct dtq_attempt_end {
-    int status;         /* DTQ_HANDLER_OK, _RETRY, _FAIL or DTQ_HANDLER_FAIL_SIGNAL */
+    int status;         /* DTQ_HANDLER_OK, _RETRY, _FAIL, DTQ_HANDLER_FAIL_SIGNAL, _OK_TRUNCATED */
     int timed_out;      /* the timeout stopped it */
     int cancelled;      /* dtq_cancel stopped it */
     int handler_known;  /* the task type has a handler */

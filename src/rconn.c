@@ -4,6 +4,7 @@
 #include "rconn.h"
 
 #include <event2/event.h>
+#include <fcntl.h>
 #include <hiredis/adapters/libevent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,8 @@ static void rconn_connect(dtq_rconn *rc) {
         set_down(rc, why);
         return;
     }
+    /* hiredis makes its socket without SOCK_CLOEXEC; no child may inherit the connection */
+    fcntl(ac->c.fd, F_SETFD, fcntl(ac->c.fd, F_GETFD) | FD_CLOEXEC);
     ac->data = rc;
     rc->ac = ac;
     redisLibeventAttach(ac, rc->base);

@@ -44,8 +44,11 @@ double dtq_retry_uniform(void) {
     return (double)(r >> 11) / 9007199254740992.0; /* 53 bits -> [0,1) */
 }
 
+/* SIGNAL: a program killed by a signal the daemon did not send was, as far as anyone can
+ * tell, stopped from outside (a unit stop, the OOM killer, an operator), which says nothing
+ * about the task; one that kills itself every time still runs out of attempts. */
 int dtq_retry_is_retryable(enum dtq_failure_class c) {
-    return c == DTQ_FAIL_HANDLER_RETRY || c == DTQ_FAIL_TIMEOUT;
+    return c == DTQ_FAIL_HANDLER_RETRY || c == DTQ_FAIL_TIMEOUT || c == DTQ_FAIL_SIGNAL;
 }
 
 const char *dtq_retry_class_to_string(enum dtq_failure_class c) {

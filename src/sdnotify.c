@@ -2,6 +2,7 @@
 #include "sdnotify.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -27,6 +28,17 @@ int dtq_sdnotify(const char *msg) {
     rc = (int)sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&sa, len);
     close(fd);
     return rc < 0 ? -1 : 1;
+}
+
+/* Room for the exit after the last deadline: the hard stop fires exactly at within_s, and
+ * systemd's extension must not run out in the same instant. */
+#define STOP_EXIT_MARGIN_S 5
+
+int dtq_sdnotify_stopping(int64_t within_s) {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "STOPPING=1\nSTATUS=draining\nEXTEND_TIMEOUT_USEC=%lld",
+             (long long)(within_s + STOP_EXIT_MARGIN_S) * 1000000LL);
+    return dtq_sdnotify(msg);
 }
 
 int64_t dtq_sdnotify_watchdog_ms(void) {

@@ -339,7 +339,8 @@ static void start_drain(dtq_worker *w) {
     struct timeval tv = {cfg->drain_timeout_s, 0};
     struct timeval hard = {cfg->drain_timeout_s + HARD_STOP_GRACE_S, 0};
     set_state(w, DTQ_WORKER_DRAINING);
-    dtq_sdnotify("STOPPING=1\nSTATUS=draining");
+    dtq_executor_drain(w->executor);
+    dtq_sdnotify_stopping(cfg->drain_timeout_s + HARD_STOP_GRACE_S);
     dtq_info("draining: %d task(s) running, up to %llds", dtq_executor_running(w->executor),
              (long long)cfg->drain_timeout_s);
     dtq_consumer_stop(w->consumer);

@@ -45,6 +45,32 @@ START_TEST(test_success_and_results) {
 }
 END_TEST
 
+/* exec output cut while it was read: its head is kept as it is, not parsed (a cut JSON
+ * text is no JSON text), and the task succeeds. */
+START_TEST(test_output_cut_while_read) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_OK_TRUNCATED);
+    dtq_outcome o;
+    e.result = "{\"a\":[1,2";
+    e.result_len = 8; /* result_max_bytes */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_TRUNCATED);
+    ck_assert_int_eq(o.result_len, 8);
+    ck_assert_ptr_null(o.error);
+    e.result = NULL; /* result_max_bytes = 0: nothing kept, still cut */
+    e.result_len = 0;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_TRUNCATED);
+    ck_assert_int_eq(o.result_len, 0);
+    e = ended(DTQ_HANDLER_OK_TRUNCATED);
+    e.timed_out = 1; /* the timeout decided first */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.error_class, "timeout");
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
 START_TEST(test_bad_result_is_permanent) {
     dtq_attempt_end e = ended(DTQ_HANDLER_OK);
     dtq_outcome o;
@@ -98,7 +124,16 @@ START_TEST(test_failure_classes) {
     ck_assert_str_eq(o.error, "handler failed");
     dtq_outcome_deinit(&o);
     e = ended(DTQ_HANDLER_FAIL_SIGNAL);
+    e.error = "signal:9";
     dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.error_class, "signal");
+    ck_assert_str_eq(o.error, "signal:9");
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_RETRY); /* killed from outside: not the task's fault */
+    ck_assert_int_eq(o.delay_ms, 1000);          /* the normal backoff */
+    dtq_outcome_deinit(&o);
+    e.attempt = 3; /* killed on every attempt: the last one dead-letters */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
     ck_assert_str_eq(o.error_class, "signal");
     dtq_outcome_deinit(&o);
     e = ended(DTQ_HANDLER_FAIL);
@@ -140,6 +175,7 @@ int main(void) {
     Suite *s = suite_create("outcome");
     TCase *tc = tcase_create("decide");
     tcase_add_test(tc, test_success_and_results);
+    tcase_add_test(tc, test_output_cut_while_read);
     tcase_add_test(tc, test_bad_result_is_permanent);
     tcase_add_test(tc, test_retryable_until_the_last_attempt);
     tcase_add_test(tc, test_failure_classes);

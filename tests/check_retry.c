@@ -71,7 +71,7 @@ START_TEST(test_classification) {
     ck_assert(dtq_retry_is_retryable(DTQ_FAIL_HANDLER_RETRY));
     ck_assert(dtq_retry_is_retryable(DTQ_FAIL_TIMEOUT));
     ck_assert(!dtq_retry_is_retryable(DTQ_FAIL_HANDLER));
-    ck_assert(!dtq_retry_is_retryable(DTQ_FAIL_SIGNAL));
+    ck_assert(dtq_retry_is_retryable(DTQ_FAIL_SIGNAL)); /* a signal the daemon did not send */
     ck_assert(!dtq_retry_is_retryable(DTQ_FAIL_BAD_RESULT));
     ck_assert(!dtq_retry_is_retryable(DTQ_FAIL_UNKNOWN_TYPE));
     ck_assert(!dtq_retry_is_retryable(DTQ_FAIL_INVALID_PAYLOAD));
@@ -79,6 +79,8 @@ START_TEST(test_classification) {
     ck_assert(!dtq_retry_should_retry(DTQ_FAIL_TIMEOUT, 5, 5));
     ck_assert(!dtq_retry_should_retry(DTQ_FAIL_HANDLER, 1, 5));
     ck_assert(!dtq_retry_should_retry(DTQ_FAIL_HANDLER_RETRY, 1, 1));
+    ck_assert(dtq_retry_should_retry(DTQ_FAIL_SIGNAL, 1, 2));
+    ck_assert(!dtq_retry_should_retry(DTQ_FAIL_SIGNAL, 2, 2)); /* killed every time: it ends */
     ck_assert_str_eq(dtq_retry_class_to_string(DTQ_FAIL_UNKNOWN_TYPE), "unknown_task_type");
 }
 END_TEST

@@ -1,0 +1,501 @@
+/* it_exec_faults.c: exec handlers against what the infrastructure does to them. A program
+ * killed from outside (an operator, the OOM killer, a unit stop that signals every process)
+ * is retried or handed back, never failed; the systemd units stop the daemon alone; and a
+ * program starts clean (descriptors 0-2 only, default signals, its section's environment)
+ * and cannot make the daemon buffer more stdout than result_max_bytes. */
+#include <check.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static th_redis R;
+static redisContext *C;
+
+#define FAST_RETRY "[retry]\nbase_delay = 0.2\nmax_delay = 0.5\njitter = 0\n"
+#define FAST_SCHED "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"
+
+static void setup(void) {
+    th_redis_start(&R, 0);
+    C = th_connect(&R);
+}
+
+static void teardown(void) {
+    redisFree(C);
+    th_redis_stop(&R);
+}
+
+/* `worker` goes into [worker]; `sections` (handlers, [limits]) after it. */
+static void start(th_daemon *d, const char *id, const char *worker, const char *sections) {
+    char ini[8192];
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = %s\nheartbeat_interval_s = 1\n%s\n" FAST_RETRY FAST_SCHED "%s",
+             id, worker ? worker : "", sections ? sections : "");
+    th_daemon_start(d, &R, ini);
+    th_daemon_wait_ready(C, id, 10000);
+}
+
+static void enqueue(const char *id, const char *type) {
+    redisReply *r =
+        th_cmd(C, "FCALL dtq_enqueue 0 default %s %s task_id %s", type, "{\"n\":1}", id);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+static void wait_status(const char *id, const char *status, int ms) {
+    if (!th_wait_status(C, id, status, ms)) {
+        char *s = th_task_field(C, id, "status"), *e = th_task_field(C, id, "last_error");
+        ck_abort_msg("task %s: want status %s within %d ms, have %s (last_error %s)", id, status,
+                     ms, s ? s : "(nil)", e ? e : "(nil)");
+    }
+}
+
+/* GET dtq:result:<id>, caller-owned ("" when there is none). */
+static char *result_of(const char *id) {
+    redisReply *r = th_cmd(C, "GET dtq:result:%s", id);
+    char *v = strdup(r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return v;
+}
+
+/* A script in the test dir; the path goes to out. */
+static void script(const char *name, const char *body, char *out, size_t outlen) {
+    FILE *f;
+    th_path(&R, name, out, outlen);
+    f = fopen(out, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    ck_assert_int_eq(chmod(out, 0755), 0);
+}
+
+/* Processes whose parent is `ppid` and whose name is `comm` (scanning /proc: the kernel
+ * may lack /proc/<pid>/task/<tid>/children). Returns how many, at most max in pids. */
+static int children_of(pid_t ppid, const char *comm, pid_t *pids, int max) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    ck_assert_ptr_nonnull(d);
+    while ((e = readdir(d)) != NULL) {
+        char path[300], line[512], *close_paren;
+        FILE *f;
+        int pp;
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r"))) continue; /* gone meanwhile */
+        if (!fgets(line, sizeof(line), f)) line[0] = '\0';
+        fclose(f);
+        /* "pid (comm) state ppid ...": comm may hold blanks and parentheses */
+        close_paren = strrchr(line, ')');
+        if (!close_paren || sscanf(close_paren + 1, " %*c %d", &pp) != 1 || pp != ppid) continue;
+        *close_paren = '\0';
+        if (strcmp(strchr(line, '(') + 1, comm)) continue;
+        if (n < max) pids[n] = (pid_t)atoi(e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct kids {
+    pid_t ppid;
+    const char *comm;
+    int want;
+    pid_t pids[8];
+} kids;
+
+static int has_kids(void *arg) {
+    kids *k = arg;
+    return children_of(k->ppid, k->comm, k->pids, 8) == k->want;
+}
+
+/* A field of /proc/<pid>/status ("VmHWM", "SigIgn") as text, caller-owned. */
+static char *proc_status(pid_t pid, const char *field) {
+    char path[64], line[256], *v = NULL;
+    size_t flen = strlen(field);
+    FILE *f;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, field, flen) && line[flen] == ':') {
+            char *s = line + flen + 1;
+            while (isspace((unsigned char)*s)) s++;
+            s[strcspn(s, "\n")] = '\0';
+            v = strdup(s);
+            break;
+        }
+    fclose(f);
+    ck_assert_msg(v != NULL, "no %s in %s", field, path);
+    return v;
+}
+
+static long vm_hwm_kb(pid_t pid) {
+    char *v = proc_status(pid, "VmHWM");
+    long kb = atol(v);
+    free(v);
+    return kb;
+}
+
+/* ----------------------------------------------------------------- signals from outside */
+
+/* An operator's or the OOM killer's SIGKILL is not the task's doing: the attempt is a
+ * retryable `signal` failure and the next attempt succeeds. A program that kills itself on
+ * every attempt still runs out of attempts: that is its own behaviour. */
+START_TEST(test_external_kill_is_retried) {
+    th_daemon d;
+    char victim[400], suicide[400], ini[2048];
+    kids k = {0, "sleep", 1, {0}};
+    script("victim.sh", "[ \"$DTQ_ATTEMPT\" -ge 2 ] && exit 0\nexec /bin/sleep 30", victim,
+           sizeof(victim));
+    script("suicide.sh", "kill -9 $$", suicide, sizeof(suicide));
+    snprintf(ini, sizeof(ini),
+             "[handler:victim]\nexec = %s\n[handler:suicide]\nexec = %s\nmax_attempts = 2\n",
+             victim, suicide);
+    start(&d, "w-kill", NULL, ini);
+    enqueue("a1", "victim");
+    wait_status("a1", "running", 5000);
+    k.ppid = d.pid;
+    ck_assert_msg(th_wait_until(has_kids, &k, 5000), "the daemon's sleep child never appeared");
+    ck_assert_int_eq(kill(k.pids[0], SIGKILL), 0);
+    wait_status("a1", "succeeded", 10000);
+    th_assert_field(C, "a1", "attempt", "2");
+    th_assert_field(C, "a1", "last_error", "signal:9");
+    th_assert_field(C, "a1", "last_error_class", "signal");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+
+    enqueue("a2", "suicide");
+    wait_status("a2", "dead_lettered", 10000);
+    th_assert_field(C, "a2", "attempt", "2"); /* retried once, then max_attempts */
+    th_assert_field(C, "a2", "last_error_class", "signal");
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* systemd's default KillMode=control-group: SIGTERM reaches the daemon and every child at
+ * once. The children die of it while the daemon drains: their tasks go back to the queue
+ * (attempt 2) at once, long before drain_timeout_s, and another daemon finishes them. */
+START_TEST(test_unit_stop_hands_back) {
+    th_daemon a, b;
+    char prog[400], ini[1024];
+    const char *ids[] = {"s1", "s2", "s3"};
+    kids k = {0, "sleep", 3, {0}};
+    int64_t t0;
+    script("stop.sh",
+           "[ \"$DTQ_ATTEMPT\" -ge 2 ] && { printf '\"again\"'; exit 0; }\n"
+           "exec /bin/sleep 30",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:stop]\nexec = %s\n", prog);
+    start(&a, "w-stop", "concurrency = 4\ndrain_timeout_s = 30", ini);
+    for (int i = 0; i < 3; i++) enqueue(ids[i], "stop");
+    for (int i = 0; i < 3; i++) wait_status(ids[i], "running", 5000);
+    k.ppid = a.pid;
+    ck_assert_msg(th_wait_until(has_kids, &k, 5000), "three sleep children never appeared");
+    t0 = th_now_ms();
+    /* the main PID first, then the rest of the cgroup, as systemd does */
+    ck_assert_int_eq(kill(a.pid, SIGTERM), 0);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(kill(-k.pids[i], SIGTERM), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, 0, 15000), 0); /* signal 0: only wait for the exit */
+    ck_assert_int_lt(th_now_ms() - t0, 10000);         /* not the drain timeout's doing */
+    for (int i = 0; i < 3; i++) {
+        th_assert_field(C, ids[i], "status", "queued");
+        th_assert_field(C, ids[i], "attempt", "2");
+        th_assert_field(C, ids[i], "last_error_class", "interrupted");
+    }
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    start(&b, "w-stop-2", NULL, ini);
+    for (int i = 0; i < 3; i++) {
+        char *res;
+        wait_status(ids[i], "succeeded", 10000);
+        th_assert_field(C, ids[i], "attempt", "2");
+        res = result_of(ids[i]);
+        ck_assert_str_eq(res, "\"again\"");
+        free(res);
+    }
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* The value of `key=` in a unit file, or NULL. */
+static char *unit_value(const char *text, const char *key) {
+    size_t klen = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, key, klen) && p[klen] == '=')
+            return strndup(p + klen + 1, strcspn(p + klen + 1, "\n"));
+    return NULL;
+}
+
+/* The units SIGTERM the daemon only, and give a default drain (30 s) plus the hard-stop
+ * grace (15 s) room before systemd's SIGKILL. */
+START_TEST(test_units_stop_the_daemon_only) {
+    const char *units[] = {DTQ_SOURCE_DIR "/systemd/dtq-worker.service",
+                           DTQ_SOURCE_DIR "/systemd/dtq-worker@.service"};
+    for (int i = 0; i < 2; i++) {
+        char *text = th_read_file(units[i]), *mode = unit_value(text, "KillMode"),
+             *stop = unit_value(text, "TimeoutStopSec"), *end;
+        long secs;
+        ck_assert_msg(mode && !strcmp(mode, "mixed"), "%s: KillMode=%s", units[i],
+                      mode ? mode : "(unset)");
+        ck_assert_msg(stop != NULL, "%s: no TimeoutStopSec", units[i]);
+        secs = strtol(stop, &end, 10);
+        ck_assert_msg(end != stop && (!*end || !strcmp(end, "s")), "%s: TimeoutStopSec=%s",
+                      units[i], stop);
+        ck_assert_msg(secs > 45, "%s: TimeoutStopSec=%s is not above 45 s", units[i], stop);
+        free(mode);
+        free(stop);
+        free(text);
+    }
+}
+END_TEST
+
+/* Whether one of text's lines is `line`. */
+static int has_line(const char *text, const char *line) {
+    size_t n = strlen(line);
+    for (const char *p = strstr(text, line); p; p = strstr(p + 1, line))
+        if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+/* A drain longer than the unit's TimeoutStopSec is announced to systemd with the stop
+ * notification: drain_timeout_s + 15 s hard-stop grace + 5 s for the exit. */
+START_TEST(test_drain_extends_the_stop_timeout) {
+    th_daemon d;
+    char sock[400], buf[512], got[2048] = "";
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    struct timeval tv = {5, 0};
+    th_path(&R, "notify.sock", sock, sizeof(sock));
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setenv("NOTIFY_SOCKET", sock, 1);
+    start(&d, "w-extend", "drain_timeout_s = 100", NULL);
+    unsetenv("NOTIFY_SOCKET");
+    kill(d.pid, SIGTERM);
+    while (!strstr(got, "STOPPING=1")) {
+        ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+        ck_assert_msg(n > 0, "no STOPPING=1; got: %s", got);
+        buf[n] = '\0';
+        snprintf(got, sizeof(got), "%s", buf); /* the last datagram */
+    }
+    ck_assert_msg(has_line(got, "EXTEND_TIMEOUT_USEC=120000000"), "stop datagram: %s", got);
+    ck_assert_int_eq(th_daemon_stop(&d, 0, 10000), 0);
+    close(fd);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- output and a clean start */
+
+/* 10 MB of stdout with result_max_bytes = 1024: the daemon keeps the first 1024 bytes as
+ * they are (JSON or not), marks the result truncated, and its memory does not grow with the
+ * output. Output under the cap is still checked for JSON. */
+START_TEST(test_stdout_capped_while_read) {
+    th_daemon d;
+    char big[400], raw[400], small[400], ini[2048], *res;
+    long hwm0, hwm1;
+    script("big.sh",
+           "printf '\"'; /usr/bin/head -c 10000000 /dev/zero | /usr/bin/tr '\\000' a; printf '\"'",
+           big, sizeof(big));
+    script("raw.sh", "/usr/bin/head -c 10000000 /dev/zero | /usr/bin/tr '\\000' b", raw,
+           sizeof(raw));
+    script("small.sh", "echo not json", small, sizeof(small));
+    snprintf(ini, sizeof(ini),
+             "[limits]\nresult_max_bytes = 1024\n[handler:big]\nexec = %s\n"
+             "[handler:raw]\nexec = %s\n[handler:small]\nexec = %s\nmax_attempts = 1\n",
+             big, raw, small);
+    start(&d, "w-big", NULL, ini);
+    hwm0 = vm_hwm_kb(d.pid);
+    enqueue("o1", "big");
+    wait_status("o1", "succeeded", 30000);
+    th_assert_field(C, "o1", "result_truncated", "1");
+    res = result_of("o1");
+    ck_assert_int_eq(strlen(res), 1024);
+    ck_assert_int_eq(strspn(res + 1, "a"), 1023);
+    free(res);
+    hwm1 = vm_hwm_kb(d.pid);
+    ck_assert_msg(hwm1 - hwm0 < 8 * 1024, "VmHWM grew from %ld kB to %ld kB", hwm0, hwm1);
+#if !defined(__SANITIZE_ADDRESS__)
+    ck_assert_msg(hwm1 < 30 * 1024, "VmHWM %ld kB", hwm1);
+#endif
+    enqueue("o2", "raw"); /* not JSON, and too long to tell: kept as it is */
+    wait_status("o2", "succeeded", 30000);
+    th_assert_field(C, "o2", "result_truncated", "1");
+    res = result_of("o2");
+    ck_assert_int_eq(strspn(res, "b"), 1024);
+    ck_assert_int_eq(strlen(res), 1024);
+    free(res);
+    enqueue("o3", "small");
+    wait_status("o3", "dead_lettered", 10000);
+    th_assert_field(C, "o3", "last_error_class", "bad_result");
+    ck_assert_int_lt(vm_hwm_kb(d.pid) - hwm0, 8 * 1024);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* Whether the daemon's descriptor fd, a socket or a pipe the test process does not also
+ * hold (so the daemon made it), is close-on-exec. 1 when it is or does not apply. */
+static int made_cloexec(pid_t pid, const char *fd) {
+    char path[300], mine[300], target[256] = "", own[256] = "", line[256];
+    FILE *f;
+    long fl = 0;
+    snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
+    if (readlink(path, target, sizeof(target) - 1) < 0) return 1;
+    if (strncmp(target, "socket:", 7) && strncmp(target, "pipe:", 5)) return 1;
+    snprintf(mine, sizeof(mine), "/proc/self/fd/%s", fd);
+    if (readlink(mine, own, sizeof(own) - 1) > 0 && !strcmp(own, target)) return 1; /* inherited */
+    snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
+    f = fopen(path, "r");
+    if (!f) return 1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "flags:", 6)) fl = strtol(line + 6, NULL, 8);
+    fclose(f);
+    return (fl & O_CLOEXEC) != 0;
+}
+
+/* A program sees only 0, 1 and 2: nothing of the daemon's (Redis connections, libevent's
+ * descriptors, another child's pipes) nor what the daemon inherited, however high. The
+ * daemon's own sockets and pipes are close-on-exec. */
+START_TEST(test_child_sees_only_0_1_2) {
+    th_daemon d;
+    char prog[400], ini[1024], *res;
+    struct rlimit rl;
+    int high = 1500, nullfd = open("/dev/null", O_RDONLY);
+    DIR *dir;
+    struct dirent *e;
+    char fddir[64];
+    /* The program's descriptors without close-on-exec, i.e. those it was given: the shell
+     * opens its own (the script, the glob's directory) close-on-exec, and reads the flags
+     * with a redirection, which makes no new descriptor above 2 that lasts. */
+    script("fds.sh",
+           "out=\nfor f in /proc/$$/fd/*; do\n  n=${f##*/}; fl=\n"
+           "  { while read -r k v; do [ \"$k\" = flags: ] && fl=$v; done; } "
+           "2>/dev/null </proc/$$/fdinfo/$n\n"
+           "  [ -n \"$fl\" ] || continue\n"
+           "  [ $(( fl & 02000000 )) -eq 0 ] && out=\"$out${out:+,}$n\"\ndone\n"
+           "printf '\"%s\"' \"$out\"",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:fds]\nexec = %s\n", prog);
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur <= (rlim_t)high && rl.rlim_max > (rlim_t)high) {
+        rl.rlim_cur = (rlim_t)high + 1;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    ck_assert_int_eq(dup2(nullfd, high), high); /* not close-on-exec: the daemon inherits it */
+    start(&d, "w-fds", NULL, ini);
+    close(high);
+    close(nullfd);
+    enqueue("f1", "fds");
+    enqueue("f2", "fds");
+    wait_status("f1", "succeeded", 10000);
+    wait_status("f2", "succeeded", 10000);
+    res = result_of("f1");
+    ck_assert_str_eq(res, "\"0,1,2\"");
+    free(res);
+    res = result_of("f2");
+    ck_assert_str_eq(res, "\"0,1,2\"");
+    free(res);
+    snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)d.pid);
+    dir = opendir(fddir);
+    ck_assert_ptr_nonnull(dir);
+    while ((e = readdir(dir)) != NULL)
+        if (isdigit((unsigned char)e->d_name[0]))
+            ck_assert_msg(made_cloexec(d.pid, e->d_name),
+                          "daemon descriptor %s is not close-on-exec", e->d_name);
+    closedir(dir);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* A program starts with every signal at its default and none blocked, even when the
+ * daemon was started with some ignored (systemd ignores SIGPIPE; nohup SIGHUP) or blocked. */
+START_TEST(test_child_signals_default) {
+    th_daemon d;
+    char prog[400], ini[1024], *res, *ign;
+    sigset_t usr2, old;
+    script("sig.sh",
+           "b=$(/usr/bin/sed -n 's/^SigBlk:[[:space:]]*//p' /proc/$$/status)\n"
+           "i=$(/usr/bin/sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status)\n"
+           "printf '{\"blk\":\"%s\",\"ign\":\"%s\"}' \"$b\" \"$i\"",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:sig]\nexec = %s\n", prog);
+    /* the daemon inherits these two, as from a parent that set them up */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &usr2, &old);
+    start(&d, "w-sig", NULL, ini);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    signal(SIGUSR1, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    ign = proc_status(d.pid, "SigIgn");
+    ck_assert_msg(strtoull(ign, NULL, 16) & (1ULL << (SIGUSR1 - 1)),
+                  "the daemon does not ignore SIGUSR1 (SigIgn %s): the test proves nothing", ign);
+    free(ign);
+    enqueue("g1", "sig");
+    wait_status("g1", "succeeded", 10000);
+    res = result_of("g1");
+    ck_assert_str_eq(res, "{\"blk\":\"0000000000000000\",\"ign\":\"0000000000000000\"}");
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* The section's env = NAME=VALUE replaces what the daemon inherited (each name once in the
+ * program's environment block), but cannot forge the daemon's DTQ_ variables. */
+START_TEST(test_section_env_overrides_inherited) {
+    th_daemon d;
+    char prog[400], ini[1024], *res;
+    script("env.sh",
+           "/usr/bin/tr '\\000' '\\n' < /proc/$$/environ | /usr/bin/grep -E "
+           "'^(PATH|DTQ_TASK_ID)=' | /usr/bin/sort | { o=; while read -r l; do "
+           "o=\"$o${o:+ }$l\"; done; printf '\"%s|%s\"' \"$o\" \"$PATH\"; }",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:env]\nexec = %s\nenv = PATH=/custom DTQ_TASK_ID=forged\n",
+             prog);
+    setenv("PATH", "/usr/local/bin:/usr/bin:/bin", 0); /* the daemon inherits a PATH */
+    start(&d, "w-env", NULL, ini);
+    enqueue("e1", "env");
+    wait_status("e1", "succeeded", 10000);
+    res = result_of("e1");
+    ck_assert_str_eq(res, "\"DTQ_TASK_ID=e1 PATH=/custom|/custom\"");
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("exec_faults");
+    TCase *tc = tcase_create("signals");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_external_kill_is_retried);
+    tcase_add_test(tc, test_unit_stop_hands_back);
+    tcase_add_test(tc, test_drain_extends_the_stop_timeout);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("units"); /* files only: no Redis */
+    tcase_add_test(tc, test_units_stop_the_daemon_only);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("child");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_stdout_capped_while_read);
+    tcase_add_test(tc, test_child_sees_only_0_1_2);
+    tcase_add_test(tc, test_child_signals_default);
+    tcase_add_test(tc, test_section_env_overrides_inherited);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
