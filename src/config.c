@@ -94,7 +94,8 @@ static const config_key config_keys[] = {
     {"limits", "events_stream_maxlen", KEY_INT, OFF(events_stream_maxlen), "0", 0, BIG,
      "also append events to a stream capped at this length; 0 = no stream"},
     {"http", "listen", KEY_STR, OFF(http_listen), "", 0, 0,
-     "host:port for /metrics /healthz /readyz; empty = off"},
+     "host:port, :port (all IPv4 addresses) or [IPv6]:port for /metrics /healthz /readyz; "
+     "empty = off"},
     {"log", "level", KEY_STR, OFF(log_level), "info", 0, 0, "debug | info | warn | error"},
     {"log", "format", KEY_STR, OFF(log_format), "text", 0, 0, "text | json"},
 };
@@ -383,8 +384,14 @@ static void validate(load_state *st) {
         strcmp(cfg->events_raw, "off"))
         return fail(st, "limits", "events", "'%s' is not one of all, terminal, off",
                     cfg->events_raw);
-    if (*cfg->http_listen && !strrchr(cfg->http_listen, ':'))
-        return fail(st, "http", "listen", "'%s' is not host:port", cfg->http_listen);
+    if (*cfg->http_listen) {
+        char *host;
+        int port;
+        if (dtq_split_hostport(cfg->http_listen, &host, &port) != DTQ_OK)
+            return fail(st, "http", "listen", "'%s' is not host:port, :port or [IPv6]:port",
+                        cfg->http_listen);
+        free(host);
+    }
     if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)
         return fail(st, "log", "level", "'%s' is not one of debug, info, warn, error",
                     cfg->log_level);

@@ -1,19 +1,65 @@
-/* http.c: evhttp handlers; every answer is computed from in-memory state, so a request
- * never waits on Redis. */
+/* http.c: the optional HTTP endpoint, a small HTTP/1.1 responder on an evconnlistener and
+ * bufferevents. Every answer is computed from in-memory state, so a request never waits on
+ * Redis.
+ *
+ * The port is open to whatever can reach it, so this file bounds what one client can cost.
+ * libevent 2.1's evhttp (Debian 12) cannot: it has no cap on connections
+ * (evhttp_set_max_connections came in 2.2) and no hook that fires when a connection it
+ * accepted closes, so a cap cannot be kept beside it either; its timeout restarts on every
+ * read, so a client sending a byte every few seconds holds a connection for hours; and it
+ * answers a method it is told to refuse with 501, not 405. Three read-only GET paths need
+ * none of its features (bodies, keep-alive, chunked transfers), so the connections are
+ * handled here, each limit in one place:
+ *
+ *  - at most DTQ_HTTP_MAX_CONNECTIONS at once (accept_cb). A connection over the cap is
+ *    closed at accept, before anything is read: refusing costs nothing, nothing waits in a
+ *    queue for a slot, and the count is exact (accept_cb adds, conn_free subtracts);
+ *  - one deadline per connection, DTQ_HTTP_TIMEOUT_MS from accept to close, whatever the
+ *    client does: sends nothing, trickles bytes, or does not read the answer;
+ *  - a request head (request line and headers) of at most DTQ_HTTP_MAX_HEAD bytes, else 431;
+ *    headers are counted, not kept, and a body is never buffered (see written_cb);
+ *  - GET and HEAD only, anything else 405 with Allow;
+ *  - one request per connection (Connection: close), so no connection idles between
+ *    requests. */
 #include "http.h"
 
 #include <event2/buffer.h>
-#include <event2/http.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
+#include "log.h"
 #include "util.h"
+
+typedef struct http_conn http_conn;
 
 struct dtq_http {
     dtq_ctx *ctx;
-    struct evhttp *http;
+    struct evconnlistener *listener;
+    struct event *resume; /* re-enables the listener after an accept error */
+    http_conn *conns;     /* open connections, to free them with the endpoint */
+    int nconns;
     int serving; /* pushed by the lifecycle: running, not starting or draining */
+};
+
+struct http_conn {
+    dtq_http *h;
+    http_conn *prev, *next;
+    struct bufferevent *bev;
+    struct event *deadline;
+    size_t head_bytes; /* of the request head consumed so far */
+    char *method;      /* from the request line, once read */
+    char *target;
+    int head_only;   /* HEAD: the headers of the answer, not its body */
+    int answered;    /* the answer is queued; input is discarded from now on */
+    int peer_closed; /* the client closed its side while the answer was being written */
 };
 
 char *dtq_http_render_metrics(const dtq_ctx *ctx) {
@@ -52,33 +98,208 @@ char *dtq_http_render_metrics(const dtq_ctx *ctx) {
                          (unsigned long long)g->promoted);
 }
 
-static void reply_text(struct evhttp_request *req, int code, const char *reason, const char *text) {
-    struct evbuffer *buf = evbuffer_new();
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4");
-    evbuffer_add(buf, text, strlen(text));
-    evhttp_send_reply(req, code, reason, buf);
-    evbuffer_free(buf);
+static void conn_free(http_conn *c) {
+    dtq_http *h = c->h;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    h->nconns--;
+    event_free(c->deadline);
+    bufferevent_free(c->bev); /* closes the socket */
+    free(c->method);
+    free(c->target);
+    free(c);
 }
 
-static void request_cb(struct evhttp_request *req, void *arg) {
-    dtq_http *h = arg;
-    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
-    if (!path) path = "/";
-    if (!strcmp(path, "/healthz")) {
-        reply_text(req, 200, "OK", "ok\n");
+static void read_cb(struct bufferevent *bev, void *arg);
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* The answer is out: half-close, so the client sees the end, and go on reading (and
+ * discarding) until the client closes or the deadline passes. Closing at once would make
+ * the kernel reset the connection if more of the request (a body) is still arriving, and a
+ * reset can destroy the answer before the client has read it. */
+static void written_cb(struct bufferevent *bev, void *arg) {
+    http_conn *c = arg;
+    if (c->peer_closed) {
+        conn_free(c);
+        return;
+    }
+    shutdown(bufferevent_getfd(bev), SHUT_WR);
+    bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
+}
+
+static void answer(http_conn *c, int code, const char *reason, const char *body,
+                   const char *extra_headers) {
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    char date[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d %s\r\nDate: %s\r\n"
+                        "Content-Type: text/plain; version=0.0.4\r\nContent-Length: %zu\r\n"
+                        "%sConnection: close\r\n\r\n",
+                        code, reason, date, strlen(body), extra_headers ? extra_headers : "");
+    if (!c->head_only) evbuffer_add(out, body, strlen(body));
+    c->answered = 1;
+    evbuffer_drain(in, evbuffer_get_length(in));
+    bufferevent_setcb(c->bev, read_cb, written_cb, event_cb, c);
+}
+
+/* "METHOD SP request-target SP HTTP/1.x"; DTQ_ERR when malformed. */
+static int parse_request_line(http_conn *c, const char *line) {
+    const char *sp1 = strchr(line, ' '), *sp2, *version;
+    if (!sp1 || sp1 == line) return DTQ_ERR;
+    sp2 = strchr(sp1 + 1, ' ');
+    if (!sp2 || sp2 == sp1 + 1) return DTQ_ERR;
+    version = sp2 + 1;
+    if (strlen(version) != 8 || strncmp(version, "HTTP/1.", 7) || version[7] < '0' ||
+        version[7] > '9')
+        return DTQ_ERR;
+    c->method = dtq_xstrndup(line, (size_t)(sp1 - line));
+    c->target = dtq_xstrndup(sp1 + 1, (size_t)(sp2 - sp1 - 1));
+    return DTQ_OK;
+}
+
+/* The path of the request target: origin form "/p?q", or absolute form "http://host/p?q",
+ * which a server must accept too. Cut in place. */
+static const char *target_path(char *target) {
+    char *p = target;
+    if (!strncmp(p, "http://", 7) || !strncmp(p, "https://", 8)) {
+        p = strchr(strstr(p, "//") + 2, '/');
+        if (!p) return "/";
+    }
+    p[strcspn(p, "?#")] = '\0';
+    return p;
+}
+
+static void respond(http_conn *c) {
+    dtq_http *h = c->h;
+    const char *path = target_path(c->target);
+    c->head_only = !strcmp(c->method, "HEAD");
+    if (!c->head_only && strcmp(c->method, "GET")) {
+        answer(c, 405, "Method Not Allowed", "method not allowed\n", "Allow: GET, HEAD\r\n");
+    } else if (!strcmp(path, "/healthz")) {
+        answer(c, 200, "OK", "ok\n", NULL);
     } else if (!strcmp(path, "/readyz")) {
         if (dtq_ctx_is_up(h->ctx) && h->serving)
-            reply_text(req, 200, "OK", "ready\n");
+            answer(c, 200, "OK", "ready\n", NULL);
         else
-            reply_text(req, 503, "Service Unavailable", "not ready\n");
+            answer(c, 503, "Service Unavailable", "not ready\n", NULL);
     } else if (!strcmp(path, "/metrics")) {
         char *m = dtq_http_render_metrics(h->ctx);
-        reply_text(req, 200, "OK", m);
+        answer(c, 200, "OK", m, NULL);
         free(m);
     } else {
-        reply_text(req, 404, "Not Found", "not found\n");
+        answer(c, 404, "Not Found", "not found\n", NULL);
     }
+}
+
+/* Reads the request head line by line; the headers are counted against the limit and
+ * otherwise ignored (nothing here depends on them). */
+static void read_cb(struct bufferevent *bev, void *arg) {
+    http_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    char *line;
+    size_t n;
+    if (c->answered) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    while ((line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF)) != NULL) {
+        int bad = 0, end = n == 0 && c->method;
+        c->head_bytes += n + 2;
+        /* Empty lines before the request line are allowed (RFC 9112 2.2). */
+        if (c->head_bytes <= DTQ_HTTP_MAX_HEAD && !c->method && n > 0)
+            bad = parse_request_line(c, line) != DTQ_OK;
+        free(line);
+        if (c->head_bytes > DTQ_HTTP_MAX_HEAD) {
+            answer(c, 431, "Request Header Fields Too Large", "request head too large\n", NULL);
+            return;
+        }
+        if (bad) {
+            answer(c, 400, "Bad Request", "bad request\n", NULL);
+            return;
+        }
+        if (end) {
+            respond(c);
+            return;
+        }
+    }
+    /* An unfinished line counts too, or one endless line would be read forever. */
+    if (c->head_bytes + evbuffer_get_length(in) > DTQ_HTTP_MAX_HEAD)
+        answer(c, 431, "Request Header Fields Too Large", "request head too large\n", NULL);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg) {
+    http_conn *c = arg;
+    /* The client half-closed after its request: the answer still goes out (written_cb). */
+    if ((what & BEV_EVENT_EOF) && c->answered &&
+        evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+        c->peer_closed = 1;
+        return;
+    }
+    conn_free(c);
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg) {
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    conn_free(arg);
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg) {
+    dtq_http *h = arg;
+    struct timeval tv = {DTQ_HTTP_TIMEOUT_MS / 1000, (DTQ_HTTP_TIMEOUT_MS % 1000) * 1000};
+    struct bufferevent *bev;
+    http_conn *c;
+    DTQ_UNUSED(l);
+    DTQ_UNUSED(sa);
+    DTQ_UNUSED(salen);
+    /* Debug only: a client that floods the port would otherwise flood the log too. */
+    if (h->nconns >= DTQ_HTTP_MAX_CONNECTIONS) {
+        dtq_debug("http: %d connections open; closing a new one", h->nconns);
+        evutil_closesocket(fd);
+        return;
+    }
+    bev = bufferevent_socket_new(h->ctx->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        evutil_closesocket(fd);
+        return;
+    }
+    c = dtq_xcalloc(1, sizeof(*c));
+    c->h = h;
+    c->bev = bev;
+    c->deadline = evtimer_new(h->ctx->base, deadline_cb, c);
+    evtimer_add(c->deadline, &tv);
+    c->next = h->conns;
+    if (h->conns) h->conns->prev = c;
+    h->conns = c;
+    h->nconns++;
+    bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+/* accept() failed for want of resources (EMFILE, ENFILE, ENOBUFS): the connection stays
+ * queued, so the listener would fire again at once and spin. Pause it for a second. */
+static void accept_error_cb(struct evconnlistener *l, void *arg) {
+    dtq_http *h = arg;
+    struct timeval tv = {1, 0};
+    dtq_warn("http: accept: %s; not accepting for 1 s",
+             evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    evconnlistener_disable(l);
+    evtimer_add(h->resume, &tv);
+}
+
+static void resume_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_http *h = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    evconnlistener_enable(h->listener);
 }
 
 void dtq_http_set_serving(dtq_http *h, int serving) {
@@ -86,31 +307,48 @@ void dtq_http_set_serving(dtq_http *h, int serving) {
 }
 
 dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errlen) {
+    struct addrinfo hints, *ai = NULL;
+    char *host, portstr[8];
+    int port, rc;
     dtq_http *h;
-    const char *colon = strrchr(listen, ':');
-    char *host;
-    int64_t port;
-    if (!colon || dtq_parse_int64(colon + 1, 1, 65535, &port) != DTQ_OK) {
-        snprintf(err, errlen, "[http] listen: '%s' is not host:port", listen);
+    if (dtq_split_hostport(listen, &host, &port) != DTQ_OK) {
+        snprintf(err, errlen, "[http] listen: '%s' is not host:port, :port or [IPv6]:port", listen);
         return NULL;
     }
-    host = dtq_xstrndup(listen, (size_t)(colon - listen));
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    /* An empty host is every IPv4 address, as before: "::" would need IPv6 on the host. */
+    rc = getaddrinfo(*host ? host : "0.0.0.0", portstr, &hints, &ai);
+    free(host);
+    if (rc != 0) {
+        snprintf(err, errlen, "[http] listen: cannot resolve %s: %s", listen, gai_strerror(rc));
+        return NULL;
+    }
     h = dtq_xcalloc(1, sizeof(*h));
     h->ctx = ctx;
-    h->http = evhttp_new(ctx->base);
-    evhttp_set_gencb(h->http, request_cb, h);
-    if (evhttp_bind_socket(h->http, *host ? host : "0.0.0.0", (unsigned short)port) != 0) {
-        snprintf(err, errlen, "[http] listen: cannot bind %s", listen);
-        free(host);
-        dtq_http_free(h);
+    /* CLOSE_ON_EXEC: exec handlers must not inherit the listening socket (accepted sockets
+     * get SOCK_CLOEXEC from the same flag). */
+    h->listener = evconnlistener_new_bind(
+        ctx->base, accept_cb, h, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
+        -1, ai->ai_addr, (int)ai->ai_addrlen);
+    freeaddrinfo(ai);
+    if (!h->listener) {
+        snprintf(err, errlen, "[http] listen: cannot bind %s: %s", listen, strerror(errno));
+        free(h);
         return NULL;
     }
-    free(host);
+    evconnlistener_set_error_cb(h->listener, accept_error_cb);
+    h->resume = evtimer_new(ctx->base, resume_cb, h);
     return h;
 }
 
 void dtq_http_free(dtq_http *h) {
     if (!h) return;
-    evhttp_free(h->http);
+    while (h->conns) conn_free(h->conns);
+    evconnlistener_free(h->listener);
+    event_free(h->resume);
     free(h);
 }

@@ -1,5 +1,6 @@
 /* http.h: the optional HTTP endpoint ([http] listen): /healthz (the process answers),
- * /readyz (Redis connected and set up, else 503) and /metrics (Prometheus text). */
+ * /readyz (Redis connected and set up, else 503) and /metrics (Prometheus text); GET and
+ * HEAD only, one request per connection. */
 #ifndef DTQ_HTTP_H
 #define DTQ_HTTP_H
 
@@ -7,9 +8,14 @@
 
 #include "ctx.h"
 
+/* Limits of the endpoint, which is open to whatever reaches the port (http.c says why). */
+#define DTQ_HTTP_MAX_CONNECTIONS 64 /* open at once; one more is closed at accept */
+#define DTQ_HTTP_TIMEOUT_MS 5000    /* per connection, from accept to close */
+#define DTQ_HTTP_MAX_HEAD 8192      /* request line and headers, in bytes */
+
 typedef struct dtq_http dtq_http;
 
-/* NULL with err filled when the address cannot be bound. */
+/* NULL with err filled when the address cannot be parsed, resolved or bound. */
 dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errlen);
 void dtq_http_free(dtq_http *h);
 

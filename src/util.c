@@ -113,6 +113,27 @@ int dtq_parse_double(const char *s, double min, double max, double *out) {
     return DTQ_OK;
 }
 
+int dtq_split_hostport(const char *s, char **host, int *port) {
+    const char *hb = s, *he, *colon;
+    int64_t p;
+    if (*s == '[') {
+        hb = s + 1;
+        he = strchr(hb, ']');
+        if (!he || he == hb || he[1] != ':') return DTQ_ERR;
+        colon = he + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || memchr(s, ':', (size_t)(colon - s))) return DTQ_ERR;
+        he = colon;
+    }
+    if (memchr(hb, '[', (size_t)(he - hb)) || memchr(hb, ']', (size_t)(he - hb)) ||
+        dtq_parse_int64(colon + 1, 1, 65535, &p) != DTQ_OK)
+        return DTQ_ERR;
+    *host = dtq_xstrndup(hb, (size_t)(he - hb));
+    *port = (int)p;
+    return DTQ_OK;
+}
+
 int dtq_parse_bool(const char *s, int *out) {
     if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcmp(s, "1") ||
         !strcasecmp(s, "on")) {

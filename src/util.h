@@ -36,6 +36,10 @@ int dtq_valid_task_id(const char *s);
 int dtq_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out);
 int dtq_parse_double(const char *s, double min, double max, double *out);
 int dtq_parse_bool(const char *s, int *out);
+/* Splits "host:port", ":port" (host "") or "[IPv6 address]:port" (host without the
+ * brackets); port 1-65535. An IPv6 address must be bracketed: "::1:80" is ambiguous. On
+ * success *host is caller-owned. */
+int dtq_split_hostport(const char *s, char **host, int *port);
 
 /* Formats epoch ms as 2026-11-30T01:02:03.456Z into out (at least 25 bytes). */
 void dtq_format_iso8601(int64_t ms, char *out, size_t outlen);

@@ -81,9 +81,10 @@ START_TEST(test_file_and_handlers) {
               "[retry]\nbase_delay = 2\njitter_mode = full\n"
               "[handler:resize]\nbuiltin = sleep\ntimeout_ms = 500\nmax_attempts = 9\n"
               "max_delay = 5\n"
-              "[handler:mail]\nbuiltin = echo\n");
+              "[handler:mail]\nbuiltin = echo\n[http]\nlisten = [::1]:9100\n");
     cfg = dtq_config_load(path, err, sizeof(err));
     ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->http_listen, "[::1]:9100");
     ck_assert_int_eq(cfg->nqueues, 3);
     ck_assert_str_eq(cfg->queues[1], "default");
     ck_assert_str_eq(cfg->queues[2], "low");
@@ -158,6 +159,8 @@ START_TEST(test_errors) {
     expect_error("[log]\nlevel = loud\n", "[log] level", NULL);
     expect_error("[log]\nformat = xml\n", "[log] format", NULL);
     expect_error("[http]\nlisten = nowhere\n", "[http] listen", NULL);
+    expect_error("[http]\nlisten = ::1:9100\n", "[http] listen", "[IPv6]:port");
+    expect_error("[http]\nlisten = 127.0.0.1:0\n", "[http] listen", NULL);
     expect_error("[handler:x]\ntimeout_ms = 5\n", "[handler:x]", "builtin, exec, plugin");
     expect_error("[handler:x]\nbuiltin = teleport\n", "[handler:x] builtin", "teleport");
     expect_error("[handler:x]\nbuiltin = echo\nexec = /bin/true\n", "[handler:x] exec",

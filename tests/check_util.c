@@ -1,6 +1,7 @@
 /* check_util.c: util.c: task ids and queue names, uuids, number parsing, time format. */
 #include <check.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -50,6 +51,41 @@ START_TEST(test_numbers) {
 }
 END_TEST
 
+/* One case of dtq_split_hostport: want_host NULL means the string is refused. */
+static void split(const char *s, const char *want_host, int want_port) {
+    char *host = NULL;
+    int port = 0;
+    int rc = dtq_split_hostport(s, &host, &port);
+    if (!want_host) {
+        ck_assert_msg(rc != 0, "accepted '%s'", s);
+        return;
+    }
+    ck_assert_msg(rc == 0, "refused '%s'", s);
+    ck_assert_str_eq(host, want_host);
+    ck_assert_int_eq(port, want_port);
+    free(host);
+}
+
+START_TEST(test_hostport) {
+    split("127.0.0.1:9100", "127.0.0.1", 9100);
+    split(":9100", "", 9100);
+    split("localhost:1", "localhost", 1);
+    split("[::1]:65535", "::1", 65535);
+    split("[::]:80", "::", 80);
+    split("nowhere", NULL, 0);
+    split("127.0.0.1:", NULL, 0);
+    split("127.0.0.1:0", NULL, 0);
+    split("127.0.0.1:65536", NULL, 0);
+    split("127.0.0.1:80x", NULL, 0);
+    split("::1:9100", NULL, 0); /* unbracketed IPv6 */
+    split("[::1]", NULL, 0);
+    split("[::1]9100", NULL, 0);
+    split("[]:9100", NULL, 0);
+    split("[::1]]:9100", NULL, 0);
+    split("a[b:9100", NULL, 0);
+}
+END_TEST
+
 START_TEST(test_iso8601) {
     char buf[32];
     dtq_format_iso8601(1764464523456LL, buf, sizeof(buf));
@@ -64,6 +100,7 @@ int main(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_names_and_ids);
     tcase_add_test(tc, test_numbers);
+    tcase_add_test(tc, test_hostport);
     tcase_add_test(tc, test_iso8601);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
