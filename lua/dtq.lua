@@ -339,6 +339,10 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
     h.own_timeout_ms = f.timeout_ms
     h.ttl_seconds = f.ttl_seconds
     h.idempotency_key = f.idempotency_key
+  elseif #h.payload > c.max_payload_bytes then
+    -- A rejected entry must not park megabytes in its hash and its dead letter.
+    h.payload = string.sub(h.payload, 1, c.max_payload_bytes)
+    err = err .. ' (payload kept truncated to its first ' .. fmt(c.max_payload_bytes) .. ' bytes)'
   end
   local args = {}
   for name, v in pairs(h) do
@@ -553,6 +557,29 @@ local function fetch(keys, args)
   return {claimed, block, read}
 end
 
+--[[ Consumers of dead workers are removed from the groups: no pending entry, idle longer
+than min_idle_ms, and no live worker hash (its heartbeat expired). XINFO CONSUMERS is
+O(consumers), which this pruning itself keeps small. A few dead names are also dropped
+from <p>:workers per call. ]]
+local function prune_consumers(keys, worker, min_idle)
+  for _, stream in ipairs(keys) do
+    local info = redis.pcall('XINFO', 'CONSUMERS', stream, GROUP)
+    if type(info) == 'table' and not info.err then
+      for _, cons in ipairs(info) do
+        local f = {}
+        for i = 1, #cons, 2 do f[cons[i]] = cons[i + 1] end
+        if f.name ~= worker and tonumber(f.pending) == 0 and tonumber(f.idle) > min_idle and
+            redis.call('EXISTS', k('worker', f.name)) == 0 then
+          redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, f.name)
+        end
+      end
+    end
+  end
+  for _, w in ipairs(redis.call('SRANDMEMBER', k('workers'), 5)) do
+    if redis.call('EXISTS', k('worker', w)) == 0 then redis.call('SREM', k('workers'), w) end
+  end
+end
+
 --[[ FCALL <ns>_reap numkeys streams... ARGV: worker_id, min_idle_ms, run_slots,
 min_count, policy-json, then for each stream its queue name, band and XAUTOCLAIM cursor.
 Takes entries idle longer than min_idle_ms from lost workers and adopts or settles them:
@@ -590,6 +617,7 @@ local function reap(keys, args)
       end
     end
   end
+  prune_consumers(keys, worker, tonumber(min_idle) or 0)
   return {claimed, cursors}
 end
 
@@ -612,6 +640,23 @@ local function reclaim_lost(c, ms, worker, policy, stream, queue, band, entry_id
             tonumber(h.max_attempts), tonumber(h.timeout_ms)}
   end
   return process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
+end
+
+--[[ FCALL <ns>_deregister numkeys streams... ARGV: worker_id — a stopping worker leaves:
+its consumer is deleted from each group where it holds no pending entry (one that does
+keeps it: deleting it would drop those entries), and its name leaves <p>:workers.
+Returns the number of groups it left. ]]
+local function deregister(keys, args)
+  local worker, n = args[1], 0
+  for _, stream in ipairs(keys) do
+    local pend = redis.pcall('XPENDING', stream, GROUP, '-', '+', 1, worker)
+    if type(pend) == 'table' and not pend.err and #pend == 0 then
+      redis.call('XGROUP', 'DELCONSUMER', stream, GROUP, worker)
+      n = n + 1
+    end
+  end
+  redis.call('SREM', k('workers'), worker)
+  return n
 end
 
 local RECOVER_MAX = 1000 -- pending entries looked at per stream and call
@@ -1237,6 +1282,7 @@ reg('enqueue', enqueue)
 reg('fetch', fetch)
 reg('reap', reap)
 reg('recover', recover)
+reg('deregister', deregister)
 reg('finish', finish)
 reg('handback', handback)
 reg('worker_event', worker_event)

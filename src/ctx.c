@@ -52,6 +52,7 @@ dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_ba
     ctx->fn.fetch = dtq_keys_function(ns, "fetch");
     ctx->fn.reap = dtq_keys_function(ns, "reap");
     ctx->fn.recover = dtq_keys_function(ns, "recover");
+    ctx->fn.deregister = dtq_keys_function(ns, "deregister");
     ctx->fn.finish = dtq_keys_function(ns, "finish");
     ctx->fn.handback = dtq_keys_function(ns, "handback");
     ctx->fn.worker_event = dtq_keys_function(ns, "worker_event");
@@ -86,6 +87,7 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     free(f->fetch);
     free(f->reap);
     free(f->recover);
+    free(f->deregister);
     free(f->finish);
     free(f->handback);
     free(f->worker_event);

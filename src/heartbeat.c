@@ -63,12 +63,14 @@ static void beat(dtq_heartbeat *hb, void (*cb)(void *arg), void *arg) {
     dtq_ctx_command(ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "SADD");
-    dtq_argv_adds(&a, hb->workers_key);
-    dtq_argv_adds(&a, cfg->worker_id);
-    dtq_ctx_command(ctx, NULL, NULL, &a);
-    dtq_argv_deinit(&a);
+    if (strcmp(hb->status, "stopped")) { /* a stopped worker has left <prefix>:workers */
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "SADD");
+        dtq_argv_adds(&a, hb->workers_key);
+        dtq_argv_adds(&a, cfg->worker_id);
+        dtq_ctx_command(ctx, NULL, NULL, &a);
+        dtq_argv_deinit(&a);
+    }
 
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "EXPIRE");

@@ -73,6 +73,21 @@ static void worker_event(dtq_worker *w, const char *type) {
     dtq_argv_deinit(&a);
 }
 
+/* A stopping worker leaves the groups (where it holds nothing) and <prefix>:workers, so
+ * neither grows with every deploy. */
+static void deregister(dtq_worker *w) {
+    const dtq_streams *st = &w->ctx->streams;
+    dtq_argv a;
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, w->ctx->fn.deregister);
+    dtq_argv_addll(&a, dtq_streams_count(st));
+    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(&a, st->keys[i]);
+    dtq_argv_adds(&a, w->ctx->cfg->worker_id);
+    dtq_ctx_command(w->ctx, NULL, NULL, &a);
+    dtq_argv_deinit(&a);
+}
+
 /* ctx hooks: what the subsystems report. */
 static void on_slots_freed(void *arg) {
     dtq_worker *w = arg;
@@ -296,7 +311,10 @@ static void finish_stop(dtq_worker *w) {
     if (w->state == DTQ_WORKER_STOPPED) return;
     set_state(w, DTQ_WORKER_STOPPED);
     dtq_info("drained; stopping");
-    if (dtq_ctx_is_up(w->ctx)) worker_event(w, "WORKER_STOPPED");
+    if (dtq_ctx_is_up(w->ctx)) {
+        worker_event(w, "WORKER_STOPPED");
+        deregister(w);
+    }
     dtq_heartbeat_set_status(w->heartbeat, "stopped", final_beat_done, w);
 }
 

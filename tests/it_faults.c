@@ -288,6 +288,76 @@ START_TEST(test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once) {
 }
 END_TEST
 
+static int consumers_named(const char *stream, const char *name) {
+    redisReply *r = th_cmd(C, "XINFO CONSUMERS %s workers", stream);
+    int n = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        if (!strcmp(r->element[i]->element[1]->str, name)) n++;
+    freeReplyObject(r);
+    return n;
+}
+
+static int dead_consumer_gone(void *arg) {
+    return consumers_named("dtq:stream:default:p5", arg) == 0 &&
+           th_int(th_cmd(C, "SISMEMBER dtq:workers %s", (const char *)arg)) == 0;
+}
+
+/* Nothing grows with every deploy or crash: a stopped worker leaves the consumer groups
+ * and the workers set; a dead one is pruned once its heartbeat expired and it holds
+ * nothing; a rejected raw entry keeps no more than max_payload_bytes of its payload. */
+START_TEST(test_workers_and_consumers_do_not_accumulate) {
+    th_daemon a, b, c;
+    start(&a, "w-stops", NULL, NULL, 1);
+    enqueue("default", "g1", "echo", "1", NULL);
+    wait_status("g1", "succeeded", 5000);
+    ck_assert_int_eq(consumers_named("dtq:stream:default:p5", "w-stops"), 1);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+    ck_assert_int_eq(consumers_named("dtq:stream:default:p5", "w-stops"), 0);
+    ck_assert_int_eq(consumers_named("dtq:stream:default:p9", "w-stops"), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:workers w-stops")), 0);
+
+    start(&b, "w-dies", NULL, NULL, 1);
+    enqueue("default", "g2", "echo", "1", NULL);
+    wait_status("g2", "succeeded", 5000);
+    ck_assert_int_eq(th_daemon_stop(&b, SIGKILL, 5000), 128 + SIGKILL);
+    start(&c, "w-prunes", NULL, NULL, 1);
+    /* heartbeat expiry (3 s) + idle beyond visibility_timeout_s (3 s) + a reap cycle */
+    ck_assert_msg(th_wait_until(dead_consumer_gone, (void *)"w-dies", 15000),
+                  "dead worker not pruned");
+    /* a live worker's idle consumer stays (Redis 7.0 creates it on its first delivery) */
+    enqueue("default", "g3", "echo", "1", NULL);
+    wait_status("g3", "succeeded", 5000);
+    th_sleep_ms(5000); /* deliberate: idle beyond visibility_timeout_s, reaps in between */
+    ck_assert_int_eq(consumers_named("dtq:stream:default:p5", "w-prunes"), 1);
+
+    {
+        size_t big = 2 * 1024 * 1024;
+        char *payload = malloc(big + 1);
+        redisReply *r;
+        char id[128];
+        memset(payload, 'x', big);
+        payload[big] = 0;
+        r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload %s", payload);
+        snprintf(id, sizeof(id), "default:p5:%s", r->str);
+        freeReplyObject(r);
+        free(payload);
+        wait_status(id, "dead_lettered", 5000);
+        ck_assert_int_le(th_int(th_cmd(C, "HSTRLEN dtq:task:%s payload", id)), 262144);
+        r = th_cmd(C, "XREVRANGE dtq:stream:dead-letter + - COUNT 1");
+        for (size_t i = 0; i + 1 < r->element[0]->element[1]->elements; i += 2) {
+            const redisReply *k = r->element[0]->element[1]->element[i];
+            const redisReply *v = r->element[0]->element[1]->element[i + 1];
+            if (!strcmp(k->str, "payload")) ck_assert_int_le(v->len, 262144);
+            if (!strcmp(k->str, "last_error"))
+                ck_assert_ptr_nonnull(strstr(v->str, "payload kept truncated"));
+        }
+        freeReplyObject(r);
+        ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
+    }
+    ck_assert_int_eq(th_daemon_stop(&c, SIGTERM, 10000), 0);
+}
+END_TEST
+
 static int pending_count(void) {
     redisReply *r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
     int n = (int)r->element[0]->integer;
@@ -356,6 +426,7 @@ int main(void) {
     tcase_add_test(tc, test_refused_finishes_are_held_and_their_claims_kept);
     tcase_add_test(tc, test_lost_fetch_reply_runs_the_task_at_the_same_attempt);
     tcase_add_test(tc, test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once);
+    tcase_add_test(tc, test_workers_and_consumers_do_not_accumulate);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
