@@ -823,8 +823,8 @@ local function finish(keys, args)
 end
 
 --[[ FCALL <ns>_handback 0 worker_id n (task_id attempt stream entry_id reason)...
-Drain: gives interrupted attempts back for another worker at once. The interrupted
-attempt counts: attempt+1 and a fresh entry, or dead_lettered when it was the last. ]]
+Drain: gives interrupted attempts back for another worker at once: attempt + 1 and a
+fresh entry, also after the last attempt (an interrupted attempt never ends a task). ]]
 local function handback(keys, args)
   local worker, n = args[1], tonumber(args[2])
   local c = load_config()
@@ -837,9 +837,10 @@ local function handback(keys, args)
     local tkey = k('task', tid)
     local h = hgetall(tkey)
     if h and h.status == 'running' and tonumber(h.attempt) == attempt and h.worker_id == worker then
-      if attempt >= (tonumber(h.max_attempts) or 1) then
-        out[#out + 1] = dead_letter(c, tkey, h, ms, args[b + 5], 'interrupted', worker)
-      else
+      do
+        -- Even on its last attempt: a stop is the infrastructure's doing, never the task's,
+        -- so the task runs once more (a new attempt number: none runs twice) and only its
+        -- own outcome there can end it.
         h.attempt = fmt(attempt + 1)
         redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms),
                    'last_error', args[b + 5], 'last_error_class', 'interrupted')

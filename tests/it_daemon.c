@@ -513,17 +513,24 @@ START_TEST(test_drain_timeout_hands_tasks_back) {
     int64_t t0;
     start(&a, "w-handback", "drain_timeout_s = 1\n");
     enqueue("hb", "sleep", "{\"ms\":30000}", NULL);
+    enqueue("last", "sleep", "{\"ms\":30000}", "max_attempts 1");
     wait_status("hb", "running", 5000);
+    wait_status("last", "running", 5000);
     t0 = th_now_ms();
     ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
     ck_assert_int_lt(th_now_ms() - t0, 4000);
     th_assert_field(C, "hb", "status", "queued");
-    th_assert_field(C, "hb", "attempt", "2"); /* the interrupted attempt counts */
+    th_assert_field(C, "hb", "attempt", "2"); /* a new attempt number: none runs twice */
     th_assert_field(C, "hb", "last_error_class", "interrupted");
-    /* another worker picks it up at once */
+    /* a stop never ends a task, even on its last attempt */
+    th_assert_field(C, "last", "status", "queued");
+    th_assert_field(C, "last", "attempt", "2");
+    /* another worker picks them up at once */
     freeReplyObject(th_cmd(C, "HSET dtq:task:hb payload %s", "{\"ms\":10}"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:last payload %s", "{\"ms\":10}"));
     start(&b, "w-handback-2", NULL);
     wait_status("hb", "succeeded", 5000);
+    wait_status("last", "succeeded", 5000);
     th_assert_field(C, "hb", "worker_id", "w-handback-2");
     th_daemon_stop(&b, SIGTERM, 10000);
 }
