@@ -27,6 +27,9 @@ concurrency = $conc
 events = ${EVENTS:-all}
 [handler:noop]
 builtin = noop"
+redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
+rc CONFIG RESETSTAT >/dev/null
+cpu0=$(redis_cpu)
 t0=$(now_ms)
 rc DEL dtq:queue:default:paused >/dev/null
 while :; do
@@ -36,4 +39,12 @@ while :; do
 done
 t1=$(now_ms)
 ms=$((t1 - t0))
+cpu1=$(redis_cpu)
 echo "ran $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s"
+awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN { printf "redis CPU: %.1f us/task\n", (b - a) * 1e6 / n }'
+# Commands per task, those run inside Functions included (INFO commandstats counts both).
+rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' -v n="$n" '/^cmdstat_/ {
+    name = substr($1, 9); calls[name] = $3; usec[name] = $5; total += $3 }
+    END { printf "redis commands: %.2f per task;", total / n
+          for (c in calls) if (calls[c] / n >= 0.05) printf " %s %.2f (%.1f us)", c, calls[c] / n, usec[c] / n
+          printf "\n" }'
