@@ -46,5 +46,5 @@ awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN { printf "redis CPU: %.1f us/task
 rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' -v n="$n" '/^cmdstat_/ {
     name = substr($1, 9); calls[name] = $3; usec[name] = $5; total += $3 }
     END { printf "redis commands: %.2f per task;", total / n
-          for (c in calls) if (calls[c] / n >= 0.05) printf " %s %.2f (%.1f us)", c, calls[c] / n, usec[c] / n
+          for (c in calls) if (usec[c] / n >= 0.1) printf " %s %.2f (%.1f us)", c, calls[c] / n, usec[c] / n
           printf "\n" }'

@@ -173,6 +173,17 @@ end
 -- Per-call state of the event builder, reset by the wrapper reg() puts around every
 -- Function: one INCR of <prefix>:seq per call that emits, however many events it emits.
 local call_seq, call_events, call_ts_ms, call_ts = nil, 0, nil, nil
+local call_listeners, call_any_cancelled = nil, nil -- per call, looked up when first needed
+
+-- Whether `tid` was cancelled while queued: one SCARD per call spares a SISMEMBER per entry
+-- while the set is empty, which it almost always is.
+local function in_cancelled(tid)
+  if call_any_cancelled == nil then
+    local n = redis.pcall('SCARD', k('cancelled'))
+    call_any_cancelled = type(n) == 'number' and n > 0
+  end
+  return call_any_cancelled and redis.pcall('SISMEMBER', k('cancelled'), tid) == 1
+end
 
 local function event_id(ms)
   if not call_seq then call_seq = fmt(redis.call('INCR', k('seq'))) end
@@ -186,6 +197,14 @@ published in <prefix>:config, and the stream copy honours events_stream_maxlen. 
 local function emit(c, ms, etype, h, worker_id, meta)
   if c.events == 'off' then return end
   if c.events == 'terminal' and not TERMINAL_EVENTS[etype] then return end
+  if call_listeners == nil then
+    -- Once per call: an event nobody can receive (no subscriber, no pattern subscriber,
+    -- no events stream) is not built at all. Nothing is lost: PUBLISH to nobody is a no-op.
+    call_listeners = c.events_stream_maxlen > 0 or
+                     redis.call('PUBSUB', 'NUMSUB', k('events'))[2] > 0 or
+                     redis.call('PUBSUB', 'NUMPAT') > 0
+  end
+  if not call_listeners then return end
   if call_ts_ms ~= ms then call_ts_ms, call_ts = ms, iso(ms) end
   local ev = {event_id = event_id(ms), ts = call_ts, type = etype, task_id = h.id or '',
               queue = h.queue or '', task_type = h.task_type or '',
@@ -371,7 +390,7 @@ local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, en
     ack(stream, entry_id)
     return nil
   end
-  if redis.pcall('SISMEMBER', k('cancelled'), tid) == 1 then
+  if in_cancelled(tid) then
     redis.pcall('SREM', k('cancelled'), tid)
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, worker)
@@ -1002,7 +1021,7 @@ local function sched_promote(keys, args)
       dead_letter_poisoned(c, tkey, h, ms, why, worker)
     elseif h and not TERMINAL[h.status] then
       local ttl = tonumber(h.ttl_seconds)
-      if redis.pcall('SISMEMBER', k('cancelled'), tid) == 1 then
+      if in_cancelled(tid) then
         redis.pcall('SREM', k('cancelled'), tid)
         finish_terminal(c, tkey, h, 'cancelled', ms)
         emit(c, ms, 'TASK_CANCELLED', h, worker)
@@ -1271,7 +1290,7 @@ end
 -- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
-    call_seq, call_events = nil, 0
+    call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
     return fn(keys, args)
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}
