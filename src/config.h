@@ -42,6 +42,8 @@ typedef struct dtq_config {
     char *ns;
     int cluster_hash_tag;
     int64_t connect_timeout_ms;
+    int64_t wait_replicas;   /* WAIT after each finish batch; 0 = off */
+    int64_t wait_timeout_ms; /* ... at most this long */
     /* [worker] */
     char *queues_raw;
     char **queues;

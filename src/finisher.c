@@ -13,7 +13,9 @@
 typedef struct batch {
     struct batch *prev, *next;
     dtq_finisher *f;
-    dtq_finish_record *list;
+    dtq_finish_record *list; /* NULL once written (or queued again) */
+    int wait_pending;        /* a WAIT was pipelined behind its FCALL, no reply yet */
+    int failed;              /* the FCALL did not land */
 } batch;
 
 struct dtq_finisher {
@@ -113,12 +115,24 @@ static void log_verdicts(const dtq_finish_record *rec, const redisReply *reply) 
     }
 }
 
+/* A batch is over: the next one may leave. */
+static void batch_done(dtq_finisher *f, batch *b) {
+    batch_unlink(f, b);
+    free(b);
+    dtq_finisher_flush(f);
+    if (f->refused) {
+        dtq_info("finish batches accepted again; taking new work");
+        f->refused = 0;
+        dtq_ctx_slots_freed(f->ctx);
+    }
+    dtq_ctx_settled(f->ctx);
+}
+
 static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
     batch *b = priv;
     dtq_finisher *f = b->f;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
-    batch_unlink(f, b);
     if (!reply || reply->type == REDIS_REPLY_ERROR) {
         if (reply) {
             /* Refused while connected (OOM, NOPERM, a missing Function): the results are
@@ -133,20 +147,43 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
             evtimer_add(f->retry_ev, &tv);
         }
         prepend_list(f, b->list);
+        b->list = NULL;
+        b->failed = 1;
+        if (b->wait_pending) return; /* its WAIT reply (or NULL) still comes: wait_cb frees */
+        batch_unlink(f, b);
         free(b);
         return; /* sent again after the reconnect (flush from setup) or the retry timer */
     }
     if (reply->type == REDIS_REPLY_ARRAY) log_verdicts(b->list, reply);
     free_list(b->list);
-    free(b);
+    b->list = NULL;
     f->ctx->counters.finish_batches++;
-    dtq_finisher_flush(f);
-    if (f->refused) {
-        dtq_info("finish batches accepted again; taking new work");
-        f->refused = 0;
-        dtq_ctx_slots_freed(f->ctx);
+    if (b->wait_pending) return; /* the WAIT pipelined behind it ends the batch */
+    batch_done(f, b);
+}
+
+/* WAIT's reply, always after the FCALL's on the same connection: how many replicas have
+ * everything written so far, this batch included. Until it comes no other batch leaves,
+ * so the daemon's results never run more than one batch ahead of the replicas. */
+static void wait_cb(redisAsyncContext *ac, void *r, void *priv) {
+    batch *b = priv;
+    dtq_finisher *f = b->f;
+    redisReply *reply = r;
+    const dtq_config *cfg = f->ctx->cfg;
+    DTQ_UNUSED(ac);
+    b->wait_pending = 0;
+    if (b->failed) { /* the FCALL did not land: its records are queued again */
+        batch_unlink(f, b);
+        free(b);
+        return;
     }
-    dtq_ctx_settled(f->ctx);
+    if (reply && (reply->type != REDIS_REPLY_INTEGER || reply->integer < cfg->wait_replicas))
+        dtq_warn("a finish batch reached %lld of %lld replica(s) within %lld ms (%s): a "
+                 "failover now could lose its results",
+                 reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0LL,
+                 (long long)cfg->wait_replicas, (long long)cfg->wait_timeout_ms,
+                 reply->type == REDIS_REPLY_ERROR ? reply->str : "timed out");
+    batch_done(f, b);
 }
 
 /* Sends one batch of records of one kind (finish or handback) from the queue head. */
@@ -191,6 +228,14 @@ static int send_batch(dtq_finisher *f) {
     }
     batch_link(f, b);
     dtq_argv_deinit(&a);
+    if (ctx->cfg->wait_replicas > 0) {
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "WAIT");
+        dtq_argv_addll(&a, ctx->cfg->wait_replicas);
+        dtq_argv_addll(&a, ctx->cfg->wait_timeout_ms);
+        if (dtq_ctx_command(ctx, wait_cb, b, &a) == DTQ_OK) b->wait_pending = 1;
+        dtq_argv_deinit(&a);
+    }
     return DTQ_OK;
 }
 

@@ -358,6 +358,59 @@ START_TEST(test_workers_and_consumers_do_not_accumulate) {
 }
 END_TEST
 
+typedef struct link_poll {
+    redisContext *c;
+} link_poll;
+
+static int replica_linked(void *arg) {
+    redisReply *r = th_cmd(((link_poll *)arg)->c, "INFO replication");
+    int up = r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up") != NULL;
+    freeReplyObject(r);
+    return up;
+}
+
+/* [redis] wait_replicas: each finish batch is followed by WAIT, and the next batch leaves
+ * only once a replica has it (or wait_timeout_ms passed: a warning, and it goes on). */
+START_TEST(test_wait_for_a_replica_after_each_finish_batch) {
+    th_redis primary, replica;
+    th_daemon d;
+    redisContext *p, *rc;
+    link_poll lp;
+    char ini[512], id[16];
+    th_redis_start_tcp(&primary, NULL, NULL);
+    th_redis_start(&replica, 0);
+    p = th_connect(&primary);
+    rc = th_connect(&replica);
+    freeReplyObject(th_cmd(rc, "REPLICAOF 127.0.0.1 %d", primary.port));
+    lp.c = rc;
+    ck_assert(th_wait_until(replica_linked, &lp, 10000));
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-wait\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 1500\n"
+             "[handler:echo]\nbuiltin = echo\n");
+    th_daemon_start(&d, &primary, ini);
+    th_daemon_wait_ready(p, "w-wait", 10000);
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof(id), "w%d", i);
+        freeReplyObject(th_cmd(p, "FCALL dtq_enqueue 0 default echo {} task_id %s", id));
+    }
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof(id), "w%d", i);
+        ck_assert(th_wait_status(p, id, "succeeded", 10000));
+        ck_assert(th_wait_status(rc, id, "succeeded", 5000)); /* on the replica too */
+    }
+    ck_assert_int_eq(th_count_in_file(d.log, "replica(s) within"), 0);
+    /* without a replica every batch still completes, after wait_timeout_ms, with a warning */
+    th_redis_stop(&replica);
+    freeReplyObject(th_cmd(p, "FCALL dtq_enqueue 0 default echo {} task_id alone"));
+    ck_assert(th_wait_status(p, "alone", "succeeded", 10000));
+    ck_assert(th_wait_log(d.log, "reached 0 of 1 replica(s) within 1500 ms", 1, 5000));
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+    redisFree(rc);
+    redisFree(p);
+    th_redis_stop(&primary);
+}
+END_TEST
+
 static int pending_count(void) {
     redisReply *r = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
     int n = (int)r->element[0]->integer;
@@ -427,6 +480,7 @@ int main(void) {
     tcase_add_test(tc, test_lost_fetch_reply_runs_the_task_at_the_same_attempt);
     tcase_add_test(tc, test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once);
     tcase_add_test(tc, test_workers_and_consumers_do_not_accumulate);
+    tcase_add_test(tc, test_wait_for_a_replica_after_each_finish_batch);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
