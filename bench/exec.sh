@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# exec handlers beside the machine's spawn floor, in one sitting: N tasks of `exec =
+# /bin/true` at concurrency C through one daemon, then the bare posix_spawn + waitpid loop
+# (bench/spawn_floor.c) with the same parallelism. Also the daemon's own CPU per task.
+# Usage: bench/exec.sh [N] [concurrency]
+. "$(dirname "$0")/lib.sh"
+n=${1:-5000}
+conc=${2:-64}
+floor_bin=${DTQ_SPAWN_FLOOR:-$root/build/bench/spawn_floor}
+machine
+echo "tasks: $n x exec /bin/true, concurrency = $conc"
+start_worker "[worker]
+worker_id = bench
+queues = paused-at-first
+[handler:t]
+exec = /bin/true"
+rc SET dtq:queue:default:paused 1 >/dev/null
+awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "FCALL dtq_enqueue 0 default t {}\r\n" }' | rc --pipe >/dev/null
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+start_worker "[worker]
+worker_id = bench
+concurrency = $conc
+[handler:t]
+exec = /bin/true"
+wpid=${pids[-1]}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$wpid/stat"; }
+c0=$(cpu_ticks)
+t0=$(now_ms)
+rc DEL dtq:queue:default:paused >/dev/null
+while :; do
+    left=$(rc XLEN dtq:stream:default:p5)
+    [ "$left" -eq 0 ] && break
+    sleep 0.02
+done
+t1=$(now_ms)
+c1=$(cpu_ticks)
+ms=$((t1 - t0))
+hz=$(getconf CLK_TCK)
+echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s; daemon CPU $(awk -v a="$c0" -v b="$c1" -v hz="$hz" -v n="$n" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / n }') us/task"
+"$floor_bin" "$n" "$conc" /bin/true
