@@ -5,11 +5,11 @@
 #include "handler_exec.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,63 +328,51 @@ static int make_pipes(int p[3][2], char *msg, size_t msglen) {
             while (i-- > 0) close_pipe(p[i]);
             return -1;
         }
+    /* An end below 3 (the daemon started with 0-2 closed) moves up, so that one dup2 onto
+     * 0-2 in the child cannot overwrite another's source. */
+    for (int i = 0; i < 3; i++)
+        for (int e = 0; e < 2; e++)
+            if (p[i][e] < 3) {
+                int up = fcntl(p[i][e], F_DUPFD_CLOEXEC, 3);
+                if (up >= 0) {
+                    close(p[i][e]);
+                    p[i][e] = up;
+                }
+            }
     return 0;
 }
 
-/* Closes every descriptor from 3 up. close_range(2) needs Linux 5.9; older kernels list
- * /proc/self/fd (glibc keeps malloc usable in a forked child), and without /proc every
- * possible number up to the descriptor limit is closed. */
-static void close_from_3(void) {
-    DIR *d;
-    struct rlimit rl;
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-    if (close_range(3, ~0U, 0) == 0) return;
-#endif
-    d = opendir("/proc/self/fd");
-    if (d) {
-        struct dirent *e;
-        int self = dirfd(d);
-        while ((e = readdir(d)) != NULL) {
-            int fd = atoi(e->d_name);
-            if (fd > 2 && fd != self) close(fd);
-        }
-        closedir(d);
-        return;
-    }
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) rl.rlim_cur = 65536;
-    for (rlim_t fd = 3; fd < rl.rlim_cur; fd++) close((int)fd);
-}
-
-/* In the forked child, every signal still blocked (see dtq_exec_start): a program starts
- * as if from a clean login, not with what the daemon set up or inherited. */
-static void child_run(const dtq_exec_spec *spec, char **env, int p[3][2]) {
-    int fds[3] = {p[0][0], p[1][1], p[2][1]};
-    struct sigaction dfl;
-    sigset_t none;
-    setpgid(0, 0);
-    /* Default dispositions before unblocking: a signal caught now would run the daemon's
-     * handler here, and an ignored one (SIGPIPE under systemd, anything the daemon's parent
-     * ignored) would stay ignored across execve. SIGKILL, SIGSTOP and libc's internal
-     * signals refuse the change, which is fine. */
-    memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (int sig = 1; sig < NSIG; sig++) sigaction(sig, &dfl, NULL);
-    /* A pipe end below 3 (the daemon started with 0-2 closed) is moved up first, so that
-     * one dup2 cannot overwrite another's source. dup2 clears close-on-exec on 0-2. */
-    for (int i = 0; i < 3; i++)
-        if (fds[i] < 3) fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-    for (int i = 0; i < 3; i++) dup2(fds[i], i);
-    close_from_3();
+/* The child is started with posix_spawn, which glibc implements with clone(CLONE_VM |
+ * CLONE_VFORK): no copy of the daemon's page tables, so an exec handler costs what the
+ * machine's spawn floor costs (bench/exec.sh). Everything the child needs is declared:
+ * its own process group, every signal at its default disposition and none blocked (a
+ * program starts as if from a clean login, not with what the daemon set up or inherited:
+ * an ignored SIGPIPE under systemd would stay ignored across execve), the three pipes on
+ * 0-2, no descriptor above 2, and the working directory. A failure to chdir or execve
+ * comes back as posix_spawn's error, in the parent. */
+static int spawn_child(const dtq_exec_spec *spec, char **env, int p[3][2], pid_t *pid) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t all, none;
+    int rc;
+    sigfillset(&all);
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    if (spec->workdir && chdir(spec->workdir) != 0) {
-        dprintf(2, "exec: cannot chdir to %s: %s\n", spec->workdir, strerror(errno));
-        _exit(127);
-    }
-    execve(spec->argv[0], spec->argv, env);
-    dprintf(2, "exec: cannot run %s: %s\n", spec->argv[0], strerror(errno));
-    _exit(127);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                        POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[0][0], 0);
+    posix_spawn_file_actions_adddup2(&fa, p[1][1], 1);
+    posix_spawn_file_actions_adddup2(&fa, p[2][1], 2);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    if (spec->workdir) posix_spawn_file_actions_addchdir_np(&fa, spec->workdir);
+    rc = posix_spawn(pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    return rc;
 }
 
 static void set_nonblock(int fd) {
@@ -393,35 +381,32 @@ static void set_nonblock(int fd) {
 
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call) {
     int p[3][2]; /* stdin, stdout, stderr: [0] read end, [1] write end */
-    char **env, msg[160];
-    sigset_t all, old;
+    char **env, msg[320];
     job *j;
     pid_t pid;
+    int rc;
     if (make_pipes(p, msg, sizeof(msg)) != 0) {
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
     }
     env = child_env(spec, call);
-    /* Blocked across fork, so the child cannot take a signal before it has reset the
-     * dispositions; the parent's mask is restored at once. */
-    sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old);
-    pid = fork();
-    if (pid == 0) child_run(spec, env, p);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+    rc = spawn_child(spec, env, p, &pid);
     free_strv(env);
     close(p[0][0]);
     close(p[1][1]);
     close(p[2][1]);
-    if (pid < 0) {
-        snprintf(msg, sizeof(msg), "exec: fork failed: %s", strerror(errno));
+    if (rc != 0) {
+        /* The program or its directory cannot be used: permanent, as an exit 127 was. A
+         * lack of resources (EAGAIN, ENOMEM) is the machine's, so it is retried. */
+        int transient = rc == EAGAIN || rc == ENOMEM;
+        snprintf(msg, sizeof(msg), "exec: cannot run %s%s%s: %s", spec->argv[0],
+                 spec->workdir ? " in " : "", spec->workdir ? spec->workdir : "", strerror(rc));
         close(p[0][1]);
         close(p[1][0]);
         close(p[2][0]);
-        call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
+        call->complete(call, transient ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL, NULL, 0, msg);
         return;
     }
-    setpgid(pid, pid); /* also here, so a kill(-pid) right away finds the group */
     j = dtq_xcalloc(1, sizeof(*j));
     j->ex = ex;
     j->call = call;
