@@ -878,6 +878,82 @@ end
 
 local function opt_error(msg) return redis.error_reply('INVALID_ARGUMENT ' .. msg) end
 
+local ENQUEUE_LIMITS = {priority = {0, 9}, max_attempts = {1, 1000}, timeout_ms = {1, 2^53},
+                        delay_ms = {0, 2^53}, ttl_seconds = {1, 2^53}}
+
+-- Enqueue options from args[first..]: a table, or nil and the INVALID_ARGUMENT message.
+-- `per_task` allows the options that name one task (idempotency_key, task_id).
+local function enqueue_options(c, args, first, per_task)
+  local o = {priority = c.default_priority}
+  if (#args - first + 1) % 2 ~= 0 then return nil, 'options come in name value pairs' end
+  for i = first, #args, 2 do
+    local name, v = args[i], args[i + 1]
+    local lim = ENQUEUE_LIMITS[name]
+    if lim then
+      local n = parse_int(v, lim[1], lim[2])
+      if not n then
+        return nil, name .. ' must be an integer in [' .. fmt(lim[1]) .. ', ' .. fmt(lim[2]) .. ']'
+      end
+      o[name] = n
+    elseif per_task and name == 'idempotency_key' then
+      if #v < 1 or #v > 256 then return nil, 'idempotency_key must be 1-256 bytes' end
+      o.idempotency_key = v
+    elseif per_task and name == 'task_id' then
+      if not valid_name(v, 64) then return nil, 'task_id must match [A-Za-z0-9._:-]{1,64}' end
+      o.task_id = v
+    else
+      return nil, 'unknown option ' .. name
+    end
+  end
+  return o
+end
+
+-- Why a payload cannot be enqueued (an error reply), or nil.
+local function payload_refusal(c, payload)
+  if #payload > c.max_payload_bytes then
+    return redis.error_reply('PAYLOAD_TOO_LARGE payload is ' .. fmt(#payload) ..
+                             ' bytes, max_payload_bytes is ' .. fmt(c.max_payload_bytes))
+  end
+  if not pcall(cjson.decode, payload) then return opt_error('payload is not valid JSON') end
+  return nil
+end
+
+local function queue_depth(queue)
+  local depth = 0
+  for band = 0, 9 do depth = depth + redis.call('XLEN', stream_key(queue, band)) end
+  return depth
+end
+
+local function queue_full(c, queue, depth)
+  return redis.error_reply('QUEUE_FULL queue ' .. queue .. ' holds ' .. fmt(depth) ..
+                           ' entries, max_queue_depth is ' .. fmt(c.max_queue_depth))
+end
+
+-- Writes a new task: its hash, then its stream entry (or its schedule entry when delayed).
+local function create_task(c, ms, tid, queue, ttype, payload, o)
+  local delayed = o.delay_ms and o.delay_ms > 0
+  local h = {id = tid, queue = queue, task_type = ttype, payload = payload,
+             status = delayed and 'pending' or 'queued', attempt = '1',
+             priority = fmt(o.priority), created_at = fmt(ms), updated_at = fmt(ms),
+             metadata = '{}', cancel_requested = '0'}
+  if o.max_attempts then h.own_max_attempts = fmt(o.max_attempts) end
+  if o.timeout_ms then h.own_timeout_ms = fmt(o.timeout_ms) end
+  if o.ttl_seconds then h.ttl_seconds = fmt(o.ttl_seconds) end
+  if o.idempotency_key then h.idempotency_key = o.idempotency_key end
+  local hargs = {}
+  for name, v in pairs(h) do
+    hargs[#hargs + 1] = name
+    hargs[#hargs + 1] = v
+  end
+  redis.call('HSET', k('task', tid), unpack(hargs))
+  if delayed then
+    redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
+  else
+    redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
+    emit(c, ms, 'TASK_QUEUED', h, '')
+  end
+end
+
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
 Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
 task_id. Replies {task_id, 'created'|'duplicate'}. ]]
@@ -890,35 +966,11 @@ local function enqueue(keys, args)
     return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
   end
   if payload == nil then return opt_error('payload is required') end
-  if (#args - 3) % 2 ~= 0 then return opt_error('options come in name value pairs') end
   local c = load_config()
-  local o = {priority = c.default_priority}
-  local limits = {priority = {0, 9}, max_attempts = {1, 1000}, timeout_ms = {1, 2^53},
-                  delay_ms = {0, 2^53}, ttl_seconds = {1, 2^53}}
-  for i = 4, #args, 2 do
-    local name, v = args[i], args[i + 1]
-    if limits[name] then
-      local n = parse_int(v, limits[name][1], limits[name][2])
-      if not n then
-        return opt_error(name .. ' must be an integer in [' .. fmt(limits[name][1]) .. ', '
-                         .. fmt(limits[name][2]) .. ']')
-      end
-      o[name] = n
-    elseif name == 'idempotency_key' then
-      if #v < 1 or #v > 256 then return opt_error('idempotency_key must be 1-256 bytes') end
-      o.idempotency_key = v
-    elseif name == 'task_id' then
-      if not valid_name(v, 64) then return opt_error('task_id must match [A-Za-z0-9._:-]{1,64}') end
-      o.task_id = v
-    else
-      return opt_error('unknown option ' .. name)
-    end
-  end
-  if #payload > c.max_payload_bytes then
-    return redis.error_reply('PAYLOAD_TOO_LARGE payload is ' .. fmt(#payload) ..
-                             ' bytes, max_payload_bytes is ' .. fmt(c.max_payload_bytes))
-  end
-  if not pcall(cjson.decode, payload) then return opt_error('payload is not valid JSON') end
+  local o, oerr = enqueue_options(c, args, 4, true)
+  if not o then return opt_error(oerr) end
+  local refusal = payload_refusal(c, payload)
+  if refusal then return refusal end
 
   local ikey
   if o.idempotency_key then
@@ -937,44 +989,65 @@ local function enqueue(keys, args)
   if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
     return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
   end
-  local depth = 0
-  for band = 0, 9 do depth = depth + redis.call('XLEN', stream_key(queue, band)) end
-  if depth >= c.max_queue_depth then
-    return redis.error_reply('QUEUE_FULL queue ' .. queue .. ' holds ' .. fmt(depth) ..
-                             ' entries, max_queue_depth is ' .. fmt(c.max_queue_depth))
-  end
+  local depth = queue_depth(queue)
+  if depth >= c.max_queue_depth then return queue_full(c, queue, depth) end
 
   local ms = now_ms()
   local tid = o.task_id or (fmt(ms) .. '-' .. fmt(redis.call('INCR', k('seq'))))
-  local delayed = o.delay_ms and o.delay_ms > 0
-  local h = {id = tid, queue = queue, task_type = ttype, payload = payload,
-             status = delayed and 'pending' or 'queued', attempt = '1',
-             priority = fmt(o.priority), created_at = fmt(ms), updated_at = fmt(ms),
-             metadata = '{}', cancel_requested = '0'}
-  if o.max_attempts then h.own_max_attempts = fmt(o.max_attempts) end
-  if o.timeout_ms then h.own_timeout_ms = fmt(o.timeout_ms) end
-  if o.ttl_seconds then h.ttl_seconds = fmt(o.ttl_seconds) end
-  if o.idempotency_key then h.idempotency_key = o.idempotency_key end
-  local hargs = {}
-  for name, v in pairs(h) do
-    hargs[#hargs + 1] = name
-    hargs[#hargs + 1] = v
-  end
-  redis.call('HSET', k('task', tid), unpack(hargs))
+  create_task(c, ms, tid, queue, ttype, payload, o)
   queue_known(queue)
   if ikey then
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
   end
-  if delayed then
-    redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
-  else
-    redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
-    emit(c, ms, 'TASK_QUEUED', h, '')
-  end
   return {tid, 'created'}
 end
 
+local ENQUEUE_BULK_MAX = 10000
+
+--[[ FCALL <ns>_enqueue_bulk 0 <queue> <task_type> <n> <payload-json>... [option value]...
+n tasks of one type into one queue in one call (at most ENQUEUE_BULK_MAX); the options
+(priority, max_attempts, timeout_ms, delay_ms, ttl_seconds) apply to every one. Ids are
+minted as for <ns>_enqueue. Replies one element per payload, in order: {task_id,
+'created'}, or the error that payload alone got (PAYLOAD_TOO_LARGE, INVALID_ARGUMENT,
+QUEUE_FULL once the queue is full); the others are created all the same. An error in the
+arguments themselves refuses the whole call. ]]
+local function enqueue_bulk(keys, args)
+  local queue, ttype, n = args[1], args[2], parse_int(args[3], 0, ENQUEUE_BULK_MAX)
+  if not valid_name(queue, 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if not valid_name(ttype, 128) then
+    return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if not n or #args < 3 + n then
+    return opt_error('n must be the number of payloads that follow, at most ' ..
+                     fmt(ENQUEUE_BULK_MAX))
+  end
+  local c = load_config()
+  local o, oerr = enqueue_options(c, args, 4 + n, false)
+  if not o then return opt_error(oerr) end
+  local ms = now_ms()
+  local depth = queue_depth(queue)
+  local seq = redis.call('INCRBY', k('seq'), n) - n
+  local out = {}
+  for i = 1, n do
+    local payload = args[3 + i]
+    local refusal = payload_refusal(c, payload)
+    if refusal then
+      out[i] = refusal
+    elseif depth >= c.max_queue_depth then
+      out[i] = queue_full(c, queue, depth)
+    else
+      local tid = fmt(ms) .. '-' .. fmt(seq + i)
+      create_task(c, ms, tid, queue, ttype, payload, o)
+      if not (o.delay_ms and o.delay_ms > 0) then depth = depth + 1 end
+      out[i] = {tid, 'created'}
+    end
+  end
+  queue_known(queue)
+  return out
+end
 --[[ Scheduler. FCALL <ns>_sched_claim 2 <schedule> <claimed> <batch> <claim_timeout_ms>
 Returns stale claims to the schedule (due now), then moves up to `batch` due members from
 the schedule to the claimed set, scored with the claim time. Returns the claimed ids.
@@ -1299,6 +1372,7 @@ local function reg(name, fn, ro)
 end
 
 reg('enqueue', enqueue)
+reg('enqueue_bulk', enqueue_bulk)
 reg('fetch', fetch)
 reg('reap', reap)
 reg('recover', recover)

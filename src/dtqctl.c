@@ -78,6 +78,9 @@ static void help(void) {
            "  enqueue <queue> <task_type> <payload> [--priority N] [--delay-ms N]\n"
            "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
            "          [--idempotency-key K] [--id ID] [--wait]\n"
+           "  enqueue-bulk <queue> <task_type> [--priority N] [--delay-ms N]\n"
+           "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
+           "                            one JSON payload per line of stdin\n"
            "  show <id>                 the task hash and its result\n"
            "  cancel <id>\n"
            "  dlq list [--count N] | dlq requeue <id> | dlq requeue-all | dlq discard <id>\n"
@@ -317,6 +320,107 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
     return 0;
 }
 
+#define BULK_CHUNK 1000
+
+/* Sends one chunk of payloads with <ns>_enqueue_bulk and prints a line per task; returns
+ * how many were refused. lines[i] is the input line number of payloads[i]. */
+static int bulk_chunk(ctl *x, const char **args, int nopts, char **payloads, const long *lines,
+                      int n, cJSON *json_out) {
+    const char **a = dtq_xcalloc((size_t)(3 + n + nopts), sizeof(char *));
+    char count[16];
+    int refusedn = 0;
+    redisReply *r;
+    snprintf(count, sizeof(count), "%d", n);
+    a[0] = args[0];
+    a[1] = args[1];
+    a[2] = count;
+    for (int i = 0; i < n; i++) a[3 + i] = payloads[i];
+    for (int i = 0; i < nopts; i++) a[3 + n + i] = args[2 + i];
+    r = fcall(x, "enqueue_bulk", 3 + n + nopts, a);
+    free(a);
+    if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n)
+        refused("unexpected reply to enqueue_bulk");
+    for (int i = 0; i < n; i++) {
+        const redisReply *e = r->element[i];
+        int ok = e->type == REDIS_REPLY_ARRAY && e->elements == 2;
+        if (!ok) refusedn++;
+        if (json_out) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "line", (double)lines[i]);
+            if (ok) {
+                cJSON_AddStringToObject(o, "task_id", e->element[0]->str);
+                cJSON_AddStringToObject(o, "result", e->element[1]->str);
+            } else {
+                cJSON_AddStringToObject(o, "error", e->str ? e->str : "?");
+            }
+            cJSON_AddItemToArray(json_out, o);
+        } else if (ok) {
+            printf("%s %s\n", e->element[0]->str, e->element[1]->str);
+        } else {
+            fprintf(stderr, "dtqctl: line %ld: %s\n", lines[i], e->str ? e->str : "?");
+        }
+    }
+    freeReplyObject(r);
+    return refusedn;
+}
+
+/* enqueue-bulk <queue> <task_type> [options]: one JSON payload per line of stdin, sent in
+ * chunks of BULK_CHUNK through <ns>_enqueue_bulk (one Function call per chunk). */
+static int cmd_enqueue_bulk(ctl *x, int argc, char **argv) {
+    static const struct {
+        const char *flag, *opt;
+    } map[] = {{"--priority", "priority"},
+               {"--delay-ms", "delay_ms"},
+               {"--max-attempts", "max_attempts"},
+               {"--timeout-ms", "timeout_ms"},
+               {"--ttl-seconds", "ttl_seconds"}};
+    const char **args = dtq_xcalloc((size_t)argc * 2 + 2, sizeof(char *));
+    char **payloads = dtq_xcalloc(BULK_CHUNK, sizeof(char *));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0, lines[BULK_CHUNK];
+    int nargs = 2, n = 0, refusedn = 0;
+    cJSON *json_out = x->json ? cJSON_CreateArray() : NULL;
+    if (argc < 2) usage_error("enqueue-bulk needs <queue> <task_type> (payloads on stdin)");
+    args[0] = argv[0];
+    args[1] = argv[1];
+    for (int i = 2; i < argc; i++) {
+        size_t j;
+        for (j = 0; j < sizeof(map) / sizeof(map[0]); j++)
+            if (!strcmp(argv[i], map[j].flag)) break;
+        if (j == sizeof(map) / sizeof(map[0]))
+            usage_error("enqueue-bulk: unknown option '%s'", argv[i]);
+        if (i + 1 >= argc) usage_error("enqueue-bulk: %s needs a value", argv[i]);
+        args[nargs++] = map[j].opt;
+        args[nargs++] = argv[++i];
+    }
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue; /* blank lines separate nothing */
+        lines[n] = lineno;
+        payloads[n++] = dtq_xstrdup(line);
+        if (n == BULK_CHUNK) {
+            refusedn += bulk_chunk(x, args, nargs - 2, payloads, lines, n, json_out);
+            for (int i = 0; i < n; i++) free(payloads[i]);
+            n = 0;
+        }
+    }
+    if (n) refusedn += bulk_chunk(x, args, nargs - 2, payloads, lines, n, json_out);
+    for (int i = 0; i < n; i++) free(payloads[i]);
+    if (json_out) {
+        char *out = cJSON_PrintUnformatted(json_out);
+        printf("%s\n", out);
+        free(out);
+        cJSON_Delete(json_out);
+    }
+    free(line);
+    free(payloads);
+    free(args);
+    return refusedn ? EXIT_REFUSED : 0;
+}
+
 static int cmd_dlq_list(ctl *x, int argc, char **argv) {
     long long count = 20;
     char *key = dtq_key(x->prefix, "stream:dead-letter"), cnt[32];
@@ -524,8 +628,9 @@ int main(int argc, char **argv) {
     argc -= optind + 1;
     argv += optind + 1;
     {
-        static const char *known[] = {"enqueue", "show",    "cancel", "dlq",   "queues", "pause",
-                                      "resume",  "workers", "events", "stats", NULL};
+        static const char *known[] = {"enqueue", "enqueue-bulk", "show",  "cancel",
+                                      "dlq",     "queues",       "pause", "resume",
+                                      "workers", "events",       "stats", NULL};
         int ok = 0;
         for (const char **k = known; *k; k++) ok |= !strcmp(*k, cmd);
         if (!ok) usage_error("unknown command '%s'", cmd);
@@ -561,6 +666,8 @@ int main(int argc, char **argv) {
     connect_ctl(&x, url ? url : cfg->redis_url, cfg->connect_timeout_ms);
     if (!strcmp(cmd, "enqueue"))
         rc = cmd_enqueue(&x, argc, argv);
+    else if (!strcmp(cmd, "enqueue-bulk"))
+        rc = cmd_enqueue_bulk(&x, argc, argv);
     else if (!strcmp(cmd, "show"))
         rc = cmd_show(&x, argv[0]);
     else if (!strcmp(cmd, "cancel")) {

@@ -71,6 +71,26 @@ static void assert_shown(const char *out, const char *field, const char *value) 
     ck_assert_msg(strstr(out, line) != NULL, "no '%s %s' in: %s", field, value, out);
 }
 
+/* enqueue-bulk with stdin from `input`: exit code, stdout in *out, stderr in *err. */
+static int run_bulk(char **out, char **err, const char *input, const char *args) {
+    char cmd[3072], in[400], o[400], e[400];
+    FILE *f;
+    int status;
+    th_path(&R, "bulk.in", in, sizeof(in));
+    th_path(&R, "bulk.out", o, sizeof(o));
+    th_path(&R, "bulk.err", e, sizeof(e));
+    f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(input, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "env DTQ_REDIS_URL='%s' %s %s <%s >%s 2>%s", R.url, DTQCTL_BIN, args,
+             in, o, e);
+    status = system(cmd);
+    *out = th_read_file(o);
+    *err = th_read_file(e);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 static int count_lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';
@@ -587,6 +607,35 @@ START_TEST(test_config_file) {
 }
 END_TEST
 
+/* enqueue-bulk: one payload per line of stdin, chunks of 1000 per Function call, one
+ * output line per task, a refused line named on stderr with exit 1, the rest created. */
+START_TEST(test_enqueue_bulk_from_stdin) {
+    size_t cap = 2600 * 16;
+    char *input = calloc(1, cap), *out, *err;
+    size_t len = 0;
+    int rc;
+    for (int i = 1; i <= 2500; i++)
+        len +=
+            (size_t)snprintf(input + len, cap - len, i == 1234 ? "{broken\n" : "{\"n\":%d}\n", i);
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 bulk"));
+    rc = run_bulk(&out, &err, input, "enqueue-bulk bulk echo --priority 3");
+    ck_assert_int_eq(rc, 1);
+    ck_assert_int_eq(count_lines(out), 2499);
+    ck_assert_ptr_nonnull(strstr(err, "line 1234: INVALID_ARGUMENT payload is not valid JSON"));
+    ck_assert_int_eq(count_lines(err), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulk:p3")), 2499);
+    free(out);
+    free(err);
+    rc = run_bulk(&out, &err, "{\"a\":1}\n\n{\"a\":2}\n", "--json enqueue-bulk bulk echo");
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_nonnull(strstr(out, "\"line\":3,\"task_id\":"));
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulk:p5")), 2);
+    free(out);
+    free(err);
+    free(input);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
@@ -597,6 +646,7 @@ int main(void) {
     tcase_add_test(tc, test_dlq_queues_workers);
     tcase_add_test(tc, test_dlq_requeue_all_chunks);
     tcase_add_test(tc, test_events_follow);
+    tcase_add_test(tc, test_enqueue_bulk_from_stdin);
     tcase_add_test(tc, test_bad_config_and_secrets);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");

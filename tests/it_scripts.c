@@ -179,6 +179,42 @@ START_TEST(test_enqueue_idempotency_and_delay) {
 }
 END_TEST
 
+START_TEST(test_enqueue_bulk) {
+    redisReply *r;
+    r = th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 4 {\"a\":1} %s [2] {\"b\":3} priority 7",
+               "{oops");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    ck_assert_int_eq(r->elements, 4);
+    ck_assert_int_eq(r->element[0]->type, REDIS_REPLY_ARRAY);
+    ck_assert_str_eq(r->element[0]->element[1]->str, "created");
+    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_ERROR); /* that payload alone refused */
+    ck_assert_ptr_nonnull(strstr(r->element[1]->str, "INVALID_ARGUMENT payload is not valid JSON"));
+    ck_assert_str_eq(r->element[2]->element[1]->str, "created");
+    ck_assert_str_eq(r->element[3]->element[1]->str, "created");
+    th_assert_field(C, r->element[3]->element[0]->str, "payload", "{\"b\":3}");
+    th_assert_field(C, r->element[0]->element[0]->str, "priority", "7");
+    th_assert_field(C, r->element[0]->element[0]->str, "status", "queued");
+    ck_assert_str_ne(r->element[0]->element[0]->str, r->element[2]->element[0]->str);
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulkq:p7")), 3);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues bulkq")), 1);
+    /* the queue fills up part way: the rest are refused one by one */
+    freeReplyObject(th_cmd(C, "HSET dtq:config max_queue_depth 4"));
+    r = th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 3 1 2 3 priority 7");
+    ck_assert_str_eq(r->element[0]->element[1]->str, "created");
+    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_ERROR);
+    ck_assert_ptr_nonnull(strstr(r->element[1]->str, "QUEUE_FULL"));
+    ck_assert_int_eq(r->element[2]->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulkq:p7")), 4);
+    /* bad arguments refuse the whole call and write nothing */
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 5 1 2"), "INVALID_ARGUMENT");
+    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 1 1 task_id x"),
+                        "INVALID_ARGUMENT unknown option task_id");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulkq:p7")), 4);
+}
+END_TEST
+
 /* ----------------------------------------------------------------- fetch and claim */
 
 START_TEST(test_fetch_claims_in_priority_order) {
@@ -1369,6 +1405,7 @@ int main(void) {
     tcase_add_test(tc, test_enqueue_created_and_stream_entry);
     tcase_add_test(tc, test_enqueue_refusals);
     tcase_add_test(tc, test_enqueue_idempotency_and_delay);
+    tcase_add_test(tc, test_enqueue_bulk);
     tcase_add_test(tc, test_fetch_claims_in_priority_order);
     tcase_add_test(tc, test_fetch_raw_entries);
     tcase_add_test(tc, test_fetch_malformed_raw_entries);
