@@ -1116,7 +1116,9 @@ START_TEST(test_finish_isolates_poisoned_records) {
         freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 4);
-    freeReplyObject(th_cmd(C, "HSET dtq:task:f2 priority high"));
+    /* f2: a field finish reads is damaged; f3: one it does not read (its outcome stands) */
+    freeReplyObject(th_cmd(C, "HSET dtq:task:f2 attempt two"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:f3 priority high"));
     freeReplyObject(th_cmd(C, "DEL dtq:task:f4"));
     freeReplyObject(th_cmd(C, "SET dtq:task:f4 junk"));
     snprintf(src, sizeof(src), "dtq:stream:default:p5/%s",
@@ -1149,7 +1151,7 @@ START_TEST(test_finish_isolates_poisoned_records) {
     ck_assert_msg(f->type == REDIS_REPLY_ARRAY, "finish: %s", f->str);
     ck_assert_int_eq(f->elements, 4);
     ck_assert_str_eq(f->element[0]->str, "succeeded");
-    ck_assert_str_eq(f->element[1]->str, "dead_lettered");
+    ck_assert_str_eq(f->element[1]->str, "stale"); /* nothing written, entry kept */
     ck_assert_str_eq(f->element[2]->str, "succeeded");
     ck_assert_str_eq(f->element[3]->str, "quarantined");
     freeReplyObject(f);
@@ -1159,13 +1161,19 @@ START_TEST(test_finish_isolates_poisoned_records) {
         snprintf(key, sizeof(key), "dtq:result:%s", *g);
         assert_string_key(key, "{\"ok\":1}");
     }
-    assert_poisoned("f2", "priority is not a number");
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:f2")), 0);
     assert_quarantined(0, "dtq:task:f4", src, "string");
     assert_string_key("dtq:task:f4", "junk");
-    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 1);
-    /* all four entries acknowledged and deleted */
+    /* three entries acknowledged and deleted; f2's stays pending, and the reaper settles it */
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 1);
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 1);
+    r = th_cmd(C, "FCALL dtq_reap 1 dtq:stream:default:p5 w2 0 10 16 %s default 5 0-0", POLICY);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "reap: %s", r->str);
+    ck_assert_int_eq(r->element[0]->elements, 0);
+    freeReplyObject(r);
+    assert_poisoned("f2", "attempt is not a number");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 0);
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 0);
