@@ -22,6 +22,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,45 @@ static void url_copy(dtq_redis_url *dst, const dtq_redis_url *src) {
     dst->path = src->path ? dtq_xstrdup(src->path) : NULL;
     dst->user = src->user ? dtq_xstrdup(src->user) : NULL;
     dst->password = src->password ? dtq_xstrdup(src->password) : NULL;
+}
+
+int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
+                          char *why, size_t whylen) {
+    memset(ss, 0, sizeof(*ss));
+    if (u->is_unix) {
+        struct sockaddr_un *sun = (struct sockaddr_un *)ss;
+        if (strlen(u->path) >= sizeof(sun->sun_path)) {
+            snprintf(why, whylen, "connect failed: socket path too long");
+            return DTQ_ERR;
+        }
+        sun->sun_family = AF_UNIX;
+        memcpy(sun->sun_path, u->path, strlen(u->path) + 1);
+        *sslen = sizeof(*sun);
+        return DTQ_OK;
+    }
+    {
+        struct addrinfo hints, *res = NULL;
+        char port[16];
+        int rv;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_family = AF_INET;
+        snprintf(port, sizeof(port), "%d", u->port);
+        rv = getaddrinfo(u->host, port, &hints, &res);
+        if (rv != 0) {
+            hints.ai_family = AF_INET6;
+            rv = getaddrinfo(u->host, port, &hints, &res);
+        }
+        if (rv != 0 || !res) {
+            snprintf(why, whylen, "connect failed: %s", rv ? gai_strerror(rv) : "no address");
+            if (res) freeaddrinfo(res);
+            return DTQ_ERR;
+        }
+        memcpy(ss, res->ai_addr, res->ai_addrlen);
+        *sslen = res->ai_addrlen;
+        freeaddrinfo(res);
+        return DTQ_OK;
+    }
 }
 
 /* ----------------------------------------------------------------- the FIFO */
@@ -455,7 +495,7 @@ static void start_handshake(dtq_rconn *rc) {
 
 static void event_cb(struct bufferevent *bev, short what, void *arg) {
     dtq_rconn *rc = arg;
-    char reason[300], why[360];
+    char reason[300], why[512];
     int tls_failed = 0;
     if (what & BEV_EVENT_CONNECTED) { /* rediss://: the TLS handshake is complete */
         if (dtq_tls_peer_ok(rc->tls, bufferevent_openssl_get_ssl(bev), reason, sizeof(reason)) !=
@@ -471,12 +511,16 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
     /* what arrived before the end is answered first (e.g. an error, then a close) */
     if (rc->phase >= PH_HANDSHAKE && (process_input(rc) || rc->bev != bev)) return;
     if (rc->tls) {
-        unsigned long e = bufferevent_get_openssl_error(bev);
+        /* libevent keeps OpenSSL's error codes, and for an I/O error the SSL_get_error
+         * code itself (no library part): then errno says what happened */
+        unsigned long e, best = 0;
         SSL *ssl = bufferevent_openssl_get_ssl(bev);
         long vr = SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER ? SSL_get_verify_result(ssl)
                                                              : X509_V_OK;
-        if (e || vr != X509_V_OK) {
-            dtq_tls_describe(ssl, e, "TLS error", reason, sizeof(reason));
+        while ((e = bufferevent_get_openssl_error(bev)) != 0)
+            if (ERR_GET_LIB(e)) best = e;
+        if (best || vr != X509_V_OK) {
+            dtq_tls_describe(ssl, best, "TLS error", reason, sizeof(reason));
             tls_failed = 1;
         }
     }
@@ -487,10 +531,16 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
         else
             snprintf(reason, sizeof(reason), "%s", strerror(err));
     }
-    /* Before the first reply a TLS link may still be refused: with TLS 1.3 a server that
-     * requires a client certificate says so after the client's side of the handshake. */
-    if (rc->tls && rc->phase != PH_UP && (tls_failed || rc->phase == PH_TLS)) {
-        snprintf(why, sizeof(why), "TLS handshake failed: %s", reason);
+    /* Until the first reply a TLS link may still be refused: with TLS 1.3 a server that
+     * requires a client certificate says so (an alert, or a reset) only after the
+     * client's side of the handshake is done. */
+    if (rc->tls && rc->phase != PH_UP) {
+        /* the alert may be lost to a reset: a closed link right after our side of the
+         * handshake is most often a server that wants a client certificate */
+        int hint = !tls_failed && rc->phase == PH_HANDSHAKE && !dtq_tls_has_client_cert(rc->tls);
+        snprintf(why, sizeof(why), "TLS handshake failed: %s%s", reason,
+                 hint ? " (does the server require a client certificate? see tls_cert_file)"
+                      : "");
         request_drop(rc, why, 1);
     } else {
         request_drop(rc, reason, 0);
@@ -545,47 +595,6 @@ static void connect_cb(evutil_socket_t fd, short what, void *arg) {
     connected(rc);
 }
 
-/* The address to connect to. Like hiredis: IPv4 first, IPv6 when the name has no IPv4
- * address (name resolution blocks, as it did in hiredis). */
-static int resolve(const dtq_rconn *rc, struct sockaddr_storage *ss, socklen_t *sslen, char *why,
-                   size_t whylen) {
-    memset(ss, 0, sizeof(*ss));
-    if (rc->url.is_unix) {
-        struct sockaddr_un *sun = (struct sockaddr_un *)ss;
-        if (strlen(rc->url.path) >= sizeof(sun->sun_path)) {
-            snprintf(why, whylen, "connect failed: socket path too long");
-            return DTQ_ERR;
-        }
-        sun->sun_family = AF_UNIX;
-        memcpy(sun->sun_path, rc->url.path, strlen(rc->url.path) + 1);
-        *sslen = sizeof(*sun);
-        return DTQ_OK;
-    }
-    {
-        struct addrinfo hints, *res = NULL;
-        char port[16];
-        int rv;
-        memset(&hints, 0, sizeof(hints));
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_family = AF_INET;
-        snprintf(port, sizeof(port), "%d", rc->url.port);
-        rv = getaddrinfo(rc->url.host, port, &hints, &res);
-        if (rv != 0) {
-            hints.ai_family = AF_INET6;
-            rv = getaddrinfo(rc->url.host, port, &hints, &res);
-        }
-        if (rv != 0 || !res) {
-            snprintf(why, whylen, "connect failed: %s", rv ? gai_strerror(rv) : "no address");
-            if (res) freeaddrinfo(res);
-            return DTQ_ERR;
-        }
-        memcpy(ss, res->ai_addr, res->ai_addrlen);
-        *sslen = res->ai_addrlen;
-        freeaddrinfo(res);
-        return DTQ_OK;
-    }
-}
-
 static void rconn_connect(dtq_rconn *rc) {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
@@ -603,7 +612,7 @@ static void rconn_connect(dtq_rconn *rc) {
             return;
         }
     }
-    if (resolve(rc, &ss, &sslen, why, sizeof(why)) != DTQ_OK) {
+    if (dtq_redis_url_address(&rc->url, &ss, &sslen, why, sizeof(why)) != DTQ_OK) {
         link_down(rc, why, 0);
         return;
     }

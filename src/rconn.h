@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <hiredis/async.h>
+#include <sys/socket.h>
 
 struct event_base;
 
@@ -30,6 +31,10 @@ typedef struct dtq_redis_url {
  * unix:///path.sock[?db=N]. */
 int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen);
 void dtq_redis_url_deinit(dtq_redis_url *u);
+/* The socket address of a URL: the unix path, or the host resolved like hiredis does
+ * (IPv4 first, IPv6 when the name has no IPv4 address; blocking). Shared with dtqctl. */
+int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
+                          char *why, size_t whylen);
 
 typedef struct dtq_rconn dtq_rconn;
 struct dtq_tls;

@@ -14,6 +14,7 @@ struct dtq_tls {
     SSL_CTX *ctx;
     char *server_name; /* NULL: the connection's host */
     int verify;
+    int client_cert;
     int refs;
 };
 
@@ -68,6 +69,7 @@ dtq_tls *dtq_tls_new(const dtq_tls_conf *conf, char *err, size_t errlen) {
         dtq_tls_unref(t);
         return NULL;
     }
+    t->client_cert = has_cert;
     if (has_cert) {
         if (SSL_CTX_use_certificate_chain_file(t->ctx, conf->cert_file) != 1)
             return tls_fail(t, err, errlen, "tls_cert_file", conf->cert_file);
@@ -102,6 +104,10 @@ void dtq_tls_unref(dtq_tls *t) {
 
 int dtq_tls_verifies(const dtq_tls *t) {
     return t->verify;
+}
+
+int dtq_tls_has_client_cert(const dtq_tls *t) {
+    return t->client_cert;
 }
 
 static int is_ip_address(const char *s) {

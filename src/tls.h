@@ -28,6 +28,7 @@ dtq_tls *dtq_tls_from_config(const dtq_config *cfg, char *err, size_t errlen);
 dtq_tls *dtq_tls_ref(dtq_tls *t);
 void dtq_tls_unref(dtq_tls *t);
 int dtq_tls_verifies(const dtq_tls *t);
+int dtq_tls_has_client_cert(const dtq_tls *t);
 
 /* A client SSL for a connection to `host`: SNI (for a name, not an address) and, when
  * verifying, the name or IP address the certificate must match. NULL on failure. */
