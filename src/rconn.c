@@ -414,8 +414,8 @@ static void handshake_reply(dtq_rconn *rc, redisReply *reply) {
  * re-made with backoff, and /readyz says not ready meanwhile. The callback still sees
  * the reply first. */
 static void user_reply(dtq_rconn *rc, const pending *p, redisReply *reply) {
-    if (reply->type == REDIS_REPLY_ERROR && dtq_rconn_error_is_unavailable(reply->str) &&
-        rc->up && !rc->drop_why) {
+    if (reply->type == REDIS_REPLY_ERROR && dtq_rconn_error_is_unavailable(reply->str) && rc->up &&
+        !rc->drop_why) {
         dtq_warn("redis %s: server cannot serve (%s); reconnecting", rc->name, reply->str);
         rc->unavailable = 1;
         rc->ping_sent_ms = 0;
@@ -515,8 +515,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
          * code itself (no library part): then errno says what happened */
         unsigned long e, best = 0;
         SSL *ssl = bufferevent_openssl_get_ssl(bev);
-        long vr = SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER ? SSL_get_verify_result(ssl)
-                                                             : X509_V_OK;
+        long vr =
+            SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER ? SSL_get_verify_result(ssl) : X509_V_OK;
         while ((e = bufferevent_get_openssl_error(bev)) != 0)
             if (ERR_GET_LIB(e)) best = e;
         if (best || vr != X509_V_OK) {
@@ -539,8 +539,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
          * handshake is most often a server that wants a client certificate */
         int hint = !tls_failed && rc->phase == PH_HANDSHAKE && !dtq_tls_has_client_cert(rc->tls);
         snprintf(why, sizeof(why), "TLS handshake failed: %s%s", reason,
-                 hint ? " (does the server require a client certificate? see tls_cert_file)"
-                      : "");
+                 hint ? " (does the server require a client certificate? see tls_cert_file)" : "");
         request_drop(rc, why, 1);
     } else {
         request_drop(rc, reason, 0);
@@ -568,8 +567,8 @@ static void connected(dtq_rconn *rc) {
         bufferevent_openssl_set_allow_dirty_shutdown(rc->bev, 1);
         rc->phase = PH_TLS;
     } else {
-        rc->bev = bufferevent_socket_new(rc->base, fd,
-                                         BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        rc->bev =
+            bufferevent_socket_new(rc->base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
         if (!rc->bev) abort();
         rc->fd = -1;
     }

@@ -18,7 +18,7 @@ struct event_base;
 
 typedef struct dtq_redis_url {
     int is_unix;
-    int tls; /* rediss:// */
+    int tls;    /* rediss:// */
     char *host; /* tcp host */
     int port;
     char *path; /* unix socket path */

@@ -63,8 +63,9 @@ dtq_tls *dtq_tls_new(const dtq_tls_conf *conf, char *err, size_t errlen) {
         return tls_fail(t, err, errlen, "tls_ca_file", NULL);
     }
     if (has_cert != has_key) {
-        snprintf(err, errlen, "[redis] %s: a client certificate needs both tls_cert_file and "
-                              "tls_key_file",
+        snprintf(err, errlen,
+                 "[redis] %s: a client certificate needs both tls_cert_file and "
+                 "tls_key_file",
                  has_cert ? "tls_key_file" : "tls_cert_file");
         dtq_tls_unref(t);
         return NULL;
@@ -167,11 +168,10 @@ int dtq_tls_peer_ok(const dtq_tls *t, SSL *ssl, char *why, size_t whylen) {
     return DTQ_OK;
 }
 
-void dtq_tls_describe(SSL *ssl, unsigned long err, const char *fallback, char *out,
-                      size_t outlen) {
+void dtq_tls_describe(SSL *ssl, unsigned long err, const char *fallback, char *out, size_t outlen) {
     /* without SSL_VERIFY_PEER the result is recorded but did not fail anything */
     long vr = ssl && (SSL_get_verify_mode(ssl) & SSL_VERIFY_PEER) ? SSL_get_verify_result(ssl)
-                                                                 : X509_V_OK;
+                                                                  : X509_V_OK;
     if (vr != X509_V_OK) {
         snprintf(out, outlen, "certificate verify failed: %s", X509_verify_cert_error_string(vr));
         ERR_clear_error();

@@ -11,8 +11,8 @@
 #include "config.h"
 
 typedef struct dtq_tls_conf {
-    const char *ca_file;     /* "" or NULL: the system store */
-    const char *cert_file;   /* client certificate; with key_file, or neither */
+    const char *ca_file;   /* "" or NULL: the system store */
+    const char *cert_file; /* client certificate; with key_file, or neither */
     const char *key_file;
     const char *server_name; /* "" or NULL: the host the connection is made to */
     int verify;              /* 0: no chain and no name check */
@@ -41,7 +41,6 @@ int dtq_tls_peer_ok(const dtq_tls *t, SSL *ssl, char *why, size_t whylen);
 /* Why a handshake or a TLS read/write failed, in words: the certificate verification
  * error when there is one (X509_verify_cert_error_string), else the OpenSSL error `err`
  * (0: the thread's error queue), else `fallback`. */
-void dtq_tls_describe(SSL *ssl, unsigned long err, const char *fallback, char *out,
-                      size_t outlen);
+void dtq_tls_describe(SSL *ssl, unsigned long err, const char *fallback, char *out, size_t outlen);
 
 #endif

@@ -397,8 +397,8 @@ static void reload(dtq_worker *w) {
     {
         char **mine[] = {&cfg->tls_ca_file, &cfg->tls_cert_file, &cfg->tls_key_file,
                          &cfg->tls_server_name};
-        const char *old[] = {ctx->cfg->tls_ca_file, ctx->cfg->tls_cert_file,
-                             ctx->cfg->tls_key_file, ctx->cfg->tls_server_name};
+        const char *old[] = {ctx->cfg->tls_ca_file, ctx->cfg->tls_cert_file, ctx->cfg->tls_key_file,
+                             ctx->cfg->tls_server_name};
         for (size_t i = 0; i < sizeof(mine) / sizeof(mine[0]); i++) {
             free(*mine[i]);
             *mine[i] = dtq_xstrdup(old[i]);

@@ -276,8 +276,7 @@ START_TEST(test_server_name_and_verify_off) {
     snprintf(line, sizeof(line), "tls_ca_file = %s\ntls_server_name = 10.1.2.3", cert("ca.crt"));
     start_daemon(&bad, "w-ip", NULL, line);
     assert_never_ready(&bad, "w-ip", "certificate verify failed: IP address mismatch");
-    snprintf(line, sizeof(line), "tls_ca_file = %s\ntls_server_name = localhost",
-             cert("ca.crt"));
+    snprintf(line, sizeof(line), "tls_ca_file = %s\ntls_server_name = localhost", cert("ca.crt"));
     start_daemon(&named, "w-named", NULL, line);
     th_daemon_wait_ready(C, "w-named", 10000);
     wait_status("waiting", "succeeded", 10000);
