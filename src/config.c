@@ -36,7 +36,7 @@ typedef struct config_key {
 
 static const config_key config_keys[] = {
     {"redis", "url", KEY_STR, OFF(redis_url), "redis://127.0.0.1:6379/0", 0, 0,
-     "redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N]"},
+     "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path.sock[?db=N]"},
     {"redis", "namespace", KEY_STR, OFF(ns), "dtq", 0, 0,
      "prefix of every key and of the Function names"},
     {"redis", "cluster_hash_tag", KEY_BOOL, OFF(cluster_hash_tag), "false", 0, 0,
@@ -47,6 +47,17 @@ static const config_key config_keys[] = {
      "after each finish batch, WAIT for this many replicas; 0 = do not wait"},
     {"redis", "wait_timeout_ms", KEY_INT, OFF(wait_timeout_ms), "1000", 1, 600000,
      "how long that WAIT may take before the daemon goes on with a warning"},
+    {"redis", "tls_ca_file", KEY_STR, OFF(tls_ca_file), "", 0, 0,
+     "rediss://: PEM CA bundle that verifies the server; empty = the system store"},
+    {"redis", "tls_cert_file", KEY_STR, OFF(tls_cert_file), "", 0, 0,
+     "rediss://: PEM client certificate (chain), with tls_key_file; empty = none"},
+    {"redis", "tls_key_file", KEY_STR, OFF(tls_key_file), "", 0, 0,
+     "rediss://: PEM private key of tls_cert_file"},
+    {"redis", "tls_server_name", KEY_STR, OFF(tls_server_name), "", 0, 0,
+     "rediss://: name (or IP address) the certificate must carry, also sent as SNI; "
+     "empty = the URL's host"},
+    {"redis", "tls_verify", KEY_BOOL, OFF(tls_verify), "true", 0, 0,
+     "rediss://: false = do not verify the server's certificate (insecure, warned)"},
     {"worker", "queues", KEY_STR, OFF(queues_raw), "default", 0, 0,
      "comma-separated queues, served in this order"},
     {"worker", "concurrency", KEY_INT, OFF(concurrency), "16", 1, 100000, "tasks executed at once"},
@@ -347,6 +358,28 @@ static int split_queues(load_state *st) {
     return st->failed ? DTQ_ERR : DTQ_OK;
 }
 
+/* A file the daemon will open later (TLS material): it must be a readable regular file
+ * now, so that --check-config and the start-up say so rather than a failing handshake. */
+static int check_readable(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    FILE *f;
+    if (stat(path, &sb) != 0) {
+        snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        return DTQ_ERR;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "'%s' is not a regular file", path);
+        return DTQ_ERR;
+    }
+    f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        return DTQ_ERR;
+    }
+    fclose(f);
+    return DTQ_OK;
+}
+
 static const char *builtin_names[] = {"noop", "echo", "sleep", "fail", "flaky", NULL};
 
 static void validate(load_state *st) {
@@ -359,6 +392,23 @@ static void validate(load_state *st) {
     if (dtq_redis_url_parse(cfg->redis_url, &url, uerr, sizeof(uerr)) != DTQ_OK)
         return fail(st, "redis", "url", "%s", uerr);
     dtq_redis_url_deinit(&url);
+    if (!*cfg->tls_cert_file != !*cfg->tls_key_file)
+        return fail(st, "redis", *cfg->tls_cert_file ? "tls_key_file" : "tls_cert_file",
+                    "a client certificate needs both tls_cert_file and tls_key_file");
+    {
+        static const struct {
+            const char *key;
+            size_t off;
+        } files[] = {{"tls_ca_file", OFF(tls_ca_file)},
+                     {"tls_cert_file", OFF(tls_cert_file)},
+                     {"tls_key_file", OFF(tls_key_file)}};
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+            const char *file = *(char **)((char *)cfg + files[i].off);
+            char ferr[512];
+            if (*file && check_readable(file, ferr, sizeof(ferr)) != DTQ_OK)
+                return fail(st, "redis", files[i].key, "%s", ferr);
+        }
+    }
     if (!dtq_valid_name(cfg->ns, strlen(cfg->ns), 64))
         return fail(st, "redis", "namespace", "must match [A-Za-z0-9._:-]{1,64}");
     if (strchr(cfg->ns, ':')) return fail(st, "redis", "namespace", "must not contain ':'");

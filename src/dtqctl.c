@@ -1,16 +1,27 @@
-/* dtqctl: the admin and producer CLI. Synchronous hiredis; every action is one of the
- * Functions (so dtqctl and redis-cli do exactly the same thing) or a plain read.
+/* dtqctl: the admin and producer CLI. Synchronous; every action is one of the Functions
+ * (so dtqctl and redis-cli do exactly the same thing) or a plain read. The connection is
+ * its own blocking socket (plus OpenSSL for rediss://) with hiredis as the protocol only
+ * (redisFormatCommandArgv, redisReader): hiredis 0.14 has no TLS, and one code path
+ * for every transport is the one the plain-TCP and unix-socket tests exercise.
  * The [redis] settings come from the daemon's loader (defaults, -c FILE, DTQ_REDIS_*),
  * then -u and -n; key and Function names come from keys.h, as the daemon's do.
  * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage or configuration. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,13 +31,17 @@
 #include "rconn.h"
 #include "scripts.h"
 #include "task.h"
+#include "tls.h"
 #include "util.h"
 
 #define EXIT_REFUSED 1
 #define EXIT_USAGE 2
 
 typedef struct ctl {
-    redisContext *c;
+    int fd;
+    SSL *ssl; /* rediss:// */
+    redisReader *reader;
+    char where[300]; /* the socket path or host:port, for messages (never the URL) */
     const char *ns;
     char *prefix;
     int json;
@@ -70,8 +85,10 @@ static void help(void) {
     printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
            "options:\n"
            "  -c, --config FILE     the daemon's INI file: dtqctl uses its [redis] url,\n"
-           "                        namespace, cluster_hash_tag and connect_timeout_ms\n"
-           "  -u, --url REDIS_URL   overrides the configured url\n"
+           "                        namespace, cluster_hash_tag, connect_timeout_ms and\n"
+           "                        tls_* keys\n"
+           "  -u, --url REDIS_URL   overrides the configured url (redis://, rediss:// for\n"
+           "                        TLS, unix://)\n"
            "  -n, --namespace NS    overrides the configured namespace\n"
            "  -j, --json            machine-readable output\n\n"
            "commands:\n"
@@ -92,16 +109,83 @@ static void help(void) {
            "  stats\n\n"
            "Settings are loaded as dtq-worker loads them: defaults (redis://127.0.0.1:6379/0,\n"
            "namespace dtq), then FILE, then the DTQ_<SECTION>_<KEY> environment variables\n"
-           "(DTQ_REDIS_URL, DTQ_REDIS_NAMESPACE, DTQ_REDIS_CLUSTER_HASH_TAG=true, ...), then\n"
+           "(DTQ_REDIS_URL, DTQ_REDIS_NAMESPACE, DTQ_REDIS_CLUSTER_HASH_TAG=true,\n"
+           "DTQ_REDIS_TLS_CA_FILE, ...), then\n"
            "-u and -n.\n\n"
            "exit codes: 0 ok; 1 Redis refused, not found or unreachable; 2 usage error, or a\n"
            "configuration (FILE or environment) that does not load.\n");
 }
 
+/* A broken connection ends the program (exit 1), as a NULL reply of hiredis did. */
+static void conn_failed(ctl *x, const char *op, int n) __attribute__((noreturn));
+
+static void conn_failed(ctl *x, const char *op, int n) {
+    char why[300];
+    if (x->ssl) {
+        int e = SSL_get_error(x->ssl, n);
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && n == 0 && !errno))
+            snprintf(why, sizeof(why), "Server closed the connection");
+        else if (e == SSL_ERROR_SYSCALL && errno)
+            snprintf(why, sizeof(why), "%s", strerror(errno));
+        else
+            dtq_tls_describe(x->ssl, 0, "TLS error", why, sizeof(why));
+    } else {
+        snprintf(why, sizeof(why), "%s", n == 0 ? "Server closed the connection" : strerror(errno));
+    }
+    refused("redis: %s failed: %s", op, why);
+}
+
+static void conn_write(ctl *x, const char *buf, size_t len) {
+    while (len > 0) {
+        int n;
+        errno = 0;
+        if (x->ssl) {
+            n = SSL_write(x->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+        } else {
+            ssize_t w = send(x->fd, buf, len, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR) continue;
+            n = w > INT32_MAX ? INT32_MAX : (int)w;
+        }
+        if (n <= 0) conn_failed(x, "write", n < 0 ? -1 : 0);
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
+/* The next reply, reading as much as it takes (for ever for `events`). */
+static redisReply *conn_reply(ctl *x) {
+    char buf[16384];
+    for (;;) {
+        void *reply = NULL;
+        int n;
+        if (redisReaderGetReply(x->reader, &reply) != REDIS_OK)
+            refused("redis: protocol error: %s", x->reader->errstr);
+        if (reply) return reply;
+        errno = 0;
+        if (x->ssl) {
+            n = SSL_read(x->ssl, buf, (int)sizeof(buf));
+        } else {
+            ssize_t r = recv(x->fd, buf, sizeof(buf), 0);
+            if (r < 0 && errno == EINTR) continue;
+            n = (int)r;
+        }
+        if (n <= 0) conn_failed(x, "read", n);
+        redisReaderFeed(x->reader, buf, (size_t)n);
+    }
+}
+
+/* One command and its reply (an error reply included); a lost connection exits 1. */
+static redisReply *ctl_command(ctl *x, int argc, const char **argv) {
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+    if (len < 0) refused("redis: cannot format the command");
+    conn_write(x, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return conn_reply(x);
+}
+
 static redisReply *cmdv(ctl *x, int argc, const char **argv) {
-    redisReply *r = redisCommandArgv(x->c, argc, argv, NULL);
-    if (!r) refused("redis: %s", x->c->errstr[0] ? x->c->errstr : "connection lost");
-    return r;
+    return ctl_command(x, argc, argv);
 }
 
 /* Runs FCALL <ns>_<name> 0 args...; a Redis error reply ends the program with exit 1. */
@@ -126,24 +210,91 @@ static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) 
     return r;
 }
 
-static void connect_ctl(ctl *x, const char *url_s, int64_t timeout_ms) {
+/* Waits until fd is ready for `events` or the deadline passes; 0 on time out. */
+static int wait_fd(int fd, short events, int64_t deadline_ms) {
+    for (;;) {
+        struct pollfd p = {fd, events, 0};
+        int64_t left = deadline_ms - dtq_monotonic_ms();
+        int r;
+        if (left <= 0) return 0;
+        r = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (r > 0) return 1;
+        if (r == 0) return 0;
+        if (errno != EINTR) return 1; /* the next call reports the error */
+    }
+}
+
+/* The TLS handshake within the connect deadline, then the server's certificate checked
+ * (the handshake already fails on a certificate that does not verify). */
+static void tls_handshake(ctl *x, const dtq_redis_url *url, const dtq_config *cfg,
+                          int64_t deadline_ms) {
+    char err[512];
+    dtq_tls *tls = dtq_tls_from_config(cfg, err, sizeof(err));
+    if (!tls) config_error(err);
+    if (!cfg->tls_verify)
+        fprintf(stderr, "dtqctl: warning: [redis] tls_verify = false: the server's certificate "
+                        "is not verified\n");
+    x->ssl = dtq_tls_ssl_new(tls, url->host, err, sizeof(err));
+    if (!x->ssl) refused("TLS setup for Redis at %s failed: %s", x->where, err);
+    SSL_set_fd(x->ssl, x->fd);
+    for (;;) {
+        int r, e;
+        ERR_clear_error();
+        r = SSL_connect(x->ssl);
+        if (r == 1) break;
+        e = SSL_get_error(x->ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+            if (!wait_fd(x->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ms))
+                refused("TLS handshake with Redis at %s failed: timed out", x->where);
+            continue;
+        }
+        if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
+            snprintf(err, sizeof(err), "%s",
+                     errno ? strerror(errno) : "Server closed the connection");
+        else
+            dtq_tls_describe(x->ssl, 0, "TLS error", err, sizeof(err));
+        refused("TLS handshake with Redis at %s failed: %s", x->where, err);
+    }
+    if (dtq_tls_peer_ok(tls, x->ssl, err, sizeof(err)) != DTQ_OK)
+        refused("TLS handshake with Redis at %s failed: %s", x->where, err);
+    dtq_tls_unref(tls); /* the SSL keeps its own reference to the context */
+}
+
+static void connect_ctl(ctl *x, const char *url_s, const dtq_config *cfg) {
     dtq_redis_url url;
     char err[256];
-    struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    int64_t deadline = dtq_monotonic_ms() + cfg->connect_timeout_ms;
+    int one = 1, soerr = 0;
+    socklen_t len = sizeof(soerr);
     /* A URL may carry a password: messages name the socket or host:port, never the URL. */
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
         usage_error("bad Redis URL: %s", err);
-    x->c = url.is_unix ? redisConnectUnixWithTimeout(url.path, tv)
-                       : redisConnectWithTimeout(url.host, url.port, tv);
-    if (!x->c || x->c->err) {
-        const char *why = x->c ? x->c->errstr : "out of memory";
-        if (url.is_unix)
-            refused("cannot connect to Redis at %s: %s", url.path, why);
-        else if (strchr(url.host, ':')) /* IPv6 literal */
-            refused("cannot connect to Redis at [%s]:%d: %s", url.host, url.port, why);
-        else
-            refused("cannot connect to Redis at %s:%d: %s", url.host, url.port, why);
+    if (url.is_unix)
+        snprintf(x->where, sizeof(x->where), "%s", url.path);
+    else if (strchr(url.host, ':')) /* IPv6 literal */
+        snprintf(x->where, sizeof(x->where), "[%s]:%d", url.host, url.port);
+    else
+        snprintf(x->where, sizeof(x->where), "%s:%d", url.host, url.port);
+    if (dtq_redis_url_address(&url, &ss, &sslen, err, sizeof(err)) != DTQ_OK)
+        refused("cannot connect to Redis at %s: %s", x->where, err);
+    x->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (x->fd < 0) refused("cannot connect to Redis at %s: %s", x->where, strerror(errno));
+    if (connect(x->fd, (struct sockaddr *)&ss, sslen) != 0) {
+        if (errno != EINPROGRESS)
+            refused("cannot connect to Redis at %s: %s", x->where, strerror(errno));
+        if (!wait_fd(x->fd, POLLOUT, deadline))
+            refused("cannot connect to Redis at %s: Connection timed out", x->where);
+        if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0) soerr = errno;
+        if (soerr) refused("cannot connect to Redis at %s: %s", x->where, strerror(soerr));
     }
+    if (!url.is_unix) setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (url.tls) tls_handshake(x, &url, cfg, deadline);
+    /* blocking from here on: a command waits for its reply, `events` for ever */
+    fcntl(x->fd, F_SETFL, fcntl(x->fd, F_GETFL) & ~O_NONBLOCK);
+    x->reader = redisReaderCreate();
+    if (!x->reader) abort();
     if (url.password) {
         const char *argv[3] = {"AUTH", url.user ? url.user : url.password, url.password};
         redisReply *r = cmdv(x, url.user ? 3 : 2, argv);
@@ -160,6 +311,15 @@ static void connect_ctl(ctl *x, const char *url_s, int64_t timeout_ms) {
         freeReplyObject(r);
     }
     dtq_redis_url_deinit(&url);
+}
+
+static void disconnect_ctl(ctl *x) {
+    if (x->ssl) {
+        SSL_shutdown(x->ssl); /* close_notify; the answer is not awaited */
+        SSL_free(x->ssl);
+    }
+    if (x->fd >= 0) close(x->fd);
+    if (x->reader) redisReaderFree(x->reader);
 }
 
 static void print_reply_json(const redisReply *r) {
@@ -591,13 +751,12 @@ static int cmd_events(ctl *x) {
     freeReplyObject(r);
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (;;) {
-        void *reply = NULL;
-        if (redisGetReply(x->c, &reply) != REDIS_OK) refused("redis: %s", x->c->errstr);
-        r = reply;
+        r = conn_reply(x);
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[2]->str)
             printf("%s\n", r->element[2]->str);
         freeReplyObject(r);
     }
+    return 0; /* not reached: conn_reply exits when the connection ends */
 }
 
 int main(int argc, char **argv) {
@@ -607,7 +766,7 @@ int main(int argc, char **argv) {
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    ctl x = {0};
+    ctl x = {.fd = -1};
     const char *path = NULL, *url = NULL, *ns = NULL;
     const char *cmd;
     dtq_config *cfg;
@@ -663,7 +822,8 @@ int main(int argc, char **argv) {
     if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
         usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
-    connect_ctl(&x, url ? url : cfg->redis_url, cfg->connect_timeout_ms);
+    signal(SIGPIPE, SIG_IGN); /* SSL_write to a closed connection: an error, not a signal */
+    connect_ctl(&x, url ? url : cfg->redis_url, cfg);
     if (!strcmp(cmd, "enqueue"))
         rc = cmd_enqueue(&x, argc, argv);
     else if (!strcmp(cmd, "enqueue-bulk"))
@@ -696,7 +856,7 @@ int main(int argc, char **argv) {
         rc = cmd_workers(&x);
     else
         rc = cmd_events(&x);
-    redisFree(x.c);
+    disconnect_ctl(&x);
     free(x.prefix);
     dtq_config_free(cfg);
     return rc;

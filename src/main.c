@@ -9,6 +9,7 @@
 #include "config.h"
 #include "registry.h"
 #include "log.h"
+#include "tls.h"
 #include "util.h"
 #include "worker.h"
 
@@ -62,6 +63,16 @@ int main(int argc, char **argv) {
             return DTQ_EX_CONFIG;
         }
         dtq_handler_registry_free(reg, 1);
+        if (!strncmp(cfg->redis_url, "rediss://", 9)) { /* the TLS material loads */
+            dtq_tls *tls = dtq_tls_from_config(cfg, err, sizeof(err));
+            if (!tls) {
+                fprintf(stderr, "dtq-worker: config error: %s: %s\n", path ? path : "(defaults)",
+                        err);
+                dtq_config_free(cfg);
+                return DTQ_EX_CONFIG;
+            }
+            dtq_tls_unref(tls);
+        }
         printf("%s: configuration ok\n", path ? path : "(defaults)");
         dtq_config_free(cfg);
         return 0;

@@ -1,7 +1,10 @@
-/* rconn.h: one Redis connection on the event loop. The only module that touches
- * redisAsync*: URL parsing, connect with a timeout, AUTH and SELECT, and reconnect with
- * capped backoff. hiredis frees its context after every disconnect, so the context
- * pointer lives here alone and is cleared in the disconnect callback. */
+/* rconn.h: one Redis connection on the event loop: URL parsing, connect with a timeout,
+ * TLS for rediss://, AUTH and SELECT, liveness, and reconnect with capped backoff.
+ * hiredis 0.14 has no TLS, so the transport is a libevent bufferevent (a socket one, or
+ * an OpenSSL one over it) and hiredis is only the protocol: commands are formatted with
+ * redisFormatCommandArgv and replies parsed by a redisReader, answered in order from a
+ * FIFO of callbacks. The callbacks keep hiredis's redisCallbackFn type; their
+ * redisAsyncContext argument is always NULL (there is none). */
 #ifndef DTQ_RCONN_H
 #define DTQ_RCONN_H
 
@@ -9,11 +12,13 @@
 #include <stdint.h>
 
 #include <hiredis/async.h>
+#include <sys/socket.h>
 
 struct event_base;
 
 typedef struct dtq_redis_url {
     int is_unix;
+    int tls;    /* rediss:// */
     char *host; /* tcp host */
     int port;
     char *path; /* unix socket path */
@@ -22,11 +27,17 @@ typedef struct dtq_redis_url {
     int db;
 } dtq_redis_url;
 
-/* Parses redis://[user:password@]host[:port][/db] or unix:///path.sock[?db=N]. */
+/* Parses redis://[user:password@]host[:port][/db], the same with rediss:// (TLS), or
+ * unix:///path.sock[?db=N]. */
 int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen);
 void dtq_redis_url_deinit(dtq_redis_url *u);
+/* The socket address of a URL: the unix path, or the host resolved like hiredis does
+ * (IPv4 first, IPv6 when the name has no IPv4 address; blocking). Shared with dtqctl. */
+int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
+                          char *why, size_t whylen);
 
 typedef struct dtq_rconn dtq_rconn;
+struct dtq_tls;
 
 /* Called with up=1 once connected, authenticated and on the right db; up=0 when lost. */
 typedef void dtq_rconn_state_fn(dtq_rconn *rc, int up, void *arg);
@@ -35,6 +46,9 @@ typedef void dtq_rconn_state_fn(dtq_rconn *rc, int up, void *arg);
 dtq_rconn *dtq_rconn_new(struct event_base *base, const dtq_redis_url *url,
                          int64_t connect_timeout_ms, const char *name, dtq_rconn_state_fn *fn,
                          void *arg);
+/* rediss:// only: the TLS settings (tls.h) to connect with; takes a reference. Without
+ * it a rediss:// connection verifies against the system store. Call before start. */
+void dtq_rconn_set_tls(dtq_rconn *rc, struct dtq_tls *tls);
 void dtq_rconn_start(dtq_rconn *rc);
 int dtq_rconn_is_up(const dtq_rconn *rc);
 /* Sends a command. DTQ_ERR when not up; then cb is never called. Replies are borrowed
@@ -47,7 +61,9 @@ int dtq_rconn_error_is_unavailable(const char *err);
 /* The caller's setup (writes included) succeeded on this connection: the server serves,
  * so the reconnect backoff starts from its minimum again. */
 void dtq_rconn_serving(dtq_rconn *rc);
-/* Drops the link and stops reconnecting; pending callbacks run with NULL. NULL-safe. */
+/* Drops the link and stops reconnecting; pending callbacks run with NULL. NULL-safe.
+ * Called from one of this connection's callbacks, it takes effect when that callback
+ * returns (the remaining callbacks then run with NULL). */
 void dtq_rconn_free(dtq_rconn *rc);
 
 #endif

@@ -22,6 +22,7 @@
 #include "scheduler.h"
 #include "scripts.h"
 #include "sdnotify.h"
+#include "tls.h"
 #include "util.h"
 
 #define HARD_STOP_GRACE_S 15
@@ -393,7 +394,12 @@ static void reload(dtq_worker *w) {
         return;
     }
     if (strcmp(cfg->redis_url, ctx->cfg->redis_url) || strcmp(cfg->ns, ctx->cfg->ns) ||
-        cfg->cluster_hash_tag != ctx->cfg->cluster_hash_tag)
+        cfg->cluster_hash_tag != ctx->cfg->cluster_hash_tag ||
+        strcmp(cfg->tls_ca_file, ctx->cfg->tls_ca_file) ||
+        strcmp(cfg->tls_cert_file, ctx->cfg->tls_cert_file) ||
+        strcmp(cfg->tls_key_file, ctx->cfg->tls_key_file) ||
+        strcmp(cfg->tls_server_name, ctx->cfg->tls_server_name) ||
+        cfg->tls_verify != ctx->cfg->tls_verify)
         dtq_warn("SIGHUP: [redis] changes take effect only after a restart");
     if (strcmp(cfg->http_listen, ctx->cfg->http_listen))
         dtq_warn("SIGHUP: [http] listen changes take effect only after a restart (still %s)",
@@ -406,6 +412,17 @@ static void reload(dtq_worker *w) {
     free(cfg->ns);
     cfg->ns = dtq_xstrdup(ctx->cfg->ns);
     cfg->cluster_hash_tag = ctx->cfg->cluster_hash_tag;
+    {
+        char **mine[] = {&cfg->tls_ca_file, &cfg->tls_cert_file, &cfg->tls_key_file,
+                         &cfg->tls_server_name};
+        const char *old[] = {ctx->cfg->tls_ca_file, ctx->cfg->tls_cert_file, ctx->cfg->tls_key_file,
+                             ctx->cfg->tls_server_name};
+        for (size_t i = 0; i < sizeof(mine) / sizeof(mine[0]); i++) {
+            free(*mine[i]);
+            *mine[i] = dtq_xstrdup(old[i]);
+        }
+        cfg->tls_verify = ctx->cfg->tls_verify;
+    }
     dtq_ctx_set_config(ctx, cfg, reg);
     dtq_log_level_from_string(cfg->log_level, &lvl);
     dtq_log_format_from_string(cfg->log_format, &fmt);
@@ -465,6 +482,7 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     dtq_handler_registry *reg = dtq_handler_registry_new(cfg, err, errlen);
     struct event_base *base;
     dtq_redis_url url;
+    dtq_tls *tls = NULL;
     dtq_ctx *ctx;
     int64_t wd;
     if (!reg) return NULL;
@@ -472,12 +490,29 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
         dtq_handler_registry_free(reg, 1);
         return NULL;
     }
+    if (url.tls) {
+        tls = dtq_tls_from_config(cfg, err, errlen);
+        if (!tls) {
+            dtq_redis_url_deinit(&url);
+            dtq_handler_registry_free(reg, 1);
+            return NULL;
+        }
+        if (!cfg->tls_verify)
+            dtq_warn("[redis] tls_verify = false: the Redis server's certificate is NOT "
+                     "verified; anyone on the path can impersonate it and read the tasks");
+    } else if (*cfg->tls_ca_file || *cfg->tls_cert_file || *cfg->tls_server_name ||
+               !cfg->tls_verify) {
+        dtq_warn("[redis] tls_* settings are ignored: the url is not rediss://");
+    }
     base = event_base_new();
     if (!base) abort();
     w = dtq_xcalloc(1, sizeof(*w));
     w->ctx = ctx = dtq_ctx_new(cfg, reg, base);
     ctx->cmd = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
     ctx->blk = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
+    dtq_rconn_set_tls(ctx->cmd, tls);
+    dtq_rconn_set_tls(ctx->blk, tls);
+    dtq_tls_unref(tls);
     dtq_redis_url_deinit(&url);
     ctx->hooks.slots_freed = on_slots_freed;
     ctx->hooks.settled = on_settled;

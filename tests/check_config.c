@@ -151,6 +151,14 @@ START_TEST(test_errors) {
     expect_error("[redis]\nurl = http://x\n", "[redis] url", "redis://");
     expect_error("[redis]\nnamespace = a:b\n", "[redis] namespace", NULL);
     expect_error("[redis]\ncluster_hash_tag = perhaps\n", "[redis] cluster_hash_tag", "boolean");
+    expect_error("[redis]\ntls_ca_file = /nonexistent/ca.pem\n", "[redis] tls_ca_file",
+                 "cannot read '/nonexistent/ca.pem': No such file or directory");
+    expect_error("[redis]\ntls_ca_file = /tmp\n", "[redis] tls_ca_file", "not a regular file");
+    expect_error("[redis]\ntls_cert_file = /etc/hostname\n", "[redis] tls_key_file",
+                 "both tls_cert_file and tls_key_file");
+    expect_error("[redis]\ntls_key_file = /etc/hostname\n", "[redis] tls_cert_file",
+                 "both tls_cert_file and tls_key_file");
+    expect_error("[redis]\ntls_verify = maybe\n", "[redis] tls_verify", "boolean");
     expect_error("[retry]\njitter = 1.5\n", "[retry] jitter", NULL);
     expect_error("[retry]\njitter_mode = equal\n", "[retry] jitter_mode", "spread");
     expect_error("[retry]\nbase_delay = 100\nmax_delay = 10\n", "[retry] base_delay", "max_delay");

@@ -1,4 +1,4 @@
-/* check_rconn.c: rconn.c: parsing of redis:// and unix:// URLs. */
+/* check_rconn.c: rconn.c: parsing of redis://, rediss:// and unix:// URLs. */
 #include <check.h>
 #include <string.h>
 
@@ -35,7 +35,36 @@ START_TEST(test_url_tcp) {
     ck_assert_str_eq(u.host, "::1");
     ck_assert_int_eq(u.port, 6390);
     ck_assert_int_eq(u.db, 1);
+    ck_assert(!u.tls);
     dtq_redis_url_deinit(&u);
+}
+END_TEST
+
+START_TEST(test_url_tls) {
+    dtq_redis_url u;
+    char err[128];
+    ck_assert_int_eq(
+        dtq_redis_url_parse("rediss://alice:pw@redis.example.com:6380/2", &u, err, sizeof(err)), 0);
+    ck_assert(u.tls);
+    ck_assert(!u.is_unix);
+    ck_assert_str_eq(u.user, "alice");
+    ck_assert_str_eq(u.password, "pw");
+    ck_assert_str_eq(u.host, "redis.example.com");
+    ck_assert_int_eq(u.port, 6380);
+    ck_assert_int_eq(u.db, 2);
+    dtq_redis_url_deinit(&u);
+    ck_assert_int_eq(dtq_redis_url_parse("rediss://10.0.0.5", &u, err, sizeof(err)), 0);
+    ck_assert(u.tls);
+    ck_assert_str_eq(u.host, "10.0.0.5");
+    ck_assert_int_eq(u.port, 6379);
+    dtq_redis_url_deinit(&u);
+    ck_assert_int_eq(dtq_redis_url_parse("rediss://[::1]:7000", &u, err, sizeof(err)), 0);
+    ck_assert_str_eq(u.host, "::1");
+    ck_assert_int_eq(u.port, 7000);
+    dtq_redis_url_deinit(&u);
+    ck_assert_int_ne(dtq_redis_url_parse("rediss://", &u, err, sizeof(err)), 0);
+    ck_assert_int_ne(dtq_redis_url_parse("redisss://h", &u, err, sizeof(err)), 0);
+    ck_assert_ptr_nonnull(strstr(err, "rediss://"));
 }
 END_TEST
 
@@ -78,6 +107,7 @@ int main(void) {
     Suite *s = suite_create("rconn");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_url_tcp);
+    tcase_add_test(tc, test_url_tls);
     tcase_add_test(tc, test_url_unix);
     tcase_add_test(tc, test_url_errors);
     suite_add_tcase(s, tc);

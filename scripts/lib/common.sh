@@ -3,7 +3,7 @@
 
 # What building and running need; scripts/test adds its tools (valgrind, clang-format).
 DTQ_PACKAGES="build-essential cmake pkg-config libhiredis-dev libevent-dev libcjson-dev uuid-dev
-libinih-dev check redis-server redis-tools"
+libinih-dev libssl-dev openssl check redis-server redis-tools"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
