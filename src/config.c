@@ -43,6 +43,8 @@ static const config_key config_keys[] = {
      "wrap the prefix as {ns} so every key hashes to one cluster slot"},
     {"redis", "connect_timeout_ms", KEY_INT, OFF(connect_timeout_ms), "2000", 1, 600000,
      "give up on one connection attempt after this long"},
+    {"redis", "liveness_timeout_ms", KEY_INT, OFF(liveness_timeout_ms), "6000", 1500, 3600000,
+     "a connection whose PING goes unanswered this long is dropped and made again"},
     {"redis", "wait_replicas", KEY_INT, OFF(wait_replicas), "0", 0, 64,
      "after each finish batch, WAIT for this many replicas; 0 = do not wait"},
     {"redis", "wait_timeout_ms", KEY_INT, OFF(wait_timeout_ms), "1000", 1, 600000,

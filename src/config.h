@@ -42,10 +42,11 @@ typedef struct dtq_config {
     char *ns;
     int cluster_hash_tag;
     int64_t connect_timeout_ms;
-    int64_t wait_replicas;   /* WAIT after each finish batch; 0 = off */
-    int64_t wait_timeout_ms; /* ... at most this long */
-    char *tls_ca_file;       /* rediss://: CA bundle; empty = the system store */
-    char *tls_cert_file;     /* client certificate (with tls_key_file), empty = none */
+    int64_t liveness_timeout_ms; /* PING unanswered this long: drop and reconnect */
+    int64_t wait_replicas;       /* WAIT after each finish batch; 0 = off */
+    int64_t wait_timeout_ms;     /* ... at most this long */
+    char *tls_ca_file;           /* rediss://: CA bundle; empty = the system store */
+    char *tls_cert_file;         /* client certificate (with tls_key_file), empty = none */
     char *tls_key_file;
     char *tls_server_name; /* name checked in the certificate and sent as SNI; empty = host */
     int tls_verify;        /* false: the server's certificate is not checked (warned) */

@@ -80,7 +80,8 @@ struct dtq_rconn {
     int failures;
     struct event *retry_ev;
     struct event *timeout_ev;
-    struct event *liveness_ev; /* PING every connect_timeout_ms while up */
+    struct event *liveness_ev; /* PING every liveness_ms / 3 while up */
+    int64_t liveness_ms;       /* no PING reply for this long drops the link */
     int64_t ping_sent_ms;      /* monotonic; 0 = no PING outstanding */
     int unavailable;           /* dropped for READONLY/LOADING/MASTERDOWN: keep backing off */
 };
@@ -650,7 +651,7 @@ static void liveness_cb(evutil_socket_t fd, short what, void *arg) {
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     if (!dtq_rconn_is_up(rc)) return;
-    if (rc->ping_sent_ms && now - rc->ping_sent_ms > 3 * rc->connect_timeout_ms) {
+    if (rc->ping_sent_ms && now - rc->ping_sent_ms > rc->liveness_ms) {
         dtq_warn("redis %s: no reply for %lld ms; dropping the connection", rc->name,
                  (long long)(now - rc->ping_sent_ms));
         rc->ping_sent_ms = 0;
@@ -698,11 +699,15 @@ dtq_rconn *dtq_rconn_new(struct event_base *base, const dtq_redis_url *url,
     rc->retry_ev = evtimer_new(base, retry_cb, rc);
     rc->timeout_ev = evtimer_new(base, timeout_cb, rc);
     rc->liveness_ev = event_new(base, -1, EV_PERSIST, liveness_cb, rc);
-    {
-        struct timeval tv = {connect_timeout_ms / 1000, (connect_timeout_ms % 1000) * 1000};
-        evtimer_add(rc->liveness_ev, &tv);
-    }
+    dtq_rconn_set_liveness(rc, 3 * connect_timeout_ms);
     return rc;
+}
+
+void dtq_rconn_set_liveness(dtq_rconn *rc, int64_t liveness_ms) {
+    int64_t period = liveness_ms / 3 > 0 ? liveness_ms / 3 : 1;
+    struct timeval tv = {period / 1000, (period % 1000) * 1000};
+    rc->liveness_ms = liveness_ms;
+    evtimer_add(rc->liveness_ev, &tv);
 }
 
 void dtq_rconn_set_tls(dtq_rconn *rc, struct dtq_tls *tls) {

@@ -49,6 +49,9 @@ dtq_rconn *dtq_rconn_new(struct event_base *base, const dtq_redis_url *url,
 /* rediss:// only: the TLS settings (tls.h) to connect with; takes a reference. Without
  * it a rediss:// connection verifies against the system store. Call before start. */
 void dtq_rconn_set_tls(dtq_rconn *rc, struct dtq_tls *tls);
+/* A PING unanswered for liveness_ms drops the link (a hung server, a half-open TCP
+ * connection); one is sent every liveness_ms / 3. Default: 3 x connect_timeout_ms. */
+void dtq_rconn_set_liveness(dtq_rconn *rc, int64_t liveness_ms);
 void dtq_rconn_start(dtq_rconn *rc);
 int dtq_rconn_is_up(const dtq_rconn *rc);
 /* Sends a command. DTQ_ERR when not up; then cb is never called. Replies are borrowed

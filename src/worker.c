@@ -510,6 +510,9 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     w->ctx = ctx = dtq_ctx_new(cfg, reg, base);
     ctx->cmd = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
     ctx->blk = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
+    /* At least 1.5 s (the key's lower bound): blk's PING waits behind an XREAD BLOCK 1000. */
+    dtq_rconn_set_liveness(ctx->cmd, cfg->liveness_timeout_ms);
+    dtq_rconn_set_liveness(ctx->blk, cfg->liveness_timeout_ms);
     dtq_rconn_set_tls(ctx->cmd, tls);
     dtq_rconn_set_tls(ctx->blk, tls);
     dtq_tls_unref(tls);

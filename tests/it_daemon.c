@@ -853,12 +853,21 @@ END_TEST
 START_TEST(test_hung_redis_detected) {
     th_daemon d;
     char *buf;
-    start(&d, "w-hung", "[redis]\nconnect_timeout_ms = 300\n");
+    const char *p;
+    long silent_ms;
+    start(&d, "w-hung", "[redis]\nconnect_timeout_ms = 300\nliveness_timeout_ms = 1500\n");
     enqueue("hg", "sleep", "{\"ms\":500}", NULL);
     wait_status("hg", "running", 5000);
     kill(R.pid, SIGSTOP);
-    /* Redis stays hung until the liveness PING (3 x 300 ms) has dropped the link */
+    /* Redis stays hung until the liveness PING has gone unanswered for liveness_timeout_ms:
+     * its own setting, not a multiple of connect_timeout_ms */
     ck_assert_msg(th_wait_log(d.log, "dropping the connection", 1, 10000), "hang not detected");
+    buf = th_read_file(d.log);
+    p = strstr(buf, "no reply for ");
+    ck_assert_ptr_nonnull(p);
+    silent_ms = atol(p + 13);
+    ck_assert_msg(silent_ms >= 1500 && silent_ms < 4000, "dropped after %ld ms", silent_ms);
+    free(buf);
     kill(R.pid, SIGCONT);
     wait_status("hg", "succeeded", 10000);
     enqueue("hg2", "echo", "1", NULL);
