@@ -437,7 +437,8 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local source = stream .. '/' .. entry_id
   local tid, tkey, h, ent_attempt, bad
-  if f.task_type ~= nil or f.attempt == nil or f.task_id == nil then
+  local raw = f.task_type ~= nil or f.attempt == nil or f.task_id == nil
+  if raw then
     tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
     ent_attempt = 1
   else
@@ -453,6 +454,15 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
     if why then
       dead_letter_poisoned(c, tkey, h, ms, why, worker)
       ack(stream, entry_id)
+      return nil
+    end
+    -- dtq writes a task's entries only to its own stream (queue and band). An entry of
+    -- dtq's shape elsewhere was forged (a raw XADD): absorbed, so that it cannot make a
+    -- worker of another queue run the task, or let it jump ahead of its band.
+    if not raw and h.carrier ~= source
+       and stream ~= stream_key(h.queue, tonumber(h.priority) or 5) then
+      ack(stream, entry_id)
+      emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker, {entry_attempt = ent_attempt})
       return nil
     end
   end
