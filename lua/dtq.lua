@@ -13,6 +13,7 @@ Two lists here have a C twin kept equal by tests: TERMINAL (src/task.c, tests/ch
 and DEFAULTS (the key table of src/config.c, tests/check_config.c).
 ]]
 local NS, PREFIX = 'dtq', 'dtq' -- replaced at load time (scripts.c)
+local VERSION = 'unversioned' -- replaced at load time: <DTQ_VERSION>-<hash of this file>
 
 local GROUP = 'workers'
 local TERMINAL = {succeeded = true, failed = true, dead_lettered = true, cancelled = true,
@@ -1232,6 +1233,11 @@ local function worker_event(keys, args)
   return 'ok'
 end
 
+--[[ FCALL_RO <ns>_version 0: the library's version marker, <DTQ_VERSION>-<hash of the
+library text> (scripts.c). A worker that may not FUNCTION LOAD checks it against its own
+before serving on a library an admin installed (dtqctl functions install). ]]
+local function version(keys, args) return VERSION end
+
 -- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
@@ -1262,3 +1268,4 @@ reg('cancel', cancel)
 reg('pause', pause)
 reg('resume', resume)
 reg('stats', stats, true)
+reg('version', version, true)
