@@ -16,6 +16,7 @@
 #include "finisher.h"
 #include "heartbeat.h"
 #include "http.h"
+#include "keys.h"
 #include "lease.h"
 #include "log.h"
 #include "reaper.h"
@@ -38,7 +39,8 @@ struct dtq_worker {
     enum dtq_worker_state state;
     int setup_pending; /* setup replies outstanding after a (re)connect */
     int ever_ready;
-    int policy_warned; /* the volatile-* eviction warning was logged */
+    int policy_warned;         /* the volatile-* eviction warning was logged */
+    char library_problem[640]; /* why the installed library cannot be used, as last logged */
     dtq_finisher *finisher;
     dtq_executor *executor;
     dtq_consumer *consumer;
@@ -179,6 +181,64 @@ static void policy_cb(redisAsyncContext *ac, void *r, void *priv) {
     setup_cb(ac, r, priv);
 }
 
+/* A user that may not FUNCTION LOAD (dtqctl acl worker) serves on the library an admin
+ * installed (dtqctl functions install) when its <ns>_version is this build's. Otherwise it
+ * says once what is missing, does not serve, and checks again every 5 s, so that the
+ * install is all it takes. */
+static void version_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_worker *w = priv;
+    redisReply *reply = r;
+    const char *ns = w->ctx->cfg->ns, *want = dtq_scripts_version();
+    char why[200], msg[sizeof(w->library_problem)];
+    struct timeval tv = {5, 0};
+    if (!reply) return; /* lost again; the next connect restarts the setup */
+    if (reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, want)) {
+        if (w->library_problem[0] || !w->ever_ready)
+            dtq_info("this redis user may not FUNCTION LOAD; serving on the installed Functions "
+                     "library %s (version %s)",
+                     ns, want);
+        w->library_problem[0] = '\0';
+        setup_cb(ac, r, priv);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_STRING)
+        snprintf(why, sizeof(why), "the installed Functions library is version %s, not %s",
+                 reply->str, want);
+    else if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "Function not found"))
+        snprintf(why, sizeof(why), "the Functions library (namespace %s) is not installed", ns);
+    else if (reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6))
+        snprintf(why, sizeof(why), "it may not call %s_version either (%s)", ns, reply->str);
+    else
+        snprintf(why, sizeof(why), "%s_version failed: %s", ns,
+                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    snprintf(msg, sizeof(msg),
+             "redis setup: this redis user may not FUNCTION LOAD, and %s; an admin must run "
+             "'dtqctl -n %s functions install' (dtqctl %s), or give this user the worker role "
+             "(dtqctl acl worker); not serving until then, checking every 5s",
+             why, ns, DTQ_VERSION);
+    if (strcmp(msg, w->library_problem)) {
+        dtq_error("%s", msg);
+        dtq_sdnotify("STATUS=waiting for the dtq Functions library (dtqctl functions install)");
+        snprintf(w->library_problem, sizeof(w->library_problem), "%s", msg);
+    }
+    w->setup_pending = -1000; /* poison this round */
+    evtimer_add(w->setup_retry_timer, &tv);
+}
+
+static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_worker *w = priv;
+    redisReply *reply = r;
+    if (reply && reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6)) {
+        char *fn = dtq_keys_function(w->ctx->cfg->ns, "version");
+        const char *argv[3] = {"FCALL_RO", fn, "0"};
+        /* still counted in setup_pending: version_cb answers for it */
+        dtq_rconn_command(w->ctx->cmd, version_cb, w, 3, argv, NULL);
+        free(fn);
+        return;
+    }
+    setup_cb(ac, r, priv);
+}
+
 /* Setup commands bypass the gate: they are what opens it. */
 static void setup_command(dtq_worker *w, dtq_argv *a) {
     if (dtq_rconn_command(w->ctx->cmd, setup_cb, w, a->argc, (const char **)a->argv, a->lens) ==
@@ -242,7 +302,9 @@ static void setup_redis(dtq_worker *w) {
     dtq_argv_adds(&a, "REPLACE");
     dtq_argv_add(&a, lib, len);
     free(lib);
-    setup_command(w, &a);
+    if (dtq_rconn_command(ctx->cmd, load_cb, w, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
+        w->setup_pending++;
+    dtq_argv_deinit(&a);
     publish_config(w, 1);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {
