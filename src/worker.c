@@ -200,8 +200,8 @@ static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
     }
     snprintf(msg, sizeof(msg),
              "redis setup: this redis user may not FUNCTION LOAD, and %s; an admin must run "
-             "'dtqctl -n %s functions install' (dtqctl %s), or give this user the worker role "
-             "(dtqctl acl worker); not serving until then, checking every 5s",
+             "'dtqctl -n %s functions install' (dtqctl %s); not serving until then, checking "
+             "every 5s",
              w->library_why, ns, DTQ_VERSION);
     if (strcmp(msg, w->library_problem)) {
         dtq_error("%s", msg);
@@ -234,6 +234,11 @@ static void version_cb(redisAsyncContext *ac, void *r, void *priv) {
     else if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "Function not found"))
         snprintf(w->library_why, sizeof(w->library_why),
                  "the Functions library (namespace %s) is not installed", ns);
+    else if (reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6))
+        snprintf(w->library_why, sizeof(w->library_why),
+                 "it may not call %s_version either (give it the worker role: dtqctl acl "
+                 "worker)",
+                 ns);
     else
         snprintf(w->library_why, sizeof(w->library_why), "%s_version failed: %.120s", ns,
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
