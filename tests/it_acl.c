@@ -796,7 +796,13 @@ START_TEST(test_worker_role_end_to_end) {
     /* drain: a running task is handed back (attempt 2, queued), the lock released */
     free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":60000}' --id e-long"));
     wait_status("e-long", "running");
-    ck_assert_int_eq(th_daemon_stop(&D, SIGTERM, 15000), 0);
+    {
+        int rc = th_daemon_stop(&D, SIGTERM, 20000);
+        char *log = th_read_file(D.log);
+        size_t n = strlen(log);
+        ck_assert_msg(rc == 0, "drain: exit %d; log: %s", rc, log + (n > 6000 ? n - 6000 : 0));
+        free(log);
+    }
     th_assert_field(C, "e-long", "status", "queued");
     th_assert_field(C, "e-long", "attempt", "2");
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:lock:scheduler")), 0);
@@ -845,6 +851,22 @@ START_TEST(test_worker_waits_for_the_library) {
     ck_assert_int_eq(th_daemon_stop(&D, SIGTERM, 15000), 0);
     assert_no_denials("adm");
     free(lua);
+}
+END_TEST
+
+/* A user that may not even ask the version is told to take the worker role. */
+START_TEST(test_worker_without_the_version_function) {
+    th_load_library(C);
+    apply_role("wk", "worker");
+    freeReplyObject(th_cmd(C, "ACL SETUSER wk -fcall_ro"));
+    start_worker("w-nover", NULL);
+    ck_assert_msg(th_wait_log(D.log,
+                              "may not FUNCTION LOAD, and it may not call dtq_version either "
+                              "(give it the worker role: dtqctl acl worker)",
+                              1, 10000),
+                  "no clear message in %s", D.log);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:worker:w-nover")), 0);
+    ck_assert_int_eq(th_daemon_stop(&D, SIGTERM, 15000), 0);
 }
 END_TEST
 
@@ -907,6 +929,7 @@ int main(void) {
     tcase_add_test(tc, test_producer_raw_and_forged_entries);
     tcase_add_test(tc, test_worker_role_end_to_end);
     tcase_add_test(tc, test_worker_waits_for_the_library);
+    tcase_add_test(tc, test_worker_without_the_version_function);
     tcase_add_test(tc, test_admin_refusals);
     tcase_add_test(tc, test_monitor_refusals);
     suite_add_tcase(s, tc);
