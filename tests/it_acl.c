@@ -796,6 +796,9 @@ START_TEST(test_worker_role_end_to_end) {
     /* drain: a running task is handed back (attempt 2, queued), the lock released */
     free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":60000}' --id e-long"));
     wait_status("e-long", "running");
+    /* running in the daemon, not only claimed in Redis: a task whose fetch reply arrives
+     * after the drain timer expired would run on until the hard stop */
+    ck_assert(th_wait_until_cmd_str(C, "HGET dtq:worker:w-acl active_tasks", "1", 10000));
     {
         int rc = th_daemon_stop(&D, SIGTERM, 20000);
         char *log = th_read_file(D.log);
@@ -870,6 +873,24 @@ START_TEST(test_worker_without_the_version_function) {
 }
 END_TEST
 
+/* The worker may not load the library, call the public Functions, nor administer the
+ * server. */
+START_TEST(test_worker_refusals) {
+    redisContext *w;
+    th_load_library(C);
+    apply_role("wk", "worker");
+    w = connect_as("wk");
+    refused(w, "FCALL dtq_enqueue 0 default echo {}");
+    admin_functions_refused(w);
+    server_admin_refused(w);
+    refused(w, "FLUSHDB");
+    refused(w, "INFO");
+    refused(w, "SUBSCRIBE other:events");
+    refused(w, "PUBLISH other:events x");
+    redisFree(w);
+}
+END_TEST
+
 /* The admin may not do the worker's or the producer's part, nor administer the server. */
 START_TEST(test_admin_refusals) {
     redisContext *a;
@@ -930,6 +951,7 @@ int main(void) {
     tcase_add_test(tc, test_worker_role_end_to_end);
     tcase_add_test(tc, test_worker_waits_for_the_library);
     tcase_add_test(tc, test_worker_without_the_version_function);
+    tcase_add_test(tc, test_worker_refusals);
     tcase_add_test(tc, test_admin_refusals);
     tcase_add_test(tc, test_monitor_refusals);
     suite_add_tcase(s, tc);
