@@ -13,6 +13,7 @@ Two lists here have a C twin kept equal by tests: TERMINAL (src/task.c, tests/ch
 and DEFAULTS (the key table of src/config.c, tests/check_config.c).
 ]]
 local NS, PREFIX = 'dtq', 'dtq' -- replaced at load time (scripts.c)
+local VERSION = 'unversioned' -- replaced at load time: <DTQ_VERSION>-<hash of this file>
 
 local GROUP = 'workers'
 local TERMINAL = {succeeded = true, failed = true, dead_lettered = true, cancelled = true,
@@ -461,7 +462,8 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local source = stream .. '/' .. entry_id
   local tid, tkey, h, ent_attempt, bad
-  if f.task_type ~= nil or f.attempt == nil or f.task_id == nil then
+  local raw = f.task_type ~= nil or f.attempt == nil or f.task_id == nil
+  if raw then
     tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
     ent_attempt = 1
   else
@@ -477,6 +479,15 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
     if why then
       dead_letter_poisoned(c, tkey, h, ms, why, worker)
       ack(stream, entry_id)
+      return nil
+    end
+    -- dtq writes a task's entries only to its own stream (queue and band). An entry of
+    -- dtq's shape elsewhere was forged (a raw XADD): absorbed, so that it cannot make a
+    -- worker of another queue run the task, or let it jump ahead of its band.
+    if not raw and h.carrier ~= source
+       and stream ~= stream_key(h.queue, tonumber(h.priority) or 5) then
+      ack(stream, entry_id)
+      emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker, {entry_attempt = ent_attempt})
       return nil
     end
   end
@@ -1360,6 +1371,11 @@ local function worker_event(keys, args)
   return 'ok'
 end
 
+--[[ FCALL_RO <ns>_version 0: the library's version marker, <DTQ_VERSION>-<hash of the
+library text> (scripts.c). A worker that may not FUNCTION LOAD checks it against its own
+before serving on a library an admin installed (dtqctl functions install). ]]
+local function version(keys, args) return VERSION end
+
 -- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
@@ -1392,3 +1408,4 @@ reg('cancel', cancel)
 reg('pause', pause)
 reg('resume', resume)
 reg('stats', stats, true)
+reg('version', version, true)

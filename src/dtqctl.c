@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "acl.h"
 #include "config.h"
 #include "keys.h"
 #include "rconn.h"
@@ -106,7 +107,13 @@ static void help(void) {
            "  pause <queue> | resume <queue>\n"
            "  workers                   live workers with heartbeat age\n"
            "  events                    follow the event channel\n"
-           "  stats\n\n"
+           "  stats\n"
+           "  functions install         load the Functions library (FUNCTION LOAD REPLACE)\n"
+           "  acl ROLE...               the ACL rules of the roles for ACL SETUSER, on one line\n"
+           "                            (no Redis connection); roles: producer, producer-raw,\n"
+           "                            worker, admin, monitor. Apply them without a shell\n"
+           "                            glob: dtqctl acl producer | xargs redis-cli ACL SETUSER\n"
+           "                            app reset on '>PASSWORD'\n\n"
            "Settings are loaded as dtq-worker loads them: defaults (redis://127.0.0.1:6379/0,\n"
            "namespace dtq), then FILE, then the DTQ_<SECTION>_<KEY> environment variables\n"
            "(DTQ_REDIS_URL, DTQ_REDIS_NAMESPACE, DTQ_REDIS_CLUSTER_HASH_TAG=true,\n"
@@ -202,9 +209,10 @@ static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) 
     free(fn);
     if (r->type == REDIS_REPLY_ERROR) {
         if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
-            refused("the dtq Functions are not loaded in this Redis (namespace %s); start "
-                    "dtq-worker once to load them",
-                    x->ns);
+            refused("the dtq Functions are not loaded in this Redis (namespace %s); install "
+                    "them with 'dtqctl -n %s functions install' (an admin's step), or start "
+                    "dtq-worker once as a user allowed to FUNCTION LOAD",
+                    x->ns, x->ns);
         refused("%s", r->str);
     }
     return r;
@@ -744,6 +752,25 @@ static int cmd_workers(ctl *x) {
     return 0;
 }
 
+/* functions install: the library the daemon would load, for this namespace and key prefix.
+ * For deployments whose workers may not FUNCTION LOAD (dtqctl acl worker): they check that
+ * the installed library's <ns>_version is their own. */
+static int cmd_functions_install(ctl *x) {
+    size_t len;
+    char *lib = dtq_scripts_library(x->ns, x->prefix, &len);
+    const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", lib};
+    redisReply *r = ctl_command(x, 4, argv); /* the library text holds no NUL */
+    DTQ_UNUSED(len);
+    free(lib);
+    if (r->type == REDIS_REPLY_ERROR) refused("FUNCTION LOAD: %s", r->str);
+    freeReplyObject(r);
+    if (x->json)
+        printf("{\"library\":\"%s\",\"version\":\"%s\"}\n", x->ns, dtq_scripts_version());
+    else
+        printf("installed library %s version %s\n", x->ns, dtq_scripts_version());
+    return 0;
+}
+
 static int cmd_events(ctl *x) {
     char *ch = dtq_key(x->prefix, "events");
     const char *a[2] = {"SUBSCRIBE", ch};
@@ -787,9 +814,9 @@ int main(int argc, char **argv) {
     argc -= optind + 1;
     argv += optind + 1;
     {
-        static const char *known[] = {"enqueue", "enqueue-bulk", "show",  "cancel",
-                                      "dlq",     "queues",       "pause", "resume",
-                                      "workers", "events",       "stats", NULL};
+        static const char *known[] = {"enqueue", "enqueue-bulk", "show",      "cancel",  "dlq",
+                                      "queues",  "pause",        "resume",    "workers", "events",
+                                      "stats",   "acl",          "functions", NULL};
         int ok = 0;
         for (const char **k = known; *k; k++) ok |= !strcmp(*k, cmd);
         if (!ok) usage_error("unknown command '%s'", cmd);
@@ -815,6 +842,10 @@ int main(int argc, char **argv) {
         if ((!strcmp(argv[0], "requeue-all") || !strcmp(argv[0], "purge")) && argc != 1)
             usage_error("usage: dtqctl dlq %s", argv[0]);
     }
+    if (!strcmp(cmd, "functions") && (argc != 1 || strcmp(argv[0], "install")))
+        usage_error("usage: dtqctl functions install");
+    if (!strcmp(cmd, "acl") && argc < 1)
+        usage_error("usage: dtqctl acl ROLE... (producer, producer-raw, worker, admin, monitor)");
     cfg = dtq_config_load(path, err, sizeof(err));
     if (!cfg) config_error(err);
     x.ns = ns ? ns : cfg->ns;
@@ -822,6 +853,17 @@ int main(int argc, char **argv) {
     if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
         usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
+    if (!strcmp(cmd, "acl")) { /* printed, not applied: no connection */
+        const char *bad = NULL;
+        char *line = dtq_acl_tokens((const char *const *)argv, argc, x.ns, x.prefix, &bad);
+        if (!line)
+            usage_error("unknown role '%s' (producer, producer-raw, worker, admin, monitor)", bad);
+        printf("%s\n", line);
+        free(line);
+        free(x.prefix);
+        dtq_config_free(cfg);
+        return 0;
+    }
     signal(SIGPIPE, SIG_IGN); /* SSL_write to a closed connection: an error, not a signal */
     connect_ctl(&x, url ? url : cfg->redis_url, cfg);
     if (!strcmp(cmd, "enqueue"))
@@ -854,6 +896,8 @@ int main(int argc, char **argv) {
         rc = cmd_stats(&x, 0);
     else if (!strcmp(cmd, "workers"))
         rc = cmd_workers(&x);
+    else if (!strcmp(cmd, "functions"))
+        rc = cmd_functions_install(&x);
     else
         rc = cmd_events(&x);
     disconnect_ctl(&x);

@@ -1,7 +1,9 @@
-/* scripts.c: namespacing of the embedded library. The file has exactly one shebang line
- * and one `local NS, PREFIX = ...` line; both are rewritten here. */
+/* scripts.c: namespacing of the embedded library. The file has exactly one shebang line,
+ * one `local NS, PREFIX = ...` line and, after it, one `local VERSION = ...` line; all three
+ * are rewritten here. */
 #include "scripts.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,16 +14,35 @@ extern const unsigned char dtq_lua_library[];
 extern const size_t dtq_lua_library_len;
 
 #define NS_LINE "local NS, PREFIX = 'dtq', 'dtq'"
+#define VERSION_LINE "local VERSION = 'unversioned'"
+
+const char *dtq_scripts_version(void) {
+    static char version[64];
+    if (!version[0]) {
+        /* FNV-1a (64 bit) of the embedded text: a marker, not a signature */
+        uint64_t h = 14695981039346656037ULL;
+        for (size_t i = 0; i < dtq_lua_library_len; i++) {
+            h ^= dtq_lua_library[i];
+            h *= 1099511628211ULL;
+        }
+        snprintf(version, sizeof(version), "%s-%016llx", DTQ_VERSION, (unsigned long long)h);
+    }
+    return version;
+}
 
 char *dtq_scripts_library(const char *ns, const char *prefix, size_t *len) {
     const char *src = (const char *)dtq_lua_library;
     const char *first_nl = strchr(src, '\n');
     const char *ns_line = strstr(src, NS_LINE);
+    const char *version_line = strstr(src, VERSION_LINE);
     char *out;
-    if (!first_nl || !ns_line) abort(); /* the build embedded a file without the markers */
-    out = dtq_xasprintf("#!lua name=%s\n%.*slocal NS, PREFIX = '%s', '%s'%s", ns,
-                        (int)(ns_line - first_nl - 1), first_nl + 1, ns, prefix,
-                        ns_line + strlen(NS_LINE));
+    /* the build embedded a file without the markers, or not in this order */
+    if (!first_nl || !ns_line || !version_line || version_line < ns_line) abort();
+    out = dtq_xasprintf("#!lua name=%s\n%.*slocal NS, PREFIX = '%s', '%s'%.*slocal VERSION = "
+                        "'%s'%s",
+                        ns, (int)(ns_line - first_nl - 1), first_nl + 1, ns, prefix,
+                        (int)(version_line - ns_line - strlen(NS_LINE)), ns_line + strlen(NS_LINE),
+                        dtq_scripts_version(), version_line + strlen(VERSION_LINE));
     *len = strlen(out);
     return out;
 }

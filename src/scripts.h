@@ -7,6 +7,9 @@
 
 /* Returns the library text for FUNCTION LOAD REPLACE (caller-owned); *len gets its size. */
 char *dtq_scripts_library(const char *ns, const char *prefix, size_t *len);
+/* The library's version marker, "<DTQ_VERSION>-<16 hex digits of a hash of lua/dtq.lua>":
+ * what FCALL_RO <ns>_version answers once this build's library is loaded. Static. */
+const char *dtq_scripts_version(void);
 
 /* Error codes the Functions reply with, by first word. */
 enum dtq_script_error {

@@ -16,6 +16,7 @@
 #include "finisher.h"
 #include "heartbeat.h"
 #include "http.h"
+#include "keys.h"
 #include "lease.h"
 #include "log.h"
 #include "reaper.h"
@@ -39,7 +40,9 @@ struct dtq_worker {
     enum dtq_worker_state state;
     int setup_pending; /* setup replies outstanding after a (re)connect */
     int ever_ready;
-    int policy_warned; /* the volatile-* eviction warning was logged */
+    int policy_warned;         /* the volatile-* eviction warning was logged */
+    char library_why[256];     /* why the loaded library cannot be used, if it cannot */
+    char library_problem[640]; /* the missing step, as last logged */
     dtq_finisher *finisher;
     dtq_executor *executor;
     dtq_consumer *consumer;
@@ -195,6 +198,78 @@ static void policy_cb(redisAsyncContext *ac, void *r, void *priv) {
     setup_cb(ac, r, priv);
 }
 
+/* The Functions library. First FCALL_RO <ns>_version: when the library of this build is
+ * loaded already (by another worker, or by an admin's `dtqctl functions install`), nothing
+ * is loaded, so a user without FUNCTION LOAD (dtqctl acl worker) is never refused anything.
+ * Otherwise FUNCTION LOAD REPLACE; when the ACL refuses that (NOPERM), the worker says once
+ * what is missing, does not serve, and checks again every 5 s, so that the install is all
+ * it takes. */
+static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_worker *w = priv;
+    redisReply *reply = r;
+    const char *ns = w->ctx->cfg->ns;
+    char msg[sizeof(w->library_problem)];
+    struct timeval tv = {5, 0};
+    if (!reply || reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
+        setup_cb(ac, r, priv);
+        return;
+    }
+    snprintf(msg, sizeof(msg),
+             "redis setup: this redis user may not FUNCTION LOAD, and %s; an admin must run "
+             "'dtqctl -n %s functions install' (dtqctl %s); not serving until then, checking "
+             "every 5s",
+             w->library_why, ns, DTQ_VERSION);
+    if (strcmp(msg, w->library_problem)) {
+        dtq_error("%s", msg);
+        dtq_sdnotify("STATUS=waiting for the dtq Functions library (dtqctl functions install)");
+        snprintf(w->library_problem, sizeof(w->library_problem), "%s", msg);
+    }
+    w->setup_pending = -1000; /* poison this round */
+    evtimer_add(w->setup_retry_timer, &tv);
+}
+
+static void version_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_worker *w = priv;
+    redisReply *reply = r;
+    const char *ns = w->ctx->cfg->ns, *want = dtq_scripts_version();
+    dtq_argv a;
+    size_t len;
+    char *lib;
+    if (!reply) return; /* lost again; the next connect restarts the setup */
+    if (reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, want)) {
+        if (w->library_problem[0])
+            dtq_info("the Functions library %s version %s is installed; serving", ns, want);
+        w->library_problem[0] = '\0';
+        setup_cb(ac, r, priv);
+        return;
+    }
+    /* why the loaded library cannot be used, for load_cb's message */
+    if (reply->type == REDIS_REPLY_STRING)
+        snprintf(w->library_why, sizeof(w->library_why),
+                 "the installed Functions library is version %.64s, not %s", reply->str, want);
+    else if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "Function not found"))
+        snprintf(w->library_why, sizeof(w->library_why),
+                 "the Functions library (namespace %s) is not installed", ns);
+    else if (reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6))
+        snprintf(w->library_why, sizeof(w->library_why),
+                 "it may not call %s_version either (give it the worker role: dtqctl acl "
+                 "worker)",
+                 ns);
+    else
+        snprintf(w->library_why, sizeof(w->library_why), "%s_version failed: %.120s", ns,
+                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    lib = dtq_scripts_library(ns, w->ctx->prefix, &len);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FUNCTION");
+    dtq_argv_adds(&a, "LOAD");
+    dtq_argv_adds(&a, "REPLACE");
+    dtq_argv_add(&a, lib, len);
+    free(lib);
+    /* still counted in setup_pending: load_cb answers for it */
+    dtq_rconn_command(w->ctx->cmd, load_cb, w, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
+}
+
 /* Setup commands bypass the gate: they are what opens it. */
 static void setup_command(dtq_worker *w, dtq_argv *a) {
     if (dtq_rconn_command(w->ctx->cmd, setup_cb, w, a->argc, (const char **)a->argv, a->lens) ==
@@ -242,8 +317,6 @@ static void publish_config(dtq_worker *w, int counted) {
 static void setup_redis(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
     dtq_argv a;
-    size_t len;
-    char *lib = dtq_scripts_library(ctx->cfg->ns, ctx->prefix, &len);
     ctx->ready = 0;
     w->setup_pending = 0;
     dtq_argv_init(&a);
@@ -252,13 +325,12 @@ static void setup_redis(dtq_worker *w) {
     if (dtq_rconn_command(ctx->cmd, policy_cb, w, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
         w->setup_pending++;
     dtq_argv_deinit(&a);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FUNCTION");
-    dtq_argv_adds(&a, "LOAD");
-    dtq_argv_adds(&a, "REPLACE");
-    dtq_argv_add(&a, lib, len);
-    free(lib);
-    setup_command(w, &a);
+    {
+        char *fn = dtq_keys_function(ctx->cfg->ns, "version");
+        const char *argv[3] = {"FCALL_RO", fn, "0"};
+        if (dtq_rconn_command(ctx->cmd, version_cb, w, 3, argv, NULL) == DTQ_OK) w->setup_pending++;
+        free(fn);
+    }
     publish_config(w, 1);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {

@@ -128,7 +128,17 @@ static void redis_spawn(th_redis *r) {
     argv[argc] = NULL;
     snprintf(log, sizeof(log), "%s/redis.log", r->dir);
     r->pid = spawn(argv, log);
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0, moves = 0; i < 200; i++) {
+        /* A server that exited at once could not listen on its TCP port (another process
+         * holds it, e.g. as the local port of a connection): try another one. */
+        if (r->port > 0 && moves < 20 && waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+            untrack(r->pid);
+            r->port = 30000 + (r->port - 30000 + 997) % 20000;
+            snprintf(port, sizeof(port), "%d", r->port);
+            snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+            r->pid = spawn(argv, log);
+            moves++;
+        }
         c = redisConnectUnix(r->sock);
         if (c && !c->err) {
             redisReply *rep;

@@ -1,0 +1,145 @@
+/* acl.c: see acl.h. A rule is a template: "<ns>" stands for the namespace (Function names),
+ * "<p>" for the key prefix (key and channel patterns). The command lists follow the code:
+ * the Functions' redis.call/pcall in lua/dtq.lua and the daemon's and dtqctl's own
+ * commands. tests/it_acl.c runs every role and fails on any denial in ACL LOG, including
+ * the ones a redis.pcall would swallow. */
+#include "acl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
+                                     "admin",    "monitor",      NULL};
+
+#define RESET "resetkeys", "resetchannels", "clearselectors", "-@all"
+
+/* One line per purpose. */
+/* clang-format off */
+
+/* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set
+ * are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the producer
+ * cannot read another producer's tasks with the HMGET it holds for <p>:config. */
+static const char *const producer[] = {
+    "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk",
+    "+time", "+hmget", "+get", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd", "+set",
+    "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat",
+    "%R~<p>:config", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
+    "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
+    "&<p>:events", NULL};
+
+/* A plain XADD into the priority streams, nothing else. */
+static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NULL};
+
+/* dtq-worker: its Functions (not FUNCTION LOAD: an admin installs the library), the
+ * commands they run, and its own: the handshake PING, INFO memory (eviction policy), the
+ * published config and queue set, consumer groups, the blocking XREAD, claims (XCLAIM),
+ * the cancel probe (HGET), heartbeats, the scheduler's gauges (ZCARD) and lock (SET). */
+static const char *const worker[] = {
+    "+fcall|<ns>_fetch", "+fcall|<ns>_reap", "+fcall|<ns>_recover", "+fcall|<ns>_deregister",
+    "+fcall|<ns>_finish",
+    "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_sched_claim",
+    "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
+    "+fcall_ro|<ns>_version",
+    "+ping", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
+    "+xclaim", "+xack", "+xdel", "+xadd", "+xpending", "+xrange", "+xrevrange",
+    "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
+    "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",
+    "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
+    "+scard", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait",
+    "~<p>:*", "&<p>:events", NULL};
+
+/* The admin Functions, FUNCTION LOAD (dtqctl functions install), the commands the
+ * Functions run, and dtqctl's reads (show, dlq list, dlq requeue-all, queues, workers,
+ * events). */
+static const char *const admin[] = {
+    "+fcall|<ns>_requeue", "+fcall|<ns>_requeue_dlq", "+fcall|<ns>_discard",
+    "+fcall|<ns>_purge_dlq", "+fcall|<ns>_cancel", "+fcall|<ns>_pause", "+fcall|<ns>_resume",
+    "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load",
+    "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",
+    "+exists", "+expire", "+persist", "+type", "+incr", "+publish", "+xadd", "+xdel", "+xlen",
+    "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
+    "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd",
+    "~<p>:*", "&<p>:events", NULL};
+
+/* Reads only: <ns>_stats and what it runs, dtqctl show, dlq list, queues, workers, events.
+ * Keys are read-only (%R~), so no write could pass even with a write command. */
+static const char *const monitor[] = {
+    "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version",
+    "+hgetall", "+hget", "+get", "+exists", "+xlen", "+xrange", "+xpending", "+smembers",
+    "+zrange", "+zcard", "+subscribe",
+    "%R~<p>:*", "&<p>:events", NULL};
+
+/* clang-format on */
+
+static const char *const *role_rules(const char *name) {
+    static const struct {
+        const char *name;
+        const char *const *rules;
+    } table[] = {{"producer", producer},
+                 {"producer-raw", producer_raw},
+                 {"worker", worker},
+                 {"admin", admin},
+                 {"monitor", monitor}};
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (!strcmp(table[i].name, name)) return table[i].rules;
+    return NULL;
+}
+
+/* One rule with "<ns>" and "<p>" replaced. Caller-owned. */
+static char *expand(const char *rule, const char *ns, const char *prefix) {
+    size_t cap = strlen(rule) + 1, n = 0;
+    char *out;
+    for (const char *p = rule; *p; p++)
+        cap += strlen(ns) + strlen(prefix); /* generous: at most one per character */
+    out = dtq_xcalloc(1, cap);
+    for (const char *p = rule; *p;) {
+        size_t skip = !strncmp(p, "<ns>", 4) ? 4 : !strncmp(p, "<p>", 3) ? 3 : 0;
+        if (skip) {
+            const char *with = skip == 4 ? ns : prefix;
+            memcpy(out + n, with, strlen(with));
+            n += strlen(with);
+            p += skip;
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    return out;
+}
+
+char *dtq_acl_tokens(const char *const *roles, int nroles, const char *ns, const char *prefix,
+                     const char **bad) {
+    static const char *const reset[] = {RESET, NULL};
+    char **tokens = NULL, *line;
+    size_t ntokens = 0, len = 0;
+    for (int r = -1; r < nroles; r++) {
+        const char *const *rules = r < 0 ? reset : role_rules(roles[r]);
+        if (!rules) {
+            for (size_t i = 0; i < ntokens; i++) free(tokens[i]);
+            free(tokens);
+            if (bad) *bad = roles[r];
+            return NULL;
+        }
+        for (; *rules; rules++) {
+            char *t = expand(*rules, ns, prefix);
+            int seen = 0;
+            for (size_t i = 0; i < ntokens && !seen; i++) seen = !strcmp(tokens[i], t);
+            if (seen) {
+                free(t);
+                continue;
+            }
+            tokens = dtq_xrealloc(tokens, (ntokens + 1) * sizeof(*tokens));
+            tokens[ntokens++] = t;
+            len += strlen(t) + 1;
+        }
+    }
+    line = dtq_xcalloc(1, len + 1);
+    for (size_t i = 0; i < ntokens; i++) {
+        if (i) strcat(line, " ");
+        strcat(line, tokens[i]);
+        free(tokens[i]);
+    }
+    free(tokens);
+    return line;
+}
