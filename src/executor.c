@@ -38,6 +38,7 @@ struct dtq_executor {
     run *running;
     int nrunning;
     int draining; /* the daemon is stopping: see dtq_executor_drain */
+    char *abandon_reason; /* the drain ran out of time: new runs go straight back */
 };
 
 static void run_end(run *r);
@@ -190,6 +191,11 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     r->ex = ex;
     r->task = t;
     run_link(ex, r);
+    if (ex->abandon_reason) { /* handed over by a fetch whose reply came after the drain */
+        r->completed = 1;
+        run_handback(r, ex->abandon_reason);
+        return;
+    }
     if (!h) {
         r->completed = 1;
         r->status = DTQ_HANDLER_FAIL;
@@ -251,6 +257,8 @@ void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt)
 }
 
 void dtq_executor_abandon_all(dtq_executor *ex, const char *reason) {
+    free(ex->abandon_reason);
+    ex->abandon_reason = dtq_xstrdup(reason);
     while (ex->running) {
         run *r = ex->running;
         if (!r->completed) run_stop(r);
@@ -294,6 +302,7 @@ void dtq_executor_free(dtq_executor *ex) {
         run_free(r);
     }
     dtq_exec_free(ex->children);
+    free(ex->abandon_reason);
     free(ex);
 }
 
