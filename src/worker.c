@@ -98,6 +98,7 @@ static void setup_done(dtq_worker *w) {
         dtq_info("worker %s ready: serving %d queue(s) with concurrency %lld", ctx->cfg->worker_id,
                  ctx->cfg->nqueues, (long long)ctx->cfg->concurrency);
     } else {
+        dtq_reaper_reconnected(w->reaper);
         dtq_sdnotify("STATUS=reconnected, serving");
         dtq_info("redis setup done after reconnect");
     }
