@@ -230,16 +230,16 @@ typedef enum kind { K_OK, K_FLAKY, K_PERM, K_RETRY, K_NOHANDLER, K_MALFORMED } k
 static const char *const KIND_NAMES[] = {"ok", "flaky", "perm", "retry", "missing", "malformed"};
 
 typedef enum how {
-    H_FCALL_ID,   /* dtq_enqueue with task_id (a lost reply is retried: ID_EXISTS) */
-    H_FCALL_IDEM, /* dtq_enqueue with an idempotency key, minted id, duplicate enqueues */
-    H_FCALL_BOTH, /* task_id and an idempotency key; duplicates carry other task_ids */
-    H_RAW_ID,     /* XADD with task_id; sometimes the same entry twice */
+    H_FCALL_ID,    /* dtq_enqueue with task_id (a lost reply is retried: ID_EXISTS) */
+    H_FCALL_IDEM,  /* dtq_enqueue with an idempotency key, minted id, duplicate enqueues */
+    H_FCALL_BOTH,  /* task_id and an idempotency key; duplicates carry other task_ids */
+    H_RAW_ID,      /* XADD with task_id; sometimes the same entry twice */
     H_RAW_DERIVED, /* XADD without task_id: the id is <queue>:p<band>:<entry-id> */
-    H_RAW_IDEM,   /* XADD without task_id, with an idempotency key, sometimes twice */
-    H_RAW_BAD     /* a malformed raw entry, with task_id */
+    H_RAW_IDEM,    /* XADD without task_id, with an idempotency key, sometimes twice */
+    H_RAW_BAD      /* a malformed raw entry, with task_id */
 } how;
-static const char *const HOW_NAMES[] = {"fcall-id", "fcall-idem", "fcall-id+idem", "raw-id",
-                                        "raw-derived", "raw-idem", "raw-malformed"};
+static const char *const HOW_NAMES[] = {"fcall-id",    "fcall-idem", "fcall-id+idem", "raw-id",
+                                        "raw-derived", "raw-idem",   "raw-malformed"};
 
 typedef struct task {
     int ref; /* payload {"ref":"r<ref>"} names the logical task */
@@ -263,7 +263,7 @@ typedef struct task {
     int nids;
     /* results */
     int nhashes;
-    int hash; /* index in the hashes array of the (first) hash */
+    int hash;       /* index in the hashes array of the (first) hash */
     int hash_score; /* 2: that hash's id is ids[0], 1: another of ids, 0: none */
 } task;
 
@@ -284,10 +284,11 @@ typedef enum fkind {
     F_OOM,
     F_NKINDS
 } fkind;
-static const char *const FAULT_NAMES[] = {"sigkill",   "sigstop",      "sigterm",       "client_kill",
-                                          "proxy_cut", "proxy_cut_all", "redis_restart", "oom"};
-static const char *const CUT_MARKERS[] = {"dtq_fetch",   "dtq_finish", "dtq_reap",
-                                          "dtq_recover", "XCLAIM",     "dtq_sched_claim",
+static const char *const FAULT_NAMES[] = {"sigkill",       "sigstop",   "sigterm",
+                                          "client_kill",   "proxy_cut", "proxy_cut_all",
+                                          "redis_restart", "oom"};
+static const char *const CUT_MARKERS[] = {"dtq_fetch",         "dtq_finish",   "dtq_reap",
+                                          "dtq_recover",       "XCLAIM",       "dtq_sched_claim",
                                           "dtq_sched_promote", "dtq_handback", "XREAD"};
 #define NMARKERS ((int)(sizeof(CUT_MARKERS) / sizeof(CUT_MARKERS[0])))
 
@@ -370,9 +371,9 @@ static const char *const CHECK_NAMES[C_NCHECKS] = {
     "terminal by a handler outcome without that attempt's run",
     "daemons that exited on their own or failed",
     "malformed handler.log lines"};
-static const char *const CHECK_SHORT[C_NCHECKS] = {
-    "lost", "twice", "wrong", "pending", "xlen", "sched", "claimed",
-    "dlq",  "dup",   "unexp", "beyond", "norun", "exits", "logbad"};
+static const char *const CHECK_SHORT[C_NCHECKS] = {"lost",   "twice",   "wrong", "pending", "xlen",
+                                                   "sched",  "claimed", "dlq",   "dup",     "unexp",
+                                                   "beyond", "norun",   "exits", "logbad"};
 
 /* ----------------------------------------------------------------- the round's world */
 
@@ -459,27 +460,27 @@ static void redis_spawn(world *w) {
     snprintf(port, sizeof(port), "%d", w->redis_port);
     snprintf(log, sizeof(log), "%s/redis.log", w->dir);
     const char *argv[] = {w->opt->redis_bin,
-                    "--port",
-                    port,
-                    "--bind",
-                    "127.0.0.1",
-                    "--unixsocket",
-                    w->sock,
-                    "--dir",
-                    w->dir,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "everysec",
-                    "--maxmemory-policy",
-                    "noeviction",
-                    "--daemonize",
-                    "no",
-                    "--loglevel",
-                    "notice",
-                    NULL};
+                          "--port",
+                          port,
+                          "--bind",
+                          "127.0.0.1",
+                          "--unixsocket",
+                          w->sock,
+                          "--dir",
+                          w->dir,
+                          "--save",
+                          "",
+                          "--appendonly",
+                          "yes",
+                          "--appendfsync",
+                          "everysec",
+                          "--maxmemory-policy",
+                          "noeviction",
+                          "--daemonize",
+                          "no",
+                          "--loglevel",
+                          "notice",
+                          NULL};
     w->redis_pid = spawn((char *const *)argv, log);
 }
 
@@ -698,8 +699,8 @@ static void write_config(world *w, int slot, char *path, size_t pathlen) {
             "[scheduler]\ninterval_ms = 200\nleader_lock_ms = 2000\nclaim_timeout_ms = 5000\n"
             "[limits]\nevents_stream_maxlen = 100000000\ndlq_maxlen = 1000000\n"
             "[log]\nlevel = info\n",
-            url, slot == 1 ? QUEUES[1] : QUEUES[0], slot == 1 ? QUEUES[0] : QUEUES[1],
-            CONCURRENCY, d->worker_id);
+            url, slot == 1 ? QUEUES[1] : QUEUES[0], slot == 1 ? QUEUES[0] : QUEUES[1], CONCURRENCY,
+            d->worker_id);
     static const struct {
         const char *type;
         int max;
@@ -716,7 +717,8 @@ static void write_config(world *w, int slot, char *path, size_t pathlen) {
 static void daemon_start(world *w, int slot) {
     daemon_slot *d = &w->slots[slot];
     char cfg[256], log[224];
-    if (d->gen > 0 && !d->next_same_id) snprintf(d->worker_id, sizeof(d->worker_id), "w%dg%d", slot, d->gen);
+    if (d->gen > 0 && !d->next_same_id)
+        snprintf(d->worker_id, sizeof(d->worker_id), "w%dg%d", slot, d->gen);
     d->gen++;
     write_config(w, slot, cfg, sizeof(cfg));
     snprintf(log, sizeof(log), "%s/daemon-%d.log", w->dir, slot);
@@ -752,9 +754,8 @@ static void reap_children(world *w) {
         for (int s = 0; s < NSLOTS; s++) {
             daemon_slot *d = &w->slots[s];
             if (d->pid != pid) continue;
-            int ok = d->expect_exit &&
-                     ((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) ||
-                      (WIFEXITED(st) && WEXITSTATUS(st) == 0));
+            int ok = d->expect_exit && ((WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) ||
+                                        (WIFEXITED(st) && WEXITSTATUS(st) == 0));
             if (!ok) {
                 w->unexpected_exits++;
                 fprintf(stderr, "chaos: daemon slot %d (%s, pid %d) exited on its own: %s %d\n", s,
@@ -882,14 +883,9 @@ static void gen_tasks(world *w, rng *r) {
             t->k = rng_range(r, 2, 4);
             t->max_attempts = rng_pct(r, 40) ? t->k : t->k + 2;
             break;
-        case K_RETRY:
-            t->max_attempts = rng_pct(r, 50) ? 0 : rng_range(r, 2, 4);
-            break;
-        case K_PERM:
-            t->max_attempts = rng_pct(r, 50) ? 0 : rng_range(r, 1, 3);
-            break;
-        default:
-            break;
+        case K_RETRY: t->max_attempts = rng_pct(r, 50) ? 0 : rng_range(r, 2, 4); break;
+        case K_PERM: t->max_attempts = rng_pct(r, 50) ? 0 : rng_range(r, 1, 3); break;
+        default: break;
         }
         if (t->how == H_RAW_BAD) t->bad = rng_range(r, 0, 2);
         if ((t->how == H_FCALL_ID || t->how == H_FCALL_BOTH || t->how == H_FCALL_IDEM) &&
@@ -900,8 +896,7 @@ static void gen_tasks(world *w, rng *r) {
         else if (t->how == H_RAW_IDEM || t->how == H_RAW_ID)
             t->ndups = rng_pct(r, 30) ? 1 : 0;
         t->due_ms = (int64_t)i * w->enqueue_end_ms / n;
-        for (int d = 0; d < t->ndups; d++)
-            t->dup_due_ms[d] = t->due_ms + rng_range(r, 10, 6000);
+        for (int d = 0; d < t->ndups; d++) t->dup_due_ms[d] = t->due_ms + rng_range(r, 10, 6000);
     }
 }
 
@@ -999,7 +994,8 @@ static void run_fault(world *w, fault *f) {
         break;
     case F_CLIENT_KILL:
         r = cmd(w, "CLIENT KILL TYPE normal");
-        note("CLIENT KILL TYPE normal: %lld", r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1);
+        note("CLIENT KILL TYPE normal: %lld",
+             r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1);
         if (!r || r->type != REDIS_REPLY_INTEGER) { /* Redis is down: nothing to cut */
             freeReplyObject(r);
             return;
@@ -1062,8 +1058,7 @@ static void run_fault(world *w, fault *f) {
         note("maxmemory 1 for %d ms", f->dur_ms);
         freeReplyObject(r);
         break;
-    default:
-        break;
+    default: break;
     }
     w->res->faults[f->kind]++;
     w->res->nfaults++;
@@ -1113,18 +1108,12 @@ static void payload_of(const task *t, char *out, size_t outlen) {
 
 static const char *type_of(const task *t) {
     switch (t->kind) {
-    case K_OK:
-        return "ok";
-    case K_FLAKY:
-        return "flaky";
-    case K_PERM:
-        return "perm";
-    case K_RETRY:
-        return "retry";
-    case K_NOHANDLER:
-        return "missing";
-    case K_MALFORMED:
-        return "ok";
+    case K_OK: return "ok";
+    case K_FLAKY: return "flaky";
+    case K_PERM: return "perm";
+    case K_RETRY: return "retry";
+    case K_NOHANDLER: return "missing";
+    case K_MALFORMED: return "ok";
     }
     return "ok";
 }
@@ -1225,7 +1214,8 @@ static sent send_task(world *w, task *t, int dup) {
             created = !strcmp(r->element[1]->str, "created");
         } else if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "ID_EXISTS", 9)) {
             got = id;
-        } else if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "IDEMPOTENCY_IN_PROGRESS ", 24)) {
+        } else if (r->type == REDIS_REPLY_ERROR &&
+                   !strncmp(r->str, "IDEMPOTENCY_IN_PROGRESS ", 24)) {
             got = r->str + 24;
         } else if (refused_error(r)) {
             res = SENT_RETRY;
@@ -1362,7 +1352,8 @@ static long long unsettled_tasks(world *w) {
 static int settled(world *w, char *why, size_t whylen) {
     long long open = unsettled_tasks(w), pend = stream_sum(w, 1), len = stream_sum(w, 0),
               sched = zcard(w, "dtq:retry:schedule"), claimed = zcard(w, "dtq:retry:claimed");
-    snprintf(why, whylen, "open tasks %lld, pending %lld, stream entries %lld, scheduled %lld, claimed %lld",
+    snprintf(why, whylen,
+             "open tasks %lld, pending %lld, stream entries %lld, scheduled %lld, claimed %lld",
              open, pend, len, sched, claimed);
     return open == 0 && pend == 0 && len == 0 && sched == 0 && claimed == 0;
 }
@@ -1645,21 +1636,16 @@ static void run_checks(world *w) {
             show_task(w, "not terminal", h, ls, nls, ev, nev);
             continue;
         }
-        snprintf(key, sizeof(key), "%s %s", h->status, h->cls && strcmp(h->status, "succeeded") ? h->cls : "");
+        snprintf(key, sizeof(key), "%s %s", h->status,
+                 h->cls && strcmp(h->status, "succeeded") ? h->cls : "");
         (*smap_slot(&outcomes, key, 1))++;
         snprintf(key, sizeof(key), "%s#%d", h->id, h->attempt);
         int ran_last = smap_get(&runs, key, 0) > 0;
         const char *st = h->status, *cls = h->cls ? h->cls : "";
         switch (t->kind) {
-        case K_OK:
-            ok = !strcmp(st, "succeeded");
-            break;
-        case K_FLAKY:
-            ok = !strcmp(st, "succeeded") && h->attempt >= t->k;
-            break;
-        case K_PERM:
-            ok = !strcmp(st, "dead_lettered") && !strcmp(cls, "permanent");
-            break;
+        case K_OK: ok = !strcmp(st, "succeeded"); break;
+        case K_FLAKY: ok = !strcmp(st, "succeeded") && h->attempt >= t->k; break;
+        case K_PERM: ok = !strcmp(st, "dead_lettered") && !strcmp(cls, "permanent"); break;
         case K_RETRY:
             ok = !strcmp(st, "dead_lettered") && !strcmp(cls, "retryable") &&
                  h->attempt == h->max_attempts;
@@ -1667,15 +1653,14 @@ static void run_checks(world *w) {
         case K_NOHANDLER:
             ok = !strcmp(st, "dead_lettered") && !strcmp(cls, "unknown_task_type");
             break;
-        default:
-            ok = !strcmp(st, "dead_lettered") && !strcmp(cls, "invalid_entry");
-            break;
+        default: ok = !strcmp(st, "dead_lettered") && !strcmp(cls, "invalid_entry"); break;
         }
         if (!ok && t->kind != K_MALFORMED && !strcmp(st, "dead_lettered") &&
             (!strcmp(cls, "worker_lost") || !strcmp(cls, "interrupted")) &&
             h->attempt == h->max_attempts && explained_by_fault(w, h, ev, nev)) {
             res->crash_exhausted++;
-            if (verbose) show_task(w, "last attempt lost to an injected fault", h, ls, nls, ev, nev);
+            if (verbose)
+                show_task(w, "last attempt lost to an injected fault", h, ls, nls, ev, nev);
         } else if (!ok) {
             res->checks[C_WRONG]++;
             char why[96];
@@ -1786,15 +1771,15 @@ static void self_test_inject(world *w, long long *expect) {
     f = fopen(w->log_path, "a");
     if (f && r && r->type == REDIS_REPLY_STRING) {
         fprintf(f, "%s %s 1 1\n", a, r->str); /* attempt started twice */
-        fprintf(f, "%s 99 1 1\n", d);        /* beyond max_attempts */
-        fprintf(f, "garbage\n");             /* malformed line */
+        fprintf(f, "%s 99 1 1\n", d);         /* beyond max_attempts */
+        fprintf(f, "garbage\n");              /* malformed line */
     }
     if (f) fclose(f);
     freeReplyObject(r);
-    freeReplyObject(cmd(w, "HSET dtq:task:%s status running", b));  /* lost */
-    freeReplyObject(cmd(w, "HINCRBY dtq:task:%s attempt 1", c));    /* no run */
-    freeReplyObject(cmd(w, "HSET dtq:task:%s status failed", e));   /* wrong */
-    r = cmd(w, "DUMP dtq:task:%s", fd);                               /* duplicate */
+    freeReplyObject(cmd(w, "HSET dtq:task:%s status running", b)); /* lost */
+    freeReplyObject(cmd(w, "HINCRBY dtq:task:%s attempt 1", c));   /* no run */
+    freeReplyObject(cmd(w, "HSET dtq:task:%s status failed", e));  /* wrong */
+    r = cmd(w, "DUMP dtq:task:%s", fd);                            /* duplicate */
     if (r && r->type == REDIS_REPLY_STRING)
         freeReplyObject(cmd(w, "RESTORE dtq:task:%s-selftest 0 %b", fd, r->str, r->len));
     freeReplyObject(r);
@@ -1802,7 +1787,8 @@ static void self_test_inject(world *w, long long *expect) {
     freeReplyObject(cmd(w, "ZADD dtq:retry:schedule 0 selftest-s"));
     freeReplyObject(cmd(w, "ZADD dtq:retry:claimed 0 selftest-c"));
     freeReplyObject(cmd(w, "XADD dtq:stream:qa:p0 * task_id selftest-p attempt 1"));
-    freeReplyObject(cmd(w, "XREADGROUP GROUP workers selftest COUNT 10 STREAMS dtq:stream:qa:p0 >"));
+    freeReplyObject(
+        cmd(w, "XREADGROUP GROUP workers selftest COUNT 10 STREAMS dtq:stream:qa:p0 >"));
     freeReplyObject(cmd(w, "XADD dtq:stream:dead-letter * task_id selftest-d"));
 }
 
@@ -1815,10 +1801,12 @@ static const char HANDLER_SH[] =
     "IFS= read -r p || true\n"
     "ms=${p#*\\\"ms\\\":}; ms=${ms%%[,\\}]*}\n"
     "k=${p#*\\\"k\\\":}; k=${k%%[,\\}]*}\n"
-    "if [ \"$ms\" -gt 0 ] 2>/dev/null; then sleep \"$((ms / 1000)).$(printf %03d $((ms % 1000)))\"; fi\n"
+    "if [ \"$ms\" -gt 0 ] 2>/dev/null; then sleep \"$((ms / 1000)).$(printf %03d $((ms % "
+    "1000)))\"; fi\n"
     "case $1 in\n"
     "ok) echo '{\"ok\":true}'; exit 0 ;;\n"
-    "flaky) if [ \"$DTQ_ATTEMPT\" -ge \"$k\" ]; then echo \"{\\\"attempt\\\":$DTQ_ATTEMPT}\"; exit 0; fi\n"
+    "flaky) if [ \"$DTQ_ATTEMPT\" -ge \"$k\" ]; then echo \"{\\\"attempt\\\":$DTQ_ATTEMPT}\"; exit "
+    "0; fi\n"
     "       echo \"flaky: attempt $DTQ_ATTEMPT of $k fails\" >&2; exit 75 ;;\n"
     "perm) echo 'permanent failure' >&2; exit 1 ;;\n"
     "retry) echo 'retryable failure' >&2; exit 75 ;;\n"
@@ -1827,9 +1815,11 @@ static const char HANDLER_SH[] =
 
 static void print_result(const round_result *res) {
     printf("chaos: seed %" PRIu64 ": %d tasks, %d faults (", res->seed, res->tasks, res->nfaults);
-    for (int k = 0; k < F_NKINDS; k++) printf("%s%s %d", k ? ", " : "", FAULT_NAMES[k], res->faults[k]);
+    for (int k = 0; k < F_NKINDS; k++)
+        printf("%s%s %d", k ? ", " : "", FAULT_NAMES[k], res->faults[k]);
     printf("), %.1f s\n", res->secs);
-    for (int c = 0; c < C_NCHECKS; c++) printf("check %-62s %lld\n", CHECK_NAMES[c], res->checks[c]);
+    for (int c = 0; c < C_NCHECKS; c++)
+        printf("check %-62s %lld\n", CHECK_NAMES[c], res->checks[c]);
     printf("info  last attempt lost to an injected crash/stop/drain (documented cost) %lld\n",
            res->crash_exhausted);
     printf("chaos: seed %" PRIu64 ": %s\n", res->seed, res->failed ? "FAILED" : "ok");
@@ -1981,9 +1971,11 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
                         CHECK_NAMES[c], res->checks[c], expect[c]);
         }
     if (opt->self_test)
-        printf("chaos: self-test: %s\n", res->failed ? "a planted fault was missed" : "every planted fault was counted");
+        printf("chaos: self-test: %s\n",
+               res->failed ? "a planted fault was missed" : "every planted fault was counted");
     if (!ok_settle) fprintf(stderr, "chaos: the round did not settle within its time\n");
-    if (w->producer_errors) fprintf(stderr, "chaos: %d unexpected producer replies\n", w->producer_errors);
+    if (w->producer_errors)
+        fprintf(stderr, "chaos: %d unexpected producer replies\n", w->producer_errors);
     print_result(res);
 
     stop_everything(w);
@@ -2082,7 +2074,8 @@ int main(int argc, char **argv) {
             if (x->tasks == 0) continue;
             printf("| %" PRIu64 " | %d | %d | ", x->seed, x->tasks, x->nfaults);
             for (int c = 0; c < C_NCHECKS; c++) printf("%lld | ", x->checks[c]);
-            printf("%lld | %.0f | %s |\n", x->crash_exhausted, x->secs, x->failed ? "FAILED" : "ok");
+            printf("%lld | %.0f | %s |\n", x->crash_exhausted, x->secs,
+                   x->failed ? "FAILED" : "ok");
         }
     }
     free(results);
