@@ -1130,7 +1130,7 @@ static int refused_error(const redisReply *r) {
 
 /* One enqueue of task t; dup >= 0 sends its dup-th duplicate. */
 static sent send_task(world *w, task *t, int dup) {
-    char payload[128], id[96], mx[16], key[64], stream[64];
+    char payload[128], id[96], mx[16], key[64], stream[64], prio[4], delay[16];
     const char *argv[32];
     size_t argc = 0;
     redisContext *c = rc(w);
@@ -1146,7 +1146,6 @@ static sent send_task(world *w, task *t, int dup) {
     else
         snprintf(id, sizeof(id), "c%" PRIu64 "-%d", w->seed, t->ref);
     if (t->how <= H_FCALL_BOTH) {
-        char prio[4], delay[16];
         snprintf(prio, sizeof(prio), "%d", t->band);
         snprintf(delay, sizeof(delay), "%d", t->delay_ms);
         argv[argc++] = "FCALL";
@@ -1561,6 +1560,18 @@ static void run_checks(world *w) {
 
     res->checks[C_LOG_BAD] = bad_lines;
     res->checks[C_DAEMON_EXIT] = w->unexpected_exits;
+    for (int sl = 0; sl < NSLOTS; sl++) { /* a sanitizer report counts, whatever the exit */
+        char path[256], line[1024];
+        FILE *f;
+        snprintf(path, sizeof(path), "%s/daemon-%d.log", w->dir, sl);
+        if (!(f = fopen(path, "r"))) continue;
+        while (fgets(line, sizeof(line), f))
+            if (strstr(line, "Sanitizer") || strstr(line, "runtime error:")) {
+                res->checks[C_DAEMON_EXIT]++;
+                fprintf(stderr, "chaos: sanitizer report in %s: %s", path, line);
+            }
+        fclose(f);
+    }
     for (int i = 0; i < nls; i++) {
         snprintf(key, sizeof(key), "%s#%d", ls[i].id, ls[i].attempt);
         (*smap_slot(&runs, key, 1))++;
