@@ -377,6 +377,22 @@ START_TEST(test_redis_outage_does_not_make_live_workers_look_lost) {
 }
 END_TEST
 
+/* Redis refusing writes while a daemon starts (OOM under noeviction): its setup is
+ * refused command by command (Functions, config, one XGROUP CREATE per stream), and that
+ * is one log line per try, not one per command. It serves once writes are accepted. */
+START_TEST(test_refused_setup_is_logged_once_per_try) {
+    th_daemon d;
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 1"));
+    start(&d, "w-oomstart", NULL, NULL, 0);
+    ck_assert(th_wait_log(d.log, "redis setup failed", 1, 10000));
+    th_sleep_ms(1000); /* deliberate: the refusals of the other setup commands come in */
+    ck_assert_int_eq(th_count_in_file(d.log, "redis setup failed"), 1);
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 0"));
+    th_daemon_wait_ready(C, "w-oomstart", 15000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
@@ -392,6 +408,7 @@ int main(void) {
     tcase_add_test(tc, test_lost_fetch_reply_runs_the_task_at_the_same_attempt);
     tcase_add_test(tc, test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once);
     tcase_add_test(tc, test_redis_outage_does_not_make_live_workers_look_lost);
+    tcase_add_test(tc, test_refused_setup_is_logged_once_per_try);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
