@@ -290,6 +290,8 @@ static const char *const FAULT_NAMES[] = {"sigkill",       "sigstop",   "sigterm
 static const char *const CUT_MARKERS[] = {"dtq_fetch",         "dtq_finish",   "dtq_reap",
                                           "dtq_recover",       "XCLAIM",       "dtq_sched_claim",
                                           "dtq_sched_promote", "dtq_handback", "XREAD"};
+static const char *const FAULT_ABBREV[] = {"kill", "stop",   "term", "ck",
+                                           "cut",  "cutall", "rr",   "oom"};
 #define NMARKERS ((int)(sizeof(CUT_MARKERS) / sizeof(CUT_MARKERS[0])))
 
 typedef struct fault {
@@ -2083,7 +2085,9 @@ int main(int argc, char **argv) {
         for (int r = 0; r < opt.rounds; r++) {
             round_result *x = &results[r];
             if (x->tasks == 0) continue;
-            printf("| %" PRIu64 " | %d | %d | ", x->seed, x->tasks, x->nfaults);
+            printf("| %" PRIu64 " | %d | %d:", x->seed, x->tasks, x->nfaults);
+            for (int k = 0; k < F_NKINDS; k++) printf(" %s %d", FAULT_ABBREV[k], x->faults[k]);
+            printf(" | ");
             for (int c = 0; c < C_NCHECKS; c++) printf("%lld | ", x->checks[c]);
             printf("%lld | %.0f | %s |\n", x->crash_exhausted, x->secs,
                    x->failed ? "FAILED" : "ok");
