@@ -37,7 +37,7 @@ struct dtq_executor {
     dtq_exec *children; /* exec handler processes */
     run *running;
     int nrunning;
-    int draining; /* the daemon is stopping: see dtq_executor_drain */
+    int draining;         /* the daemon is stopping: see dtq_executor_drain */
     char *abandon_reason; /* the drain ran out of time: new runs go straight back */
 };
 

@@ -120,7 +120,8 @@ dtq_lease *dtq_lease_new(dtq_ctx *ctx, dtq_executor *ex, dtq_finisher *fin) {
 }
 
 void dtq_lease_start(dtq_lease *l) {
-    if (!evtimer_pending(l->tick_ev, NULL)) tick_cb(-1, 0, l);
+    evtimer_del(l->tick_ev); /* renews now, not at the next tick of the old schedule */
+    tick_cb(-1, 0, l);
 }
 
 void dtq_lease_free(dtq_lease *l) {

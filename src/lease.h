@@ -14,7 +14,8 @@ typedef struct dtq_lease dtq_lease;
 
 dtq_lease *dtq_lease_new(dtq_ctx *ctx, dtq_executor *ex, dtq_finisher *fin);
 void dtq_lease_free(dtq_lease *l);
-/* Starts the periodic renewal (idempotent), renewing at once. */
+/* Starts the periodic renewal, renewing at once; called after every (re)connect, so that
+ * claims left idle while Redis was away are renewed as soon as it is back. */
 void dtq_lease_start(dtq_lease *l);
 
 #endif

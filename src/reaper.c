@@ -18,7 +18,8 @@ struct dtq_reaper {
     int started;
     int stopped;
     int inflight;
-    int recovering; /* a recover reply is outstanding */
+    int recovering;        /* a recover reply is outstanding */
+    int64_t hold_until_ms; /* no reap before this (monotonic): visibility after a reconnect */
     struct event *tick_ev;
     char **cursors; /* XAUTOCLAIM cursor per served stream, carried across calls */
     int ncursors;
@@ -66,6 +67,7 @@ static void reap(dtq_reaper *rp) {
     int free_slots = dtq_executor_free_slots(rp->ex);
     dtq_argv a;
     if (rp->inflight || !dtq_ctx_is_up(ctx) || dtq_finisher_refused(rp->fin)) return;
+    if (dtq_monotonic_ms() < rp->hold_until_ms) return;
     if (rp->cursors_gen != ctx->streams_gen) reset_cursors(rp);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "FCALL");
@@ -164,6 +166,10 @@ void dtq_reaper_start(dtq_reaper *rp) {
     if (rp->started || rp->stopped) return;
     rp->started = 1;
     evtimer_add(rp->tick_ev, &tv);
+}
+
+void dtq_reaper_reconnected(dtq_reaper *rp) {
+    rp->hold_until_ms = dtq_monotonic_ms() + rp->ctx->cfg->visibility_timeout_s * 1000;
 }
 
 void dtq_reaper_stop(dtq_reaper *rp) {

@@ -16,6 +16,10 @@ dtq_reaper *dtq_reaper_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finisher *f
 void dtq_reaper_free(dtq_reaper *r);
 void dtq_reaper_start(dtq_reaper *r);
 void dtq_reaper_stop(dtq_reaper *r);
+/* After a reconnect: reap nothing for visibility_timeout_s. While Redis was away no worker
+ * could renew its claims, so idle entries say nothing about whether their workers live;
+ * the live ones renew once they are back (they may reconnect later than this one). */
+void dtq_reaper_reconnected(dtq_reaper *r);
 /* Entries pending for this worker that it neither runs nor holds a result for: after a
  * reconnect they were claimed by a fetch or reap whose reply was lost, and run here at the
  * same attempt (they never started); at the first connect of a process they belong to a

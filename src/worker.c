@@ -117,6 +117,7 @@ static void setup_done(dtq_worker *w) {
         dtq_info("worker %s ready: serving %d queue(s) with concurrency %lld", ctx->cfg->worker_id,
                  ctx->cfg->nqueues, (long long)ctx->cfg->concurrency);
     } else {
+        dtq_reaper_reconnected(w->reaper);
         dtq_sdnotify("STATUS=reconnected, serving");
         dtq_info("redis setup done after reconnect");
     }
@@ -146,7 +147,9 @@ static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (!reply) return; /* lost again; the next connect restarts the setup */
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         struct timeval tv = {5, 0};
-        if (!dtq_rconn_error_is_unavailable(reply->str)) /* rconn said why and reconnects */
+        /* One line per try: the other setup commands of the try are refused alike (OOM
+         * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
+        if (w->setup_pending >= 0 && !dtq_rconn_error_is_unavailable(reply->str))
             dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
                       reply->str);
         w->setup_pending = -1000; /* poison this round */

@@ -465,6 +465,57 @@ START_TEST(test_reaper_finds_lost_entries_behind_live_ones) {
 }
 END_TEST
 
+/* Redis away for longer than visibility_timeout_s (a restart with a long load, a
+ * failover): no worker could renew its claims meanwhile, so an entry's idle time says
+ * nothing about its worker. The worker that reconnects first must not take the running
+ * attempt of one that reconnects two seconds later (here held back with SIGSTOP): its
+ * reaper waits visibility_timeout_s after a reconnect, and the other renews its claims as
+ * soon as it is back. The task (max_attempts = 1) succeeds at attempt 1. */
+START_TEST(test_redis_outage_does_not_make_live_workers_look_lost) {
+    th_daemon a, b;
+    redisFree(C); /* this one must survive a restart: appendonly */
+    th_redis_stop(&R);
+    th_redis_start(&R, 1);
+    C = th_connect(&R);
+    start(&a, "w-late", NULL, NULL, 1);
+    enqueue("default", "outlived", "sleep", "{\"ms\":12000}", "max_attempts 1");
+    wait_status("outlived", "running", 5000);
+    start(&b, "w-early", NULL, NULL, 1);
+    kill(a.pid, SIGSTOP);
+    th_redis_stop(&R);
+    ck_assert_msg(th_wait_log(b.log, "; reconnecting", 2, 5000), "loss of Redis not logged");
+    th_sleep_ms(4000); /* deliberate: longer than visibility_timeout_s (3) */
+    th_redis_restart(&R);
+    redisFree(C);
+    C = th_connect(&R);
+    ck_assert(th_wait_log(b.log, "redis setup done after reconnect", 1, 15000));
+    th_sleep_ms(2000); /* deliberate: w-early's reaper (every 1.5 s) looks while w-late is away */
+    kill(a.pid, SIGCONT);
+    wait_status("outlived", "succeeded", 20000);
+    th_assert_field(C, "outlived", "attempt", "1");
+    th_assert_field(C, "outlived", "worker_id", "w-late");
+    ck_assert_int_eq(pending_count_of("default"), 0);
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* Redis refusing writes while a daemon starts (OOM under noeviction): its setup is
+ * refused command by command (Functions, config, one XGROUP CREATE per stream), and that
+ * is one log line per try, not one per command. It serves once writes are accepted. */
+START_TEST(test_refused_setup_is_logged_once_per_try) {
+    th_daemon d;
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 1"));
+    start(&d, "w-oomstart", NULL, NULL, 0);
+    ck_assert(th_wait_log(d.log, "redis setup failed", 1, 10000));
+    th_sleep_ms(1000); /* deliberate: the refusals of the other setup commands come in */
+    ck_assert_int_eq(th_count_in_file(d.log, "redis setup failed"), 1);
+    freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 0"));
+    th_daemon_wait_ready(C, "w-oomstart", 15000);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
@@ -481,6 +532,8 @@ int main(void) {
     tcase_add_test(tc, test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once);
     tcase_add_test(tc, test_workers_and_consumers_do_not_accumulate);
     tcase_add_test(tc, test_wait_for_a_replica_after_each_finish_batch);
+    tcase_add_test(tc, test_redis_outage_does_not_make_live_workers_look_lost);
+    tcase_add_test(tc, test_refused_setup_is_logged_once_per_try);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

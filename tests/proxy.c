@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,7 +48,7 @@ static void relay(int lfd, int target_port, const char *cut_after, int cuts) {
     char buf[65536];
     for (;;) {
         struct pollfd pfd[1 + 2 * MAX_PAIRS];
-        int n = 0;
+        int n = 0, npolled = npairs;
         long long now = mono_ms();
         pfd[n++] = (struct pollfd){lfd, POLLIN, 0};
         for (int i = 0; i < npairs; i++) {
@@ -55,24 +56,18 @@ static void relay(int lfd, int target_port, const char *cut_after, int cuts) {
             pfd[n++] = (struct pollfd){pairs[i].server, POLLIN, 0};
         }
         poll(pfd, (nfds_t)n, 50);
-        if ((pfd[0].revents & POLLIN) && npairs < MAX_PAIRS) {
-            int c = accept(lfd, NULL, NULL), s;
-            if (c >= 0) {
-                s = connect_target(target_port);
-                if (s < 0)
-                    close(c);
-                else
-                    pairs[npairs++] = (pair){c, s, 0};
-            }
-        }
-        for (int i = 0, p = 1; i < npairs; i++, p += 2) {
+        /* Only the pairs that were polled, each with its own revents (pfd[1 + 2i] and
+         * pfd[2 + 2i]); a pair accepted below waits for the next poll. Removals come after
+         * the loop, so no pair is judged by another's revents. Reads never block. */
+        for (int i = 0; i < npolled; i++) {
             pair *pr = &pairs[i];
+            short cre = pfd[1 + 2 * i].revents, sre = pfd[2 + 2 * i].revents;
             int dead = 0;
-            if (pr->close_server_at == 0 && (pfd[p].revents & (POLLIN | POLLHUP | POLLERR))) {
-                ssize_t got = read(pr->client, buf, sizeof(buf));
-                if (got <= 0) {
+            if (pr->close_server_at == 0 && (cre & (POLLIN | POLLHUP | POLLERR))) {
+                ssize_t got = recv(pr->client, buf, sizeof(buf), MSG_DONTWAIT);
+                if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
                     dead = 1;
-                } else {
+                } else if (got > 0) {
                     if (write(pr->server, buf, (size_t)got) != got) dead = 1;
                     if (cuts > 0 && cut_after &&
                         memmem(buf, (size_t)got, cut_after, strlen(cut_after))) {
@@ -83,19 +78,30 @@ static void relay(int lfd, int target_port, const char *cut_after, int cuts) {
                     }
                 }
             }
-            if (!dead && (pfd[p + 1].revents & (POLLIN | POLLHUP | POLLERR))) {
-                ssize_t got = read(pr->server, buf, sizeof(buf));
-                if (got <= 0)
+            if (!dead && (sre & (POLLIN | POLLHUP | POLLERR))) {
+                ssize_t got = recv(pr->server, buf, sizeof(buf), MSG_DONTWAIT);
+                if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
                     dead = 1;
-                else if (pr->client >= 0 && write(pr->client, buf, (size_t)got) != got)
+                else if (got > 0 && pr->client >= 0 && write(pr->client, buf, (size_t)got) != got)
                     dead = 1;
             }
             if (pr->close_server_at && now >= pr->close_server_at) dead = 1;
             if (dead) {
                 if (pr->client >= 0) close(pr->client);
                 close(pr->server);
-                pairs[i--] = pairs[--npairs];
-                p -= 2;
+                pr->server = -1; /* removed below */
+            }
+        }
+        for (int i = 0; i < npairs; i++)
+            if (pairs[i].server < 0) pairs[i--] = pairs[--npairs];
+        if ((pfd[0].revents & POLLIN) && npairs < MAX_PAIRS) {
+            int c = accept(lfd, NULL, NULL), s;
+            if (c >= 0) {
+                s = connect_target(target_port);
+                if (s < 0)
+                    close(c);
+                else
+                    pairs[npairs++] = (pair){c, s, 0};
             }
         }
     }
