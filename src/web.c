@@ -57,7 +57,14 @@ static void common_headers(struct evhttp_request *req, const char *content_type)
 static void send_buffer(struct evhttp_request *req, int code, const char *body, size_t len) {
     struct evbuffer *buf = evbuffer_new();
     if (!buf) abort();
-    evbuffer_add(buf, body, len);
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        /* 2.1's evhttp would send the body of a HEAD answer: the length only */
+        char n[32];
+        snprintf(n, sizeof(n), "%zu", len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", n);
+    } else {
+        evbuffer_add(buf, body, len);
+    }
     if (dtq_log_enabled(DTQ_LOG_DEBUG)) {
         char *uri = dtq_log_escape(evhttp_request_get_uri(req));
         dtq_debug("web: %s %s -> %d", method_name(evhttp_request_get_command(req)), uri, code);
