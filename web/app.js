@@ -269,7 +269,7 @@ function queueRow(q) {
     h('td.num', {}, fmtNum(q.pending)),
     h('td', {}, bandBars(q.depth_by_band)),
     rateCell(r, 'succeeded'), rateCell(r, 'failed'), rateCell(r, 'retried'),
-    h('td.num', {}, fmtNum(q.totals.succeeded)),
+    h('td.num', { dataset: { col: 'succeeded-total' } }, fmtNum(q.totals.succeeded)),
     h('td', {}, q.paused
       ? writeButton('Resume', '/api/queues/' + enc(q.name) + '/resume', {}, { what: 'resume ' + q.name })
       : writeButton('Pause', '/api/queues/' + enc(q.name) + '/pause', {}, { what: 'pause ' + q.name })));
