@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -996,6 +997,61 @@ START_TEST(test_command_line) {
 }
 END_TEST
 
+/* The unit: Type=notify (READY=1 comes once dtq-web listens), a dynamic non-root user
+ * and the worker unit's hardening. */
+START_TEST(test_systemd_unit_and_ready) {
+    char *unit = th_read_file(DTQ_SOURCE_DIR "/systemd/dtq-web.service");
+    const char *lines[] = {"Type=notify",
+                           "ExecStart=/usr/bin/dtq-web -c /etc/dtq/worker.ini",
+                           "ExecReload=/bin/kill -HUP $MAINPID",
+                           "RestartPreventExitStatus=78",
+                           "DynamicUser=yes",
+                           "User=dtq-web",
+                           "NoNewPrivileges=yes",
+                           "ProtectSystem=strict",
+                           "ProtectHome=yes",
+                           "PrivateTmp=yes",
+                           "PrivateDevices=yes",
+                           "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+                           "MemoryDenyWriteExecute=yes",
+                           "CapabilityBoundingSet=",
+                           "SystemCallFilter=@system-service"};
+    char sock[400], got[1024] = "", listen[64], log[400];
+    struct sockaddr_un sa;
+    struct timeval tv = {10, 0};
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-u", R.url, (char *)"--listen", listen, NULL};
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        char want[200];
+        snprintf(want, sizeof(want), "\n%s\n", lines[i]);
+        ck_assert_msg(strstr(unit, want) != NULL, "dtq-web.service lacks %s", lines[i]);
+    }
+    free(unit);
+    th_path(&R, "notify.sock", sock, sizeof(sock));
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    th_path(&R, "web3.log", log, sizeof(log));
+    setenv("NOTIFY_SOCKET", sock, 1);
+    th_process_start(&W, argv, log);
+    unsetenv("NOTIFY_SOCKET");
+    ck_assert_msg(recv(fd, got, sizeof(got) - 1, 0) > 0, "no notification from dtq-web");
+    ck_assert_msg(strstr(got, "READY=1") != NULL, "%s", got);
+    {
+        int c = tcp_connect(PORT); /* it listens by the time it says so */
+        ck_assert_int_ge(c, 0);
+        close(c);
+    }
+    ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+    close(fd);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("api");
@@ -1011,6 +1067,7 @@ int main(void) {
     tcase_add_test(tc, test_bad_input_and_methods);
     tcase_add_test(tc, test_event_stream);
     tcase_add_test(tc, test_command_line);
+    tcase_add_test(tc, test_systemd_unit_and_ready);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
