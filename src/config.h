@@ -84,8 +84,8 @@ typedef struct dtq_config {
     /* [http] */
     char *http_listen;
     /* [web]: dtq-web, the dashboard (the daemon ignores this section) */
-    char *web_listen;             /* host:port of the dashboard */
-    char *web_token_file;         /* bearer tokens for writes; empty = read-only */
+    char *web_listen;              /* host:port of the dashboard */
+    char *web_token_file;          /* bearer tokens for writes; empty = read-only */
     int64_t web_sample_interval_s; /* seconds between the rate and history samples */
     /* [log] */
     char *log_level;
