@@ -113,6 +113,12 @@ static const config_key config_keys[] = {
     {"http", "listen", KEY_STR, OFF(http_listen), "", 0, 0,
      "host:port, :port (all IPv4 addresses) or [IPv6]:port for /metrics /healthz /readyz; "
      "empty = off"},
+    {"web", "listen", KEY_STR, OFF(web_listen), "127.0.0.1:8080", 0, 0,
+     "dtq-web: host:port, :port or [IPv6]:port of the dashboard"},
+    {"web", "token_file", KEY_STR, OFF(web_token_file), "", 0, 0,
+     "dtq-web: file of bearer tokens that allow writes; empty = read-only"},
+    {"web", "sample_interval_s", KEY_INT, OFF(web_sample_interval_s), "5", 1, 3600,
+     "dtq-web: seconds between the samples behind rates and plots"},
     {"log", "level", KEY_STR, OFF(log_level), "info", 0, 0, "debug | info | warn | error"},
     {"log", "format", KEY_STR, OFF(log_format), "text", 0, 0, "text | json"},
 };
@@ -446,6 +452,14 @@ static void validate(load_state *st) {
         if (dtq_split_hostport(cfg->http_listen, &host, &port) != DTQ_OK)
             return fail(st, "http", "listen", "'%s' is not host:port, :port or [IPv6]:port",
                         cfg->http_listen);
+        free(host);
+    }
+    {
+        char *host;
+        int port;
+        if (dtq_split_hostport(cfg->web_listen, &host, &port) != DTQ_OK)
+            return fail(st, "web", "listen", "'%s' is not host:port, :port or [IPv6]:port",
+                        cfg->web_listen);
         free(host);
     }
     if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)

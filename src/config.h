@@ -83,6 +83,10 @@ typedef struct dtq_config {
     int64_t events_stream_maxlen;
     /* [http] */
     char *http_listen;
+    /* [web]: dtq-web, the dashboard (the daemon ignores this section) */
+    char *web_listen;              /* host:port of the dashboard */
+    char *web_token_file;          /* bearer tokens for writes; empty = read-only */
+    int64_t web_sample_interval_s; /* seconds between the rate and history samples */
     /* [log] */
     char *log_level;
     char *log_format;

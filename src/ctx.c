@@ -95,6 +95,8 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     free(f->sched_promote);
     free(f->lock_refresh);
     free(f->lock_release);
+    for (int i = 0; i < ctx->nqcounters; i++) free(ctx->qcounters[i].queue);
+    free(ctx->qcounters);
     dtq_handler_registry_free(ctx->handlers, 1);
     dtq_config_free(ctx->cfg);
     free(ctx);
@@ -109,6 +111,19 @@ char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) {
     key = dtq_key(ctx->prefix, "%s", suffix);
     free(suffix);
     return key;
+}
+
+dtq_queue_counters *dtq_ctx_queue_counters(dtq_ctx *ctx, const char *queue) {
+    dtq_queue_counters *q;
+    /* a daemon serves a handful of queues: a scan is cheaper than a hash */
+    for (int i = 0; i < ctx->nqcounters; i++)
+        if (!strcmp(ctx->qcounters[i].queue, queue)) return &ctx->qcounters[i];
+    ctx->qcounters =
+        dtq_xrealloc(ctx->qcounters, sizeof(*ctx->qcounters) * (size_t)(ctx->nqcounters + 1));
+    q = &ctx->qcounters[ctx->nqcounters++];
+    memset(q, 0, sizeof(*q));
+    q->queue = dtq_xstrdup(queue);
+    return q;
 }
 
 int dtq_ctx_is_up(const dtq_ctx *ctx) {

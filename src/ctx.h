@@ -26,6 +26,18 @@ typedef struct dtq_counters {
     uint64_t finish_batches;
 } dtq_counters;
 
+/* The outcomes of one queue's attempts in this process, for dashboards' per-queue rates:
+ * the heartbeat writes them as fields q:<queue>:succeeded|failed|retried of the worker
+ * hash, so they cost nothing in Redis per task. An entry is added the first time an attempt
+ * of the queue ends here and kept for the life of the process (a reload that stops serving
+ * the queue keeps its counts). */
+typedef struct dtq_queue_counters {
+    char *queue;
+    uint64_t succeeded;
+    uint64_t failed;  /* dead-lettered or failed */
+    uint64_t retried; /* retries scheduled */
+} dtq_queue_counters;
+
 /* Written by the subsystem named in each comment, read by heartbeat and HTTP. */
 typedef struct dtq_gauges {
     int active_tasks;     /* executor */
@@ -61,6 +73,8 @@ typedef struct dtq_ctx {
     unsigned streams_gen; /* bumped whenever the stream table is rebuilt (reload) */
     dtq_functions fn;
     dtq_counters counters;
+    dtq_queue_counters *qcounters; /* per queue, in the order they were first counted */
+    int nqcounters;
     dtq_gauges gauges;
     dtq_hooks hooks;
     char hostname[256];
@@ -77,6 +91,9 @@ void dtq_ctx_set_config(dtq_ctx *ctx, dtq_config *cfg, dtq_handler_registry *reg
 
 /* "<prefix>:<suffix>" (caller-owned). */
 char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The counters of `queue`, added (all zero) the first time. Borrowed: valid until the
+ * next call (the table may move) or dtq_ctx_free. */
+dtq_queue_counters *dtq_ctx_queue_counters(dtq_ctx *ctx, const char *queue);
 /* True when the gate is open: connected and set up. */
 int dtq_ctx_is_up(const dtq_ctx *ctx);
 /* Sends a command on `cmd` through the gate; DTQ_ERR (cb not called) when it is closed. */

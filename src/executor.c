@@ -69,11 +69,14 @@ static void run_free(run *r) {
     free(r);
 }
 
-static void count_outcome(dtq_counters *c, enum dtq_outcome_kind kind) {
+/* The process's counters and the queue's (written by the heartbeat, never per task). */
+static void count_outcome(dtq_ctx *ctx, const char *queue, enum dtq_outcome_kind kind) {
+    dtq_counters *c = &ctx->counters;
+    dtq_queue_counters *q = dtq_ctx_queue_counters(ctx, queue);
     c->processed++;
-    if (kind == DTQ_OUTCOME_SUCCEEDED) c->succeeded++;
-    if (kind == DTQ_OUTCOME_RETRY) c->retried++;
-    if (kind == DTQ_OUTCOME_DEAD_LETTER) c->failed++;
+    if (kind == DTQ_OUTCOME_SUCCEEDED) c->succeeded++, q->succeeded++;
+    if (kind == DTQ_OUTCOME_RETRY) c->retried++, q->retried++;
+    if (kind == DTQ_OUTCOME_DEAD_LETTER) c->failed++, q->failed++;
 }
 
 /* Gives the attempt of a stopped or interrupted run back for another worker. */
@@ -136,7 +139,7 @@ static void run_end(run *r) {
     if (o.error_class)
         dtq_debug("task %s attempt %lld failed (%s): %s", t->id, (long long)t->attempt,
                   o.error_class, o.error);
-    count_outcome(&ctx->counters, o.kind);
+    count_outcome(ctx, t->queue, o.kind);
     run_unlink(r);
     run_free(r);
     dtq_finisher_add(ex->fin, rec);

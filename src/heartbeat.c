@@ -60,6 +60,16 @@ static void beat(dtq_heartbeat *hb, void (*cb)(void *arg), void *arg) {
     dtq_argv_adds(&a, hb->status);
     dtq_argv_adds(&a, "version");
     dtq_argv_adds(&a, DTQ_VERSION);
+    /* per-queue outcomes for dashboards (dtq-web): the same HSET, nothing per task */
+    for (int i = 0; i < ctx->nqcounters; i++) {
+        const dtq_queue_counters *q = &ctx->qcounters[i];
+        dtq_argv_addf(&a, "q:%s:succeeded", q->queue);
+        dtq_argv_addll(&a, (long long)q->succeeded);
+        dtq_argv_addf(&a, "q:%s:failed", q->queue);
+        dtq_argv_addll(&a, (long long)q->failed);
+        dtq_argv_addf(&a, "q:%s:retried", q->queue);
+        dtq_argv_addll(&a, (long long)q->retried);
+    }
     dtq_ctx_command(ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 

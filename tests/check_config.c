@@ -68,6 +68,9 @@ START_TEST(test_defaults) {
     ck_assert_str_eq(cfg->events_raw, "all");
     ck_assert_int_eq(cfg->heartbeat_interval_s, 5);
     ck_assert_int_eq(cfg->visibility_timeout_s, 30);
+    ck_assert_str_eq(cfg->web_listen, "127.0.0.1:8080");
+    ck_assert_str_eq(cfg->web_token_file, "");
+    ck_assert_int_eq(cfg->web_sample_interval_s, 5);
     dtq_config_free(cfg);
 }
 END_TEST
@@ -81,10 +84,14 @@ START_TEST(test_file_and_handlers) {
               "[retry]\nbase_delay = 2\njitter_mode = full\n"
               "[handler:resize]\nbuiltin = sleep\ntimeout_ms = 500\nmax_attempts = 9\n"
               "max_delay = 5\n"
-              "[handler:mail]\nbuiltin = echo\n[http]\nlisten = [::1]:9100\n");
+              "[handler:mail]\nbuiltin = echo\n[http]\nlisten = [::1]:9100\n"
+              "[web]\nlisten = :8081\ntoken_file = /etc/dtq/web.token\nsample_interval_s = 2\n");
     cfg = dtq_config_load(path, err, sizeof(err));
     ck_assert_msg(cfg != NULL, "%s", err);
     ck_assert_str_eq(cfg->http_listen, "[::1]:9100");
+    ck_assert_str_eq(cfg->web_listen, ":8081");
+    ck_assert_str_eq(cfg->web_token_file, "/etc/dtq/web.token");
+    ck_assert_int_eq(cfg->web_sample_interval_s, 2);
     ck_assert_int_eq(cfg->nqueues, 3);
     ck_assert_str_eq(cfg->queues[1], "default");
     ck_assert_str_eq(cfg->queues[2], "low");
@@ -169,6 +176,10 @@ START_TEST(test_errors) {
     expect_error("[http]\nlisten = nowhere\n", "[http] listen", NULL);
     expect_error("[http]\nlisten = ::1:9100\n", "[http] listen", "[IPv6]:port");
     expect_error("[http]\nlisten = 127.0.0.1:0\n", "[http] listen", NULL);
+    expect_error("[web]\nlisten =\n", "[web] listen", "host:port");
+    expect_error("[web]\nlisten = ::1:8080\n", "[web] listen", "[IPv6]:port");
+    expect_error("[web]\nsample_interval_s = 0\n", "[web] sample_interval_s", NULL);
+    expect_error("[web]\ncolour = red\n", "[web] colour", "unknown key");
     expect_error("[handler:x]\ntimeout_ms = 5\n", "[handler:x]", "builtin, exec, plugin");
     expect_error("[handler:x]\nbuiltin = teleport\n", "[handler:x] builtin", "teleport");
     expect_error("[handler:x]\nbuiltin = echo\nexec = /bin/true\n", "[handler:x] exec",

@@ -247,6 +247,12 @@ void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini) {
     d->pid = spawn(argv, d->log);
 }
 
+void th_process_start(th_daemon *d, char *const argv[], const char *log) {
+    snprintf(d->log, sizeof(d->log), "%s", log);
+    d->cfg[0] = '\0';
+    d->pid = spawn(argv, d->log);
+}
+
 void th_daemon_wait_ready(redisContext *c, const char *worker_id, int timeout_ms) {
     int64_t end = th_now_ms() + timeout_ms;
     while (th_now_ms() < end) {

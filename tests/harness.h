@@ -42,6 +42,10 @@ void th_load_library(redisContext *c);
 
 /* Writes a config ([redis] url + `ini`) and starts dtq-worker -c on it. */
 void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini);
+/* Starts argv[0] (a path) with its arguments as a tracked child (killed with the test),
+ * its stdout and stderr appended to `log`; fills d->pid and d->log. th_daemon_stop stops
+ * it and fails the test on a sanitizer report in the log. */
+void th_process_start(th_daemon *d, char *const argv[], const char *log);
 /* Waits until the worker `worker_id` has heartbeated with status running. */
 void th_daemon_wait_ready(redisContext *c, const char *worker_id, int timeout_ms);
 /* Sends sig and waits up to timeout_ms; returns the exit status (or 128+signal). */

@@ -1,0 +1,490 @@
+/* web.c: dtq-web's server: listener, routing, the write gate, bodies, answers, the page's
+ * static files and the sampling timer. The handlers are in web_api.c and web_events.c. */
+#include "web.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/queue.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "tls.h"
+#include "util.h"
+#include "web_api.h"
+#include "web_events.h"
+
+/* The page, embedded at build time by cmake/embed.cmake (web/). */
+extern const unsigned char dtq_web_index_html[];
+extern const size_t dtq_web_index_html_len;
+extern const unsigned char dtq_web_app_js[];
+extern const size_t dtq_web_app_js_len;
+extern const unsigned char dtq_web_style_css[];
+extern const size_t dtq_web_style_css_len;
+
+#define MAX_SEGMENTS 6
+
+/* ----------------------------------------------------------------- answers */
+
+static const char *method_name(enum evhttp_cmd_type m) {
+    switch (m) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_TRACE: return "TRACE";
+    case EVHTTP_REQ_CONNECT: return "CONNECT";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    }
+    return "?";
+}
+
+static void common_headers(struct evhttp_request *req, const char *content_type) {
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", content_type);
+    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
+    evhttp_add_header(h, "X-Frame-Options", "DENY");
+}
+
+static void send_buffer(struct evhttp_request *req, int code, const char *body, size_t len) {
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf) abort();
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        /* 2.1's evhttp would send the body of a HEAD answer: the length only */
+        char n[32];
+        snprintf(n, sizeof(n), "%zu", len);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", n);
+    } else {
+        evbuffer_add(buf, body, len);
+    }
+    if (dtq_log_enabled(DTQ_LOG_DEBUG)) {
+        char *uri = dtq_log_escape(evhttp_request_get_uri(req));
+        dtq_debug("web: %s %s -> %d", method_name(evhttp_request_get_command(req)), uri, code);
+        free(uri);
+    }
+    evhttp_send_reply(req, code, NULL, buf);
+    evbuffer_free(buf);
+}
+
+void dtq_web_reply_json(struct evhttp_request *req, int code, cJSON *body) {
+    char *text = cJSON_PrintUnformatted(body);
+    if (!text) abort();
+    cJSON_Delete(body);
+    common_headers(req, "application/json; charset=utf-8");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
+    send_buffer(req, code, text, strlen(text));
+    free(text);
+}
+
+void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error, const char *fmt,
+                         ...) {
+    cJSON *o = cJSON_CreateObject();
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&msg, fmt, ap) < 0) abort();
+    va_end(ap);
+    cJSON_AddStringToObject(o, "error", error);
+    cJSON_AddStringToObject(o, "message", msg);
+    free(msg);
+    dtq_web_reply_json(req, code, o);
+}
+
+int dtq_web_function_error(const char *err, const char **error_word) {
+    static const struct {
+        const char *prefix;
+        int code;
+        const char *word;
+    } map[] = {{"NOT_FOUND", 404, "not_found"},
+               {"WRONG_STATE", 409, "wrong_state"},
+               {"INVALID_ARGUMENT", 400, "bad_request"},
+               {"ERR Function not found", 503, "functions_not_loaded"},
+               {"NOPERM", 403, "redis_permission"}};
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        size_t n = strlen(map[i].prefix);
+        if (!strncmp(err, map[i].prefix, n) && (err[n] == ' ' || err[n] == '\0')) {
+            *error_word = map[i].word;
+            return map[i].code;
+        }
+    }
+    *error_word = "redis_error";
+    return 502;
+}
+
+char *dtq_web_key(const dtq_web *w, const char *fmt, ...) {
+    va_list ap;
+    char *suffix = NULL, *key;
+    va_start(ap, fmt);
+    if (vasprintf(&suffix, fmt, ap) < 0) abort();
+    va_end(ap);
+    key = dtq_key(w->prefix, "%s", suffix);
+    free(suffix);
+    return key;
+}
+
+/* ----------------------------------------------------------------- static files */
+
+static void serve_static(struct evhttp_request *req, const char *type, const unsigned char *data,
+                         size_t len, int is_page) {
+    common_headers(req, type);
+    /* the files change with the binary only; revalidation is cheap on loopback */
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-cache");
+    if (is_page)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Security-Policy",
+                          "default-src 'none'; script-src 'self'; style-src 'self'; "
+                          "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+                          "form-action 'none'; frame-ancestors 'none'");
+    send_buffer(req, 200, (const char *)data, len);
+}
+
+/* ----------------------------------------------------------------- routing */
+
+typedef void route_fn(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+
+typedef struct route {
+    const char *seg[MAX_SEGMENTS]; /* "*" is the parameter; NULL ends */
+    enum evhttp_cmd_type method;   /* GET routes answer HEAD too */
+    route_fn *fn;
+} route;
+
+static void api_events(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    dtq_web_events_serve(w->events, req, a->query);
+}
+
+#define GET EVHTTP_REQ_GET
+#define POST EVHTTP_REQ_POST
+static const route routes[] = {
+    {{"api", "info"}, GET, dtq_web_api_info},
+    {{"api", "overview"}, GET, dtq_web_api_overview},
+    {{"api", "history"}, GET, dtq_web_api_history},
+    {{"api", "queues", "*"}, GET, dtq_web_api_queue},
+    {{"api", "queues", "*", "pause"}, POST, dtq_web_api_queue_write},
+    {{"api", "queues", "*", "resume"}, POST, dtq_web_api_queue_write},
+    {{"api", "tasks", "*"}, GET, dtq_web_api_task},
+    {{"api", "tasks", "*", "requeue"}, POST, dtq_web_api_task_write},
+    {{"api", "tasks", "*", "discard"}, POST, dtq_web_api_task_write},
+    {{"api", "tasks", "*", "cancel"}, POST, dtq_web_api_task_write},
+    {{"api", "dlq"}, GET, dtq_web_api_dlq},
+    {{"api", "dlq", "requeue-all"}, POST, dtq_web_api_dlq_requeue_all},
+    {{"api", "dlq", "purge"}, POST, dtq_web_api_dlq_purge},
+    {{"api", "audit"}, GET, dtq_web_api_audit},
+    {{"api", "events"}, GET, api_events},
+};
+#undef GET
+#undef POST
+
+/* Splits "/a/b%2Fc" into decoded segments. -1 when a segment does not decode to a string
+ * (a NUL byte) or the path does not start with '/'; -2 when there are more than max. */
+static int split_path(const char *path, char **seg, int max) {
+    int n = 0;
+    const char *p;
+    if (!path || *path != '/') return -1;
+    p = path + 1;
+    for (;;) {
+        const char *end = strchr(p, '/');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char *raw = dtq_xstrndup(p, len), *dec;
+        size_t declen = 0;
+        if (n == max) {
+            free(raw);
+            for (int i = 0; i < n; i++) free(seg[i]);
+            return -2;
+        }
+        dec = evhttp_uridecode(raw, 0, &declen);
+        free(raw);
+        if (!dec || strlen(dec) != declen) {
+            free(dec);
+            goto fail;
+        }
+        seg[n++] = dec;
+        if (!end) break;
+        p = end + 1;
+    }
+    return n;
+fail:
+    for (int i = 0; i < n; i++) free(seg[i]);
+    return -1;
+}
+
+static int route_matches(const route *r, char **seg, int n) {
+    int i;
+    for (i = 0; i < MAX_SEGMENTS && r->seg[i]; i++) {
+        if (i >= n) return 0;
+        if (strcmp(r->seg[i], "*") ? strcmp(r->seg[i], seg[i]) != 0 : !*seg[i]) return 0;
+    }
+    return i == n;
+}
+
+/* 0 with *out the object (NULL for an empty body); -1 after answering 400. */
+static int read_body(struct evhttp_request *req, cJSON **out) {
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    char *text;
+    const char *p;
+    *out = NULL;
+    if (len == 0) return 0;
+    text = dtq_xcalloc(1, len + 1);
+    evbuffer_copyout(in, text, len);
+    for (p = text; *p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'; p++) {
+    }
+    if (!*p && (size_t)(p - text) == len) {
+        free(text);
+        return 0;
+    }
+    if (strlen(text) != len || !(*out = cJSON_ParseWithOpts(text, NULL, 1))) {
+        free(text);
+        dtq_web_reply_error(req, 400, "bad_request", "the request body is not valid JSON");
+        return -1;
+    }
+    free(text);
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        dtq_web_reply_error(req, 400, "bad_request", "the request body must be a JSON object");
+        return -1;
+    }
+    return 0;
+}
+
+/* The write gate: the actor of the request's token, or NULL after answering 403 (no token
+ * configured: read-only) or 401 (no token, or a wrong one). */
+static const char *authorize(dtq_web *w, struct evhttp_request *req) {
+    const char *actor;
+    if (!w->tokens) {
+        dtq_web_reply_error(req, 403, "read_only",
+                            "writes are disabled: dtq-web runs without a token file "
+                            "(--token-file FILE or [web] token_file)");
+        return NULL;
+    }
+    actor = dtq_web_tokens_check(
+        w->tokens, evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
+    if (!actor) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                          "Bearer realm=\"dtq-web\"");
+        dtq_web_reply_error(req, 401, "unauthorized",
+                            "a write needs the header Authorization: Bearer <token> with a "
+                            "token of the token file");
+        return NULL;
+    }
+    return actor;
+}
+
+static void dispatch(dtq_web *w, struct evhttp_request *req, char **seg, int n) {
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    const route *found = NULL;
+    int allow_get = 0, allow_post = 0;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        const route *r = &routes[i];
+        if (!route_matches(r, seg, n)) continue;
+        if (r->method == EVHTTP_REQ_GET) allow_get = 1;
+        if (r->method == EVHTTP_REQ_POST) allow_post = 1;
+        if (r->method == m || (r->method == EVHTTP_REQ_GET && m == EVHTTP_REQ_HEAD)) found = r;
+    }
+    if (!found) {
+        if (!allow_get && !allow_post) {
+            dtq_web_reply_error(req, 404, "not_found", "no such endpoint");
+            return;
+        }
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          allow_get ? (allow_post ? "GET, HEAD, POST" : "GET, HEAD") : "POST");
+        dtq_web_reply_error(req, 405, "method_not_allowed", "%s is not allowed here; use %s",
+                            method_name(m), allow_get ? "GET" : "POST");
+        return;
+    }
+    {
+        dtq_web_args a = {NULL, NULL, NULL, NULL, NULL};
+        struct evkeyvalq query;
+        const char *qs = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+        cJSON *body = NULL;
+        TAILQ_INIT(&query);
+        if (qs && evhttp_parse_query_str(qs, &query) != 0) {
+            dtq_web_reply_error(req, 400, "bad_request", "the query string does not parse");
+            evhttp_clear_headers(&query);
+            return;
+        }
+        for (int i = 0; i < MAX_SEGMENTS && found->seg[i]; i++)
+            if (!strcmp(found->seg[i], "*")) a.arg = seg[i];
+        a.action = seg[n - 1];
+        a.query = &query;
+        if (found->method == EVHTTP_REQ_POST) {
+            if (!(a.actor = authorize(w, req)) || read_body(req, &body) != 0) {
+                evhttp_clear_headers(&query);
+                return;
+            }
+            a.body = body;
+        }
+        found->fn(w, req, &a);
+        cJSON_Delete(body);
+        evhttp_clear_headers(&query);
+    }
+}
+
+static void request_cb(struct evhttp_request *req, void *arg) {
+    dtq_web *w = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    char *seg[MAX_SEGMENTS];
+    int n;
+    if (!path || !*path) path = "/";
+    if (strncmp(path, "/api/", 5)) {
+        const char *file = path + 1;
+        if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+            dtq_web_reply_error(req, 405, "method_not_allowed", "%s is not allowed here; use GET",
+                                method_name(m));
+        } else if (!*file || !strcmp(file, "index.html")) {
+            serve_static(req, "text/html; charset=utf-8", dtq_web_index_html,
+                         dtq_web_index_html_len, 1);
+        } else if (!strcmp(file, "app.js")) {
+            serve_static(req, "text/javascript; charset=utf-8", dtq_web_app_js, dtq_web_app_js_len,
+                         0);
+        } else if (!strcmp(file, "style.css")) {
+            serve_static(req, "text/css; charset=utf-8", dtq_web_style_css, dtq_web_style_css_len,
+                         0);
+        } else {
+            dtq_web_reply_error(req, 404, "not_found", "no such page");
+        }
+        return;
+    }
+    n = split_path(path, seg, MAX_SEGMENTS);
+    if (n == -2) {
+        dtq_web_reply_error(req, 404, "not_found", "no such endpoint");
+        return;
+    }
+    if (n < 0) {
+        dtq_web_reply_error(req, 400, "bad_request", "the path does not decode");
+        return;
+    }
+    dispatch(w, req, seg, n);
+    for (int i = 0; i < n; i++) free(seg[i]);
+}
+
+/* ----------------------------------------------------------------- Redis and sampling */
+
+static void redis_state_cb(dtq_rconn *rc, int up, void *arg) {
+    dtq_web *w = arg;
+    DTQ_UNUSED(rc);
+    w->redis_up = up;
+    if (up) {
+        dtq_info("web: connected to redis");
+        dtq_rconn_serving(w->redis);
+        dtq_web_api_sample(w); /* a baseline at once, so the first rates come one tick later */
+    }
+}
+
+static void sample_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_web *w = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (w->redis_up && !w->sampling) dtq_web_api_sample(w);
+}
+
+/* ----------------------------------------------------------------- lifecycle */
+
+dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *tokens, char *err,
+                     size_t errlen) {
+    dtq_web *w = dtq_xcalloc(1, sizeof(*w));
+    char *host = NULL;
+    int port;
+    w->base = base;
+    w->cfg = cfg;
+    w->tokens = tokens;
+    w->started_ms = dtq_now_ms();
+    w->prefix = dtq_config_prefix(cfg);
+    w->fn.requeue = dtq_keys_function(cfg->ns, "requeue");
+    w->fn.requeue_dlq = dtq_keys_function(cfg->ns, "requeue_dlq");
+    w->fn.discard = dtq_keys_function(cfg->ns, "discard");
+    w->fn.purge_dlq = dtq_keys_function(cfg->ns, "purge_dlq");
+    w->fn.cancel = dtq_keys_function(cfg->ns, "cancel");
+    w->fn.pause = dtq_keys_function(cfg->ns, "pause");
+    w->fn.resume = dtq_keys_function(cfg->ns, "resume");
+    w->fn.stats = dtq_keys_function(cfg->ns, "stats");
+    w->history = dtq_web_history_new(DTQ_WEB_HISTORY_SAMPLES);
+    if (dtq_redis_url_parse(cfg->redis_url, &w->url, err, errlen) != DTQ_OK) goto fail;
+    if (w->url.tls) {
+        w->tls = dtq_tls_from_config(cfg, err, errlen);
+        if (!w->tls) goto fail;
+        if (!cfg->tls_verify)
+            dtq_warn("[redis] tls_verify = false: the Redis server's certificate is NOT "
+                     "verified");
+    }
+    w->redis = dtq_rconn_new(base, &w->url, cfg->connect_timeout_ms, "web", redis_state_cb, w);
+    dtq_rconn_set_liveness(w->redis, cfg->liveness_timeout_ms);
+    dtq_rconn_set_tls(w->redis, w->tls);
+    w->events = dtq_web_events_new(w);
+
+    w->http = evhttp_new(base);
+    if (!w->http) abort();
+    /* every method reaches request_cb, which answers 405 itself (evhttp would say 501) */
+    evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_max_body_size(w->http, DTQ_WEB_MAX_BODY);
+    evhttp_set_max_headers_size(w->http, DTQ_WEB_MAX_HEADERS);
+    evhttp_set_timeout(w->http, DTQ_WEB_TIMEOUT_S);
+    evhttp_set_gencb(w->http, request_cb, w);
+    if (dtq_split_hostport(cfg->web_listen, &host, &port) != DTQ_OK) {
+        snprintf(err, errlen, "[web] listen: '%s' is not host:port", cfg->web_listen);
+        goto fail;
+    }
+    w->bound = evhttp_bind_socket_with_handle(w->http, *host ? host : "0.0.0.0", (uint16_t)port);
+    if (!w->bound) {
+        snprintf(err, errlen, "[web] listen: cannot listen on %s", cfg->web_listen);
+        goto fail;
+    }
+    w->listen = dtq_xstrdup(cfg->web_listen);
+    free(host);
+    {
+        struct timeval tv = {cfg->web_sample_interval_s, 0};
+        w->sample_ev = event_new(base, -1, EV_PERSIST, sample_cb, w);
+        evtimer_add(w->sample_ev, &tv);
+    }
+    dtq_rconn_start(w->redis);
+    return w;
+fail:
+    free(host);
+    w->cfg = NULL; /* the caller keeps cfg and tokens on failure */
+    w->tokens = NULL;
+    dtq_web_free(w);
+    return NULL;
+}
+
+void dtq_web_set_tokens(dtq_web *w, dtq_web_tokens *tokens) {
+    dtq_web_tokens_free(w->tokens);
+    w->tokens = tokens;
+}
+
+void dtq_web_free(dtq_web *w) {
+    if (!w) return;
+    if (w->sample_ev) event_free(w->sample_ev);
+    /* first: pending API calls see NULL and answer 503, backlog reads end */
+    dtq_rconn_free(w->redis);
+    dtq_web_events_free(w->events); /* ends the streams while evhttp still lives */
+    if (w->http) evhttp_free(w->http);
+    dtq_tls_unref(w->tls);
+    dtq_redis_url_deinit(&w->url);
+    dtq_web_history_free(w->history);
+    dtq_web_tokens_free(w->tokens);
+    free(w->fn.requeue);
+    free(w->fn.requeue_dlq);
+    free(w->fn.discard);
+    free(w->fn.purge_dlq);
+    free(w->fn.cancel);
+    free(w->fn.pause);
+    free(w->fn.resume);
+    free(w->fn.stats);
+    free(w->prefix);
+    free(w->listen);
+    dtq_config_free(w->cfg);
+    free(w);
+}

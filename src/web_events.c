@@ -1,0 +1,345 @@
+/* web_events.c: the event streams and their subscriber connection.
+ *
+ * rconn.c answers replies in order from a FIFO of callbacks and has no pub/sub mode: a
+ * message published to a subscribed connection is a reply nobody asked for, and rconn
+ * drops a link that sends one. So this module keeps spare callbacks of its own in the FIFO:
+ * an empty request ("*0\r\n", which Redis reads and ignores, answering nothing) adds a
+ * callback without a reply owed. With `owed` the replies Redis still owes (SUBSCRIBE, PING)
+ * and `entries` this module's callbacks in the FIFO, entries - owed = SPARE always: a
+ * message takes a spare callback and the callback sends one more empty request, a reply
+ * owed takes its own. rconn's own liveness PING (a callback of rconn's in the same FIFO)
+ * would break the count, so it is turned off for this connection and done here with
+ * "PING dtq-web", which a subscribed connection answers ["pong", "dtq-web"].
+ * TODO(web): replace with a push hook in rconn once the Sentinel work there has landed. */
+#include "web_events.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SPARE 32                     /* callbacks kept in the FIFO for messages */
+#define LIVENESS_OFF_MS 315360000000 /* rconn's PING: once in ten years, i.e. never */
+#define PING_TOKEN "dtq-web"
+
+typedef struct client {
+    struct client *prev, *next;
+    dtq_web_events *ev;
+    struct evhttp_request *req;
+    struct evhttp_connection *evcon;
+    int backlog_pending; /* the backlog read is in flight: live events wait in `held` */
+    int closed;          /* the client went away while the backlog read was in flight */
+    struct evbuffer *held;
+} client;
+
+struct dtq_web_events {
+    dtq_web *w;
+    client *clients;
+    int nclients;
+    char *channel;
+    dtq_rconn *sub; /* while a stream is open */
+    int sub_up;
+    int owed;             /* replies Redis owes on sub */
+    int entries;          /* this module's callbacks in sub's FIFO */
+    int64_t ping_sent_ms; /* monotonic; 0: no PING outstanding */
+    int64_t last_keepalive_ms;
+    struct event *tick_ev;
+};
+
+static void sub_open(dtq_web_events *ev);
+
+/* ----------------------------------------------------------------- streams */
+
+static void client_write(client *c, const char *data, size_t len) {
+    struct evbuffer *buf;
+    if (c->backlog_pending) {
+        evbuffer_add(c->held, data, len);
+        return;
+    }
+    buf = evbuffer_new();
+    if (!buf) abort();
+    evbuffer_add(buf, data, len);
+    evhttp_send_reply_chunk(c->req, buf);
+    evbuffer_free(buf);
+}
+
+/* Unlinks and frees c; ends its response unless the client is gone (then evhttp has
+ * detached the request, and ending it only frees it). */
+static void client_end(client *c) {
+    dtq_web_events *ev = c->ev;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        ev->clients = c->next;
+    if (c->next) c->next->prev = c->prev;
+    ev->nclients--;
+    evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+    evhttp_send_reply_end(c->req);
+    evbuffer_free(c->held);
+    free(c);
+    if (ev->nclients == 0 && ev->sub) { /* nobody listens: unsubscribe */
+        dtq_rconn_free(ev->sub);
+        ev->sub = NULL;
+        ev->sub_up = 0;
+    }
+}
+
+static void client_closed_cb(struct evhttp_connection *evcon, void *arg) {
+    client *c = arg;
+    DTQ_UNUSED(evcon);
+    if (c->backlog_pending) { /* freed when the read answers */
+        c->closed = 1;
+        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+        return;
+    }
+    client_end(c);
+}
+
+/* Bytes queued towards the client that it has not read yet. */
+static size_t client_buffered(const client *c) {
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+/* Sends "data: <json>\n\n" to every stream; drops a client that stopped reading. */
+static void broadcast(dtq_web_events *ev, const char *json, size_t len) {
+    struct evbuffer *msg = evbuffer_new();
+    size_t n;
+    char *flat;
+    if (!msg) abort();
+    evbuffer_add(msg, "data: ", 6);
+    evbuffer_add(msg, json, len);
+    evbuffer_add(msg, "\n\n", 2);
+    n = evbuffer_get_length(msg);
+    flat = (char *)evbuffer_pullup(msg, -1);
+    for (size_t i = 6; i < n - 2; i++) /* a line break would end the SSE field early */
+        if (flat[i] == '\n' || flat[i] == '\r' || flat[i] == '\0') flat[i] = ' ';
+    for (client *c = ev->clients, *next; c; c = next) {
+        next = c->next;
+        if (c->closed) continue;
+        if (client_buffered(c) > DTQ_WEB_EVENTS_BUFFERED_MAX) {
+            dtq_warn("web: an event stream stopped reading; closing it");
+            client_end(c);
+            continue;
+        }
+        client_write(c, flat, n);
+    }
+    evbuffer_free(msg);
+}
+
+/* ----------------------------------------------------------------- the subscriber */
+
+static void sub_cb(redisAsyncContext *ac, void *reply, void *priv);
+
+static int sub_send(dtq_web_events *ev, int argc, const char **argv, int owes) {
+    if (!ev->sub || dtq_rconn_command(ev->sub, sub_cb, ev, argc, argv, NULL) != DTQ_OK)
+        return DTQ_ERR;
+    ev->entries++;
+    ev->owed += owes;
+    return DTQ_OK;
+}
+
+static int is_word(const redisReply *r, const char *w) {
+    return r->type == REDIS_REPLY_STRING && !strcmp(r->str, w);
+}
+
+static void sub_cb(redisAsyncContext *ac, void *reply, void *priv) {
+    dtq_web_events *ev = priv;
+    redisReply *r = reply;
+    DTQ_UNUSED(ac);
+    if (!r) return; /* the link went down; the state callback starts over */
+    ev->entries--;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && is_word(r->element[0], "message")) {
+        /* a spare callback was used: put one back, then deliver */
+        sub_send(ev, 0, NULL, 0);
+        if (r->element[2]->type == REDIS_REPLY_STRING)
+            broadcast(ev, r->element[2]->str, r->element[2]->len);
+        return;
+    }
+    ev->owed--;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && is_word(r->element[0], "pong")) {
+        ev->ping_sent_ms = 0;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        dtq_error("web: redis refused the events subscription: %s", r->str);
+    }
+}
+
+static void sub_state_cb(dtq_rconn *rc, int up, void *arg) {
+    dtq_web_events *ev = arg;
+    DTQ_UNUSED(rc);
+    ev->sub_up = up;
+    ev->owed = ev->entries = 0;
+    ev->ping_sent_ms = 0;
+    if (up) {
+        const char *argv[2] = {"SUBSCRIBE", ev->channel};
+        sub_send(ev, 2, argv, 1);
+        for (int i = 0; i < SPARE; i++) sub_send(ev, 0, NULL, 0);
+        dtq_rconn_serving(ev->sub);
+    }
+}
+
+static void sub_open(dtq_web_events *ev) {
+    dtq_web *w = ev->w;
+    ev->sub =
+        dtq_rconn_new(w->base, &w->url, w->cfg->connect_timeout_ms, "web-events", sub_state_cb, ev);
+    dtq_rconn_set_liveness(ev->sub, LIVENESS_OFF_MS);
+    dtq_rconn_set_tls(ev->sub, w->tls);
+    dtq_rconn_start(ev->sub);
+}
+
+/* Keep-alive comments on the streams, and the subscriber's own liveness PING. */
+static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_web_events *ev = arg;
+    int64_t now = dtq_monotonic_ms();
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (ev->sub && ev->sub_up) {
+        if (ev->ping_sent_ms && now - ev->ping_sent_ms > ev->w->cfg->liveness_timeout_ms) {
+            dtq_warn("web: no reply on the events connection for %lld ms; reconnecting",
+                     (long long)(now - ev->ping_sent_ms));
+            dtq_rconn_free(ev->sub);
+            ev->sub = NULL;
+            ev->sub_up = 0;
+            sub_open(ev);
+        } else if (!ev->ping_sent_ms) {
+            const char *argv[2] = {"PING", PING_TOKEN};
+            if (sub_send(ev, 2, argv, 1) == DTQ_OK) ev->ping_sent_ms = now;
+        }
+    }
+    if (now - ev->last_keepalive_ms >= DTQ_WEB_EVENTS_KEEPALIVE_MS) {
+        ev->last_keepalive_ms = now;
+        for (client *c = ev->clients, *next; c; c = next) {
+            next = c->next;
+            if (!c->closed) client_write(c, ": keep-alive\n\n", 14);
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- serving */
+
+/* The backlog: XREVRANGE of the events stream, sent oldest first, then what was held. */
+static void backlog_cb(redisAsyncContext *ac, void *reply, void *priv) {
+    client *c = priv;
+    redisReply *r = reply;
+    DTQ_UNUSED(ac);
+    c->backlog_pending = 0;
+    if (c->closed) {
+        c->closed = 0; /* client_end frees the detached request */
+        client_end(c);
+        return;
+    }
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = r->elements; i-- > 0;) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
+            for (size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
+                const redisReply *f = e->element[1]->element[k], *v = e->element[1]->element[k + 1];
+                if (f->type == REDIS_REPLY_STRING && !strcmp(f->str, "event") &&
+                    v->type == REDIS_REPLY_STRING) {
+                    char *line = dtq_xasprintf("data: %s\n\n", v->str);
+                    for (char *p = line + 6; p[2]; p++)
+                        if (*p == '\n' || *p == '\r') *p = ' ';
+                    client_write(c, line, strlen(line));
+                    free(line);
+                }
+            }
+        }
+    }
+    if (evbuffer_get_length(c->held) > 0) {
+        size_t n = evbuffer_get_length(c->held);
+        client_write(c, (const char *)evbuffer_pullup(c->held, -1), n);
+        evbuffer_drain(c->held, n);
+    }
+}
+
+void dtq_web_events_serve(dtq_web_events *ev, struct evhttp_request *req,
+                          const struct evkeyvalq *query) {
+    const char *b = evhttp_find_header(query, "backlog");
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    int64_t backlog = 0;
+    client *c;
+    if (b && *b && dtq_parse_int64(b, 0, DTQ_WEB_EVENTS_BACKLOG_MAX, &backlog) != DTQ_OK) {
+        dtq_web_reply_error(req, 400, "bad_request", "backlog must be an integer in [0, %d]",
+                            DTQ_WEB_EVENTS_BACKLOG_MAX);
+        return;
+    }
+    if (ev->nclients >= DTQ_WEB_EVENTS_CLIENTS_MAX) {
+        dtq_web_reply_error(req, 503, "too_many_streams", "%d event streams are open already",
+                            DTQ_WEB_EVENTS_CLIENTS_MAX);
+        return;
+    }
+    evhttp_add_header(out, "Content-Type", "text/event-stream; charset=utf-8");
+    evhttp_add_header(out, "Cache-Control", "no-store");
+    evhttp_add_header(out, "X-Accel-Buffering", "no");
+    evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        evhttp_send_reply(req, 200, "OK", NULL);
+        return;
+    }
+    c = dtq_xcalloc(1, sizeof(*c));
+    c->ev = ev;
+    c->req = req;
+    c->evcon = evhttp_request_get_connection(req);
+    c->held = evbuffer_new();
+    if (!c->held) abort();
+    c->next = ev->clients;
+    if (ev->clients) ev->clients->prev = c;
+    ev->clients = c;
+    ev->nclients++;
+    evhttp_send_reply_start(req, 200, "OK");
+    {
+        /* evhttp's timeout would end the stream: the client sends nothing more after its
+         * request. Writes keep theirs: a client that does not read is dropped. */
+        struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+        struct timeval wtv = {DTQ_WEB_TIMEOUT_S, 0};
+        if (bev) bufferevent_set_timeouts(bev, NULL, &wtv);
+    }
+    evhttp_connection_set_closecb(c->evcon, client_closed_cb, c);
+    client_write(c, "retry: 3000\n: dtq-web events\n\n", 30);
+    if (!ev->sub) sub_open(ev);
+    if (backlog > 0 && ev->w->redis_up) {
+        char *k = dtq_web_key(ev->w, "stream:events"), count[32];
+        const char *argv[6] = {"XREVRANGE", k, "+", "-", "COUNT", count};
+        snprintf(count, sizeof(count), "%lld", (long long)backlog);
+        if (dtq_rconn_command(ev->w->redis, backlog_cb, c, 6, argv, NULL) == DTQ_OK)
+            c->backlog_pending = 1;
+        free(k);
+    }
+}
+
+int dtq_web_events_clients(const dtq_web_events *ev) {
+    return ev->nclients;
+}
+
+dtq_web_events *dtq_web_events_new(dtq_web *w) {
+    dtq_web_events *ev = dtq_xcalloc(1, sizeof(*ev));
+    int64_t period = w->cfg->liveness_timeout_ms / 3;
+    struct timeval tv;
+    if (period > 5000) period = 5000;
+    tv.tv_sec = period / 1000;
+    tv.tv_usec = (period % 1000) * 1000;
+    ev->w = w;
+    ev->channel = dtq_web_key(w, "events");
+    ev->last_keepalive_ms = dtq_monotonic_ms();
+    ev->tick_ev = event_new(w->base, -1, EV_PERSIST, tick_cb, ev);
+    evtimer_add(ev->tick_ev, &tv);
+    return ev;
+}
+
+void dtq_web_events_free(dtq_web_events *ev) {
+    if (!ev) return;
+    /* dtq_web_free closed the command connection first: no backlog read is in flight */
+    while (ev->clients) client_end(ev->clients);
+    dtq_rconn_free(ev->sub);
+    event_free(ev->tick_ev);
+    free(ev->channel);
+    free(ev);
+}

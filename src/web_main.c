@@ -1,0 +1,187 @@
+/* web_main.c: dtq-web's entry point: arguments, the [redis]/[web] settings through the
+ * daemon's loader (exit 78 on any error), the token file, signals, the loop. */
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "rconn.h"
+#include "sdnotify.h"
+#include "util.h"
+#include "web.h"
+#include "web_auth.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dtq-web [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--listen HOST:PORT]\n"
+               "               [--token-file FILE] [--version] [--help]\n"
+               "  -c, --config FILE      INI file: [redis] (url, namespace, cluster_hash_tag,\n"
+               "                         tls_*) and [web] (listen, token_file); the daemon's\n"
+               "                         worker.ini works as it is\n"
+               "  -u, --url URL          Redis URL (overrides [redis] url)\n"
+               "  -n, --namespace NS     namespace (overrides [redis] namespace)\n"
+               "  -l, --listen HOST:PORT address of the dashboard (default 127.0.0.1:8080)\n"
+               "  -t, --token-file FILE  bearer tokens that allow writes; without one the\n"
+               "                         dashboard is read-only\n");
+}
+
+typedef struct app {
+    struct event_base *base;
+    dtq_web *web;
+    char *token_file; /* NULL: read-only */
+} app;
+
+static void stop_cb(evutil_socket_t sig, short what, void *arg) {
+    app *a = arg;
+    DTQ_UNUSED(what);
+    dtq_info("web: signal %d, stopping", (int)sig);
+    dtq_sdnotify("STOPPING=1");
+    event_base_loopexit(a->base, NULL);
+}
+
+/* SIGHUP: the token file is read again; a file that does not load keeps the old tokens. */
+static void hup_cb(evutil_socket_t sig, short what, void *arg) {
+    app *a = arg;
+    char err[512];
+    dtq_web_tokens *t;
+    DTQ_UNUSED(sig);
+    DTQ_UNUSED(what);
+    if (!a->token_file) {
+        dtq_info("web: SIGHUP: no token file configured; still read-only");
+        return;
+    }
+    t = dtq_web_tokens_load(a->token_file, err, sizeof(err));
+    if (!t) {
+        dtq_error("web: SIGHUP: the token file does not load, the old tokens stay: %s", err);
+        return;
+    }
+    dtq_info("web: SIGHUP: %d token(s) loaded from %s", dtq_web_tokens_count(t), a->token_file);
+    dtq_web_set_tokens(a->web, t);
+}
+
+static int config_error(const char *msg) {
+    fprintf(stderr, "dtq-web: config error: %s\n", msg);
+    return DTQ_EX_CONFIG;
+}
+
+int main(int argc, char **argv) {
+    static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                         {"url", required_argument, NULL, 'u'},
+                                         {"namespace", required_argument, NULL, 'n'},
+                                         {"listen", required_argument, NULL, 'l'},
+                                         {"token-file", required_argument, NULL, 't'},
+                                         {"version", no_argument, NULL, 'v'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *path = NULL, *url = NULL, *ns = NULL, *listen = NULL, *token_file = NULL;
+    char err[1024], msg[1200];
+    dtq_config *cfg;
+    dtq_web_tokens *tokens = NULL;
+    enum dtq_log_level lvl;
+    enum dtq_log_format fmt;
+    struct event *sigs[4];
+    app a = {NULL, NULL, NULL};
+    int opt;
+
+    while ((opt = getopt_long(argc, argv, "c:u:n:l:t:hv", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': path = optarg; break;
+        case 'u': url = optarg; break;
+        case 'n': ns = optarg; break;
+        case 'l': listen = optarg; break;
+        case 't': token_file = optarg; break;
+        case 'v': printf("dtq-web %s\n", DTQ_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dtq-web: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    cfg = dtq_config_load(path, err, sizeof(err));
+    if (!cfg) return config_error(err);
+    /* the options override the file and the environment, checked like the file's keys */
+    if (url) {
+        dtq_redis_url u;
+        if (dtq_redis_url_parse(url, &u, err, sizeof(err)) != DTQ_OK) {
+            snprintf(msg, sizeof(msg), "-u: %s", err);
+            dtq_config_free(cfg);
+            return config_error(msg);
+        }
+        dtq_redis_url_deinit(&u);
+        free(cfg->redis_url);
+        cfg->redis_url = dtq_xstrdup(url);
+    }
+    if (ns) {
+        if (!dtq_valid_name(ns, strlen(ns), 64) || strchr(ns, ':')) {
+            dtq_config_free(cfg);
+            return config_error("-n: a namespace matches [A-Za-z0-9._-]{1,64}");
+        }
+        free(cfg->ns);
+        cfg->ns = dtq_xstrdup(ns);
+    }
+    if (listen) {
+        char *host;
+        int port;
+        if (dtq_split_hostport(listen, &host, &port) != DTQ_OK) {
+            snprintf(msg, sizeof(msg), "--listen: '%s' is not host:port, :port or [IPv6]:port",
+                     listen);
+            dtq_config_free(cfg);
+            return config_error(msg);
+        }
+        free(host);
+        free(cfg->web_listen);
+        cfg->web_listen = dtq_xstrdup(listen);
+    }
+    if (token_file) {
+        free(cfg->web_token_file);
+        cfg->web_token_file = dtq_xstrdup(token_file);
+    }
+    dtq_log_level_from_string(cfg->log_level, &lvl);
+    dtq_log_format_from_string(cfg->log_format, &fmt);
+    dtq_log_setup(lvl, fmt);
+    if (*cfg->web_token_file) {
+        struct stat sb;
+        tokens = dtq_web_tokens_load(cfg->web_token_file, err, sizeof(err));
+        if (!tokens) {
+            snprintf(msg, sizeof(msg), "[web] token_file: %s", err);
+            dtq_config_free(cfg);
+            return config_error(msg);
+        }
+        if (stat(cfg->web_token_file, &sb) == 0 && (sb.st_mode & 0004))
+            dtq_warn("web: the token file %s is readable by every user", cfg->web_token_file);
+        a.token_file = dtq_xstrdup(cfg->web_token_file);
+    }
+    signal(SIGPIPE, SIG_IGN); /* a browser that goes away mid-answer */
+    a.base = event_base_new();
+    if (!a.base) abort();
+    a.web = dtq_web_new(a.base, cfg, tokens, err, sizeof(err));
+    if (!a.web) {
+        dtq_web_tokens_free(tokens);
+        dtq_config_free(cfg);
+        free(a.token_file);
+        event_base_free(a.base);
+        return config_error(err);
+    }
+    sigs[0] = evsignal_new(a.base, SIGTERM, stop_cb, &a);
+    sigs[1] = evsignal_new(a.base, SIGINT, stop_cb, &a);
+    sigs[2] = evsignal_new(a.base, SIGHUP, hup_cb, &a);
+    sigs[3] = NULL;
+    for (int i = 0; sigs[i]; i++) evsignal_add(sigs[i], NULL);
+    dtq_info("dtq-web %s: http://%s/ for namespace %s (%s)", DTQ_VERSION, a.web->listen,
+             a.web->cfg->ns, tokens ? "writes need a bearer token" : "read-only: no token file");
+    dtq_sdnotify("READY=1\nSTATUS=serving");
+    event_base_dispatch(a.base);
+    for (int i = 0; sigs[i]; i++) event_free(sigs[i]);
+    dtq_web_free(a.web);
+    free(a.token_file);
+    event_base_free(a.base);
+    return 0;
+}

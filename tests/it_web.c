@@ -1,0 +1,1073 @@
+/* it_web.c: dtq-web's JSON API against a real redis-server and a real dtq-worker that has
+ * run tasks: the states it reports (queues, bands, workers, scheduler, rates from the
+ * heartbeat's per-queue counters), a queue's waiting and running entries, a task with its
+ * result and events, dead-letter paging and filtering, the writes with no token configured,
+ * without a token, with a wrong one and with the right ones (audited as dtq-web), bad input
+ * (unknown ids, huge pages, malformed JSON, wrong methods), the live event stream, and the
+ * command line. Refused calls are checked to write nothing: with the daemon stopped,
+ * Redis's own count of changes (rdb_changes_since_last_save) must not move. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "util.h"
+
+#define TOKEN "it-web-token-0123456789abcdef"
+#define ALICE "alice-token-fedcba9876543210"
+#define WORKER "w-web"
+
+static th_redis R;
+static redisContext *C;
+static th_daemon D, W; /* the worker, dtq-web */
+static int PORT;
+
+/* ----------------------------------------------------------------- plumbing */
+
+static int free_port(void) {
+    struct sockaddr_in sa = {0};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+static int tcp_connect(int port) {
+    struct sockaddr_in sa = {0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+typedef struct resp {
+    int status;
+    char *head; /* status line and headers */
+    char *body;
+    cJSON *json; /* the body parsed, when it is JSON */
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    cJSON_Delete(r->json);
+    memset(r, 0, sizeof(*r));
+}
+
+/* One request on its own connection (Connection: close); the whole answer within 10 s. */
+static resp http(const char *method, const char *path, const char *auth, const char *body) {
+    resp r = {0, NULL, NULL, NULL};
+    int fd = tcp_connect(PORT);
+    char *req, *buf = NULL, *sep;
+    size_t len = 0, cap = 0;
+    int64_t end = th_now_ms() + 10000;
+    ck_assert_msg(fd >= 0, "cannot connect to dtq-web on port %d", PORT);
+    if (asprintf(&req,
+                 "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s"
+                 "Content-Length: %zu\r\n\r\n%s",
+                 method, path, auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "",
+                 body ? strlen(body) : 0, body ? body : "") < 0)
+        abort();
+    {
+        /* a server that refuses a body (413) may close before it is all sent */
+        size_t off = 0, total = strlen(req);
+        while (off < total) {
+            ssize_t n = send(fd, req + off, total - off, MSG_NOSIGNAL);
+            if (n <= 0) break;
+            off += (size_t)n;
+        }
+    }
+    free(req);
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ssize_t n;
+        int64_t left = end - th_now_ms();
+        ck_assert_msg(left > 0 && poll(&p, 1, (int)left) > 0, "%s %s: no answer in 10 s", method,
+                      path);
+        if (cap - len < 65536) {
+            cap = cap ? cap * 2 : 131072;
+            buf = realloc(buf, cap);
+        }
+        n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* EOF, or a reset after the answer */
+        len += (size_t)n;
+    }
+    close(fd);
+    ck_assert_msg(buf != NULL && len > 0, "%s %s: closed without an answer", method, path);
+    buf[len] = '\0';
+    sep = strstr(buf, "\r\n\r\n");
+    ck_assert_msg(sep != NULL, "%s %s: no end of headers", method, path);
+    r.head = strndup(buf, (size_t)(sep - buf));
+    r.body = strdup(sep + 4);
+    free(buf);
+    ck_assert_int_eq(sscanf(r.head, "HTTP/1.%*d %d", &r.status), 1);
+    r.json = cJSON_Parse(r.body);
+    return r;
+}
+
+/* GET path, which must answer `status` with JSON; the parsed body (caller frees). */
+static cJSON *get_json(const char *path, int status) {
+    resp r = http("GET", path, NULL, NULL);
+    cJSON *j;
+    ck_assert_msg(r.status == status, "GET %s: want %d, got %d: %s", path, status, r.status,
+                  r.body);
+    ck_assert_msg(r.json != NULL, "GET %s: not JSON: %s", path, r.body);
+    ck_assert_msg(strstr(r.head, "application/json") != NULL, "GET %s: %s", path, r.head);
+    j = r.json;
+    r.json = NULL;
+    resp_free(&r);
+    return j;
+}
+
+/* A 4xx/5xx answer: the status and the JSON error word. */
+static void expect_error(const char *method, const char *path, const char *auth, const char *body,
+                         int status, const char *error) {
+    resp r = http(method, path, auth, body);
+    const cJSON *e;
+    ck_assert_msg(r.status == status, "%s %s: want %d, got %d: %s", method, path, status, r.status,
+                  r.body);
+    if (error) {
+        ck_assert_msg(r.json != NULL, "%s %s: not JSON: %s", method, path, r.body);
+        e = cJSON_GetObjectItem(r.json, "error");
+        ck_assert_msg(cJSON_IsString(e) && !strcmp(e->valuestring, error),
+                      "%s %s: want error %s: %s", method, path, error, r.body);
+        ck_assert_msg(cJSON_IsString(cJSON_GetObjectItem(r.json, "message")), "%s", r.body);
+    }
+    resp_free(&r);
+}
+
+/* POST with a token; must answer 200 {"ok": true}; returns the body. */
+static cJSON *post_ok(const char *path, const char *token, const char *body) {
+    char auth[256];
+    resp r;
+    cJSON *j;
+    snprintf(auth, sizeof(auth), "Bearer %s", token);
+    r = http("POST", path, auth, body);
+    ck_assert_msg(r.status == 200, "POST %s: want 200, got %d: %s", path, r.status, r.body);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(r.json, "ok")));
+    j = r.json;
+    r.json = NULL;
+    resp_free(&r);
+    return j;
+}
+
+static const cJSON *at(const cJSON *o, const char *path) {
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save)) {
+        if (cJSON_IsArray(o))
+            o = cJSON_GetArrayItem(o, atoi(k));
+        else
+            o = cJSON_GetObjectItemCaseSensitive(o, k);
+    }
+    ck_assert_msg(o != NULL, "no %s in the answer", path);
+    return o;
+}
+
+static double num(const cJSON *o, const char *path) {
+    const cJSON *v = at(o, path);
+    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", path);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *path) {
+    const cJSON *v = at(o, path);
+    ck_assert_msg(cJSON_IsString(v), "%s is not a string", path);
+    return v->valuestring;
+}
+
+/* The queue object named `name` in an overview. */
+static const cJSON *queue_of(const cJSON *ov, const char *name) {
+    const cJSON *q;
+    cJSON_ArrayForEach(q, cJSON_GetObjectItem(ov, "queues")) {
+        if (!strcmp(cJSON_GetObjectItem(q, "name")->valuestring, name)) return q;
+    }
+    ck_abort_msg("queue %s is not in the overview", name);
+    return NULL;
+}
+
+/* ----------------------------------------------------------------- the world */
+
+#define WORKER_INI                                                                                 \
+    "[worker]\nworker_id = " WORKER "\nqueues = default, mail\nconcurrency = 4\n"                  \
+    "heartbeat_interval_s = 1\nvisibility_timeout_s = 5\ndrain_timeout_s = 2\n"                    \
+    "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"                                      \
+    "[limits]\nevents_stream_maxlen = 10000\n"                                                     \
+    "[web]\nsample_interval_s = 1\n"                                                               \
+    "[handler:echo]\nbuiltin = echo\n[handler:fail]\nbuiltin = fail\n"                             \
+    "[handler:sleep]\nbuiltin = sleep\n"
+
+static void setup(void) {
+    th_redis_start(&R, 0);
+    C = th_connect(&R);
+    memset(&W, 0, sizeof(W));
+    memset(&D, 0, sizeof(D));
+}
+
+static void teardown(void) {
+    if (W.pid > 0) ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+    if (D.pid > 0) th_daemon_stop(&D, SIGTERM, 10000);
+    redisFree(C);
+    th_redis_stop(&R);
+}
+
+static void start_worker(void) {
+    th_daemon_start(&D, &R, WORKER_INI);
+    th_daemon_wait_ready(C, WORKER, 10000);
+}
+
+/* Writes the token file (NULL: none) and starts dtq-web on a free port with the worker's
+ * config; waits until it answers and has taken its first sample. */
+static void start_web(const char *tokens) {
+    char tokpath[400], log[400], port[16], listen[64];
+    char *argv[12];
+    int n = 0;
+    PORT = free_port();
+    snprintf(port, sizeof(port), "%d", PORT);
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    th_path(&R, "web.log", log, sizeof(log));
+    argv[n++] = (char *)DTQ_WEB_BIN;
+    argv[n++] = (char *)"-c";
+    argv[n++] = D.cfg;
+    argv[n++] = (char *)"--listen";
+    argv[n++] = listen;
+    if (tokens) {
+        FILE *f;
+        th_path(&R, "web.token", tokpath, sizeof(tokpath));
+        f = fopen(tokpath, "w");
+        ck_assert(f != NULL);
+        fputs(tokens, f);
+        fclose(f);
+        chmod(tokpath, 0600);
+        argv[n++] = (char *)"--token-file";
+        argv[n++] = tokpath;
+    }
+    argv[n] = NULL;
+    th_process_start(&W, argv, log);
+    for (int i = 0; i < 500; i++) {
+        int fd = tcp_connect(PORT);
+        if (fd >= 0) {
+            close(fd);
+            break;
+        }
+        th_sleep_ms(20);
+    }
+    for (int i = 0; i < 500; i++) { /* the baseline sample: outcomes after it count */
+        cJSON *h = get_json("/api/history", 200);
+        int n_samples = cJSON_GetArraySize(cJSON_GetObjectItem(h, "samples"));
+        cJSON_Delete(h);
+        if (n_samples > 0) return;
+        th_sleep_ms(20);
+    }
+    ck_abort_msg("dtq-web took no sample; see %s", log);
+}
+
+static void enqueue(const char *queue, const char *id, const char *type, const char *payload,
+                    const char *opts) {
+    char cmd[512];
+    redisReply *r;
+    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s %%s task_id %s %s", queue, type, id,
+             opts ? opts : "");
+    r = th_cmd(C, cmd, payload);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+static void wait_status(const char *id, const char *status) {
+    if (!th_wait_status(C, id, status, 10000)) {
+        char *s = th_task_field(C, id, "status");
+        ck_abort_msg("task %s: want %s, have %s", id, status, s ? s : "(nil)");
+    }
+}
+
+/* Redis's count of writes since start (dirty): unchanged means nothing was written. */
+static long long redis_changes(void) {
+    redisReply *r = th_cmd(C, "INFO persistence");
+    const char *p = strstr(r->str, "rdb_changes_since_last_save:");
+    long long n;
+    ck_assert(p != NULL);
+    n = atoll(p + strlen("rdb_changes_since_last_save:"));
+    freeReplyObject(r);
+    return n;
+}
+
+/* Stops the worker and drops its hash (which would expire, a change), so that from here
+ * on only dtq-web could write. */
+static long long quiet(void) {
+    ck_assert_int_eq(th_daemon_stop(&D, SIGTERM, 10000), 0);
+    freeReplyObject(th_cmd(C, "DEL dtq:worker:%s", WORKER));
+    return redis_changes();
+}
+
+/* The usual world: 3 tasks succeeded in "default", one dead-lettered in "mail", then
+ * "mail" paused with 2 tasks waiting at p7, and one delayed task scheduled. */
+static void run_tasks(void) {
+    enqueue("default", "ok1", "echo", "{\"n\":1}", NULL);
+    enqueue("default", "ok2", "echo", "{\"n\":2}", NULL);
+    enqueue("default", "ok3", "echo", "[3]", NULL);
+    enqueue("mail", "bad1", "fail", "{\"retryable\":false,\"message\":\"card declined\"}", NULL);
+    wait_status("ok1", "succeeded");
+    wait_status("ok2", "succeeded");
+    wait_status("ok3", "succeeded");
+    wait_status("bad1", "dead_lettered");
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 mail"));
+    enqueue("mail", "m1", "echo", "{}", "priority 7");
+    enqueue("mail", "m2", "echo", "{}", "priority 7");
+    enqueue("default", "later", "echo", "{}", "delay_ms 600000");
+}
+
+/* ----------------------------------------------------------------- reads */
+
+START_TEST(test_overview_states_and_rates) {
+    cJSON *o, *info;
+    const cJSON *q, *wk;
+    int ok = 0;
+    start_worker();
+    start_web(NULL);
+    info = get_json("/api/info", 200);
+    ck_assert_str_eq(str(info, "namespace"), "dtq");
+    ck_assert(cJSON_IsFalse(at(info, "writable")));
+    ck_assert(cJSON_IsTrue(at(info, "redis_connected")));
+    cJSON_Delete(info);
+    run_tasks();
+    /* the daemon's heartbeat carries per-queue counters (nothing is written per task) */
+    ck_assert(
+        th_wait_until_cmd_str(C, "HGET dtq:worker:" WORKER " q:default:succeeded", "3", 5000));
+    ck_assert(th_wait_until_cmd_str(C, "HGET dtq:worker:" WORKER " q:mail:failed", "1", 5000));
+    ck_assert(th_wait_until_cmd_str(C, "HGET dtq:worker:" WORKER " q:mail:retried", "0", 5000));
+    /* rates: the sampler sees the counters move within a few samples */
+    for (int i = 0; i < 250 && !ok; i++) {
+        o = get_json("/api/overview", 200);
+        q = queue_of(o, "default");
+        ok = num(q, "totals.succeeded") == 3 && cJSON_IsObject(at(q, "rates.1m")) &&
+             num(q, "rates.1m.succeeded") > 0 && num(queue_of(o, "mail"), "totals.failed") == 1;
+        if (!ok) {
+            cJSON_Delete(o);
+            th_sleep_ms(40);
+        }
+    }
+    ck_assert_msg(ok, "the per-queue rates never showed the 3 successes and 1 failure");
+    ck_assert(num(o, "rates.1m.succeeded") > 0);
+    ck_assert(num(o, "totals.failed") == 1);
+    /* queues: paused, depth per band */
+    q = queue_of(o, "mail");
+    ck_assert(cJSON_IsTrue(at(q, "paused")));
+    ck_assert_int_eq((int)num(q, "depth"), 2);
+    ck_assert_int_eq((int)num(q, "depth_by_band.7"), 2);
+    ck_assert_int_eq((int)num(q, "depth_by_band.5"), 0);
+    ck_assert_int_eq((int)num(q, "pending"), 0);
+    q = queue_of(o, "default");
+    ck_assert(cJSON_IsFalse(at(q, "paused")));
+    ck_assert_int_eq((int)num(q, "depth"), 0);
+    /* scheduler, schedule, dead letters, events */
+    ck_assert_str_eq(str(o, "scheduler.leader"), WORKER);
+    ck_assert_int_eq((int)num(o, "scheduler.scheduled"), 1);
+    ck_assert_int_eq((int)num(o, "dlq.length"), 1);
+    ck_assert(cJSON_IsTrue(at(o, "events.stream")));
+    /* workers: heartbeat age, concurrency, running tasks, per-queue counters */
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "workers")), 1);
+    wk = at(o, "workers.0");
+    ck_assert_str_eq(str(wk, "id"), WORKER);
+    ck_assert_str_eq(str(wk, "status"), "running");
+    ck_assert_int_eq((int)num(wk, "concurrency"), 4);
+    ck_assert_int_eq((int)num(wk, "active_tasks"), 0);
+    ck_assert(num(wk, "heartbeat_age_ms") >= 0 && num(wk, "heartbeat_age_ms") < 5000);
+    ck_assert_int_eq((int)num(wk, "queues.default.succeeded"), 3);
+    ck_assert_int_eq((int)num(wk, "queues.mail.failed"), 1);
+    cJSON_Delete(o);
+    /* the history behind the plots */
+    o = get_json("/api/history?queue=default", 200);
+    ck_assert(cJSON_GetArraySize(at(o, "samples")) >= 2);
+    ck_assert_int_eq((int)num(o, "interval_s"), 1);
+    cJSON_Delete(o);
+    expect_error("GET", "/api/history?queue=no%20spaces", NULL, NULL, 400, "bad_request");
+}
+END_TEST
+
+START_TEST(test_queue_view) {
+    cJSON *o;
+    redisReply *r;
+    char raw_id[128];
+    start_worker();
+    start_web(NULL);
+    run_tasks();
+    r = th_cmd(C, "XADD dtq:stream:mail:p2 * task_type echo payload [1]");
+    snprintf(raw_id, sizeof(raw_id), "mail:p2:%s", r->str);
+    freeReplyObject(r);
+    /* waiting: p7 first, then the producer's raw entry at p2, oldest first in a band */
+    o = get_json("/api/queues/mail?count=5", 200);
+    ck_assert(cJSON_IsTrue(at(o, "paused")));
+    ck_assert_int_eq((int)num(o, "depth"), 3);
+    ck_assert_int_eq((int)num(o, "bands.2.band"), 7); /* bands: p9 first */
+    ck_assert_int_eq((int)num(o, "bands.2.depth"), 2);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "waiting")), 3);
+    ck_assert_str_eq(str(o, "waiting.0.task_id"), "m1");
+    ck_assert_str_eq(str(o, "waiting.0.status"), "queued");
+    ck_assert_str_eq(str(o, "waiting.0.task_type"), "echo");
+    ck_assert_str_eq(str(o, "waiting.1.task_id"), "m2");
+    ck_assert_str_eq(str(o, "waiting.2.task_id"), raw_id);
+    ck_assert(cJSON_IsTrue(at(o, "waiting.2.raw")));
+    cJSON_Delete(o);
+    o = get_json("/api/queues/mail?count=1", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "waiting")), 1);
+    cJSON_Delete(o);
+    /* running: a task in its handler shows its worker */
+    enqueue("default", "slow", "sleep", "{\"ms\":4000}", NULL);
+    wait_status("slow", "running");
+    o = get_json("/api/queues/default", 200);
+    ck_assert_int_eq((int)num(o, "pending"), 1);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "running")), 1);
+    ck_assert_str_eq(str(o, "running.0.task_id"), "slow");
+    ck_assert_str_eq(str(o, "running.0.worker_id"), WORKER);
+    ck_assert_str_eq(str(o, "running.0.status"), "running");
+    cJSON_Delete(o);
+    /* bad input */
+    expect_error("GET", "/api/queues/nosuch", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/queues/bad%20name", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/queues/mail?count=201", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/queues/mail?count=0", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/queues/mail?count=ten", NULL, NULL, 400, "bad_request");
+}
+END_TEST
+
+START_TEST(test_task_view) {
+    cJSON *o;
+    const cJSON *ev;
+    const char *want[] = {"TASK_QUEUED", "TASK_STARTED", "TASK_SUCCEEDED"};
+    start_worker();
+    start_web(NULL);
+    run_tasks();
+    o = get_json("/api/tasks/ok1", 200);
+    ck_assert_str_eq(str(o, "id"), "ok1");
+    ck_assert_str_eq(str(o, "status"), "succeeded");
+    ck_assert_str_eq(str(o, "fields.queue"), "default");
+    ck_assert_str_eq(str(o, "fields.worker_id"), WORKER);
+    ck_assert_str_eq(str(o, "fields.payload"), "{\"n\":1}");
+    ck_assert_int_eq((int)num(o, "result.n"), 1); /* the result, parsed */
+    ck_assert(cJSON_IsTrue(at(o, "result_is_json")));
+    ck_assert(num(o, "ttl_ms") > 0);
+    ck_assert(cJSON_IsNull(at(o, "dead_letter")));
+    ck_assert(cJSON_IsTrue(at(o, "events_stream")));
+    ck_assert(cJSON_IsTrue(at(o, "events_complete")));
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "events")), 3);
+    for (int i = 0; i < 3; i++) {
+        ev = cJSON_GetArrayItem(at(o, "events"), i);
+        ck_assert_str_eq(str(ev, "type"), want[i]);
+        ck_assert_str_eq(str(ev, "task_id"), "ok1");
+    }
+    cJSON_Delete(o);
+    o = get_json("/api/tasks/bad1", 200);
+    ck_assert_str_eq(str(o, "status"), "dead_lettered");
+    ck_assert_str_eq(str(o, "fields.last_error"), "card declined");
+    ck_assert_str_eq(str(o, "dead_letter.task_id"), "bad1");
+    ck_assert_str_eq(str(o, "dead_letter.last_error_class"), "permanent");
+    ck_assert(cJSON_IsNull(at(o, "result")));
+    cJSON_Delete(o);
+    expect_error("GET", "/api/tasks/nosuch", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/tasks/bad%2Fid", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/tasks/a%00b", NULL, NULL, 400, "bad_request");
+    /* a key of another type is no task */
+    freeReplyObject(th_cmd(C, "SET dtq:task:strange 1"));
+    expect_error("GET", "/api/tasks/strange", NULL, NULL, 404, "not_found");
+}
+END_TEST
+
+START_TEST(test_dlq_paging_and_filter) {
+    cJSON *o;
+    char ids[8][16], path[256], cursor[64] = "";
+    int seen = 0;
+    redisReply *r;
+    start_worker();
+    start_web(NULL);
+    /* five dead letters: three permanent, two unknown_task_type, in this order */
+    for (int i = 0; i < 5; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "d%d", i);
+        enqueue("default", ids[i], i % 2 ? "nohandler" : "fail", "{\"retryable\":false}", NULL);
+        wait_status(ids[i], "dead_lettered");
+    }
+    /* newest first, two per page, following next_cursor to the end */
+    for (int page = 0; page < 4; page++) {
+        const cJSON *e;
+        snprintf(path, sizeof(path), "/api/dlq?count=2%s%s", *cursor ? "&cursor=" : "", cursor);
+        o = get_json(path, 200);
+        ck_assert_int_eq((int)num(o, "total"), 5);
+        cJSON_ArrayForEach(e, at(o, "entries")) {
+            ck_assert_str_eq(str(e, "task_id"), ids[4 - seen]);
+            seen++;
+        }
+        if (cJSON_IsNull(at(o, "next_cursor"))) {
+            cJSON_Delete(o);
+            break;
+        }
+        ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 2);
+        snprintf(cursor, sizeof(cursor), "%s", str(o, "next_cursor"));
+        cJSON_Delete(o);
+    }
+    ck_assert_int_eq(seen, 5);
+    /* oldest first is the stream's order */
+    o = get_json("/api/dlq?order=oldest&count=500", 200);
+    r = th_cmd(C, "XRANGE dtq:stream:dead-letter - +");
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), (int)r->elements);
+    for (size_t i = 0; i < r->elements; i++) {
+        char p[64];
+        snprintf(p, sizeof(p), "entries.%zu.entry_id", i);
+        ck_assert_str_eq(str(o, p), r->element[i]->element[0]->str);
+    }
+    freeReplyObject(r);
+    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
+    cJSON_Delete(o);
+    /* a class filter, paged too */
+    o = get_json("/api/dlq?class=unknown_task_type&count=1", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 1);
+    ck_assert_str_eq(str(o, "entries.0.task_id"), "d3");
+    ck_assert_str_eq(str(o, "entries.0.last_error_class"), "unknown_task_type");
+    snprintf(path, sizeof(path), "/api/dlq?class=unknown_task_type&count=1&cursor=%s",
+             str(o, "next_cursor"));
+    cJSON_Delete(o);
+    o = get_json(path, 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 1);
+    ck_assert_str_eq(str(o, "entries.0.task_id"), "d1");
+    cJSON_Delete(o);
+    o = get_json("/api/dlq?class=timeout", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 0);
+    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
+    cJSON_Delete(o);
+    /* page sizes over the cap are refused (400), not clamped */
+    expect_error("GET", "/api/dlq?count=501", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/dlq?count=1000000000000", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/dlq?count=0", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/dlq?count=-1", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/dlq?cursor=yesterday", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/dlq?order=sideways", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/dlq?class=a%20b", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/audit?count=501", NULL, NULL, 400, "bad_request");
+    o = get_json("/api/dlq?count=500", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 5);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- writes */
+
+static const char *const WRITES[][2] = {
+    {"/api/tasks/bad1/requeue", NULL},
+    {"/api/tasks/bad1/discard", NULL},
+    {"/api/tasks/m1/cancel", NULL},
+    {"/api/queues/mail/resume", NULL},
+    {"/api/queues/default/pause", NULL},
+    {"/api/dlq/purge", NULL},
+    {"/api/dlq/requeue-all", "{\"class\":\"permanent\"}"},
+    {"/api/dlq/requeue-all", NULL},
+};
+#define NWRITES (sizeof(WRITES) / sizeof(WRITES[0]))
+
+START_TEST(test_writes_refused_when_read_only) {
+    long long before;
+    cJSON *info;
+    start_worker();
+    start_web(NULL);
+    run_tasks();
+    before = quiet();
+    info = get_json("/api/info", 200);
+    ck_assert(cJSON_IsFalse(at(info, "writable")));
+    cJSON_Delete(info);
+    for (size_t i = 0; i < NWRITES; i++) {
+        expect_error("POST", WRITES[i][0], NULL, WRITES[i][1], 403, "read_only");
+        expect_error("POST", WRITES[i][0], "Bearer " TOKEN, WRITES[i][1], 403, "read_only");
+    }
+    ck_assert_int_eq(redis_changes(), before);
+    th_assert_field(C, "bad1", "status", "dead_lettered");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:mail:paused")), 1);
+}
+END_TEST
+
+START_TEST(test_writes_refused_without_the_token) {
+    long long before;
+    start_worker();
+    start_web(TOKEN "\nalice " ALICE "\n");
+    run_tasks();
+    before = quiet();
+    for (size_t i = 0; i < NWRITES; i++) {
+        resp r = http("POST", WRITES[i][0], NULL, WRITES[i][1]);
+        ck_assert_msg(r.status == 401, "%s: %d %s", WRITES[i][0], r.status, r.body);
+        ck_assert(strstr(r.head, "WWW-Authenticate: Bearer") != NULL);
+        resp_free(&r);
+        expect_error("POST", WRITES[i][0], "Bearer wrong-token-0123456789", WRITES[i][1], 401,
+                     "unauthorized");
+        expect_error("POST", WRITES[i][0], "Bearer " TOKEN "x", WRITES[i][1], 401, "unauthorized");
+        expect_error("POST", WRITES[i][0], "Basic " TOKEN, WRITES[i][1], 401, "unauthorized");
+        expect_error("POST", WRITES[i][0], "Bearer alice " ALICE, WRITES[i][1], 401,
+                     "unauthorized");
+    }
+    /* a right token with a bad request writes nothing either */
+    expect_error("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, "{oops", 400, "bad_request");
+    expect_error("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, "[1]", 400, "bad_request");
+    expect_error("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, "{\"force\":true}", 400,
+                 "bad_request");
+    expect_error("POST", "/api/tasks/nosuch/requeue", "Bearer " TOKEN, NULL, 404, "not_found");
+    expect_error("POST", "/api/tasks/ok1/requeue", "Bearer " TOKEN, NULL, 409, "wrong_state");
+    expect_error("POST", "/api/tasks/ok1/cancel", "Bearer " TOKEN, NULL, 409, "wrong_state");
+    expect_error("POST", "/api/tasks/m1/discard", "Bearer " TOKEN, NULL, 409, "wrong_state");
+    expect_error("POST", "/api/queues/nosuch/pause", "Bearer " TOKEN, NULL, 404, "not_found");
+    expect_error("POST", "/api/dlq/requeue-all", "Bearer " TOKEN, "{\"class\":7}", 400,
+                 "bad_request");
+    ck_assert_int_eq(redis_changes(), before);
+    th_assert_field(C, "bad1", "status", "dead_lettered");
+    th_assert_field(C, "m1", "status", "queued");
+}
+END_TEST
+
+/* The last audit entry's actor, action and task id, "actor action task". */
+static char *last_audit(void) {
+    redisReply *r = th_cmd(C, "XREVRANGE dtq:stream:audit + - COUNT 1");
+    char *out;
+    const redisReply *f;
+    ck_assert_int_eq((int)r->elements, 1);
+    f = r->element[0]->element[1];
+    ck_assert_int_eq((int)f->elements, 8);
+    if (asprintf(&out, "%s %s %s", f->element[1]->str, f->element[3]->str, f->element[5]->str) < 0)
+        abort();
+    freeReplyObject(r);
+    return out;
+}
+
+static void assert_last_audit(const char *want) {
+    char *got = last_audit();
+    ck_assert_str_eq(got, want);
+    free(got);
+}
+
+START_TEST(test_writes_with_the_token) {
+    cJSON *o;
+    start_worker();
+    start_web(TOKEN "\nalice " ALICE "\n");
+    run_tasks();
+    /* requeue: the dead letter goes back to queued (its queue is paused: it stays there) */
+    o = post_ok("/api/tasks/bad1/requeue", TOKEN, NULL);
+    ck_assert_str_eq(str(o, "result"), "queued");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web");
+    cJSON_Delete(o);
+    th_assert_field(C, "bad1", "status", "queued");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    assert_last_audit("dtq-web requeue bad1");
+    /* cancel a queued task, with the named token and an empty JSON body */
+    o = post_ok("/api/tasks/m1/cancel", ALICE, "{}");
+    ck_assert_str_eq(str(o, "result"), "cancelled");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
+    cJSON_Delete(o);
+    th_assert_field(C, "m1", "status", "cancelled");
+    assert_last_audit("dtq-web:alice cancel m1");
+    /* pause and resume */
+    o = post_ok("/api/queues/default/pause", TOKEN, NULL);
+    ck_assert_str_eq(str(o, "result"), "paused");
+    cJSON_Delete(o);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:default:paused")), 1);
+    assert_last_audit("dtq-web pause ");
+    cJSON_Delete(post_ok("/api/queues/default/resume", TOKEN, NULL));
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:default:paused")), 0);
+    /* new dead letters of two classes (the queue "default" runs), then requeue by class */
+    enqueue("default", "p1", "fail", "{\"retryable\":false}", "max_attempts 1");
+    enqueue("default", "u1", "nohandler", "{}", NULL);
+    enqueue("default", "u2", "nohandler", "{}", NULL);
+    wait_status("p1", "dead_lettered");
+    wait_status("u1", "dead_lettered");
+    wait_status("u2", "dead_lettered");
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
+    o = post_ok("/api/dlq/requeue-all", TOKEN, "{\"class\":\"unknown_task_type\"}");
+    ck_assert_int_eq((int)num(o, "requeued"), 2);
+    cJSON_Delete(o);
+    th_assert_field(C, "u1", "status", "queued");
+    th_assert_field(C, "u2", "status", "queued");
+    th_assert_field(C, "p1", "status", "dead_lettered");
+    /* discard the last one, then requeue-all finds nothing; purge an empty stream */
+    o = post_ok("/api/tasks/p1/discard", TOKEN, NULL);
+    ck_assert_str_eq(str(o, "result"), "discarded");
+    cJSON_Delete(o);
+    assert_last_audit("dtq-web discard p1");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    o = post_ok("/api/dlq/requeue-all", TOKEN, NULL);
+    ck_assert_int_eq((int)num(o, "requeued"), 0);
+    cJSON_Delete(o);
+    /* requeue-all without a class: every dead letter there is (u1 and u2 fail again) */
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
+    enqueue("default", "p2", "fail", "{\"retryable\":false}", NULL);
+    wait_status("p2", "dead_lettered");
+    wait_status("u1", "dead_lettered");
+    wait_status("u2", "dead_lettered");
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
+    o = post_ok("/api/dlq/requeue-all", TOKEN, "{\"class\":null}");
+    ck_assert_int_eq((int)num(o, "requeued"), 3);
+    cJSON_Delete(o);
+    th_assert_field(C, "p2", "status", "queued");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    /* purge, once they are dead letters again */
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
+    wait_status("p2", "dead_lettered");
+    o = post_ok("/api/dlq/purge", TOKEN, NULL);
+    ck_assert(num(o, "result") >= 1);
+    cJSON_Delete(o);
+    assert_last_audit("dtq-web purge_dlq ");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    /* the audit, through the API */
+    o = get_json("/api/audit?count=3", 200);
+    ck_assert_str_eq(str(o, "entries.0.actor"), "dtq-web");
+    ck_assert_str_eq(str(o, "entries.0.action"), "purge_dlq");
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- protocol */
+
+START_TEST(test_bad_input_and_methods) {
+    long long before;
+    resp r;
+    char *big;
+    start_worker();
+    start_web(TOKEN "\n");
+    run_tasks();
+    before = quiet();
+    /* wrong methods: 405 with Allow */
+    r = http("GET", "/api/tasks/bad1/requeue", NULL, NULL);
+    ck_assert_int_eq(r.status, 405);
+    ck_assert(strstr(r.head, "Allow: POST") != NULL);
+    resp_free(&r);
+    r = http("POST", "/api/overview", "Bearer " TOKEN, NULL);
+    ck_assert_int_eq(r.status, 405);
+    ck_assert(strstr(r.head, "Allow: GET, HEAD") != NULL);
+    resp_free(&r);
+    expect_error("DELETE", "/api/tasks/bad1", "Bearer " TOKEN, NULL, 405, "method_not_allowed");
+    expect_error("PUT", "/api/queues/mail/pause", "Bearer " TOKEN, NULL, 405, "method_not_allowed");
+    expect_error("PATCH", "/api/dlq", NULL, NULL, 405, "method_not_allowed");
+    expect_error("OPTIONS", "/api/dlq/purge", NULL, NULL, 405, "method_not_allowed");
+    expect_error("POST", "/", NULL, NULL, 405, "method_not_allowed");
+    /* unknown paths */
+    expect_error("GET", "/api/nope", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/tasks", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/tasks/", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/tasks/bad1/requeue/now", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/a/b/c/d/e/f/g/h", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/nope.html", NULL, NULL, 404, "not_found");
+    expect_error("POST", "/api/tasks/bad1/explode", "Bearer " TOKEN, NULL, 404, "not_found");
+    /* malformed bodies, and one over the 64 KiB cap */
+    expect_error("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, "{\"a\":", 400, "bad_request");
+    expect_error("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, "\"text\"", 400,
+                 "bad_request");
+    expect_error("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, "{} {}", 400, "bad_request");
+    big = malloc(70001);
+    memset(big, ' ', 70000);
+    big[0] = '{';
+    big[69999] = '}';
+    big[70000] = '\0';
+    r = http("POST", "/api/tasks/bad1/requeue", "Bearer " TOKEN, big);
+    ck_assert_msg(r.status == 413, "a 70 KB body: %d", r.status);
+    resp_free(&r);
+    free(big);
+    /* HEAD of a read: the headers only */
+    r = http("HEAD", "/api/overview", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "");
+    resp_free(&r);
+    /* the page and its files; GET never wrote anything */
+    r = http("GET", "/", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(strstr(r.head, "text/html") && strstr(r.head, "Content-Security-Policy"));
+    ck_assert(strstr(r.body, "app.js") != NULL);
+    resp_free(&r);
+    r = http("GET", "/app.js", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(strstr(r.head, "text/javascript") != NULL);
+    resp_free(&r);
+    ck_assert_int_eq(redis_changes(), before);
+    th_assert_field(C, "bad1", "status", "dead_lettered");
+}
+END_TEST
+
+/* Reads from fd until `needle` has arrived or timeout_ms passed; 1 when it did. */
+static int read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap) {
+    size_t len = strlen(buf);
+    int64_t end = th_now_ms() + timeout_ms;
+    while (!strstr(buf, needle)) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int64_t left = end - th_now_ms();
+        ssize_t n;
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) return 0;
+        n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n <= 0) return 0;
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    return 1;
+}
+
+/* Reads until one "data:" line holds both a and b; 1 when it came within timeout_ms. */
+static int read_event(int fd, const char *a, const char *b, int timeout_ms, char *buf, size_t cap) {
+    int64_t end = th_now_ms() + timeout_ms;
+    for (;;) {
+        for (const char *line = strstr(buf, "data: "); line; line = strstr(line + 1, "data: ")) {
+            const char *eol = strchr(line, '\n');
+            char *copy;
+            int hit;
+            if (!eol) break;
+            copy = strndup(line, (size_t)(eol - line));
+            hit = strstr(copy, a) && strstr(copy, b);
+            free(copy);
+            if (hit) return 1;
+        }
+        if (th_now_ms() >= end) return 0;
+        {
+            struct pollfd p = {fd, POLLIN, 0};
+            size_t len = strlen(buf);
+            ssize_t n;
+            if (poll(&p, 1, 100) <= 0) continue;
+            n = recv(fd, buf + len, cap - len - 1, 0);
+            if (n <= 0) return 0;
+            buf[len + (size_t)n] = '\0';
+        }
+    }
+}
+
+static long long subscribers(void) {
+    redisReply *r = th_cmd(C, "PUBSUB NUMSUB dtq:events");
+    long long n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+static int no_subscriber(void *arg) {
+    DTQ_UNUSED(arg);
+    return subscribers() == 0;
+}
+
+static int one_subscriber(void *arg) {
+    DTQ_UNUSED(arg);
+    return subscribers() == 1;
+}
+
+START_TEST(test_event_stream) {
+    char *buf = calloc(1, 65536);
+    const char *req = "GET /api/events?backlog=2 HTTP/1.1\r\nHost: x\r\n\r\n";
+    int fd;
+    start_worker();
+    start_web(NULL);
+    run_tasks();
+    ck_assert_int_eq(subscribers(), 0); /* nobody watches: no subscription */
+    fd = tcp_connect(PORT);
+    ck_assert(fd >= 0);
+    ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    ck_assert(read_until(fd, "\r\n\r\n", 5000, buf, 65536));
+    ck_assert(strstr(buf, "200") && strstr(buf, "text/event-stream"));
+    /* the backlog: the newest two events of the stream (m1 and m2 queued), oldest first */
+    ck_assert(read_event(fd, "\"task_id\":\"m2\"", "TASK_QUEUED", 5000, buf, 65536));
+    ck_assert(strstr(buf, "\"task_id\":\"m1\"") < strstr(buf, "\"task_id\":\"m2\""));
+    ck_assert(th_wait_until(one_subscriber, NULL, 5000));
+    /* live: a new task's events arrive as they happen */
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 mail"));
+    enqueue("default", "live1", "echo", "{}", NULL);
+    ck_assert_msg(read_event(fd, "\"task_id\":\"live1\"", "\"TASK_SUCCEEDED\"", 10000, buf, 65536),
+                  "no TASK_SUCCEEDED of live1 on the stream: %s", buf);
+    ck_assert(read_event(fd, "\"task_id\":\"m1\"", "\"TASK_SUCCEEDED\"", 10000, buf, 65536));
+    close(fd);
+    /* the last stream closed: the subscription ends too */
+    ck_assert(th_wait_until(no_subscriber, NULL, 5000));
+    free(buf);
+    expect_error("GET", "/api/events?backlog=501", NULL, NULL, 400, "bad_request");
+}
+END_TEST
+
+/* ----------------------------------------------------------------- the command line */
+
+/* Runs dtq-web with the arguments (NULL-terminated) and returns its exit code; its output
+ * in out (caller frees). */
+static int run_web(char **out, ...) {
+    char path[] = "/tmp/dtq-test-web-XXXXXX";
+    int fd = mkstemp(path), status, n = 1;
+    char *args[16] = {(char *)"dtq-web"};
+    const char *a;
+    va_list ap;
+    pid_t pid;
+    ck_assert(fd >= 0);
+    va_start(ap, out);
+    while ((a = va_arg(ap, const char *)) != NULL && n < 15) args[n++] = (char *)a;
+    va_end(ap);
+    args[n] = NULL;
+    pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(DTQ_WEB_BIN, args);
+        _exit(127);
+    }
+    waitpid(pid, &status, 0);
+    {
+        off_t size = lseek(fd, 0, SEEK_END);
+        *out = calloc(1, (size_t)size + 1);
+        if (pread(fd, *out, (size_t)size, 0) < 0) (*out)[0] = '\0';
+    }
+    close(fd);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+START_TEST(test_command_line) {
+    char *out, tok[400], shortok[400], busy[64];
+    FILE *f;
+    int bfd, port = free_port();
+    struct sockaddr_in sa = {0};
+    th_path(&R, "ok.token", tok, sizeof(tok));
+    th_path(&R, "short.token", shortok, sizeof(shortok));
+    f = fopen(tok, "w");
+    fputs(TOKEN "\n", f);
+    fclose(f);
+    f = fopen(shortok, "w");
+    fputs("abc\n", f);
+    fclose(f);
+    ck_assert_int_eq(run_web(&out, "--help", NULL), 0);
+    ck_assert(strstr(out, "usage: dtq-web") != NULL);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "--version", NULL), 0);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "--bogus", NULL), 2);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "-u", "http://x", NULL), 78);
+    ck_assert_msg(strstr(out, "config error") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "-u", R.url, "-n", "a:b", NULL), 78);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "-u", R.url, "--listen", "nowhere", NULL), 78);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "-u", R.url, "--token-file", "/nonexistent", NULL), 78);
+    ck_assert_msg(strstr(out, "token_file") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(run_web(&out, "-u", R.url, "--token-file", shortok, NULL), 78);
+    ck_assert_msg(strstr(out, "at least 16") != NULL, "%s", out);
+    free(out);
+    /* an address in use */
+    bfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(bfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(bfd, 1), 0);
+    snprintf(busy, sizeof(busy), "127.0.0.1:%d", port);
+    ck_assert_int_eq(run_web(&out, "-u", R.url, "--token-file", tok, "--listen", busy, NULL), 78);
+    ck_assert_msg(strstr(out, "cannot listen") != NULL, "%s", out);
+    free(out);
+    close(bfd);
+    /* -u and -n alone, and the environment, work without a file; SIGTERM stops it with 0 */
+    {
+        char listen[64], log[400];
+        char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-u",       R.url,  (char *)"-n",
+                        (char *)"other",     (char *)"--listen", listen, NULL};
+        cJSON *info;
+        PORT = free_port();
+        snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+        th_path(&R, "web2.log", log, sizeof(log));
+        th_process_start(&W, argv, log);
+        for (int i = 0; i < 500 && tcp_connect(PORT) < 0; i++) th_sleep_ms(20);
+        info = get_json("/api/info", 200);
+        ck_assert_str_eq(str(info, "namespace"), "other");
+        ck_assert_str_eq(str(info, "prefix"), "other");
+        cJSON_Delete(info);
+        ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+    }
+}
+END_TEST
+
+/* The unit: Type=notify (READY=1 comes once dtq-web listens), a dynamic non-root user
+ * and the worker unit's hardening. */
+START_TEST(test_systemd_unit_and_ready) {
+    char *unit = th_read_file(DTQ_SOURCE_DIR "/systemd/dtq-web.service");
+    const char *lines[] = {"Type=notify",
+                           "ExecStart=/usr/bin/dtq-web -c /etc/dtq/worker.ini",
+                           "ExecReload=/bin/kill -HUP $MAINPID",
+                           "RestartPreventExitStatus=78",
+                           "DynamicUser=yes",
+                           "User=dtq-web",
+                           "NoNewPrivileges=yes",
+                           "ProtectSystem=strict",
+                           "ProtectHome=yes",
+                           "PrivateTmp=yes",
+                           "PrivateDevices=yes",
+                           "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+                           "MemoryDenyWriteExecute=yes",
+                           "CapabilityBoundingSet=",
+                           "SystemCallFilter=@system-service"};
+    char sock[400], got[1024] = "", listen[64], log[400];
+    struct sockaddr_un sa;
+    struct timeval tv = {10, 0};
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-u", R.url, (char *)"--listen", listen, NULL};
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        char want[200];
+        snprintf(want, sizeof(want), "\n%s\n", lines[i]);
+        ck_assert_msg(strstr(unit, want) != NULL, "dtq-web.service lacks %s", lines[i]);
+    }
+    free(unit);
+    th_path(&R, "notify.sock", sock, sizeof(sock));
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    th_path(&R, "web3.log", log, sizeof(log));
+    setenv("NOTIFY_SOCKET", sock, 1);
+    th_process_start(&W, argv, log);
+    unsetenv("NOTIFY_SOCKET");
+    ck_assert_msg(recv(fd, got, sizeof(got) - 1, 0) > 0, "no notification from dtq-web");
+    ck_assert_msg(strstr(got, "READY=1") != NULL, "%s", got);
+    {
+        int c = tcp_connect(PORT); /* it listens by the time it says so */
+        ck_assert_int_ge(c, 0);
+        close(c);
+    }
+    ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+    close(fd);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("web");
+    TCase *tc = tcase_create("api");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_overview_states_and_rates);
+    tcase_add_test(tc, test_queue_view);
+    tcase_add_test(tc, test_task_view);
+    tcase_add_test(tc, test_dlq_paging_and_filter);
+    tcase_add_test(tc, test_writes_refused_when_read_only);
+    tcase_add_test(tc, test_writes_refused_without_the_token);
+    tcase_add_test(tc, test_writes_with_the_token);
+    tcase_add_test(tc, test_bad_input_and_methods);
+    tcase_add_test(tc, test_event_stream);
+    tcase_add_test(tc, test_command_line);
+    tcase_add_test(tc, test_systemd_unit_and_ready);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# web_browser.sh: dtq-web's page in a real browser (headless Chromium) against a private
+# redis-server and a dtq-worker that has run tasks: some succeeded, one dead-lettered, one
+# queue paused. Asserts what the rendered DOM shows (--dump-dom) for the overview, the
+# dead letters and a task, takes a screenshot (--screenshot), then clicks Requeue through
+# the DevTools protocol (web_cdp.py) and checks in Redis that the task is queued again,
+# audited as dtq-web.
+#
+#   web_browser.sh DTQ_WORKER DTQ_WEB REDIS_SERVER
+#
+# DTQ_WEB_SCREENSHOT=path copies the screenshot there (docs/dashboard.png is made so).
+set -euo pipefail
+
+worker_bin=$1 web_bin=$2 redis_bin=$3
+here=$(cd "$(dirname "$0")" && pwd)
+chromium=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$chromium" ]; then
+    echo "chromium not found: run scripts/test, which installs it" >&2
+    exit 1
+fi
+if ! /usr/bin/python3 -c 'import websocket' 2>/dev/null; then
+    echo "python3-websocket not found: run scripts/test, which installs it" >&2
+    exit 1
+fi
+
+tmp=$(mktemp -d /tmp/dtq-test-browser.XXXXXX)
+pids=()
+cleanup() {
+    local rc=$?
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ $rc -ne 0 ]; then
+        echo "--- logs ($tmp)" >&2
+        tail -n 20 "$tmp"/*.log >&2 || true
+    fi
+    if grep -qs -e Sanitizer -e 'runtime error:' "$tmp"/web.log "$tmp"/worker.log; then
+        echo "sanitizer report in a log" >&2
+        rc=1
+    fi
+    rm -rf "$tmp"
+    exit $rc
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+rc() { redis-cli -s "$tmp/redis.sock" "$@"; }
+wait_for() { # description, command...
+    local what=$1
+    shift
+    for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+    fail "timed out waiting for $what"
+}
+status_is() { [ "$(rc HGET "dtq:task:$1" status)" = "$2" ]; }
+
+"$redis_bin" --port 0 --unixsocket "$tmp/redis.sock" --dir "$tmp" --save "" \
+    --daemonize no --loglevel warning >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+wait_for redis-server test -S "$tmp/redis.sock"
+wait_for "redis PING" rc PING
+
+cat >"$tmp/worker.ini" <<INI
+[redis]
+url = unix://$tmp/redis.sock
+[worker]
+worker_id = w-browser
+queues = default, mail
+concurrency = 4
+heartbeat_interval_s = 1
+visibility_timeout_s = 5
+[limits]
+events_stream_maxlen = 1000
+[web]
+sample_interval_s = 1
+[handler:echo]
+builtin = echo
+[handler:fail]
+builtin = fail
+INI
+"$worker_bin" -c "$tmp/worker.ini" >"$tmp/worker.log" 2>&1 &
+pids+=($!)
+worker_running() { [ "$(rc HGET dtq:worker:w-browser status)" = running ]; }
+wait_for "the worker" worker_running
+
+token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+printf '%s\n' "$token" >"$tmp/web.token"
+chmod 600 "$tmp/web.token"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+base="http://127.0.0.1:$port"
+"$web_bin" -c "$tmp/worker.ini" --listen "127.0.0.1:$port" --token-file "$tmp/web.token" \
+    >"$tmp/web.log" 2>&1 &
+pids+=($!)
+wait_for "dtq-web" /usr/bin/python3 -c "import urllib.request; urllib.request.urlopen('$base/api/info')"
+sleep 1.2 # the baseline sample: what runs from here on shows in the rates
+
+# tasks: succeeded in two bursts (for the plot), one dead letter, one queue paused
+for i in 1 2 3 4 5 6; do rc FCALL dtq_enqueue 0 default echo "{\"n\":$i}" task_id "ok-$i" >/dev/null; done
+rc FCALL dtq_enqueue 0 mail fail '{"retryable":false,"message":"card declined"}' task_id bad-card >/dev/null
+for i in 1 2 3 4 5 6; do wait_for "ok-$i" status_is "ok-$i" succeeded; done
+wait_for "bad-card dead-lettered" status_is bad-card dead_lettered
+sleep 1.5
+for i in $(seq 7 20); do rc FCALL dtq_enqueue 0 default echo "{\"n\":$i}" task_id "ok-$i" >/dev/null; done
+rc FCALL dtq_pause 0 mail >/dev/null
+rc FCALL dtq_enqueue 0 mail echo '{"to":"x"}' task_id mail-waiting priority 7 >/dev/null
+wait_for "ok-20" status_is ok-20 succeeded
+sleep 3 # a few samples for the plots and rates
+
+browse() { # url file: the DOM once the page has run for a few (virtual) seconds
+    timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
+        --user-data-dir="$tmp/profile-dump" --window-size=1280,1000 \
+        --virtual-time-budget=5000 --dump-dom "$1" >"$2" 2>>"$tmp/chromium.log"
+}
+# check FILE PYTHON-EXPR: evaluated with `dom` (the text) and row(attr, value) -> the <tr>
+check() {
+    /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$2 (in $1)"
+import re, sys
+dom = open(sys.argv[1]).read()
+def row(attr, value):
+    m = re.search(r'<tr[^>]*data-%s="%s"[^>]*>(.*?)</tr>' % (attr, re.escape(value)), dom, re.S)
+    return re.sub(r'<[^>]+>', ' ', m.group(1)) if m else ''
+sys.exit(0 if eval(sys.argv[2]) else 1)
+PY
+}
+
+echo "== overview"
+browse "$base/" "$tmp/overview.html"
+check "$tmp/overview.html" "'data-state=\"ready\"' in dom"
+check "$tmp/overview.html" "'paused' in row('queue', 'mail') and 'Resume' in row('queue', 'mail')"
+check "$tmp/overview.html" "'active' in row('queue', 'default') and 'Pause' in row('queue', 'default')"
+check "$tmp/overview.html" "'running' in row('worker', 'w-browser')"
+check "$tmp/overview.html" "re.search(r'data-col=\"succeeded-total\">20<', dom)" # since dtq-web started
+check "$tmp/overview.html" "'scheduler leader' in dom and 'w-browser' in dom"
+check "$tmp/overview.html" "re.search(r'id=\"dlq-count\"[^>]*>1<', dom)"
+
+echo "== dead letters"
+browse "$base/#/dlq" "$tmp/dlq.html"
+check "$tmp/dlq.html" "'card declined' in row('task', 'bad-card') and 'permanent' in row('task', 'bad-card')"
+check "$tmp/dlq.html" "'Requeue' in row('task', 'bad-card') and 'Discard' in row('task', 'bad-card')"
+browse "$base/#/dlq?class=timeout" "$tmp/dlq-timeout.html"
+check "$tmp/dlq-timeout.html" "'no dead letter of class timeout' in dom"
+
+echo "== a task, a queue"
+browse "$base/#/task/ok-3" "$tmp/task.html"
+check "$tmp/task.html" "'succeeded' in dom and '\"n\": 3' in dom and 'TASK_SUCCEEDED' in dom"
+browse "$base/#/queue/mail" "$tmp/queue.html"
+check "$tmp/queue.html" "'mail-waiting' in row('task', 'mail-waiting') and 'p7' in row('task', 'mail-waiting')"
+browse "$base/#/task/no-such-task" "$tmp/missing.html"
+check "$tmp/missing.html" "'data-state=\"notfound\"' in dom and 'no task no-such-task' in dom"
+
+echo "== screenshot"
+timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
+    --user-data-dir="$tmp/profile-shot" --hide-scrollbars --window-size=1280,1000 \
+    --virtual-time-budget=5000 --screenshot="$tmp/dashboard.png" "$base/" \
+    >/dev/null 2>>"$tmp/chromium.log"
+[ "$(head -c 8 "$tmp/dashboard.png" | od -An -tx1 | tr -d ' ')" = 89504e470d0a1a0a ] ||
+    fail "the screenshot is not a PNG"
+[ "$(stat -c %s "$tmp/dashboard.png")" -gt 20000 ] || fail "the screenshot is nearly empty"
+if [ -n "${DTQ_WEB_SCREENSHOT:-}" ]; then cp "$tmp/dashboard.png" "$DTQ_WEB_SCREENSHOT"; fi
+
+echo "== a click on Requeue (DevTools protocol)"
+audit_before=$(rc XLEN dtq:stream:audit)
+mkdir -p "$tmp/profile-cdp"
+/usr/bin/python3 "$here/web_cdp.py" "$chromium" "$tmp/profile-cdp" "$base" "$token" bad-card ||
+    fail "the click through the DevTools protocol"
+status_is bad-card queued || fail "bad-card is $(rc HGET dtq:task:bad-card status), not queued"
+[ "$(rc XLEN dtq:stream:dead-letter)" = 0 ] || fail "the dead letter is still in the stream"
+[ "$(rc XLEN dtq:stream:audit)" = $((audit_before + 1)) ] ||
+    fail "want exactly one audit entry (the refused click must write nothing)"
+audit=$(rc XREVRANGE dtq:stream:audit + - COUNT 1 | tr '\n' ' ')
+case "$audit" in
+    *"actor dtq-web action requeue task_id bad-card"*) ;;
+    *) fail "audit entry: $audit" ;;
+esac
+echo "web_browser: all checks passed"

@@ -1,0 +1,630 @@
+// dtq-web's page: a hash router over the JSON API (docs/reference.md, "dtq-web"). Plain
+// JavaScript, no build step, nothing fetched from anywhere but dtq-web itself. Every text
+// that comes from Redis (payloads, errors, names) goes into the page as text, never as HTML.
+'use strict';
+
+const CLASSES = ['permanent', 'retryable', 'timeout', 'signal', 'bad_result', 'unknown_task_type',
+  'invalid_payload', 'invalid_entry', 'worker_lost', 'interrupted', 'poisoned'];
+const COLORS = { succeeded: '#1f9d55', failed: '#d64545', retried: '#8a5cd6', depth: '#2f6fdd',
+  pending: '#c98a0c' };
+const POLL_MS = 3000;
+
+const state = { info: null, timers: [], source: null, route: '', token: '' };
+
+// ------------------------------------------------------------------ helpers
+
+// h('tag.class', {attr: value, onclick: fn}, child...): children are nodes or text.
+function h(spec, attrs, ...children) {
+  const [tag, ...classes] = spec.split('.');
+  const el = document.createElement(tag || 'div');
+  if (classes.length) el.className = classes.join(' ');
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else if (k === 'text') el.textContent = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function fmtNum(n) {
+  if (n === null || n === undefined) return '–';
+  if (typeof n !== 'number') return String(n);
+  if (Math.abs(n) >= 100 || Number.isInteger(n)) return Math.round(n).toLocaleString('en-US');
+  return n.toFixed(1);
+}
+
+function fmtAge(ms) {
+  if (ms === null || ms === undefined || isNaN(ms)) return '–';
+  const s = Math.max(0, ms / 1000);
+  if (s < 1) return Math.round(ms) + ' ms';
+  if (s < 90) return s.toFixed(s < 10 ? 1 : 0) + ' s';
+  if (s < 5400) return Math.round(s / 60) + ' min';
+  if (s < 172800) return Math.round(s / 3600) + ' h';
+  return Math.round(s / 86400) + ' d';
+}
+
+function fmtTime(ms) {
+  const n = Number(ms);
+  if (!n) return '–';
+  return new Date(n).toISOString().replace('T', ' ').replace('Z', ' UTC');
+}
+
+function ago(ms) {
+  const n = Number(ms);
+  if (!n) return h('span', {}, '–');
+  return h('span', { title: fmtTime(n) }, fmtAge(Date.now() - n) + ' ago');
+}
+
+function badge(text, cls) {
+  return h('span.badge' + (cls ? '.' + cls : ''), {}, text);
+}
+
+function toast(msg, isError) {
+  const t = h('div.toast' + (isError ? '.error' : ''), { role: 'status' }, msg);
+  document.getElementById('toasts').append(t);
+  setTimeout(() => t.remove(), isError ? 8000 : 4000);
+}
+
+function enc(s) {
+  return encodeURIComponent(s);
+}
+
+async function api(path) {
+  const res = await fetch(path, { headers: { Accept: 'application/json' }, cache: 'no-store' });
+  let body = null;
+  try { body = await res.json(); } catch (e) { body = null; }
+  if (!res.ok) {
+    const err = new Error((body && body.message) || res.statusText);
+    err.status = res.status;
+    err.body = body;
+    throw err;
+  }
+  return body;
+}
+
+// A write: POST with the bearer token of this tab. Resolves to the answer, or shows why not.
+async function write(path, body, label) {
+  if (state.info && !state.info.writable) {
+    toast('read-only: dtq-web was started without a token file', true);
+    return null;
+  }
+  if (!state.token) {
+    openTokenPanel();
+    toast('enter the bearer token first', true);
+    return null;
+  }
+  const res = await fetch(path, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + state.token },
+    body: JSON.stringify(body || {}),
+    cache: 'no-store',
+  });
+  let answer = null;
+  try { answer = await res.json(); } catch (e) { answer = null; }
+  if (!res.ok) {
+    toast(label + ': ' + ((answer && answer.message) || res.statusText), true);
+    if (res.status === 401) openTokenPanel();
+    return null;
+  }
+  let what = answer.result !== undefined ? answer.result : '';
+  if (answer.requeued !== undefined) what = answer.requeued + ' requeued';
+  toast(label + ': ' + what);
+  return answer;
+}
+
+function writeButton(label, path, body, opts) {
+  opts = opts || {};
+  const b = h('button.small' + (opts.danger ? '.danger' : ''), {
+    type: 'button', dataset: { action: opts.action || label.toLowerCase() },
+    disabled: state.info && !state.info.writable,
+    title: state.info && !state.info.writable ? 'read-only: no token file' : null,
+  }, label);
+  b.addEventListener('click', async () => {
+    if (opts.confirm && !window.confirm(opts.confirm)) return;
+    b.disabled = true;
+    try {
+      const r = await write(path, body, opts.what || label);
+      if (r && opts.after) opts.after(r);
+    } finally {
+      b.disabled = state.info && !state.info.writable;
+      refresh();
+    }
+  });
+  return b;
+}
+
+function every(ms, fn) {
+  state.timers.push(setInterval(fn, ms));
+}
+
+function stopTimers() {
+  state.timers.forEach(clearInterval);
+  state.timers = [];
+  if (state.source) { state.source.close(); state.source = null; }
+}
+
+function setView(...nodes) {
+  const v = document.getElementById('view');
+  v.replaceChildren(...nodes);
+  v.dataset.state = 'ready';
+}
+
+function showError(e) {
+  const v = document.getElementById('view');
+  if (e && e.status === 404) {
+    v.replaceChildren(h('h1', {}, 'Not found'), h('p.err', {}, e.message));
+    v.dataset.state = 'notfound';
+    return;
+  }
+  v.replaceChildren(h('h1', {}, 'Error'), h('p.err', {}, e ? e.message : 'failed'));
+  v.dataset.state = 'error';
+}
+
+// ------------------------------------------------------------------ charts
+
+// Draws lines on a canvas: series [{name, color, points: [[ms, value], ...]}].
+function drawChart(canvas, series, unit) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth || 400, hgt = canvas.clientHeight || 170;
+  canvas.width = w * dpr;
+  canvas.height = hgt * dpr;
+  const c = canvas.getContext('2d');
+  c.scale(dpr, dpr);
+  c.clearRect(0, 0, w, hgt);
+  const pts = series.flatMap((s) => s.points);
+  const left = 46, right = 8, top = 8, bottom = 20;
+  c.font = '11px system-ui, sans-serif';
+  c.fillStyle = '#6b7385';
+  if (pts.length < 2) {
+    c.fillText('collecting samples…', left, hgt / 2);
+    return;
+  }
+  const t0 = Math.min(...pts.map((p) => p[0])), t1 = Math.max(...pts.map((p) => p[0]));
+  let vmax = Math.max(1, ...pts.map((p) => p[1]));
+  const mag = Math.pow(10, Math.floor(Math.log10(vmax)));
+  vmax = Math.ceil((vmax * 1.1) / mag) * mag;
+  const x = (t) => left + ((t - t0) / Math.max(1, t1 - t0)) * (w - left - right);
+  const y = (v) => top + (1 - v / vmax) * (hgt - top - bottom);
+  c.strokeStyle = '#e6e9ef';
+  c.lineWidth = 1;
+  for (let i = 0; i <= 4; i++) {
+    const v = (vmax * i) / 4, yy = Math.round(y(v)) + 0.5;
+    c.beginPath();
+    c.moveTo(left, yy);
+    c.lineTo(w - right, yy);
+    c.stroke();
+    c.fillText(fmtNum(v), 2, yy + 4);
+  }
+  c.fillText(fmtAge(Date.now() - t0) + ' ago', left, hgt - 5);
+  const nowLabel = 'now' + (unit ? '  (' + unit + ')' : '');
+  c.fillText(nowLabel, w - right - c.measureText(nowLabel).width, hgt - 5);
+  for (const s of series) {
+    if (s.points.length < 1) continue;
+    c.strokeStyle = s.color;
+    c.lineWidth = 2;
+    c.beginPath();
+    s.points.forEach((p, i) => (i ? c.lineTo(x(p[0]), y(p[1])) : c.moveTo(x(p[0]), y(p[1]))));
+    c.stroke();
+  }
+}
+
+function chartBox(title, id, names) {
+  return h('div.chart', {},
+    h('h3', {}, title),
+    h('canvas', { id, 'aria-label': title }),
+    h('div.legend', {}, names.map((n) => h('span', {}, h('i.sw-' + n), n))));
+}
+
+function colorLegends(root) {
+  for (const [n, col] of Object.entries(COLORS))
+    root.querySelectorAll('i.sw-' + n).forEach((i) => { i.style.background = col; });
+}
+
+// Plots /api/history: outcomes per minute and depth over time.
+async function plotHistory(queue, tpId, dpId) {
+  const q = queue ? '?queue=' + enc(queue) : '';
+  const hist = await api('/api/history' + q);
+  const s = hist.samples;
+  const rate = (k) => s.slice(1).map((p, i) => {
+    const dt = (p.ts - s[i].ts) / 60000;
+    return [p.ts, dt > 0 ? p[k] / dt : 0];
+  });
+  const tp = document.getElementById(tpId), dp = document.getElementById(dpId);
+  if (tp) drawChart(tp, ['succeeded', 'failed', 'retried'].map((k) =>
+    ({ name: k, color: COLORS[k], points: rate(k) })), 'per min');
+  if (dp) drawChart(dp, ['depth', 'pending'].map((k) =>
+    ({ name: k, color: COLORS[k], points: s.filter((p) => p[k] !== null).map((p) => [p.ts, p[k]]) })),
+  'tasks');
+}
+
+// ------------------------------------------------------------------ overview
+
+function bandBars(depths) {
+  const max = Math.max(1, ...depths);
+  const box = h('div.bands', { title: 'depth per band, p9 … p0' });
+  for (let b = 9; b >= 0; b--) {
+    const span = h('span' + (depths[b] ? '.nonzero' : ''), { title: 'p' + b + ': ' + depths[b] });
+    span.style.height = Math.max(1, Math.round((depths[b] / max) * 22)) + 'px';
+    box.append(span);
+  }
+  return box;
+}
+
+function rateCell(r, k) {
+  return h('td.num', {}, r ? fmtNum(r[k]) : '–');
+}
+
+function queueRow(q) {
+  const r = q.rates ? q.rates['1m'] : null;
+  return h('tr', { dataset: { queue: q.name } },
+    h('td', {}, h('a', { href: '#/queue/' + enc(q.name) }, q.name)),
+    h('td', {}, q.paused ? badge('paused', 'paused') : badge('active', 'active')),
+    h('td.num', {}, fmtNum(q.depth)),
+    h('td.num', {}, fmtNum(q.pending)),
+    h('td', {}, bandBars(q.depth_by_band)),
+    rateCell(r, 'succeeded'), rateCell(r, 'failed'), rateCell(r, 'retried'),
+    h('td.num', { dataset: { col: 'succeeded-total' } }, fmtNum(q.totals.succeeded)),
+    h('td', {}, q.paused
+      ? writeButton('Resume', '/api/queues/' + enc(q.name) + '/resume', {}, { what: 'resume ' + q.name })
+      : writeButton('Pause', '/api/queues/' + enc(q.name) + '/pause', {}, { what: 'pause ' + q.name })));
+}
+
+function workerRow(w) {
+  const status = w.status || '?';
+  return h('tr', { dataset: { worker: w.id } },
+    h('td.mono', {}, w.id),
+    h('td', {}, w.hostname || ''),
+    h('td.num', {}, w.pid),
+    h('td', {}, badge(status, status)),
+    h('td.num', {}, fmtAge(w.heartbeat_age_ms)),
+    h('td.num', {}, fmtNum(w.active_tasks) + ' / ' + fmtNum(w.concurrency)),
+    h('td.num', {}, fmtNum(w.tasks_processed)),
+    h('td.num', {}, fmtNum(w.tasks_failed)),
+    h('td.num', {}, fmtNum(w.tasks_retried)),
+    h('td', {}, w.version || ''));
+}
+
+function card(k, v, cls, href) {
+  const val = h('div.v' + (cls ? '.' + cls : ''), {}, v);
+  return h('div.card', {}, h('div.k', {}, k), href ? h('a', { href }, val) : val);
+}
+
+async function renderOverview(first) {
+  const o = await api('/api/overview');
+  document.getElementById('dlq-count').textContent = o.dlq.length ? o.dlq.length : '';
+  const depth = o.queues.reduce((a, q) => a + q.depth, 0);
+  const pending = o.queues.reduce((a, q) => a + q.pending, 0);
+  const r = o.rates['1m'];
+  const cards = h('div.cards', {},
+    card('queues', fmtNum(o.queues.length)),
+    card('waiting', fmtNum(depth)),
+    card('running', fmtNum(pending)),
+    card('succeeded / min', r ? fmtNum(r.succeeded) : '–'),
+    card('failed / min', r ? fmtNum(r.failed) : '–'),
+    card('dead letters', fmtNum(o.dlq.length), null, '#/dlq'),
+    card('scheduled', fmtNum(o.scheduler.scheduled)),
+    card('workers', fmtNum(o.workers.length)),
+    card('scheduler leader', o.scheduler.leader || 'none', 'small'));
+  const charts = h('div.charts', {},
+    chartBox('Throughput, all queues (per minute)', 'chart-tp', ['succeeded', 'failed', 'retried']),
+    chartBox('Waiting and running, all queues', 'chart-depth', ['depth', 'pending']));
+  const qt = h('table', { id: 'queues' },
+    h('thead', {}, h('tr', {}, ['queue', 'state', 'waiting', 'running', 'bands p9…p0',
+      'ok/min', 'failed/min', 'retried/min', 'ok since start', ''].map((t, i) =>
+      h(i >= 2 && i <= 8 && i !== 4 ? 'th.num' : 'th', {}, t)))),
+    h('tbody', {}, o.queues.length ? o.queues.map(queueRow)
+      : h('tr', {}, h('td', { colspan: 10 }, h('span.muted', {}, 'no queue yet')))));
+  const wt = h('table', { id: 'workers' },
+    h('thead', {}, h('tr', {}, ['worker', 'host', 'pid', 'status', 'heartbeat', 'running',
+      'processed', 'failed', 'retried', 'version'].map((t) => h('th', {}, t)))),
+    h('tbody', {}, o.workers.length ? o.workers.map(workerRow)
+      : h('tr', {}, h('td', { colspan: 10 }, h('span.muted', {}, 'no live worker')))));
+  const notes = [];
+  if (o.queues_truncated) notes.push(h('p.notice', {}, 'Only the first ' + o.queues.length + ' queues are shown.'));
+  setView(h('h1', {}, 'Overview'), cards, charts, notes,
+    h('h2', {}, 'Queues'), qt, h('h2', {}, 'Workers'), wt,
+    h('p.muted', {}, 'Rates come from the workers\' heartbeat counters, sampled every ' +
+      o.sample_interval_s + ' s; the overview refreshes every ' + POLL_MS / 1000 + ' s.'));
+  colorLegends(document.getElementById('view'));
+  await plotHistory(null, 'chart-tp', 'chart-depth');
+}
+
+// ------------------------------------------------------------------ a queue
+
+async function renderQueue(name) {
+  const q = await api('/api/queues/' + enc(name) + '?count=50');
+  const r = q.rates['1m'];
+  const head = h('div.toolbar', {},
+    h('h1', {}, 'Queue ', h('span.mono', {}, q.name)),
+    q.paused ? badge('paused', 'paused') : badge('active', 'active'),
+    q.paused ? writeButton('Resume', '/api/queues/' + enc(q.name) + '/resume', {}, { what: 'resume ' + q.name })
+      : writeButton('Pause', '/api/queues/' + enc(q.name) + '/pause', {}, { what: 'pause ' + q.name }));
+  const cards = h('div.cards', {},
+    card('waiting', fmtNum(q.depth)), card('running', fmtNum(q.pending)),
+    card('succeeded / min', r ? fmtNum(r.succeeded) : '–'),
+    card('failed / min', r ? fmtNum(r.failed) : '–'),
+    card('retried / min', r ? fmtNum(r.retried) : '–'),
+    card('succeeded since start', fmtNum(q.totals.succeeded)));
+  const bands = h('table', { id: 'bands' },
+    h('thead', {}, h('tr', {}, ['band', 'waiting', 'running', 'stream length'].map((t, i) => h(i ? 'th.num' : 'th', {}, t)))),
+    h('tbody', {}, q.bands.filter((b) => b.length > 0).map((b) => h('tr', {},
+      h('td', {}, 'p' + b.band), h('td.num', {}, fmtNum(b.depth)), h('td.num', {}, fmtNum(b.pending)),
+      h('td.num', {}, fmtNum(b.length))))));
+  if (!q.bands.some((b) => b.length > 0))
+    bands.tBodies[0].append(h('tr', {}, h('td', { colspan: 4 }, h('span.muted', {}, 'all streams are empty'))));
+  const taskLink = (t) => h('a.mono', { href: '#/task/' + enc(t.task_id) }, t.task_id);
+  const waiting = h('table', { id: 'waiting' },
+    h('thead', {}, h('tr', {}, ['task', 'band', 'type', 'attempt', 'status', 'enqueued'].map((t) => h('th', {}, t)))),
+    h('tbody', {}, q.waiting.map((t) => h('tr', { dataset: { task: t.task_id } },
+      h('td', {}, taskLink(t)), h('td', {}, 'p' + t.band), h('td', {}, t.task_type || ''),
+      h('td', {}, t.attempt || ''), h('td', {}, t.status ? badge(t.status, t.status) : (t.raw ? badge('raw entry') : '')),
+      h('td', {}, ago(t.enqueued_ms))))));
+  const running = h('table', { id: 'running' },
+    h('thead', {}, h('tr', {}, ['task', 'band', 'type', 'worker', 'idle', 'deliveries', ''].map((t) => h('th', {}, t)))),
+    h('tbody', {}, q.running.map((t) => h('tr', { dataset: { task: t.task_id || '' } },
+      h('td', {}, t.task_id ? taskLink(t) : h('span.mono', {}, t.entry_id)), h('td', {}, 'p' + t.band),
+      h('td', {}, t.task_type || ''), h('td.mono', {}, t.worker_id), h('td', {}, fmtAge(t.idle_ms)),
+      h('td.num', {}, t.deliveries),
+      h('td', {}, t.task_id ? writeButton('Cancel', '/api/tasks/' + enc(t.task_id) + '/cancel', {}, { what: 'cancel ' + t.task_id }) : '')))));
+  setView(head, cards,
+    h('div.charts', {},
+      chartBox('Throughput (per minute)', 'chart-tp', ['succeeded', 'failed', 'retried']),
+      chartBox('Waiting and running', 'chart-depth', ['depth', 'pending'])),
+    h('h2', {}, 'Bands'), bands,
+    h('h2', {}, 'Waiting (next to run first, at most ' + q.count + ')'), waiting,
+    h('h2', {}, 'Running (delivered, not acknowledged)'), running);
+  colorLegends(document.getElementById('view'));
+  await plotHistory(q.name, 'chart-tp', 'chart-depth');
+}
+
+// ------------------------------------------------------------------ a task
+
+const TIME_FIELDS = ['created_at', 'updated_at', 'started_at', 'finished_at', 'failed_at_ms'];
+
+function kvTable(obj, id) {
+  return h('table.kv', { id }, h('tbody', {}, Object.keys(obj).sort().map((k) => {
+    const v = obj[k];
+    const shown = TIME_FIELDS.includes(k) && v ? v + '  (' + fmtTime(v) + ')' : String(v);
+    return h('tr', { dataset: { field: k } }, h('td', {}, k), h('td.mono', {}, shown));
+  })));
+}
+
+function pretty(v) {
+  if (typeof v === 'string') {
+    try { return JSON.stringify(JSON.parse(v), null, 2); } catch (e) { return v; }
+  }
+  return JSON.stringify(v, null, 2);
+}
+
+async function renderTask(id) {
+  const t = await api('/api/tasks/' + enc(id));
+  const st = t.status;
+  const base = '/api/tasks/' + enc(t.id);
+  const actions = h('div.toolbar', {},
+    h('h1', {}, 'Task ', h('span.mono', {}, t.id)), badge(st, st),
+    ['dead_lettered', 'failed'].includes(st) && writeButton('Requeue', base + '/requeue', {}, { what: 'requeue ' + t.id }),
+    st === 'dead_lettered' && writeButton('Discard', base + '/discard', {}, { what: 'discard ' + t.id, danger: true, confirm: 'Discard the dead letter of ' + t.id + '?' }),
+    ['queued', 'pending', 'retrying', 'running'].includes(st) && writeButton('Cancel', base + '/cancel', {}, { what: 'cancel ' + t.id, danger: true }));
+  const parts = [actions,
+    h('p.muted', {}, 'queue ', h('a', { href: '#/queue/' + enc(t.fields.queue || '') }, t.fields.queue || '?'),
+      ' · type ', t.fields.task_type || '?', ' · attempt ', t.fields.attempt || '?', ' of ', t.fields.max_attempts || '?',
+      t.ttl_ms >= 0 ? ' · expires in ' + fmtAge(t.ttl_ms) : '')];
+  if (t.fields.last_error)
+    parts.push(h('p.err', { id: 'last-error' }, (t.fields.last_error_class || '') + ': ' + t.fields.last_error));
+  parts.push(h('h2', {}, 'Result'), t.result === null ? h('p.muted', {}, 'none (null, or not kept)') : h('pre', { id: 'result' }, pretty(t.result)));
+  parts.push(h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(t.fields.payload || '')));
+  parts.push(h('h2', {}, 'Fields'), kvTable(t.fields, 'fields'));
+  if (t.dead_letter) parts.push(h('h2', {}, 'Dead-letter entry'), kvTable(t.dead_letter, 'dead-letter'));
+  parts.push(h('h2', {}, 'Events'));
+  if (!t.events_stream) {
+    parts.push(h('p.muted', {}, 'No event history is kept ([limits] events_stream_maxlen = 0); ',
+      h('a', { href: '#/events' }, 'live events'), ' show them as they happen.'));
+  } else {
+    parts.push(h('table', { id: 'events' }, h('thead', {}, h('tr', {}, ['time', 'type', 'attempt', 'worker', 'metadata'].map((x) => h('th', {}, x)))),
+      h('tbody', {}, t.events.map((e) => h('tr', {}, h('td.mono', {}, e.ts), h('td.ev-type', {}, e.type),
+        h('td.num', {}, e.attempt), h('td.mono', {}, e.worker_id || ''), h('td.mono', {}, e.metadata ? JSON.stringify(e.metadata) : ''))))));
+    if (!t.events_complete) parts.push(h('p.muted', {}, 'Only the newest ' + t.events_scanned + ' events of the stream were searched.'));
+  }
+  setView(...parts);
+}
+
+// ------------------------------------------------------------------ dead letters
+
+function parseQuery(s) {
+  const out = {};
+  new URLSearchParams(s || '').forEach((v, k) => { out[k] = v; });
+  return out;
+}
+
+async function renderDlq(params) {
+  const cls = params.class || '', order = params.order || 'newest', cursor = params.cursor || '';
+  const qs = new URLSearchParams({ count: '50', order });
+  if (cls) qs.set('class', cls);
+  if (cursor) qs.set('cursor', cursor);
+  const d = await api('/api/dlq?' + qs);
+  document.getElementById('dlq-count').textContent = d.total ? d.total : '';
+  const go = (p) => { location.hash = '#/dlq?' + new URLSearchParams(Object.assign({ class: cls, order }, p)); };
+  const sel = h('select', { id: 'dlq-class', 'aria-label': 'failure class',
+    onchange: (e) => go({ class: e.target.value }) },
+  h('option', { value: '' }, 'every class'), CLASSES.map((c) => h('option', { value: c, selected: c === cls }, c)));
+  const ord = h('select', { id: 'dlq-order', 'aria-label': 'order', onchange: (e) => go({ order: e.target.value }) },
+    h('option', { value: 'newest', selected: order === 'newest' }, 'newest first'),
+    h('option', { value: 'oldest', selected: order === 'oldest' }, 'oldest first'));
+  const toolbar = h('div.toolbar', {}, sel, ord,
+    writeButton(cls ? 'Requeue all ' + cls : 'Requeue all', '/api/dlq/requeue-all', cls ? { class: cls } : {},
+      { action: 'requeue-all', what: 'requeue all', confirm: 'Requeue every dead letter' + (cls ? ' of class ' + cls : '') + '?' }),
+    writeButton('Purge', '/api/dlq/purge', {}, { action: 'purge', danger: true, what: 'purge',
+      confirm: 'Delete every dead-letter entry? Task hashes stay.' }));
+  const rows = d.entries.map((e) => h('tr', { dataset: { task: e.task_id, entry: e.entry_id } },
+    h('td', {}, ago(e.entry_ms)),
+    h('td', {}, h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id)),
+    h('td', {}, h('a', { href: '#/queue/' + enc(e.queue) }, e.queue)),
+    h('td', {}, e.task_type), h('td.num', {}, e.attempts_made || e.attempt),
+    h('td', {}, badge(e.last_error_class || '?')),
+    h('td.err', {}, e.last_error),
+    h('td', {}, writeButton('Requeue', '/api/tasks/' + enc(e.task_id) + '/requeue', {}, { what: 'requeue ' + e.task_id }), ' ',
+      writeButton('Discard', '/api/tasks/' + enc(e.task_id) + '/discard', {}, { what: 'discard ' + e.task_id, danger: true, confirm: 'Discard the dead letter of ' + e.task_id + '?' }))));
+  const table = h('table', { id: 'dlq' },
+    h('thead', {}, h('tr', {}, ['dead-lettered', 'task', 'queue', 'type', 'attempts', 'class', 'last error', ''].map((t) => h('th', {}, t)))),
+    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 8 }, h('span.muted', {}, 'no dead letter' + (cls ? ' of class ' + cls : ''))))));
+  const pager = h('div.toolbar', {},
+    cursor && h('button.ghost', { type: 'button', onclick: () => go({}) }, 'First page'),
+    d.next_cursor && h('button.ghost', { type: 'button', id: 'dlq-next', onclick: () => go({ cursor: d.next_cursor }) }, 'Next page'),
+    h('span.muted', {}, d.total + ' entries in the stream' + (cls ? '; ' + d.scanned + ' examined for this page' : '')));
+  setView(h('h1', {}, 'Dead letters'), toolbar, table, pager);
+}
+
+// ------------------------------------------------------------------ live events, audit
+
+function renderEvents() {
+  const list = h('tbody', { id: 'event-rows' });
+  const filter = h('input', { id: 'event-filter', type: 'search', placeholder: 'filter: type, queue, task id' });
+  const status = h('span.muted', { id: 'event-status' }, 'connecting…');
+  let paused = false;
+  const toggle = h('button.ghost', { type: 'button', onclick: () => {
+    paused = !paused;
+    toggle.textContent = paused ? 'Follow' : 'Pause';
+  } }, 'Pause');
+  setView(h('h1', {}, 'Live events'), h('div.toolbar', {}, filter, toggle, status),
+    h('table', { id: 'events' }, h('thead', {}, h('tr', {}, ['time', 'type', 'task', 'queue', 'attempt', 'worker', 'metadata'].map((t) => h('th', {}, t)))), list));
+  const src = new EventSource('/api/events?backlog=100');
+  state.source = src;
+  src.onopen = () => { status.textContent = 'following ' + (state.info ? state.info.prefix : '') + ':events'; };
+  src.onerror = () => { status.textContent = 'reconnecting…'; };
+  src.onmessage = (m) => {
+    if (paused) return;
+    let e;
+    try { e = JSON.parse(m.data); } catch (err) { return; }
+    const f = filter.value.trim();
+    if (f && ![e.type, e.queue, e.task_id, e.worker_id].some((x) => x && x.includes(f))) return;
+    list.prepend(h('tr', { dataset: { type: e.type } }, h('td.mono', {}, e.ts), h('td.ev-type', {}, e.type),
+      h('td', {}, e.task_id ? h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id) : ''),
+      h('td', {}, e.queue || ''), h('td.num', {}, e.attempt), h('td.mono', {}, e.worker_id || ''),
+      h('td.mono', {}, e.metadata ? JSON.stringify(e.metadata) : '')));
+    while (list.rows.length > 500) list.deleteRow(-1);
+  };
+}
+
+async function renderAudit(params) {
+  const qs = new URLSearchParams({ count: '50' });
+  if (params.cursor) qs.set('cursor', params.cursor);
+  const a = await api('/api/audit?' + qs);
+  setView(h('h1', {}, 'Audit'),
+    h('p.muted', {}, 'Every admin action through the Functions, whoever made it (redis-cli, dtqctl, dtq-web).'),
+    h('table', { id: 'audit' }, h('thead', {}, h('tr', {}, ['time', 'actor', 'action', 'task'].map((t) => h('th', {}, t)))),
+      h('tbody', {}, a.entries.map((e) => h('tr', {}, h('td', {}, ago(e.ts)), h('td.mono', {}, e.actor), h('td', {}, e.action),
+        h('td', {}, e.task_id ? h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id) : ''))))),
+    h('div.toolbar', {}, params.cursor && h('button.ghost', { type: 'button', onclick: () => { location.hash = '#/audit'; } }, 'Newest'),
+      a.next_cursor && h('button.ghost', { type: 'button', onclick: () => { location.hash = '#/audit?cursor=' + enc(a.next_cursor); } }, 'Older')));
+}
+
+// ------------------------------------------------------------------ router
+
+function currentRoute() {
+  const raw = location.hash.replace(/^#/, '') || '/';
+  const [path, query] = raw.split('?');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  return { parts, params: parseQuery(query) };
+}
+
+async function refresh() {
+  const { parts, params } = currentRoute();
+  try {
+    if (parts.length === 0) await renderOverview();
+    else if (parts[0] === 'queue' && parts[1]) await renderQueue(parts[1]);
+    else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1]);
+    else if (parts[0] === 'dlq') await renderDlq(params);
+    else if (parts[0] === 'audit') await renderAudit(params);
+    else if (parts[0] === 'events') { /* a stream, not polled */ }
+    else showError({ status: 404, message: 'no such page' });
+    setConn(true);
+  } catch (e) {
+    if (e.status === 503 || e instanceof TypeError) setConn(false, e.message);
+    showError(e);
+  }
+}
+
+function route() {
+  stopTimers();
+  const { parts } = currentRoute();
+  const name = parts[0] || 'overview';
+  document.querySelectorAll('header nav a').forEach((a) => a.classList.toggle('active', a.dataset.nav === name));
+  document.getElementById('view').dataset.state = 'loading';
+  if (name === 'events') { renderEvents(); return; }
+  refresh();
+  if (name === 'overview' || name === 'queue') every(POLL_MS, refresh);
+  if (name === 'task') every(POLL_MS * 2, refresh);
+}
+
+function setConn(ok, why) {
+  const c = document.getElementById('conn');
+  c.className = 'badge ' + (ok ? 'up' : 'down');
+  c.textContent = ok ? 'connected' : 'no connection';
+  c.title = ok ? 'dtq-web and Redis answer' : (why || '');
+}
+
+// ------------------------------------------------------------------ token
+
+function openTokenPanel() {
+  document.getElementById('token-panel').hidden = false;
+  document.getElementById('token-input').focus();
+}
+
+function showTokenState() {
+  const s = document.getElementById('token-state');
+  const writable = state.info && state.info.writable;
+  s.textContent = !writable ? 'dtq-web is read-only: it was started without a token file'
+    : state.token ? 'token set: writes are enabled' : 'no token: writes are refused';
+  document.getElementById('mode').textContent = !writable ? 'read-only' : state.token ? 'writes enabled' : 'token needed for writes';
+}
+
+function setupToken() {
+  state.token = sessionStorage.getItem('dtq-web-token') || '';
+  document.getElementById('token-button').addEventListener('click', () => {
+    const p = document.getElementById('token-panel');
+    p.hidden = !p.hidden;
+    if (!p.hidden) document.getElementById('token-input').focus();
+  });
+  document.getElementById('token-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const v = document.getElementById('token-input').value.trim();
+    state.token = v;
+    if (v) sessionStorage.setItem('dtq-web-token', v); else sessionStorage.removeItem('dtq-web-token');
+    document.getElementById('token-input').value = '';
+    showTokenState();
+    toast(v ? 'token saved for this tab' : 'token cleared');
+    document.getElementById('token-panel').hidden = true;
+  });
+  document.getElementById('token-forget').addEventListener('click', () => {
+    state.token = '';
+    sessionStorage.removeItem('dtq-web-token');
+    showTokenState();
+  });
+}
+
+async function start() {
+  setupToken();
+  document.getElementById('goto').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const id = document.getElementById('goto-id').value.trim();
+    if (id) location.hash = '#/task/' + enc(id);
+  });
+  try {
+    state.info = await api('/api/info');
+    document.getElementById('ns').textContent = state.info.namespace;
+    document.getElementById('version').textContent = state.info.version;
+  } catch (e) {
+    setConn(false, e.message);
+  }
+  showTokenState();
+  window.addEventListener('hashchange', route);
+  route();
+}
+
+document.addEventListener('DOMContentLoaded', start);
