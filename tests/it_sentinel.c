@@ -1,8 +1,8 @@
 /* it_sentinel.c: redis-sentinel:// against real processes on loopback: a primary, a
  * replica (--replicaof) and three redis-sentinel monitoring them (quorum 2,
  * down-after-milliseconds 1000, failover-timeout 3000), with config files written at
- * test time. Ports come from the pid (five in a row), so parallel test processes do not
- * collide. The daemons and dtqctl are given
+ * test time. Ports come from the pid (five in a row, in 20000-29999), so parallel test
+ * processes do not collide. The daemons and dtqctl are given
  * redis-sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,127.0.0.1:<s3>/m. */
 #include <check.h>
 #include <signal.h>
@@ -117,10 +117,24 @@ static void start_sentinel(int i) {
             sport[i], P.dir, P.port);
     fclose(f);
     spid[i] = th_spawn(argv, log);
+    for (int k = 0; k < 200; k++) {
+        redisContext *c = tcp(sport[i]);
+        if (c) {
+            redisFree(c);
+            return;
+        }
+        th_sleep_ms(25);
+    }
+    {
+        char *text = th_read_file(log);
+        ck_abort_msg("redis-sentinel on port %d did not start: %s", sport[i], text);
+    }
 }
 
 static void setup(void) {
-    int base = 20000 + (int)(getpid() % 9000) * 5;
+    /* below the kernel's ephemeral ports (32768-60999: an outgoing connection could hold
+     * one) and th_redis_start_tcp's (30000 and up) */
+    int base = 20000 + (int)(getpid() % 2000) * 5;
     char extra[128];
     if (access(REDIS_SENTINEL_BIN, X_OK) != 0)
         ck_abort_msg("redis-sentinel not found at %s: run scripts/test, which installs it",
@@ -314,6 +328,7 @@ START_TEST(test_failover_followed) {
         snprintf(id, sizeof(id), "f%05d", i);
         attempts++;
         r = NULL;
+        int unreplicated = 0;
         if (pc) { /* the enqueue, and WAIT 1 on the same connection right after it */
             redisReply *w = NULL;
             redisAppendCommand(pc, "FCALL dtq_enqueue 0 default rec {} task_id %s", id);
@@ -323,6 +338,7 @@ START_TEST(test_failover_followed) {
             if (r && r->type == REDIS_REPLY_ARRAY) {
                 snprintf(ids[nids].id, sizeof(ids[0].id), "%s", id);
                 ids[nids].replicated = w && w->type == REDIS_REPLY_INTEGER && w->integer >= 1;
+                unreplicated = with_wait && !ids[nids].replicated;
                 ids[nids++].port = cur_port;
             }
             if (w) freeReplyObject(w);
@@ -332,8 +348,9 @@ START_TEST(test_failover_followed) {
             }
         }
         if (!r || r->type != REDIS_REPLY_ARRAY) errors++;
-        /* a producer that follows the sentinels: on an error, and every 10 enqueues */
-        if (!pc || !r || r->type == REDIS_REPLY_ERROR || i % 10 == 0) {
+        /* a producer that follows the sentinels: on an error, on a WAIT that no replica
+         * confirmed, and every 10 enqueues */
+        if (!pc || !r || r->type == REDIS_REPLY_ERROR || unreplicated || i % 10 == 0) {
             int p = 0;
             for (int s = 0; s < NSENT && !p; s++) p = master_port(s);
             if (p && (p != cur_port || !pc)) {
