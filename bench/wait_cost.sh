@@ -15,6 +15,7 @@ tmp=$(mktemp -d /tmp/dtq-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
+trap 'echo "failed at line $LINENO: $BASH_COMMAND" >&2; tail -5 "$tmp"/w.log >&2' ERR
 port=$((30000 + $$ % 20000)) # the replica connects over TCP; redis fails fast if taken
 redis-server --port "$port" --bind 127.0.0.1 --unixsocket "$tmp/p.sock" --dir "$tmp" \
     --dbfilename p.rdb --save "" --appendonly no --daemonize no --loglevel warning \
