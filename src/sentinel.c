@@ -130,12 +130,14 @@ static const char *sentinel_name(const dtq_sentinel *s, int i, char *buf, size_t
     return fmt_addr(buf, len, s->where[i].host, s->where[i].port);
 }
 
-/* An attached connection not at host:port (and not asking) is dropped: it asks again. */
+/* An attached connection not at (or on its way to) host:port, and not asking, is dropped:
+ * it asks again. One waiting to retry is hurried along (dtq_rconn_drop). */
 static void drop_others(dtq_sentinel *s, const char *host, int port, const char *why) {
     for (int i = 0; i < s->natt; i++) {
         attached *a = s->att[i];
         if (a->q) continue; /* asking now: it gets the new answer */
-        if (dtq_rconn_is_up(a->rc) && a->host && !strcmp(a->host, host) && a->port == port)
+        if (a->host && !strcmp(a->host, host) && a->port == port &&
+            (dtq_rconn_is_up(a->rc) || dtq_rconn_is_connecting(a->rc)))
             continue;
         dtq_rconn_drop(a->rc, why);
     }
