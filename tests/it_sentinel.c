@@ -1,9 +1,10 @@
 /* it_sentinel.c: redis-sentinel:// against real processes on loopback: a primary, a
  * replica (--replicaof) and three redis-sentinel monitoring them (quorum 2,
  * down-after-milliseconds 1000, failover-timeout 3000), with config files written at
- * test time. Ports come from the pid (five in a row, in 20000-29999), so parallel test
- * processes do not collide. The daemons and dtqctl are given
- * redis-sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,127.0.0.1:<s3>/m. */
+ * test time. Ports come from the pid (ten in a row, in 20000-29999), so parallel test
+ * processes do not collide. The tls case gives every process a TLS port too
+ * (rediss-sentinel://, certificates made by main() with the openssl CLI). The daemons and dtqctl
+ * are given redis-sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,127.0.0.1:<s3>/m. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +22,10 @@
 
 static th_redis P, R; /* the primary and the replica, as started */
 static int sport[NSENT];
+static int use_tls;     /* the tls case: every server also has a TLS port */
+static char certs[64];  /* made by main() before the suite forks */
+static int ptls, rtls;  /* TLS ports of the primary and the replica */
+static int stls[NSENT]; /* ... and of the sentinels */
 static pid_t spid[NSENT];
 static char surl[256]; /* the sentinel URL */
 static redisContext *CP;
@@ -114,7 +119,12 @@ static void start_sentinel(int i) {
             "sentinel down-after-milliseconds m 1000\n"
             "sentinel failover-timeout m 3000\n"
             "sentinel parallel-syncs m 1\n",
-            sport[i], P.dir, P.port);
+            sport[i], P.dir, use_tls ? ptls : P.port);
+    if (use_tls) /* the test looks through the plain port, the daemon uses the TLS one */
+        fprintf(f,
+                "tls-port %d\ntls-cert-file %s/server.crt\ntls-key-file %s/server.key\n"
+                "tls-ca-cert-file %s/ca.crt\ntls-auth-clients no\ntls-replication yes\n",
+                stls[i], certs, certs, certs);
     fclose(f);
     spid[i] = th_spawn(argv, log);
     for (int k = 0; k < 200; k++) {
@@ -134,18 +144,34 @@ static void start_sentinel(int i) {
 static void setup(void) {
     /* below the kernel's ephemeral ports (32768-60999: an outgoing connection could hold
      * one) and th_redis_start_tcp's (30000 and up) */
-    int base = 20000 + (int)(getpid() % 2000) * 5;
-    char extra[128];
+    int base = 20000 + (int)(getpid() % 1000) * 10;
+    char extra[512], tls[400] = "";
     if (access(REDIS_SENTINEL_BIN, X_OK) != 0)
         ck_abort_msg("redis-sentinel not found at %s: run scripts/test, which installs it",
                      REDIS_SENTINEL_BIN);
-    th_redis_start_port(&P, base, NULL);
-    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d", base);
+    ptls = base + 5;
+    rtls = base + 6;
+    for (int i = 0; i < NSENT; i++) stls[i] = base + 7 + i;
+    if (use_tls)
+        snprintf(tls, sizeof(tls),
+                 " --tls-cert-file %s/server.crt --tls-key-file %s/server.key --tls-ca-cert-file "
+                 "%s/ca.crt --tls-auth-clients no --tls-replication yes",
+                 certs, certs, certs);
+    snprintf(extra, sizeof(extra), "%s%s%d", tls, use_tls ? " --tls-port " : "",
+             use_tls ? ptls : 0);
+    th_redis_start_port(&P, base, use_tls ? extra : NULL);
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d%s", use_tls ? ptls : base, tls);
+    if (use_tls)
+        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), " --tls-port %d", rtls);
     th_redis_start_port(&R, base + 1, extra);
     ck_assert_msg(th_wait_until(replica_linked, &R.port, 10000), "the replica did not sync");
     for (int i = 0; i < NSENT; i++) sport[i] = base + 2 + i;
-    snprintf(surl, sizeof(surl), "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/m",
-             sport[0], sport[1], sport[2]);
+    if (use_tls)
+        snprintf(surl, sizeof(surl), "rediss-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/m",
+                 stls[0], stls[1], stls[2]);
+    else
+        snprintf(surl, sizeof(surl), "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/m",
+                 sport[0], sport[1], sport[2]);
     for (int i = 0; i < NSENT; i++) start_sentinel(i);
     for (int i = 0; i < NSENT; i++)
         ck_assert_msg(th_wait_until(sentinel_ready, &i, 20000),
@@ -541,9 +567,89 @@ START_TEST(test_down_sentinel_skipped) {
 }
 END_TEST
 
+static void setup_tls(void) {
+    use_tls = 1;
+    setup();
+}
+
+/* (5) rediss-sentinel://: TLS to the sentinels and to the primary they name (its
+ * certificate checked for the address they report, 127.0.0.1), and a failover followed. */
+START_TEST(test_tls) {
+    th_daemon d;
+    char ini[1024], *out, env[256], line[160];
+    snprintf(ini, sizeof(ini),
+             "tls_ca_file = %s/ca.crt\nconnect_timeout_ms = 1000\n[worker]\nworker_id = w-tls\n"
+             "heartbeat_interval_s = 1\n[handler:echo]\nbuiltin = echo\n",
+             certs);
+    start_daemon(&d, ini);
+    th_daemon_wait_ready(CP, "w-tls", 15000);
+    snprintf(line, sizeof(line), "sentinel: master m is at 127.0.0.1:%d", ptls);
+    ck_assert_msg(th_wait_log(d.log, line, 1, 1000), "no '%s' in the log", line);
+    enqueue(CP, "tls1", "echo");
+    ck_assert(th_wait_status(CP, "tls1", "succeeded", 10000));
+    snprintf(env, sizeof(env), "DTQ_REDIS_TLS_CA_FILE=%s/ca.crt", certs);
+    ck_assert_int_eq(ctl(&out, env, "enqueue default echo '{}' --wait --wait-replicas 1"), 0);
+    ck_assert_msg(strstr(out, "succeeded"), "%s", out);
+    free(out);
+    {
+        redisContext *sc = tcp(sport[0]);
+        redisReply *r = th_cmd(sc, "SENTINEL FAILOVER m");
+        ck_assert_msg(r->type == REDIS_REPLY_STATUS, "SENTINEL FAILOVER: %s", r->str);
+        freeReplyObject(r);
+        redisFree(sc);
+    }
+    snprintf(line, sizeof(line), "sentinel: master m moved from 127.0.0.1:%d to 127.0.0.1:%d", ptls,
+             rtls);
+    ck_assert_msg(th_wait_log(d.log, line, 1, 20000), "no '%s' in the log", line);
+    {
+        redisContext *cr = th_connect(&R);
+        ck_assert(th_wait_until_cmd_str(cr, "HGET dtq:worker:w-tls status", "running", 10000));
+        enqueue(cr, "tls2", "echo");
+        ck_assert(th_wait_status(cr, "tls2", "succeeded", 10000));
+        redisFree(cr);
+    }
+    ck_assert_int_eq(th_count_in_file(d.log, "TLS handshake failed"), 0);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 15000), 0);
+}
+END_TEST
+
+static void run_sh(const char *cmd) {
+    int status = system(cmd);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "it_sentinel: failed: %s\n", cmd);
+        exit(EXIT_FAILURE);
+    }
+}
+
+/* A CA and a server certificate for 127.0.0.1 (the address the sentinels report), used
+ * by the servers and the sentinels alike. */
+static void make_certs(void) {
+    char cmd[2048];
+    snprintf(certs, sizeof(certs), "/tmp/dtq-sentinel-tls-XXXXXX");
+    if (!mkdtemp(certs)) {
+        perror("mkdtemp");
+        exit(EXIT_FAILURE);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+             "-nodes -keyout ca.key -out ca.crt -days 2 -subj /CN=ca "
+             "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign "
+             ">/dev/null 2>&1 && "
+             "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth,"
+             "clientAuth\\n' > server.ext && "
+             "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+             "-keyout server.key -out server.csr -subj /CN=localhost >/dev/null 2>&1 && "
+             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+             "-out server.crt -days 2 -extfile server.ext >/dev/null 2>&1",
+             certs);
+    run_sh(cmd);
+}
+
 int main(void) {
     Suite *s = suite_create("sentinel");
     TCase *tc = tcase_create("core");
+    TCase *tt = tcase_create("tls");
+    int rc;
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_discovered_master_runs_tasks);
@@ -551,5 +657,17 @@ int main(void) {
     tcase_add_test(tc, test_dtqctl);
     tcase_add_test(tc, test_down_sentinel_skipped);
     suite_add_tcase(s, tc);
-    return th_run_suite(s);
+    tcase_add_checked_fixture(tt, setup_tls, teardown);
+    tcase_set_timeout(tt, 180);
+    tcase_add_test(tt, test_tls);
+    suite_add_tcase(s, tt);
+    make_certs();
+    rc = th_run_suite(s);
+    {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certs);
+        if (system(cmd) != 0) { /* best effort */
+        }
+    }
+    return rc;
 }
