@@ -42,7 +42,7 @@ static const char *const worker[] = {
     "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_sched_claim",
     "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
     "+fcall_ro|<ns>_version",
-    "+ping", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
+    "+ping", "+role", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
     "+xclaim", "+xack", "+xdel", "+xadd", "+xpending", "+xrange", "+xrevrange",
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",

@@ -36,7 +36,9 @@ typedef struct config_key {
 
 static const config_key config_keys[] = {
     {"redis", "url", KEY_STR, OFF(redis_url), "redis://127.0.0.1:6379/0", 0, 0,
-     "redis://[user:password@]host[:port][/db], rediss://... (TLS) or unix:///path.sock[?db=N]"},
+     "redis://[user:password@]host[:port][/db], rediss://... (TLS), unix:///path.sock[?db=N], "
+     "or redis-sentinel://[user:password@]host:port[,host:port...]/master_name[/db] "
+     "(rediss-sentinel:// for TLS)"},
     {"redis", "namespace", KEY_STR, OFF(ns), "dtq", 0, 0,
      "prefix of every key and of the Function names"},
     {"redis", "cluster_hash_tag", KEY_BOOL, OFF(cluster_hash_tag), "false", 0, 0,
@@ -60,6 +62,10 @@ static const config_key config_keys[] = {
      "empty = the URL's host"},
     {"redis", "tls_verify", KEY_BOOL, OFF(tls_verify), "true", 0, 0,
      "rediss://: false = do not verify the server's certificate (insecure, warned)"},
+    {"redis", "sentinel_user", KEY_STR, OFF(sentinel_user), "", 0, 0,
+     "redis-sentinel://: ACL user the sentinels are asked as; empty = the default user"},
+    {"redis", "sentinel_password", KEY_STR, OFF(sentinel_password), "", 0, 0,
+     "redis-sentinel://: password for the sentinels; empty = no AUTH"},
     {"worker", "queues", KEY_STR, OFF(queues_raw), "default", 0, 0,
      "comma-separated queues, served in this order"},
     {"worker", "concurrency", KEY_INT, OFF(concurrency), "16", 1, 100000, "tasks executed at once"},

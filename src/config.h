@@ -48,8 +48,10 @@ typedef struct dtq_config {
     char *tls_ca_file;           /* rediss://: CA bundle; empty = the system store */
     char *tls_cert_file;         /* client certificate (with tls_key_file), empty = none */
     char *tls_key_file;
-    char *tls_server_name; /* name checked in the certificate and sent as SNI; empty = host */
-    int tls_verify;        /* false: the server's certificate is not checked (warned) */
+    char *tls_server_name;   /* name checked in the certificate and sent as SNI; empty = host */
+    int tls_verify;          /* false: the server's certificate is not checked (warned) */
+    char *sentinel_user;     /* redis-sentinel://: ACL user for the sentinels; empty = none */
+    char *sentinel_password; /* ... and its password (or requirepass); empty = no AUTH */
     /* [worker] */
     char *queues_raw;
     char **queues;

@@ -46,6 +46,7 @@ typedef struct ctl {
     const char *ns;
     char *prefix;
     int json;
+    int64_t wait_timeout_ms; /* [redis] wait_timeout_ms, for --wait-replicas */
 } ctl;
 
 static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -86,16 +87,17 @@ static void help(void) {
     printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
            "options:\n"
            "  -c, --config FILE     the daemon's INI file: dtqctl uses its [redis] url,\n"
-           "                        namespace, cluster_hash_tag, connect_timeout_ms and\n"
-           "                        tls_* keys\n"
+           "                        namespace, cluster_hash_tag, connect_timeout_ms,\n"
+           "                        wait_timeout_ms, tls_* and sentinel_* keys\n"
            "  -u, --url REDIS_URL   overrides the configured url (redis://, rediss:// for\n"
-           "                        TLS, unix://)\n"
+           "                        TLS, unix://, redis-sentinel://h:p[,h:p...]/master[/db],\n"
+           "                        rediss-sentinel://...)\n"
            "  -n, --namespace NS    overrides the configured namespace\n"
            "  -j, --json            machine-readable output\n\n"
            "commands:\n"
            "  enqueue <queue> <task_type> <payload> [--priority N] [--delay-ms N]\n"
            "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
-           "          [--idempotency-key K] [--id ID] [--wait]\n"
+           "          [--idempotency-key K] [--id ID] [--wait] [--wait-replicas N]\n"
            "  enqueue-bulk <queue> <task_type> [--priority N] [--delay-ms N]\n"
            "          [--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
            "                            one JSON payload per line of stdin\n"
@@ -233,17 +235,15 @@ static int wait_fd(int fd, short events, int64_t deadline_ms) {
 }
 
 /* The TLS handshake within the connect deadline, then the server's certificate checked
- * (the handshake already fails on a certificate that does not verify). */
-static void tls_handshake(ctl *x, const dtq_redis_url *url, const dtq_config *cfg,
-                          int64_t deadline_ms) {
-    char err[512];
-    dtq_tls *tls = dtq_tls_from_config(cfg, err, sizeof(err));
-    if (!tls) config_error(err);
-    if (!cfg->tls_verify)
-        fprintf(stderr, "dtqctl: warning: [redis] tls_verify = false: the server's certificate "
-                        "is not verified\n");
-    x->ssl = dtq_tls_ssl_new(tls, url->host, err, sizeof(err));
-    if (!x->ssl) refused("TLS setup for Redis at %s failed: %s", x->where, err);
+ * (the handshake already fails on a certificate that does not verify). DTQ_ERR with why. */
+static int tls_handshake(ctl *x, const char *host, const dtq_tls *tls, int64_t deadline_ms,
+                         char *why, size_t whylen) {
+    char err[256];
+    x->ssl = dtq_tls_ssl_new(tls, host, err, sizeof(err));
+    if (!x->ssl) {
+        snprintf(why, whylen, "TLS setup for Redis at %s failed: %s", x->where, err);
+        return DTQ_ERR;
+    }
     SSL_set_fd(x->ssl, x->fd);
     for (;;) {
         int r, e;
@@ -252,8 +252,10 @@ static void tls_handshake(ctl *x, const dtq_redis_url *url, const dtq_config *cf
         if (r == 1) break;
         e = SSL_get_error(x->ssl, r);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-            if (!wait_fd(x->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ms))
-                refused("TLS handshake with Redis at %s failed: timed out", x->where);
+            if (!wait_fd(x->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ms)) {
+                snprintf(why, whylen, "TLS handshake with Redis at %s failed: timed out", x->where);
+                return DTQ_ERR;
+            }
             continue;
         }
         if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
@@ -261,52 +263,247 @@ static void tls_handshake(ctl *x, const dtq_redis_url *url, const dtq_config *cf
                      errno ? strerror(errno) : "Server closed the connection");
         else
             dtq_tls_describe(x->ssl, 0, "TLS error", err, sizeof(err));
-        refused("TLS handshake with Redis at %s failed: %s", x->where, err);
+        snprintf(why, whylen, "TLS handshake with Redis at %s failed: %s", x->where, err);
+        return DTQ_ERR;
     }
-    if (dtq_tls_peer_ok(tls, x->ssl, err, sizeof(err)) != DTQ_OK)
-        refused("TLS handshake with Redis at %s failed: %s", x->where, err);
-    dtq_tls_unref(tls); /* the SSL keeps its own reference to the context */
+    if (dtq_tls_peer_ok(tls, x->ssl, err, sizeof(err)) != DTQ_OK) {
+        snprintf(why, whylen, "TLS handshake with Redis at %s failed: %s", x->where, err);
+        return DTQ_ERR;
+    }
+    return DTQ_OK;
+}
+
+/* The TLS settings of rediss:// and rediss-sentinel://, loaded once. */
+static dtq_tls *ctl_tls(const dtq_config *cfg) {
+    static dtq_tls *tls;
+    char err[512];
+    if (tls) return tls;
+    tls = dtq_tls_from_config(cfg, err, sizeof(err));
+    if (!tls) config_error(err);
+    if (!cfg->tls_verify)
+        fprintf(stderr, "dtqctl: warning: [redis] tls_verify = false: the server's certificate "
+                        "is not verified\n");
+    return tls;
+}
+
+static void set_where(ctl *x, const dtq_redis_url *url) {
+    if (url->is_unix)
+        snprintf(x->where, sizeof(x->where), "%s", url->path);
+    else if (strchr(url->host, ':')) /* IPv6 literal */
+        snprintf(x->where, sizeof(x->where), "[%s]:%d", url->host, url->port);
+    else
+        snprintf(x->where, sizeof(x->where), "%s:%d", url->host, url->port);
+}
+
+/* Socket (and TLS) to the URL's host within the deadline; the link stays non-blocking.
+ * DTQ_ERR with why ("cannot connect to Redis at ...: ..." or the TLS failure). */
+static int open_link(ctl *x, const dtq_redis_url *url, const dtq_config *cfg, int64_t deadline,
+                     char *why, size_t whylen) {
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    char err[256];
+    int one = 1, soerr = 0;
+    socklen_t len = sizeof(soerr);
+    /* A URL may carry a password: messages name the socket or host:port, never the URL. */
+    set_where(x, url);
+    if (dtq_redis_url_address(url, &ss, &sslen, err, sizeof(err)) != DTQ_OK) {
+        snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, err);
+        return DTQ_ERR;
+    }
+    x->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (x->fd < 0) {
+        snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, strerror(errno));
+        return DTQ_ERR;
+    }
+    if (connect(x->fd, (struct sockaddr *)&ss, sslen) != 0) {
+        if (errno != EINPROGRESS) {
+            snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, strerror(errno));
+            return DTQ_ERR;
+        }
+        if (!wait_fd(x->fd, POLLOUT, deadline)) {
+            snprintf(why, whylen, "cannot connect to Redis at %s: Connection timed out", x->where);
+            return DTQ_ERR;
+        }
+        if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0) soerr = errno;
+        if (soerr) {
+            snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, strerror(soerr));
+            return DTQ_ERR;
+        }
+    }
+    if (!url->is_unix) setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (url->tls && tls_handshake(x, url->host, ctl_tls(cfg), deadline, why, whylen) != DTQ_OK)
+        return DTQ_ERR;
+    x->reader = redisReaderCreate();
+    if (!x->reader) abort();
+    return DTQ_OK;
+}
+
+/* One command on a non-blocking link, answered by the deadline (the sentinel questions).
+ * NULL with why. */
+static redisReply *command_by(ctl *x, int argc, const char **argv, int64_t deadline, char *why,
+                              size_t whylen) {
+    char *cmd = NULL, buf[16384];
+    int len = redisFormatCommandArgv(&cmd, argc, argv, NULL), off = 0;
+    if (len < 0) abort();
+    while (off < len) {
+        int n, want = 0;
+        errno = 0;
+        if (x->ssl) {
+            n = SSL_write(x->ssl, cmd + off, len - off);
+            if (n <= 0) {
+                int e = SSL_get_error(x->ssl, n);
+                want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+            }
+        } else {
+            ssize_t w = send(x->fd, cmd + off, (size_t)(len - off), MSG_NOSIGNAL);
+            n = (int)w;
+            if (w < 0 && (errno == EAGAIN || errno == EINTR)) want = POLLOUT;
+        }
+        if (n > 0) {
+            off += n;
+            continue;
+        }
+        if (!want || !wait_fd(x->fd, (short)want, deadline)) {
+            snprintf(why, whylen, "%s", want ? "no answer in time" : "write failed");
+            redisFreeCommand(cmd);
+            return NULL;
+        }
+    }
+    redisFreeCommand(cmd);
+    for (;;) {
+        void *reply = NULL;
+        int n, want = 0;
+        if (redisReaderGetReply(x->reader, &reply) != REDIS_OK) {
+            snprintf(why, whylen, "protocol error: %s", x->reader->errstr);
+            return NULL;
+        }
+        if (reply) return reply;
+        errno = 0;
+        if (x->ssl) {
+            n = SSL_read(x->ssl, buf, (int)sizeof(buf));
+            if (n <= 0) {
+                int e = SSL_get_error(x->ssl, n);
+                want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+            }
+        } else {
+            ssize_t r = recv(x->fd, buf, sizeof(buf), 0);
+            n = (int)r;
+            if (r < 0 && (errno == EAGAIN || errno == EINTR)) want = POLLIN;
+        }
+        if (n > 0) {
+            redisReaderFeed(x->reader, buf, (size_t)n);
+            continue;
+        }
+        if (!want) {
+            snprintf(why, whylen, "%s", n == 0 ? "Server closed the connection" : strerror(errno));
+            return NULL;
+        }
+        if (!wait_fd(x->fd, (short)want, deadline)) {
+            snprintf(why, whylen, "no answer within %s", "connect_timeout_ms");
+            return NULL;
+        }
+    }
+}
+
+static void disconnect_ctl(ctl *x);
+
+/* redis-sentinel://: asks the sentinels in turn where the master is (each within
+ * connect_timeout_ms; one that fails is reported on stderr and skipped) and sets
+ * url->host and url->port. Exit 1 when none answers. */
+static void sentinel_lookup(dtq_redis_url *url, const dtq_config *cfg) {
+    int nil = 0;
+    for (int i = 0; i < url->nsentinels; i++) {
+        ctl s = {.fd = -1};
+        dtq_redis_url su;
+        char why[1024];
+        int64_t deadline = dtq_monotonic_ms() + cfg->connect_timeout_ms;
+        redisReply *r = NULL;
+        memset(&su, 0, sizeof(su));
+        su.tls = url->tls;
+        su.host = url->sentinels[i].host;
+        su.port = url->sentinels[i].port;
+        int ok = open_link(&s, &su, cfg, deadline, why, sizeof(why)) == DTQ_OK;
+        if (ok && *cfg->sentinel_password) {
+            const char *argv[3];
+            int argc = 0;
+            argv[argc++] = "AUTH";
+            if (*cfg->sentinel_user) argv[argc++] = cfg->sentinel_user;
+            argv[argc++] = cfg->sentinel_password;
+            r = command_by(&s, argc, argv, deadline, why, sizeof(why));
+            ok = r && r->type != REDIS_REPLY_ERROR;
+            if (r && !ok) snprintf(why, sizeof(why), "AUTH: %s", r->str);
+            if (r) freeReplyObject(r);
+            r = NULL;
+        }
+        if (ok) {
+            const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", url->master_name};
+            r = command_by(&s, 3, argv, deadline, why, sizeof(why));
+        }
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING) {
+            int64_t port;
+            if (dtq_parse_int64(r->element[1]->str, 1, 65535, &port) == DTQ_OK) {
+                url->host = dtq_xstrdup(r->element[0]->str);
+                url->port = (int)port;
+                freeReplyObject(r);
+                disconnect_ctl(&s);
+                return;
+            }
+        }
+        if (r && r->type == REDIS_REPLY_NIL) {
+            nil++;
+            snprintf(why, sizeof(why), "does not know master %s", url->master_name);
+        } else if (r) {
+            snprintf(why, sizeof(why), "unexpected answer: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "not an address");
+        }
+        if (r) freeReplyObject(r);
+        {
+            char where[300];
+            set_where(&s, &su);
+            snprintf(where, sizeof(where), "%s", s.where);
+            const char *msg = why, *pre = "cannot connect to Redis at ";
+            size_t pl = strlen(pre), wl = strlen(where);
+            if (!strncmp(why, pre, pl) && !strncmp(why + pl, where, wl) && why[pl + wl] == ':')
+                msg = why + pl + wl + 2; /* the sentinel is named already */
+            fprintf(stderr, "dtqctl: sentinel %s: %s%s\n", where, msg,
+                    i + 1 < url->nsentinels ? "; asking the next" : "");
+        }
+        disconnect_ctl(&s);
+    }
+    if (nil) refused("no sentinel knows master %s", url->master_name);
+    refused("none of the %d sentinel(s) answered for master %s", url->nsentinels, url->master_name);
 }
 
 static void connect_ctl(ctl *x, const char *url_s, const dtq_config *cfg) {
     dtq_redis_url url;
-    char err[256];
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    int64_t deadline = dtq_monotonic_ms() + cfg->connect_timeout_ms;
-    int one = 1, soerr = 0;
-    socklen_t len = sizeof(soerr);
-    /* A URL may carry a password: messages name the socket or host:port, never the URL. */
+    char err[1024];
+    int64_t deadline;
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
         usage_error("bad Redis URL: %s", err);
-    if (url.is_unix)
-        snprintf(x->where, sizeof(x->where), "%s", url.path);
-    else if (strchr(url.host, ':')) /* IPv6 literal */
-        snprintf(x->where, sizeof(x->where), "[%s]:%d", url.host, url.port);
-    else
-        snprintf(x->where, sizeof(x->where), "%s:%d", url.host, url.port);
-    if (dtq_redis_url_address(&url, &ss, &sslen, err, sizeof(err)) != DTQ_OK)
-        refused("cannot connect to Redis at %s: %s", x->where, err);
-    x->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (x->fd < 0) refused("cannot connect to Redis at %s: %s", x->where, strerror(errno));
-    if (connect(x->fd, (struct sockaddr *)&ss, sslen) != 0) {
-        if (errno != EINPROGRESS)
-            refused("cannot connect to Redis at %s: %s", x->where, strerror(errno));
-        if (!wait_fd(x->fd, POLLOUT, deadline))
-            refused("cannot connect to Redis at %s: Connection timed out", x->where);
-        if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0) soerr = errno;
-        if (soerr) refused("cannot connect to Redis at %s: %s", x->where, strerror(soerr));
-    }
-    if (!url.is_unix) setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (url.tls) tls_handshake(x, &url, cfg, deadline);
+    if (url.sentinel) sentinel_lookup(&url, cfg);
+    deadline = dtq_monotonic_ms() + cfg->connect_timeout_ms;
+    if (open_link(x, &url, cfg, deadline, err, sizeof(err)) != DTQ_OK) refused("%s", err);
     /* blocking from here on: a command waits for its reply, `events` for ever */
     fcntl(x->fd, F_SETFL, fcntl(x->fd, F_GETFL) & ~O_NONBLOCK);
-    x->reader = redisReaderCreate();
-    if (!x->reader) abort();
     if (url.password) {
         const char *argv[3] = {"AUTH", url.user ? url.user : url.password, url.password};
         redisReply *r = cmdv(x, url.user ? 3 : 2, argv);
         if (r->type == REDIS_REPLY_ERROR) refused("redis AUTH: %s", r->str);
+        freeReplyObject(r);
+    }
+    if (url.sentinel) { /* what the sentinels named must be a master now */
+        const char *argv[1] = {"ROLE"};
+        redisReply *r = cmdv(x, 1, argv);
+        const char *role = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                                   r->element[0]->type == REDIS_REPLY_STRING
+                               ? r->element[0]->str
+                               : (r->type == REDIS_REPLY_ERROR ? r->str : "?");
+        if (strcmp(role, "master"))
+            refused("Redis at %s, named master %s by the sentinels, is not a master (ROLE: %s); "
+                    "a failover may be under way",
+                    x->where, url.master_name, role);
         freeReplyObject(r);
     }
     if (url.db) {
@@ -423,6 +620,22 @@ static int cmd_show(ctl *x, const char *id) {
     return 0;
 }
 
+/* WAIT n after a write: how many replicas have it (timeout: [redis] wait_timeout_ms). */
+static long long wait_replicas(ctl *x, long long n, int64_t timeout_ms) {
+    char ns[32], ts[32];
+    const char *argv[3] = {"WAIT", ns, ts};
+    redisReply *r;
+    long long got;
+    snprintf(ns, sizeof(ns), "%lld", n);
+    snprintf(ts, sizeof(ts), "%lld", (long long)timeout_ms);
+    r = cmdv(x, 3, argv);
+    if (r->type != REDIS_REPLY_INTEGER)
+        refused("WAIT: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    got = r->integer;
+    freeReplyObject(r);
+    return got;
+}
+
 static int cmd_enqueue(ctl *x, int argc, char **argv) {
     static const struct {
         const char *flag, *opt;
@@ -435,7 +648,9 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
                {"--id", "task_id"}};
     const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
     char uuid[37];
-    int n = 0, wait = 0, have_id = 0;
+    int n = 0, wait = 0, have_id = 0, short_of_replicas = 0;
+    int64_t want_replicas = 0;
+    long long replicas = -1;
     redisReply *r;
     if (argc < 3) usage_error("enqueue needs <queue> <task_type> <payload>");
     args[n++] = argv[0];
@@ -445,6 +660,12 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
         size_t j;
         if (!strcmp(argv[i], "--wait")) {
             wait = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--wait-replicas")) {
+            if (i + 1 >= argc || dtq_parse_int64(argv[i + 1], 1, 64, &want_replicas) != DTQ_OK)
+                usage_error("enqueue: --wait-replicas needs a number of replicas in [1, 64]");
+            i++;
             continue;
         }
         for (j = 0; j < sizeof(map) / sizeof(map[0]); j++)
@@ -463,10 +684,27 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
     r = fcall(x, "enqueue", n, args);
     free(args);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) refused("unexpected reply to enqueue");
-    if (x->json && !wait)
-        printf("{\"task_id\":\"%s\",\"result\":\"%s\"}\n", r->element[0]->str, r->element[1]->str);
-    else if (!x->json)
+    if (want_replicas) { /* on the same connection, right after the FCALL */
+        replicas = wait_replicas(x, want_replicas, x->wait_timeout_ms);
+        short_of_replicas = replicas < want_replicas;
+    }
+    if (x->json && !wait) {
+        if (replicas >= 0)
+            printf("{\"task_id\":\"%s\",\"result\":\"%s\",\"replicas\":%lld}\n", r->element[0]->str,
+                   r->element[1]->str, replicas);
+        else
+            printf("{\"task_id\":\"%s\",\"result\":\"%s\"}\n", r->element[0]->str,
+                   r->element[1]->str);
+    } else if (!x->json) {
         printf("%s %s\n", r->element[0]->str, r->element[1]->str);
+    }
+    if (short_of_replicas) {
+        fflush(stdout);
+        fprintf(stderr,
+                "dtqctl: the enqueue reached %lld of %lld replica(s) within %lld ms: a failover "
+                "now could lose it\n",
+                replicas, (long long)want_replicas, (long long)x->wait_timeout_ms);
+    }
     if (wait) {
         char *id = dtq_xstrdup(r->element[0]->str);
         for (;;) {
@@ -478,14 +716,14 @@ static int cmd_enqueue(ctl *x, int argc, char **argv) {
                 freeReplyObject(r);
                 cmd_show(x, id);
                 free(id);
-                return failed ? EXIT_REFUSED : 0;
+                return failed || short_of_replicas ? EXIT_REFUSED : 0;
             }
             free(st);
             usleep(50000);
         }
     }
     freeReplyObject(r);
-    return 0;
+    return short_of_replicas ? EXIT_REFUSED : 0;
 }
 
 #define BULK_CHUNK 1000
@@ -853,6 +1091,7 @@ int main(int argc, char **argv) {
     if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
         usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
+    x.wait_timeout_ms = cfg->wait_timeout_ms;
     if (!strcmp(cmd, "acl")) { /* printed, not applied: no connection */
         const char *bad = NULL;
         char *line = dtq_acl_tokens((const char *const *)argv, argc, x.ns, x.prefix, &bad);

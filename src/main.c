@@ -63,7 +63,8 @@ int main(int argc, char **argv) {
             return DTQ_EX_CONFIG;
         }
         dtq_handler_registry_free(reg, 1);
-        if (!strncmp(cfg->redis_url, "rediss://", 9)) { /* the TLS material loads */
+        if (!strncmp(cfg->redis_url, "rediss://", 9) ||
+            !strncmp(cfg->redis_url, "rediss-sentinel://", 18)) { /* the TLS material loads */
             dtq_tls *tls = dtq_tls_from_config(cfg, err, sizeof(err));
             if (!tls) {
                 fprintf(stderr, "dtq-worker: config error: %s: %s\n", path ? path : "(defaults)",

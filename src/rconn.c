@@ -1,9 +1,10 @@
 /* rconn.c: one Redis connection: its own transport (a libevent bufferevent, plain or
  * OpenSSL), hiredis as the protocol only (redisFormatCommandArgv, redisReader), and a
  * FIFO of callbacks answered in order.
- * Phases: idle -> connecting (non-blocking connect) -> tls (rediss:// only: the TLS
- * handshake) -> handshake (AUTH/SELECT/PING in flight) -> up -> (lost) -> idle, with a
- * backoff timer between idle and connecting, and one timeout over connecting..handshake.
+ * Phases: idle -> [resolving (a resolver, i.e. Sentinel, is asked for the address)] ->
+ * connecting (non-blocking connect) -> tls (rediss:// only: the TLS handshake) ->
+ * handshake (AUTH/[ROLE]/SELECT/PING in flight) -> up -> (lost) -> idle, with a backoff
+ * timer between idle and connecting, and one timeout over connecting..handshake.
  *
  * Re-entrancy: replies are dispatched with `dispatching` raised. A callback may send
  * commands (appended to the FIFO), ask for the link to be dropped (READONLY, a refused
@@ -38,8 +39,8 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
-enum phase { PH_IDLE, PH_CONNECTING, PH_TLS, PH_HANDSHAKE, PH_UP };
-enum kind { K_USER, K_HANDSHAKE, K_PING };
+enum phase { PH_IDLE, PH_RESOLVING, PH_CONNECTING, PH_TLS, PH_HANDSHAKE, PH_UP };
+enum kind { K_USER, K_HANDSHAKE, K_ROLE, K_PING };
 
 /* One sent command waiting for its reply. */
 typedef struct pending {
@@ -84,6 +85,12 @@ struct dtq_rconn {
     int64_t liveness_ms;       /* no PING reply for this long drops the link */
     int64_t ping_sent_ms;      /* monotonic; 0 = no PING outstanding */
     int unavailable;           /* dropped for READONLY/LOADING/MASTERDOWN: keep backing off */
+    /* Sentinel (rconn.h, the last section) */
+    dtq_rconn_resolver resolver;
+    int has_resolver;
+    int role_check;
+    dtq_rconn_push_fn *push_fn;
+    void *push_arg;
 };
 
 static void rconn_connect(dtq_rconn *rc);
@@ -97,34 +104,52 @@ static int url_fail(char *err, size_t errlen, const char *msg) {
     return DTQ_ERR;
 }
 
-int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof(*out));
-    out->port = 6379;
-    if (!strncmp(url, "unix://", 7)) {
-        const char *path = url + 7, *q = strchr(path, '?');
-        int64_t db;
-        if (*path != '/') return url_fail(err, errlen, "unix URL needs an absolute path");
-        out->is_unix = 1;
-        out->path = q ? dtq_xstrndup(path, (size_t)(q - path)) : dtq_xstrdup(path);
-        if (q) {
-            if (strncmp(q, "?db=", 4) || dtq_parse_int64(q + 4, 0, 100000, &db) != DTQ_OK) {
-                dtq_redis_url_deinit(out);
-                return url_fail(err, errlen, "unix URL query must be ?db=N");
-            }
-            out->db = (int)db;
+/* host[:port] or [v6]:port of len bytes into *host and *port (defport without one). */
+static int parse_hostport(const char *s, size_t len, int defport, char **host, int *port, char *err,
+                          size_t errlen) {
+    char *hostport = dtq_xstrndup(s, len), *colon;
+    *host = NULL;
+    *port = defport;
+    if (hostport[0] == '[') { /* [::1]:6379 */
+        char *close = strchr(hostport, ']');
+        if (!close || (close[1] && close[1] != ':')) {
+            free(hostport);
+            return url_fail(err, errlen, "unterminated [ in host");
         }
-        if (strlen(out->path) < 2) {
-            dtq_redis_url_deinit(out);
-            return url_fail(err, errlen, "unix URL has an empty path");
-        }
-        return DTQ_OK;
+        *close = '\0';
+        *host = dtq_xstrdup(hostport + 1);
+        colon = close[1] == ':' ? close + 1 : NULL;
+    } else {
+        colon = strrchr(hostport, ':');
+        if (colon) *colon = '\0';
+        *host = dtq_xstrdup(hostport);
     }
-    if (!strncmp(url, "rediss://", 9))
-        out->tls = 1;
-    else if (strncmp(url, "redis://", 8))
-        return url_fail(err, errlen, "URL must start with redis://, rediss:// or unix://");
-    const char *p = url + (out->tls ? 9 : 8), *at = strrchr(p, '@'), *slash;
-    if (at) {
+    if (colon) {
+        int64_t p;
+        if (dtq_parse_int64(colon + 1, 1, 65535, &p) != DTQ_OK) {
+            free(hostport);
+            free(*host);
+            *host = NULL;
+            return url_fail(err, errlen, "port must be an integer in [1, 65535]");
+        }
+        *port = (int)p;
+    }
+    free(hostport);
+    if (!**host) {
+        free(*host);
+        *host = NULL;
+        return url_fail(err, errlen, "URL has no host");
+    }
+    return DTQ_OK;
+}
+
+/* [user:password@] at the start of p (up to `end`); returns where the hosts start. */
+static const char *parse_userinfo(const char *p, const char *end, dtq_redis_url *out) {
+    const char *at = NULL;
+    for (const char *q = p; q < end; q++)
+        if (*q == '@') at = q;
+    if (!at) return p;
+    {
         const char *colon = memchr(p, ':', (size_t)(at - p));
         if (colon) {
             if (colon > p) out->user = dtq_xstrndup(p, (size_t)(colon - p));
@@ -132,49 +157,106 @@ int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t e
         } else {
             out->password = dtq_xstrndup(p, (size_t)(at - p));
         }
-        p = at + 1;
     }
-    slash = strchr(p, '/');
-    {
-        size_t hostlen = slash ? (size_t)(slash - p) : strlen(p);
-        char *hostport = dtq_xstrndup(p, hostlen), *colon;
-        if (hostport[0] == '[') { /* [::1]:6379 */
-            char *close = strchr(hostport, ']');
-            if (!close) {
-                free(hostport);
+    return at + 1;
+}
+
+static int parse_db(const char *s, dtq_redis_url *out, char *err, size_t errlen) {
+    int64_t db;
+    if (dtq_parse_int64(s, 0, 100000, &db) != DTQ_OK)
+        return url_fail(err, errlen, "database must be a non-negative integer");
+    out->db = (int)db;
+    return DTQ_OK;
+}
+
+/* After "redis-sentinel://": [user:password@]h[:p][,h[:p]...]/master_name[/db]. */
+static int parse_sentinel(const char *p, dtq_redis_url *out, char *err, size_t errlen) {
+    const char *slash, *hosts, *name, *name_end;
+    /* the master name may not hold '/', the password may: the hosts end at the first '/'
+     * after the last '@' before that name */
+    const char *first_slash = strchr(p, '/');
+    const char *at = NULL;
+    for (const char *q = p; *q; q++)
+        if (*q == '@') at = q;
+    if (at && first_slash && first_slash < at) first_slash = strchr(at, '/');
+    hosts = parse_userinfo(p, at ? at + 1 : p, out);
+    slash = first_slash;
+    if (!slash || !slash[1])
+        return url_fail(err, errlen, "sentinel URL needs /master_name after the sentinels");
+    for (const char *h = hosts; h < slash;) {
+        const char *comma = memchr(h, ',', (size_t)(slash - h));
+        const char *e = comma ? comma : slash;
+        dtq_redis_endpoint ep;
+        if (e == h) return url_fail(err, errlen, "empty sentinel address");
+        if (parse_hostport(h, (size_t)(e - h), DTQ_SENTINEL_DEFAULT_PORT, &ep.host, &ep.port, err,
+                           errlen) != DTQ_OK)
+            return DTQ_ERR;
+        out->sentinels =
+            dtq_xrealloc(out->sentinels, sizeof(*out->sentinels) * (size_t)(out->nsentinels + 1));
+        out->sentinels[out->nsentinels++] = ep;
+        h = comma ? comma + 1 : slash;
+        if (comma && h == slash) return url_fail(err, errlen, "empty sentinel address");
+    }
+    if (!out->nsentinels) return url_fail(err, errlen, "sentinel URL has no sentinel");
+    name = slash + 1;
+    name_end = strchr(name, '/');
+    if (!name_end) name_end = name + strlen(name);
+    if (name_end == name) return url_fail(err, errlen, "sentinel URL has an empty master name");
+    out->master_name = dtq_xstrndup(name, (size_t)(name_end - name));
+    if (*name_end && name_end[1] && parse_db(name_end + 1, out, err, errlen) != DTQ_OK)
+        return DTQ_ERR;
+    return DTQ_OK;
+}
+
+int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    out->port = 6379;
+    if (!strncmp(url, "unix://", 7)) {
+        const char *path = url + 7, *q = strchr(path, '?');
+        if (*path != '/') return url_fail(err, errlen, "unix URL needs an absolute path");
+        out->is_unix = 1;
+        out->path = q ? dtq_xstrndup(path, (size_t)(q - path)) : dtq_xstrdup(path);
+        if (q) {
+            if (strncmp(q, "?db=", 4) || parse_db(q + 4, out, err, errlen) != DTQ_OK) {
                 dtq_redis_url_deinit(out);
-                return url_fail(err, errlen, "unterminated [ in host");
+                return url_fail(err, errlen, "unix URL query must be ?db=N");
             }
-            *close = '\0';
-            out->host = dtq_xstrdup(hostport + 1);
-            colon = close[1] == ':' ? close + 1 : NULL;
-        } else {
-            colon = strrchr(hostport, ':');
-            if (colon) *colon = '\0';
-            out->host = dtq_xstrdup(hostport);
         }
-        if (colon) {
-            int64_t port;
-            if (dtq_parse_int64(colon + 1, 1, 65535, &port) != DTQ_OK) {
-                free(hostport);
-                dtq_redis_url_deinit(out);
-                return url_fail(err, errlen, "port must be an integer in [1, 65535]");
-            }
-            out->port = (int)port;
-        }
-        free(hostport);
-    }
-    if (!*out->host) {
-        dtq_redis_url_deinit(out);
-        return url_fail(err, errlen, "URL has no host");
-    }
-    if (slash && slash[1]) {
-        int64_t db;
-        if (dtq_parse_int64(slash + 1, 0, 100000, &db) != DTQ_OK) {
+        if (strlen(out->path) < 2) {
             dtq_redis_url_deinit(out);
-            return url_fail(err, errlen, "database must be a non-negative integer");
+            return url_fail(err, errlen, "unix URL has an empty path");
         }
-        out->db = (int)db;
+        return DTQ_OK;
+    }
+    if (!strncmp(url, "redis-sentinel://", 17) || !strncmp(url, "rediss-sentinel://", 18)) {
+        out->tls = url[5] == 's';
+        out->sentinel = 1;
+        out->port = 0;
+        if (parse_sentinel(url + (out->tls ? 18 : 17), out, err, errlen) != DTQ_OK) {
+            dtq_redis_url_deinit(out);
+            return DTQ_ERR;
+        }
+        return DTQ_OK;
+    }
+    if (!strncmp(url, "rediss://", 9))
+        out->tls = 1;
+    else if (strncmp(url, "redis://", 8))
+        return url_fail(err, errlen,
+                        "URL must start with redis://, rediss://, unix://, redis-sentinel:// or "
+                        "rediss-sentinel://");
+    {
+        const char *p = url + (out->tls ? 9 : 8), *slash;
+        p = parse_userinfo(p, p + strlen(p), out);
+        slash = strchr(p, '/');
+        if (parse_hostport(p, slash ? (size_t)(slash - p) : strlen(p), 6379, &out->host, &out->port,
+                           err, errlen) != DTQ_OK) {
+            dtq_redis_url_deinit(out);
+            return DTQ_ERR;
+        }
+        if (slash && slash[1] && parse_db(slash + 1, out, err, errlen) != DTQ_OK) {
+            dtq_redis_url_deinit(out);
+            return DTQ_ERR;
+        }
     }
     return DTQ_OK;
 }
@@ -184,6 +266,9 @@ void dtq_redis_url_deinit(dtq_redis_url *u) {
     free(u->path);
     free(u->user);
     free(u->password);
+    for (int i = 0; i < u->nsentinels; i++) free(u->sentinels[i].host);
+    free(u->sentinels);
+    free(u->master_name);
     memset(u, 0, sizeof(*u));
 }
 
@@ -193,6 +278,15 @@ static void url_copy(dtq_redis_url *dst, const dtq_redis_url *src) {
     dst->path = src->path ? dtq_xstrdup(src->path) : NULL;
     dst->user = src->user ? dtq_xstrdup(src->user) : NULL;
     dst->password = src->password ? dtq_xstrdup(src->password) : NULL;
+    dst->master_name = src->master_name ? dtq_xstrdup(src->master_name) : NULL;
+    dst->sentinels = NULL;
+    if (src->nsentinels) {
+        dst->sentinels = dtq_xcalloc((size_t)src->nsentinels, sizeof(*dst->sentinels));
+        for (int i = 0; i < src->nsentinels; i++) {
+            dst->sentinels[i].host = dtq_xstrdup(src->sentinels[i].host);
+            dst->sentinels[i].port = src->sentinels[i].port;
+        }
+    }
 }
 
 int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
@@ -208,6 +302,10 @@ int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, s
         memcpy(sun->sun_path, u->path, strlen(u->path) + 1);
         *sslen = sizeof(*sun);
         return DTQ_OK;
+    }
+    if (!u->host) {
+        snprintf(why, whylen, "connect failed: no address (a sentinel URL needs the sentinels)");
+        return DTQ_ERR;
     }
     {
         struct addrinfo hints, *res = NULL;
@@ -311,6 +409,10 @@ static int leave(dtq_rconn *rc) {
 
 /* Closes the transport; the FIFO is left to the caller. */
 static void teardown(dtq_rconn *rc) {
+    if (rc->phase == PH_RESOLVING) {
+        rc->phase = PH_IDLE;
+        if (rc->resolver.cancel) rc->resolver.cancel(rc, rc->resolver.arg);
+    }
     if (rc->connect_ev) {
         event_free(rc->connect_ev);
         rc->connect_ev = NULL;
@@ -409,6 +511,35 @@ static void handshake_reply(dtq_rconn *rc, redisReply *reply) {
     if (--rc->handshake_pending == 0) became_up(rc);
 }
 
+/* ROLE in the handshake (role_check): the first element must be "master". */
+static void role_reply(dtq_rconn *rc, redisReply *reply) {
+    const char *role;
+    if (rc->drop_why) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        handshake_reply(rc, reply);
+        return;
+    }
+    role = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+                   reply->element[0]->type == REDIS_REPLY_STRING
+               ? reply->element[0]->str
+               : "?";
+    if (strcmp(role, "master")) {
+        char why[300];
+        snprintf(why, sizeof(why), "%s:%d is not a master (ROLE: %s)", rc->url.host, rc->url.port,
+                 role);
+        request_drop(rc, why, 0);
+        return;
+    }
+    if (--rc->handshake_pending == 0) became_up(rc);
+}
+
+/* A pub/sub message (push_fn set): ["message", channel, payload] or the pmessage form. */
+static int is_message(const redisReply *r) {
+    return r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+           r->element[0]->type == REDIS_REPLY_STRING &&
+           (!strcmp(r->element[0]->str, "message") || !strcmp(r->element[0]->str, "pmessage"));
+}
+
 /* A demoted primary (READONLY), a server loading its data (LOADING) or a replica without
  * its primary (MASTERDOWN) cannot serve dtq: that is a connection failure, not an error of
  * the command, so the link is dropped (pending callbacks see NULL, as on any loss) and
@@ -446,6 +577,11 @@ static int process_input(dtq_rconn *rc) {
             break;
         }
         if (!r) break;
+        if (rc->push_fn && is_message(r)) {
+            rc->push_fn(rc, r, rc->push_arg);
+            freeReplyObject(r);
+            continue;
+        }
         if (!rc->q.len) {
             freeReplyObject(r);
             request_drop(rc, "a reply to no command", 0);
@@ -456,6 +592,8 @@ static int process_input(dtq_rconn *rc) {
             rc->ping_sent_ms = 0;
         else if (p.kind == K_HANDSHAKE)
             handshake_reply(rc, r);
+        else if (p.kind == K_ROLE)
+            role_reply(rc, r);
         else
             user_reply(rc, &p, r);
         freeReplyObject(r);
@@ -477,6 +615,10 @@ static void start_handshake(dtq_rconn *rc) {
         int argc = rc->url.user ? 3 : 2;
         if (send_argv(rc, K_HANDSHAKE, NULL, NULL, argc, argv, NULL) == DTQ_OK)
             rc->handshake_pending++;
+    }
+    if (rc->role_check) {
+        const char *argv[1] = {"ROLE"};
+        if (send_argv(rc, K_ROLE, NULL, NULL, 1, argv, NULL) == DTQ_OK) rc->handshake_pending++;
     }
     if (rc->url.db) {
         char db[16];
@@ -595,23 +737,13 @@ static void connect_cb(evutil_socket_t fd, short what, void *arg) {
     connected(rc);
 }
 
-static void rconn_connect(dtq_rconn *rc) {
+/* The address is known (the URL's, or the resolver's answer): connect to it. */
+static void connect_address(dtq_rconn *rc) {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
     struct timeval tv;
     char why[300];
     int fd, one = 1;
-    if (rc->stopping || rc->phase != PH_IDLE) return;
-    if (rc->url.tls && !rc->tls) {
-        dtq_tls_conf conf = {NULL, NULL, NULL, NULL, 1};
-        char err[256];
-        rc->tls = dtq_tls_new(&conf, err, sizeof(err));
-        if (!rc->tls) {
-            snprintf(why, sizeof(why), "TLS setup failed: %s", err);
-            link_down(rc, why, 1);
-            return;
-        }
-    }
     if (dtq_redis_url_address(&rc->url, &ss, &sslen, why, sizeof(why)) != DTQ_OK) {
         link_down(rc, why, 0);
         return;
@@ -640,6 +772,76 @@ static void rconn_connect(dtq_rconn *rc) {
     }
     rc->connect_ev = event_new(rc->base, fd, EV_WRITE, connect_cb, rc);
     event_add(rc->connect_ev, NULL);
+}
+
+static void rconn_connect(dtq_rconn *rc) {
+    if (rc->stopping || rc->phase != PH_IDLE) return;
+    if (rc->url.tls && !rc->tls) {
+        dtq_tls_conf conf = {NULL, NULL, NULL, NULL, 1};
+        char err[256], why[300];
+        rc->tls = dtq_tls_new(&conf, err, sizeof(err));
+        if (!rc->tls) {
+            snprintf(why, sizeof(why), "TLS setup failed: %s", err);
+            link_down(rc, why, 1);
+            return;
+        }
+    }
+    if (rc->has_resolver) {
+        /* the answer may come from inside resolve(): nothing of rc is used after it */
+        rc->phase = PH_RESOLVING;
+        rc->resolver.resolve(rc, rc->resolver.arg);
+        return;
+    }
+    connect_address(rc);
+}
+
+void dtq_rconn_resolved(dtq_rconn *rc, const char *host, int port, const char *why) {
+    if (rc->phase != PH_RESOLVING || rc->stopping) return;
+    rc->phase = PH_IDLE;
+    if (!host) {
+        set_down(rc, why ? why : "no address", 0, 0);
+        return;
+    }
+    free(rc->url.host);
+    rc->url.host = dtq_xstrdup(host);
+    rc->url.port = port;
+    connect_address(rc);
+}
+
+void dtq_rconn_set_resolver(dtq_rconn *rc, const dtq_rconn_resolver *r) {
+    rc->has_resolver = r != NULL;
+    if (r) rc->resolver = *r;
+}
+
+void dtq_rconn_set_role_check(dtq_rconn *rc, int on) {
+    rc->role_check = on;
+}
+
+void dtq_rconn_set_push_handler(dtq_rconn *rc, dtq_rconn_push_fn *fn, void *arg) {
+    rc->push_fn = fn;
+    rc->push_arg = arg;
+}
+
+void dtq_rconn_drop(dtq_rconn *rc, const char *why) {
+    if (!rc || rc->stopping) return;
+    rc->backoff_ms = 0;
+    rc->unavailable = 0;
+    if (rc->phase == PH_IDLE) { /* waiting to reconnect: soon */
+        if (evtimer_pending(rc->retry_ev, NULL)) {
+            evtimer_del(rc->retry_ev);
+            schedule_retry(rc);
+        }
+        return;
+    }
+    request_drop(rc, why, 0); /* logged by set_down, with why */
+}
+
+int dtq_rconn_is_connecting(const dtq_rconn *rc) {
+    return rc && !rc->stopping && rc->phase != PH_IDLE && rc->phase != PH_UP;
+}
+
+const char *dtq_rconn_name(const dtq_rconn *rc) {
+    return rc->name;
 }
 
 /* hiredis 0.14 cannot time out a command, so a Redis that stops answering (hung, or a

@@ -16,19 +16,35 @@
 
 struct event_base;
 
+/* One host:port of a sentinel list. */
+typedef struct dtq_redis_endpoint {
+    char *host;
+    int port;
+} dtq_redis_endpoint;
+
 typedef struct dtq_redis_url {
     int is_unix;
-    int tls;    /* rediss:// */
-    char *host; /* tcp host */
+    int tls;    /* rediss://, rediss-sentinel:// */
+    char *host; /* tcp host; NULL for a sentinel URL (the sentinels say where) */
     int port;
     char *path; /* unix socket path */
-    char *user; /* ACL user, NULL for the default user */
+    char *user; /* ACL user, NULL for the default user (of the data nodes) */
     char *password;
     int db;
+    /* redis-sentinel:// and rediss-sentinel:// */
+    int sentinel;
+    dtq_redis_endpoint *sentinels; /* in the URL's order */
+    int nsentinels;
+    char *master_name;
 } dtq_redis_url;
 
-/* Parses redis://[user:password@]host[:port][/db], the same with rediss:// (TLS), or
- * unix:///path.sock[?db=N]. */
+#define DTQ_SENTINEL_DEFAULT_PORT 26379
+
+/* Parses redis://[user:password@]host[:port][/db], the same with rediss:// (TLS),
+ * unix:///path.sock[?db=N], or
+ * redis-sentinel://[user:password@]host[:port][,host[:port]...]/master_name[/db] (the
+ * sentinels' addresses, port 26379 unless given; user and password are the data nodes'),
+ * the same with rediss-sentinel:// (TLS to the sentinels and the data nodes). */
 int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen);
 void dtq_redis_url_deinit(dtq_redis_url *u);
 /* The socket address of a URL: the unix path, or the host resolved like hiredis does
@@ -68,5 +84,35 @@ void dtq_rconn_serving(dtq_rconn *rc);
  * Called from one of this connection's callbacks, it takes effect when that callback
  * returns (the remaining callbacks then run with NULL). */
 void dtq_rconn_free(dtq_rconn *rc);
+
+/* ---- for Sentinel (sentinel.h): all optional; without them nothing above changes. */
+
+/* An address resolver: asked for host:port before each connect (the connect timeout
+ * starts after its answer). resolve() answers, now or later, with dtq_rconn_resolved();
+ * cancel() is called instead when the connection stops waiting (freed or dropped). */
+typedef struct dtq_rconn_resolver {
+    void (*resolve)(dtq_rconn *rc, void *arg);
+    void (*cancel)(dtq_rconn *rc, void *arg);
+    void *arg;
+} dtq_rconn_resolver;
+/* Call before start; NULL removes it. */
+void dtq_rconn_set_resolver(dtq_rconn *rc, const dtq_rconn_resolver *r);
+/* The resolver's answer: host NULL = no address (`why`), then the usual backoff. Ignored
+ * when rc does not wait for one. */
+void dtq_rconn_resolved(dtq_rconn *rc, const char *host, int port, const char *why);
+/* on: the handshake also sends ROLE and refuses a server that is not a master (a failed
+ * connect: backoff, and the resolver is asked again). */
+void dtq_rconn_set_role_check(dtq_rconn *rc, int on);
+/* Pub/sub: a reply that is a message (["message", channel, payload] or "pmessage") goes
+ * to fn instead of answering a command; borrowed for the call. */
+typedef void dtq_rconn_push_fn(dtq_rconn *rc, const redisReply *msg, void *arg);
+void dtq_rconn_set_push_handler(dtq_rconn *rc, dtq_rconn_push_fn *fn, void *arg);
+/* Drops the link (pending callbacks see NULL, the state callback up=0 if it was up) and
+ * reconnects soon, from the minimum backoff (resolving again); one waiting to reconnect
+ * does so soon. Why is logged. From a callback of rc it takes effect when that returns. */
+void dtq_rconn_drop(dtq_rconn *rc, const char *why);
+/* 1 while a connect is under way (resolving, connecting, TLS or handshake). */
+int dtq_rconn_is_connecting(const dtq_rconn *rc);
+const char *dtq_rconn_name(const dtq_rconn *rc);
 
 #endif

@@ -23,6 +23,7 @@
 #include "scheduler.h"
 #include "scripts.h"
 #include "sdnotify.h"
+#include "sentinel.h"
 #include "tls.h"
 #include "util.h"
 
@@ -51,6 +52,7 @@ struct dtq_worker {
     dtq_scheduler *scheduler;
     dtq_heartbeat *heartbeat;
     dtq_http *http;
+    dtq_sentinel *sentinel; /* redis-sentinel:// */
     struct event *sig_term, *sig_int, *sig_hup, *sig_pipe, *sig_chld;
     struct event *drain_timer, *hard_stop_timer, *watchdog_timer, *setup_retry_timer;
     int exit_code;
@@ -474,7 +476,9 @@ static void reload(dtq_worker *w) {
         strcmp(cfg->tls_cert_file, ctx->cfg->tls_cert_file) ||
         strcmp(cfg->tls_key_file, ctx->cfg->tls_key_file) ||
         strcmp(cfg->tls_server_name, ctx->cfg->tls_server_name) ||
-        cfg->tls_verify != ctx->cfg->tls_verify)
+        cfg->tls_verify != ctx->cfg->tls_verify ||
+        strcmp(cfg->sentinel_user, ctx->cfg->sentinel_user) ||
+        strcmp(cfg->sentinel_password, ctx->cfg->sentinel_password))
         dtq_warn("SIGHUP: [redis] changes take effect only after a restart");
     if (strcmp(cfg->http_listen, ctx->cfg->http_listen))
         dtq_warn("SIGHUP: [http] listen changes take effect only after a restart (still %s)",
@@ -488,10 +492,11 @@ static void reload(dtq_worker *w) {
     cfg->ns = dtq_xstrdup(ctx->cfg->ns);
     cfg->cluster_hash_tag = ctx->cfg->cluster_hash_tag;
     {
-        char **mine[] = {&cfg->tls_ca_file, &cfg->tls_cert_file, &cfg->tls_key_file,
-                         &cfg->tls_server_name};
-        const char *old[] = {ctx->cfg->tls_ca_file, ctx->cfg->tls_cert_file, ctx->cfg->tls_key_file,
-                             ctx->cfg->tls_server_name};
+        char **mine[] = {&cfg->tls_ca_file,     &cfg->tls_cert_file, &cfg->tls_key_file,
+                         &cfg->tls_server_name, &cfg->sentinel_user, &cfg->sentinel_password};
+        const char *old[] = {ctx->cfg->tls_ca_file,   ctx->cfg->tls_cert_file,
+                             ctx->cfg->tls_key_file,  ctx->cfg->tls_server_name,
+                             ctx->cfg->sentinel_user, ctx->cfg->sentinel_password};
         for (size_t i = 0; i < sizeof(mine) / sizeof(mine[0]); i++) {
             free(*mine[i]);
             *mine[i] = dtq_xstrdup(old[i]);
@@ -577,8 +582,11 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
                      "verified; anyone on the path can impersonate it and read the tasks");
     } else if (*cfg->tls_ca_file || *cfg->tls_cert_file || *cfg->tls_server_name ||
                !cfg->tls_verify) {
-        dtq_warn("[redis] tls_* settings are ignored: the url is not rediss://");
+        dtq_warn("[redis] tls_* settings are ignored: the url is not rediss:// or "
+                 "rediss-sentinel://");
     }
+    if (!url.sentinel && (*cfg->sentinel_user || *cfg->sentinel_password))
+        dtq_warn("[redis] sentinel_* settings are ignored: the url is not redis-sentinel://");
     base = event_base_new();
     if (!base) abort();
     w = dtq_xcalloc(1, sizeof(*w));
@@ -590,6 +598,12 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     dtq_rconn_set_liveness(ctx->blk, cfg->liveness_timeout_ms);
     dtq_rconn_set_tls(ctx->cmd, tls);
     dtq_rconn_set_tls(ctx->blk, tls);
+    if (url.sentinel) {
+        w->sentinel = dtq_sentinel_new(base, &url, cfg->sentinel_user, cfg->sentinel_password, tls,
+                                       cfg->connect_timeout_ms);
+        dtq_sentinel_attach(w->sentinel, ctx->cmd);
+        dtq_sentinel_attach(w->sentinel, ctx->blk);
+    }
     dtq_tls_unref(tls);
     dtq_redis_url_deinit(&url);
     ctx->hooks.slots_freed = on_slots_freed;
@@ -631,6 +645,7 @@ int dtq_worker_run(dtq_worker *w) {
     dtq_info("dtq-worker %s starting as %s (pid %d)", DTQ_VERSION, w->ctx->cfg->worker_id,
              (int)getpid());
     dtq_sdnotify("STATUS=connecting to redis");
+    if (w->sentinel) dtq_sentinel_start(w->sentinel);
     dtq_rconn_start(w->ctx->cmd);
     dtq_rconn_start(w->ctx->blk);
     event_base_dispatch(w->ctx->base);
@@ -651,6 +666,7 @@ void dtq_worker_free(dtq_worker *w) {
     dtq_rconn_free(w->ctx->blk);
     dtq_rconn_free(w->ctx->cmd);
     w->ctx->blk = w->ctx->cmd = NULL;
+    dtq_sentinel_free(w->sentinel); /* after the connections it answers */
     dtq_http_free(w->http);
     dtq_heartbeat_free(w->heartbeat);
     dtq_scheduler_free(w->scheduler);

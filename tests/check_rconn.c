@@ -1,4 +1,5 @@
-/* check_rconn.c: rconn.c: parsing of redis://, rediss:// and unix:// URLs. */
+/* check_rconn.c: rconn.c: parsing of redis://, rediss://, unix://, redis-sentinel:// and
+ * rediss-sentinel:// URLs. */
 #include <check.h>
 #include <string.h>
 
@@ -82,6 +83,68 @@ START_TEST(test_url_unix) {
 }
 END_TEST
 
+START_TEST(test_url_sentinel) {
+    dtq_redis_url u;
+    char err[128];
+    ck_assert_int_eq(
+        dtq_redis_url_parse("redis-sentinel://127.0.0.1:26380,s2.example,[::1]:26390/m", &u, err,
+                            sizeof(err)),
+        0);
+    ck_assert(u.sentinel);
+    ck_assert(!u.tls);
+    ck_assert(!u.is_unix);
+    ck_assert_ptr_null(u.host);
+    ck_assert_int_eq(u.nsentinels, 3);
+    ck_assert_str_eq(u.sentinels[0].host, "127.0.0.1");
+    ck_assert_int_eq(u.sentinels[0].port, 26380);
+    ck_assert_str_eq(u.sentinels[1].host, "s2.example");
+    ck_assert_int_eq(u.sentinels[1].port, 26379);
+    ck_assert_str_eq(u.sentinels[2].host, "::1");
+    ck_assert_int_eq(u.sentinels[2].port, 26390);
+    ck_assert_str_eq(u.master_name, "m");
+    ck_assert_int_eq(u.db, 0);
+    ck_assert_ptr_null(u.password);
+    {
+        dtq_redis_url copy;
+        /* the parser is the only constructor; a round trip through deinit must be clean */
+        ck_assert_int_eq(dtq_redis_url_parse("redis-sentinel://h:1/m", &copy, err, sizeof(err)), 0);
+        dtq_redis_url_deinit(&copy);
+    }
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("rediss-sentinel://alice:p/w@d@h1:5000/mymaster/3", &u,
+                                         err, sizeof(err)),
+                     0);
+    ck_assert(u.sentinel);
+    ck_assert(u.tls);
+    ck_assert_str_eq(u.user, "alice");
+    ck_assert_str_eq(u.password, "p/w@d");
+    ck_assert_int_eq(u.nsentinels, 1);
+    ck_assert_str_eq(u.sentinels[0].host, "h1");
+    ck_assert_int_eq(u.sentinels[0].port, 5000);
+    ck_assert_str_eq(u.master_name, "mymaster");
+    ck_assert_int_eq(u.db, 3);
+    dtq_redis_url_deinit(&u);
+
+    ck_assert_int_eq(dtq_redis_url_parse("redis-sentinel://:pw@h1/m/", &u, err, sizeof(err)), 0);
+    ck_assert_ptr_null(u.user);
+    ck_assert_str_eq(u.password, "pw");
+    ck_assert_str_eq(u.master_name, "m");
+    dtq_redis_url_deinit(&u);
+    {
+        const char *bad[] = {"redis-sentinel://h1:26379", "redis-sentinel://h1:26379/",
+                             "redis-sentinel:///m",       "redis-sentinel://h1,,h2/m",
+                             "redis-sentinel://h1,/m",    "redis-sentinel://h1:0/m",
+                             "redis-sentinel://h1/m/x",   "redis-sentinel://[::1/m",
+                             "rediss-sentinel://",        NULL};
+        for (const char **b = bad; *b; b++) {
+            ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
+            ck_assert(strlen(err) > 0);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_url_errors) {
     dtq_redis_url u;
     char err[128];
@@ -109,6 +172,7 @@ int main(void) {
     tcase_add_test(tc, test_url_tcp);
     tcase_add_test(tc, test_url_tls);
     tcase_add_test(tc, test_url_unix);
+    tcase_add_test(tc, test_url_sentinel);
     tcase_add_test(tc, test_url_errors);
     suite_add_tcase(s, tc);
     return th_run_suite(s);

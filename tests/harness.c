@@ -22,7 +22,7 @@
 
 static pid_t children[MAX_CHILDREN];
 static int nchildren;
-static char cleanup_dirs[4][256];
+static char cleanup_dirs[8][256];
 static int ndirs;
 static int hooked;
 
@@ -34,7 +34,7 @@ static void cleanup(void) {
         }
     for (int i = 0; i < ndirs; i++) {
         char cmd[1100];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", cleanup_dirs[i]);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%.255s'", cleanup_dirs[i]);
         if (system(cmd) != 0) { /* best effort */
         }
     }
@@ -71,7 +71,7 @@ int64_t th_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static pid_t spawn(char *const argv[], const char *log_path) {
+pid_t th_spawn(char *const argv[], const char *log_path) {
     pid_t pid = fork();
     ck_assert_msg(pid >= 0, "fork failed");
     if (pid == 0) {
@@ -127,7 +127,7 @@ static void redis_spawn(th_redis *r) {
         argv[argc++] = tok;
     argv[argc] = NULL;
     snprintf(log, sizeof(log), "%s/redis.log", r->dir);
-    r->pid = spawn(argv, log);
+    r->pid = th_spawn(argv, log);
     for (int i = 0, moves = 0; i < 200; i++) {
         /* A server that exited at once could not listen on its TCP port (another process
          * holds it, e.g. as the local port of a connection): try another one. */
@@ -136,7 +136,7 @@ static void redis_spawn(th_redis *r) {
             r->port = 30000 + (r->port - 30000 + 997) % 20000;
             snprintf(port, sizeof(port), "%d", r->port);
             snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
-            r->pid = spawn(argv, log);
+            r->pid = th_spawn(argv, log);
             moves++;
         }
         c = redisConnectUnix(r->sock);
@@ -163,7 +163,7 @@ void th_redis_start(th_redis *r, int persist) {
                      REDIS_SERVER_BIN);
     snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
     ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
-    if (ndirs < 4) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    if (ndirs < 8) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
     snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
     snprintf(r->url, sizeof(r->url), "unix://%s", r->sock);
     r->persist = persist;
@@ -175,13 +175,41 @@ void th_redis_start_tcp(th_redis *r, const char *extra, const char *password) {
     snprintf(harness_password, sizeof(harness_password), "%s", password ? password : "");
     snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
     ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
-    if (ndirs < 4) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    if (ndirs < 8) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
     snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
     snprintf(r->extra, sizeof(r->extra), "%s", extra ? extra : "");
     /* a port from the pid spreads parallel test processes; redis fails fast if taken */
     r->port = 30000 + (int)(getpid() % 20000);
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     redis_spawn(r);
+}
+
+void th_redis_start_port(th_redis *r, int port, const char *extra) {
+    memset(r, 0, sizeof(*r));
+    harness_password[0] = '\0';
+    snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
+    ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
+    if (ndirs < 8) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    snprintf(r->extra, sizeof(r->extra), "%s", extra ? extra : "");
+    r->port = port;
+    snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+    redis_spawn(r);
+}
+
+void th_stop_child(pid_t pid, int sig) {
+    int64_t end = th_now_ms() + 10000;
+    if (pid <= 0) return;
+    kill(pid, sig);
+    while (waitpid(pid, NULL, WNOHANG) == 0) {
+        if (th_now_ms() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            break;
+        }
+        th_sleep_ms(20);
+    }
+    untrack(pid);
 }
 
 void th_redis_stop(th_redis *r) {
@@ -244,13 +272,13 @@ void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini) {
     ck_assert(f != NULL);
     fprintf(f, "[redis]\nurl = %s\n%s\n", r->url, ini);
     fclose(f);
-    d->pid = spawn(argv, d->log);
+    d->pid = th_spawn(argv, d->log);
 }
 
 void th_process_start(th_daemon *d, char *const argv[], const char *log) {
     snprintf(d->log, sizeof(d->log), "%s", log);
     d->cfg[0] = '\0';
-    d->pid = spawn(argv, d->log);
+    d->pid = th_spawn(argv, d->log);
 }
 
 void th_daemon_wait_ready(redisContext *c, const char *worker_id, int timeout_ms) {

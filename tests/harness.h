@@ -31,6 +31,15 @@ void th_redis_start(th_redis *r, int persist);
 /* Like th_redis_start, also on a free TCP port of 127.0.0.1, with extra server arguments
  * (e.g. "--requirepass x"); the harness's own connections authenticate with `password`. */
 void th_redis_start_tcp(th_redis *r, const char *extra, const char *password);
+/* Like th_redis_start_tcp, on the given port of 127.0.0.1 and without a password (tests
+ * that run several servers pick their ports). */
+void th_redis_start_port(th_redis *r, int port, const char *extra);
+/* Runs argv (argv[0] found on PATH or a path) as a tracked child (stopped at exit, like
+ * the servers and daemons), its stdout and stderr appended to log_path. */
+pid_t th_spawn(char *const argv[], const char *log_path);
+/* Sends sig to a child from th_spawn, waits for it (up to 10 s, then SIGKILL) and stops
+ * tracking it. */
+void th_stop_child(pid_t pid, int sig);
 /* Restarts on the same socket and data dir (stop, then start). */
 void th_redis_stop(th_redis *r);
 void th_redis_restart(th_redis *r);

@@ -3,7 +3,7 @@
 
 # What building and running need; scripts/test adds its tools (valgrind, clang-format).
 DTQ_PACKAGES="build-essential cmake pkg-config libhiredis-dev libevent-dev libcjson-dev uuid-dev
-libinih-dev libssl-dev openssl check redis-server redis-tools"
+libinih-dev libssl-dev openssl check redis-server redis-tools redis-sentinel"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -21,10 +21,15 @@ ensure_deps() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    # Installing the package starts a system redis-server; the scripts use private ones
-    # only, so stop the one we caused (never one that was there before).
+    # Installing the packages starts a system redis-server and redis-sentinel; the scripts
+    # use private ones only, so stop those we caused (never one that was there before).
     case " ${missing[*]} " in
         *" redis-server "*) systemctl disable --now redis-server >/dev/null 2>&1 || true;;
+    esac
+    case " ${missing[*]} " in
+        *" redis-sentinel "*)
+            { systemctl disable --now redis-sentinel || service redis-sentinel stop; } \
+                >/dev/null 2>&1 || true;;
     esac
 }
 
