@@ -29,112 +29,11 @@ extern const size_t dtq_web_style_css_len;
 
 #define MAX_SEGMENTS 6
 
-/* ----------------------------------------------------------------- answers */
-
-static const char *method_name(enum evhttp_cmd_type m) {
-    switch (m) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-    }
-    return "?";
-}
-
-static void common_headers(struct evhttp_request *req, const char *content_type) {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", content_type);
-    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
-    evhttp_add_header(h, "Referrer-Policy", "no-referrer");
-    evhttp_add_header(h, "X-Frame-Options", "DENY");
-}
-
-static void send_buffer(struct evhttp_request *req, int code, const char *body, size_t len) {
-    struct evbuffer *buf = evbuffer_new();
-    if (!buf) abort();
-    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
-        /* 2.1's evhttp would send the body of a HEAD answer: the length only */
-        char n[32];
-        snprintf(n, sizeof(n), "%zu", len);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", n);
-    } else {
-        evbuffer_add(buf, body, len);
-    }
-    if (dtq_log_enabled(DTQ_LOG_DEBUG)) {
-        char *uri = dtq_log_escape(evhttp_request_get_uri(req));
-        dtq_debug("web: %s %s -> %d", method_name(evhttp_request_get_command(req)), uri, code);
-        free(uri);
-    }
-    evhttp_send_reply(req, code, NULL, buf);
-    evbuffer_free(buf);
-}
-
-void dtq_web_reply_json(struct evhttp_request *req, int code, cJSON *body) {
-    char *text = cJSON_PrintUnformatted(body);
-    if (!text) abort();
-    cJSON_Delete(body);
-    common_headers(req, "application/json; charset=utf-8");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
-    send_buffer(req, code, text, strlen(text));
-    free(text);
-}
-
-void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error, const char *fmt,
-                         ...) {
-    cJSON *o = cJSON_CreateObject();
-    char *msg = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&msg, fmt, ap) < 0) abort();
-    va_end(ap);
-    cJSON_AddStringToObject(o, "error", error);
-    cJSON_AddStringToObject(o, "message", msg);
-    free(msg);
-    dtq_web_reply_json(req, code, o);
-}
-
-int dtq_web_function_error(const char *err, const char **error_word) {
-    static const struct {
-        const char *prefix;
-        int code;
-        const char *word;
-    } map[] = {{"NOT_FOUND", 404, "not_found"},
-               {"WRONG_STATE", 409, "wrong_state"},
-               {"INVALID_ARGUMENT", 400, "bad_request"},
-               {"ERR Function not found", 503, "functions_not_loaded"},
-               {"NOPERM", 403, "redis_permission"}};
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        size_t n = strlen(map[i].prefix);
-        if (!strncmp(err, map[i].prefix, n) && (err[n] == ' ' || err[n] == '\0')) {
-            *error_word = map[i].word;
-            return map[i].code;
-        }
-    }
-    *error_word = "redis_error";
-    return 502;
-}
-
-char *dtq_web_key(const dtq_web *w, const char *fmt, ...) {
-    va_list ap;
-    char *suffix = NULL, *key;
-    va_start(ap, fmt);
-    if (vasprintf(&suffix, fmt, ap) < 0) abort();
-    va_end(ap);
-    key = dtq_key(w->prefix, "%s", suffix);
-    free(suffix);
-    return key;
-}
-
 /* ----------------------------------------------------------------- static files */
 
 static void serve_static(struct evhttp_request *req, const char *type, const unsigned char *data,
                          size_t len, int is_page) {
-    common_headers(req, type);
+    dtq_web_common_headers(req, type);
     /* the files change with the binary only; revalidation is cheap on loopback */
     evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-cache");
     if (is_page)
@@ -142,7 +41,7 @@ static void serve_static(struct evhttp_request *req, const char *type, const uns
                           "default-src 'none'; script-src 'self'; style-src 'self'; "
                           "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
                           "form-action 'none'; frame-ancestors 'none'");
-    send_buffer(req, 200, (const char *)data, len);
+    dtq_web_send(req, 200, (const char *)data, len);
 }
 
 /* ----------------------------------------------------------------- routing */
@@ -296,7 +195,7 @@ static void dispatch(dtq_web *w, struct evhttp_request *req, char **seg, int n) 
         evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
                           allow_get ? (allow_post ? "GET, HEAD, POST" : "GET, HEAD") : "POST");
         dtq_web_reply_error(req, 405, "method_not_allowed", "%s is not allowed here; use %s",
-                            method_name(m), allow_get ? "GET" : "POST");
+                            dtq_web_method_name(m), allow_get ? "GET" : "POST");
         return;
     }
     {
@@ -340,7 +239,7 @@ static void request_cb(struct evhttp_request *req, void *arg) {
         if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
             dtq_web_reply_error(req, 405, "method_not_allowed", "%s is not allowed here; use GET",
-                                method_name(m));
+                                dtq_web_method_name(m));
         } else if (!*file || !strcmp(file, "index.html")) {
             serve_static(req, "text/html; charset=utf-8", dtq_web_index_html,
                          dtq_web_index_html_len, 1);

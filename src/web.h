@@ -1,63 +1,10 @@
-/* web.h: dtq-web, the operator's dashboard: one evhttp server on the event loop that
- * serves the page (web/, embedded at build time) and the JSON API behind it, over one
- * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects).
- *
- * This module owns the server: listening, routing (method and path to a handler of
- * web_api.c or web_events.c, 404 and 405 answered here), the bearer-token gate of every
- * write (web_auth.h), request bodies, the answer helpers, the static files and the
- * sampling timer. Reads never write; writes are the admin Functions, nothing else.
- *
- * struct dtq_web is what the handlers share, like ctx.h for the daemon. */
+/* web.h: dtq-web's server lifecycle (web.c): listening, routing to the handlers of
+ * web_api.c and web_events.c, the write gate, static files, the sampling timer. What the
+ * handlers share with it is in web_core.h, below both. */
 #ifndef DTQ_WEB_H
 #define DTQ_WEB_H
 
-#include <cjson/cJSON.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "config.h"
-#include "rconn.h"
-#include "web_auth.h"
-#include "web_history.h"
-
-struct event_base;
-struct event;
-struct evhttp;
-struct evhttp_request;
-struct evhttp_bound_socket;
-struct dtq_tls;
-struct dtq_web_events;
-
-#define DTQ_WEB_MAX_BODY 65536      /* bytes of a request body; more is 413 */
-#define DTQ_WEB_MAX_HEADERS 16384   /* bytes of request headers; more is 400 */
-#define DTQ_WEB_TIMEOUT_S 30        /* evhttp's per-connection read/write timeout */
-#define DTQ_WEB_HISTORY_SAMPLES 720 /* samples kept: an hour at the default 5 s */
-#define DTQ_WEB_ACTOR_READONLY NULL
-
-/* Function names "<ns>_<name>" of the admin calls. */
-typedef struct dtq_web_functions {
-    char *requeue, *requeue_dlq, *discard, *purge_dlq, *cancel, *pause, *resume, *stats;
-} dtq_web_functions;
-
-typedef struct dtq_web {
-    struct event_base *base;
-    dtq_config *cfg; /* owned: [redis], [web], [log] are used */
-    char *prefix;    /* key prefix: ns or {ns} */
-    dtq_web_functions fn;
-    dtq_rconn *redis;    /* every read and write of the API and the sampler */
-    int redis_up;        /* connected, authenticated, on the right db */
-    struct dtq_tls *tls; /* rediss:// settings, shared with the events connection */
-    dtq_redis_url url;
-    dtq_web_tokens *tokens; /* owned; NULL: read-only, every write is refused */
-    struct evhttp *http;
-    struct evhttp_bound_socket *bound;
-    char *listen; /* as bound, for logs and /api/info */
-    dtq_web_history *history;
-    struct event *sample_ev; /* every [web] sample_interval_s */
-    int sampling;            /* a sample is in flight: the next tick skips */
-    struct dtq_web_events *events;
-    int64_t started_ms;
-} dtq_web;
+#include "web_core.h"
 
 /* Takes ownership of cfg and tokens (NULL: read-only); connects to Redis and binds
  * [web] listen. NULL with the reason in err when the address cannot be bound or the TLS
@@ -68,20 +15,5 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
 void dtq_web_set_tokens(dtq_web *w, dtq_web_tokens *tokens);
 /* Closes the listener, the event streams and the connections. NULL-safe. */
 void dtq_web_free(dtq_web *w);
-
-/* "<prefix>:<suffix>", caller-owned. */
-char *dtq_web_key(const dtq_web *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* ------------------------------------------------------------- answers (web_api, events) */
-
-/* Answers with the JSON of body (taken and freed) and the API's headers. */
-void dtq_web_reply_json(struct evhttp_request *req, int code, cJSON *body);
-/* Answers {"error": error, "message": <fmt...>} with code. */
-void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error, const char *fmt,
-                         ...) __attribute__((format(printf, 4, 5)));
-/* The HTTP status and error word for an error reply of an admin Function (its first word:
- * NOT_FOUND 404, WRONG_STATE 409, INVALID_ARGUMENT 400, a missing Function 503, others
- * 502). */
-int dtq_web_function_error(const char *err, const char **error_word);
 
 #endif

@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "web.h"
+#include "web_core.h"
 
 struct evhttp_request;
 struct evkeyvalq;

@@ -7,7 +7,7 @@
 #ifndef DTQ_WEB_EVENTS_H
 #define DTQ_WEB_EVENTS_H
 
-#include "web.h"
+#include "web_core.h"
 
 struct evhttp_request;
 struct evkeyvalq;

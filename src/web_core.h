@@ -1,0 +1,86 @@
+/* web_core.h: what dtq-web's server (web.c) and its handlers (web_api.c, web_events.c)
+ * share, below all three: struct dtq_web, key names and the answer helpers (web_core.c).
+ *
+ * dtq-web, the operator's dashboard: one evhttp server on the event loop that
+ * serves the page (web/, embedded at build time) and the JSON API behind it, over one
+ * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects).
+ *
+ * This module owns the server: listening, routing (method and path to a handler of
+ * web_api.c or web_events.c, 404 and 405 answered here), the bearer-token gate of every
+ * write (web_auth.h), request bodies, the answer helpers, the static files and the
+ * sampling timer. Reads never write; writes are the admin Functions, nothing else.
+ *
+ * struct dtq_web is what the handlers share, like ctx.h for the daemon. */
+#ifndef DTQ_WEB_CORE_H
+#define DTQ_WEB_CORE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "rconn.h"
+#include "web_auth.h"
+#include "web_history.h"
+
+struct event_base;
+struct event;
+struct evhttp;
+struct evhttp_request;
+struct evhttp_bound_socket;
+struct dtq_tls;
+struct dtq_web_events;
+
+#define DTQ_WEB_MAX_BODY 65536      /* bytes of a request body; more is 413 */
+#define DTQ_WEB_MAX_HEADERS 16384   /* bytes of request headers; more is 400 */
+#define DTQ_WEB_TIMEOUT_S 30        /* evhttp's per-connection read/write timeout */
+#define DTQ_WEB_HISTORY_SAMPLES 720 /* samples kept: an hour at the default 5 s */
+#define DTQ_WEB_ACTOR_READONLY NULL
+
+/* Function names "<ns>_<name>" of the admin calls. */
+typedef struct dtq_web_functions {
+    char *requeue, *requeue_dlq, *discard, *purge_dlq, *cancel, *pause, *resume, *stats;
+} dtq_web_functions;
+
+typedef struct dtq_web {
+    struct event_base *base;
+    dtq_config *cfg; /* owned: [redis], [web], [log] are used */
+    char *prefix;    /* key prefix: ns or {ns} */
+    dtq_web_functions fn;
+    dtq_rconn *redis;    /* every read and write of the API and the sampler */
+    int redis_up;        /* connected, authenticated, on the right db */
+    struct dtq_tls *tls; /* rediss:// settings, shared with the events connection */
+    dtq_redis_url url;
+    dtq_web_tokens *tokens; /* owned; NULL: read-only, every write is refused */
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    char *listen; /* as bound, for logs and /api/info */
+    dtq_web_history *history;
+    struct event *sample_ev; /* every [web] sample_interval_s */
+    int sampling;            /* a sample is in flight: the next tick skips */
+    struct dtq_web_events *events;
+    int64_t started_ms;
+} dtq_web;
+
+/* "<prefix>:<suffix>", caller-owned. */
+char *dtq_web_key(const dtq_web *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------- answers (web_api, events) */
+
+/* Answers with the JSON of body (taken and freed) and the API's headers. */
+void dtq_web_reply_json(struct evhttp_request *req, int code, cJSON *body);
+/* The API's and the page's common headers, and an answer with a body (HEAD: its length
+ * only). */
+void dtq_web_common_headers(struct evhttp_request *req, const char *content_type);
+/* "GET", "POST", ... for logs and 405 messages. */
+const char *dtq_web_method_name(int evhttp_cmd);
+void dtq_web_send(struct evhttp_request *req, int code, const char *body, size_t len);
+/* Answers {"error": error, "message": <fmt...>} with code. */
+void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+/* The HTTP status and error word for an error reply of an admin Function (its first word:
+ * NOT_FOUND 404, WRONG_STATE 409, INVALID_ARGUMENT 400, a missing Function 503, others
+ * 502). */
+int dtq_web_function_error(const char *err, const char **error_word);
+
+#endif
