@@ -182,6 +182,7 @@ int main(int argc, char **argv) {
     for (int i = 0; sigs[i]; i++) event_free(sigs[i]);
     dtq_web_free(a.web);
     free(a.token_file);
+    event_base_loop(a.base, EVLOOP_NONBLOCK); /* deferred bufferevent frees (see worker.c) */
     event_base_free(a.base);
     return 0;
 }

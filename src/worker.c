@@ -678,6 +678,9 @@ void dtq_worker_free(dtq_worker *w) {
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++)
         if (events[i]) event_free(events[i]);
     dtq_ctx_free(w->ctx);
+    /* A bufferevent made with BEV_OPT_DEFER_CALLBACKS is destroyed by a deferred callback:
+     * one more pass of the loop, with every other event gone, runs it before the base. */
+    event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
     free(w);
 }
