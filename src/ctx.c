@@ -104,12 +104,10 @@ void dtq_ctx_free(dtq_ctx *ctx) {
 
 char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) {
     va_list ap;
-    char *suffix = NULL, *key;
+    char *key;
     va_start(ap, fmt);
-    if (vasprintf(&suffix, fmt, ap) < 0) abort();
+    key = dtq_keyv(ctx->prefix, fmt, ap);
     va_end(ap);
-    key = dtq_key(ctx->prefix, "%s", suffix);
-    free(suffix);
     return key;
 }
 

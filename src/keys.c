@@ -11,14 +11,20 @@ char *dtq_keys_prefix(const char *ns, int cluster_hash_tag) {
     return cluster_hash_tag ? dtq_xasprintf("{%s}", ns) : dtq_xstrdup(ns);
 }
 
-char *dtq_key(const char *prefix, const char *fmt, ...) {
-    va_list ap;
+char *dtq_keyv(const char *prefix, const char *fmt, va_list ap) {
     char *suffix = NULL, *key;
-    va_start(ap, fmt);
     if (vasprintf(&suffix, fmt, ap) < 0) abort();
-    va_end(ap);
     key = dtq_xasprintf("%s:%s", prefix, suffix);
     free(suffix);
+    return key;
+}
+
+char *dtq_key(const char *prefix, const char *fmt, ...) {
+    va_list ap;
+    char *key;
+    va_start(ap, fmt);
+    key = dtq_keyv(prefix, fmt, ap);
+    va_end(ap);
     return key;
 }
 

@@ -5,10 +5,15 @@
 #ifndef DTQ_KEYS_H
 #define DTQ_KEYS_H
 
+#include <stdarg.h>
+
 /* "ns" or "{ns}". Caller-owned. */
 char *dtq_keys_prefix(const char *ns, int cluster_hash_tag);
 /* "<prefix>:<suffix>" with the suffix formatted from fmt. Caller-owned. */
 char *dtq_key(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* dtq_key with a va_list, for the wrappers that know their prefix (ctx, dtq-web). */
+char *dtq_keyv(const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* "<ns>_<name>", the registered name of a Function. Caller-owned. */
 char *dtq_keys_function(const char *ns, const char *name);
 

@@ -107,11 +107,9 @@ int dtq_web_function_error(const char *err, const char **error_word) {
 
 char *dtq_web_key(const dtq_web *w, const char *fmt, ...) {
     va_list ap;
-    char *suffix = NULL, *key;
+    char *key;
     va_start(ap, fmt);
-    if (vasprintf(&suffix, fmt, ap) < 0) abort();
+    key = dtq_keyv(w->prefix, fmt, ap);
     va_end(ap);
-    key = dtq_key(w->prefix, "%s", suffix);
-    free(suffix);
     return key;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "scripts.h"
+#include "streams.h"
 
 #define MAX_CHILDREN 32
 
@@ -587,4 +588,33 @@ int th_lua_table(const char *table, th_lua_item *items, int max) {
     free(body);
     free(src);
     return n;
+}
+
+void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue,
+                   const char *policy) {
+    dtq_streams st = {0};
+    char *queues[1] = {(char *)queue};
+    dtq_streams_build(&st, "dtq", queues, 1);
+    dtq_argv_init(a);
+    dtq_argv_adds(a, "FCALL");
+    dtq_argv_adds(a, "dtq_fetch");
+    dtq_argv_addll(a, DTQ_BANDS + 1);
+    dtq_streams_fetch_keys(&st, a);
+    dtq_argv_adds(a, worker);
+    dtq_argv_addll(a, count);
+    dtq_argv_adds(a, policy);
+    dtq_argv_adds(a, queue);
+    dtq_streams_clear(&st);
+}
+
+redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
+                     const char *policy) {
+    dtq_argv a;
+    redisReply *r;
+    th_fetch_argv(&a, worker, count, queue, policy);
+    r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
+    return r;
 }

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "util.h"
+
 typedef struct th_redis {
     char dir[256];
     char sock[320];
@@ -46,6 +48,13 @@ void th_redis_restart(th_redis *r);
 redisContext *th_connect(const th_redis *r);
 /* redisCommand that fails the test on a NULL reply. */
 redisReply *th_cmd(redisContext *c, const char *fmt, ...);
+/* The argv of FCALL dtq_fetch for `queue` as `worker` (namespace dtq), its KEYS laid out by
+ * the daemon's own dtq_streams_fetch_keys(); and the call itself, which fails the test
+ * unless the reply is an array. */
+void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue,
+                   const char *policy);
+redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
+                     const char *policy);
 /* Loads the embedded Functions library into Redis (script tests run without a daemon). */
 void th_load_library(redisContext *c);
 

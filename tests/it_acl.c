@@ -438,26 +438,7 @@ END_TEST
 #define COUNT_TASKS "return #redis.call('KEYS', 'dtq:task:*')"
 
 static redisReply *fetch_as(redisContext *c, const char *worker, const char *q) {
-    dtq_streams st = {0};
-    char *queues[1] = {(char *)q};
-    dtq_argv a;
-    redisReply *r;
-    dtq_streams_build(&st, "dtq", queues, 1);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, "dtq_fetch");
-    dtq_argv_addll(&a, DTQ_BANDS + 1);
-    dtq_streams_fetch_keys(&st, &a);
-    dtq_argv_adds(&a, worker);
-    dtq_argv_addll(&a, 100);
-    dtq_argv_adds(&a, POLICY);
-    dtq_argv_adds(&a, q);
-    dtq_streams_clear(&st);
-    r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
-    dtq_argv_deinit(&a);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
-    return r;
+    return th_fetch(c, worker, 100, q, POLICY);
 }
 
 static void finish_as(redisContext *c, const char *worker, const redisReply *t,

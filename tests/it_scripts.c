@@ -29,33 +29,12 @@ static void teardown(void) {
 
 #define POLICY "{\"d\":[5,30000],\"t\":{\"echo\":[3,1000]}}"
 
-/* FCALL dtq_fetch for queue `q` as `worker`, reading up to `count`, with its KEYS laid out
- * by the daemon's own dtq_streams_fetch_keys(). */
 static void fetch_argv(dtq_argv *a, const char *worker, int count, const char *q) {
-    dtq_streams st = {0};
-    char *queues[1] = {(char *)q};
-    dtq_streams_build(&st, "dtq", queues, 1);
-    dtq_argv_init(a);
-    dtq_argv_adds(a, "FCALL");
-    dtq_argv_adds(a, "dtq_fetch");
-    dtq_argv_addll(a, DTQ_BANDS + 1);
-    dtq_streams_fetch_keys(&st, a);
-    dtq_argv_adds(a, worker);
-    dtq_argv_addll(a, count);
-    dtq_argv_adds(a, POLICY);
-    dtq_argv_adds(a, q);
-    dtq_streams_clear(&st);
+    th_fetch_argv(a, worker, count, q, POLICY);
 }
 
 static redisReply *fetch(const char *worker, int count, const char *q) {
-    dtq_argv a;
-    redisReply *r;
-    fetch_argv(&a, worker, count, q);
-    r = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
-    dtq_argv_deinit(&a);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
-    return r;
+    return th_fetch(C, worker, count, q, POLICY);
 }
 
 static void create_groups(const char *q) {
