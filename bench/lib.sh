@@ -8,10 +8,10 @@ tmp=$(mktemp -d /tmp/dtq-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-redis-server --port 0 --unixsocket "$tmp/r.sock" --dir "$tmp" --save "" --appendonly no \
+${REDIS_WRAP:-} redis-server --port 0 --unixsocket "$tmp/r.sock" --dir "$tmp" --save "" --appendonly no \
     --daemonize no --loglevel warning >"$tmp/redis.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do [ -S "$tmp/r.sock" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$tmp/r.sock" ] && break; sleep 0.05; done
 rc() { redis-cli -s "$tmp/r.sock" "$@"; }
 now_ms() { date +%s%3N; }
 start_worker() { # ini-text

@@ -27,8 +27,24 @@ local DEFAULTS = {max_payload_bytes = 262144, max_queue_depth = 1000000,
                   idem_ttl_s = 86400, dlq_maxlen = 10000, result_retention_s = 3600,
                   events = 'all', events_stream_maxlen = 0, dlq_enabled = 1}
 
-local function fmt(n) return string.format('%d', n) end
-local function k(...) return PREFIX .. ':' .. table.concat({...}, ':') end
+-- Integers as Redis strings. string.format costs about 2,000 server instructions a call
+-- and a fetch or finish formats the same few numbers (the call's clock, attempts, limits)
+-- for every task, so each call keeps what it formatted (reset by reg()).
+local fmt_memo = {}
+local function fmt(n)
+  local s = fmt_memo[n]
+  if s then return s end
+  s = string.format('%d', n)
+  if n == n then fmt_memo[n] = s end -- NaN cannot be a table key
+  return s
+end
+-- <prefix>:a[:b[:c[:d]]], by plain concatenation (a varargs table per key costs more).
+local function k(a, b, c, d)
+  if d then return PREFIX .. ':' .. a .. ':' .. b .. ':' .. c .. ':' .. d end
+  if c then return PREFIX .. ':' .. a .. ':' .. b .. ':' .. c end
+  if b then return PREFIX .. ':' .. a .. ':' .. b end
+  return PREFIX .. ':' .. a
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -64,12 +80,26 @@ local EVENT_LEVELS = {all = true, terminal = true, off = true}
 -- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis. A
 -- value that is not a plain integer within CONFIG_BOUNDS (or an events level), or a config
 -- key of another type, is not trusted: that field takes its DEFAULTS value.
+local CONFIG_NAMES = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
+                      'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
+                      'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
+-- The last config parsed and the raw values it came from. Checking the values costs far
+-- less than parsing them again (Lua strings are interned: equal strings are one object),
+-- and a single-task enqueue spent a third of its time here before. Nothing is trusted
+-- from an earlier call: the hash is read every time, only the parse is skipped.
+local config_raw, config_parsed = nil, nil
+
 local function load_config()
-  local names = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
-                 'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
-                 'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
+  local names = CONFIG_NAMES
   local vals = redis.pcall('HMGET', k('config'), unpack(names))
   if vals.err then vals = {} end
+  if config_raw then
+    local same = true
+    for i = 1, #names do
+      if vals[i] ~= config_raw[i] then same = false break end
+    end
+    if same then return config_parsed end
+  end
   local c = {}
   for i, name in ipairs(names) do
     local v, b = vals[i], CONFIG_BOUNDS[name]
@@ -81,6 +111,7 @@ local function load_config()
     end
     c[name] = v
   end
+  config_raw, config_parsed = vals, c
   return c
 end
 
@@ -94,6 +125,18 @@ end
 
 local function valid_name(s, max)
   return type(s) == 'string' and #s >= 1 and #s <= max and not s:find('[^%w%._:%-]')
+end
+
+-- valid_name(q, 128) for a queue name, remembered for the call: every task of a fetch or
+-- finish asks it of the same few names (reset by reg()).
+local queue_name_memo = {}
+local function valid_queue_name(q)
+  local ok = queue_name_memo[q]
+  if ok == nil and type(q) == 'string' then
+    ok = valid_name(q, 128)
+    queue_name_memo[q] = ok
+  end
+  return ok == true
 end
 
 local function parse_int(s, lo, hi)
@@ -137,9 +180,10 @@ local function task_poison(h)
     return 'status is not a known status'
   end
   if h.queue == nil then return 'queue is missing' end
-  if not valid_name(h.queue, 128) then return 'queue is not a valid queue name' end
+  if not valid_queue_name(h.queue) then return 'queue is not a valid queue name' end
   if h.task_type == nil then return 'task_type is missing' end
-  for _, f in ipairs(TASK_INT_FIELDS) do
+  for i = 1, #TASK_INT_FIELDS do
+    local f = TASK_INT_FIELDS[i]
     local v = h[f[1]]
     if v == nil then
       if f[4] then return f[1] .. ' is missing' end
@@ -226,8 +270,20 @@ local function idem_set(h, state, ms)
   redis.call('SET', k('idempotency', h.queue, h.idempotency_key), rec, 'XX', 'KEEPTTL')
 end
 
+-- The names of a queue's ten streams, kept across calls for a bounded number of queues
+-- (each enqueue counts all ten bands; building them cost more than the XLENs).
+local BAND_NAMES = {[0] = 'p0', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 'p9'}
+local stream_keys_memo, stream_keys_memo_n = {}, 0
 local function stream_key(queue, priority)
-  return k('stream', queue, 'p' .. fmt(priority))
+  local keys = stream_keys_memo[queue]
+  if not keys then
+    if stream_keys_memo_n >= 1024 then stream_keys_memo, stream_keys_memo_n = {}, 0 end
+    keys = {}
+    for band = 0, 9 do keys[band] = k('stream', queue, BAND_NAMES[band]) end
+    stream_keys_memo[queue] = keys
+    stream_keys_memo_n = stream_keys_memo_n + 1
+  end
+  return keys[priority] or k('stream', queue, 'p' .. fmt(priority))
 end
 
 local function ack(stream, entry_id)
@@ -430,9 +486,16 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
   local attempt = tonumber(h.attempt)
   if adopt then attempt = attempt + 1 end
   local ma, to = resolve(h, policy)
-  redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
-             'started_at', fmt(ms), 'updated_at', fmt(ms), 'max_attempts', fmt(ma),
-             'timeout_ms', fmt(to), 'carrier', source)
+  local now = fmt(ms)
+  if adopt then
+    redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
+               'started_at', now, 'updated_at', now, 'max_attempts', fmt(ma),
+               'timeout_ms', fmt(to), 'carrier', source)
+  else -- the attempt is the hash's already
+    redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
+               'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
+               'carrier', source)
+  end
   h.attempt = attempt
   emit(c, ms, 'TASK_STARTED', h, worker)
   return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to}
@@ -458,8 +521,13 @@ dead-lettered (unless it is terminal already: then its entry is only acknowledge
 key of another type is quarantined. ]]
 local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields,
                              requeue)
-  local f = {}
-  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local f
+  if #fields == 4 and fields[1] == 'task_id' and fields[3] == 'attempt' then
+    f = {task_id = fields[2], attempt = fields[4]} -- dtq's own entry, the usual case
+  else
+    f = {}
+    for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  end
   local source = stream .. '/' .. entry_id
   local tid, tkey, h, ent_attempt, bad
   local raw = f.task_type ~= nil or f.attempt == nil or f.task_id == nil
@@ -484,8 +552,9 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
     -- dtq writes a task's entries only to its own stream (queue and band). An entry of
     -- dtq's shape elsewhere was forged (a raw XADD): absorbed, so that it cannot make a
     -- worker of another queue run the task, or let it jump ahead of its band.
+    -- (`stream` is this queue's band `band`: comparing names spares building the key.)
     if not raw and h.carrier ~= source
-       and stream ~= stream_key(h.queue, tonumber(h.priority) or 5) then
+       and (h.queue ~= queue or (tonumber(h.priority) or 5) ~= band) then
       ack(stream, entry_id)
       emit(c, ms, 'TASK_DUPLICATE_ABSORBED', h, worker, {entry_attempt = ent_attempt})
       return nil
@@ -778,11 +847,13 @@ local function finish_one(c, ms, worker, r)
     quarantine(wrong_type(tkey, 'hash'), tkey, r.stream .. '/' .. r.entry_id, ms)
     return 'quarantined'
   end
-  local h = {id = r.task_id}
-  for i, name in ipairs(FINISH_FIELDS) do h[name] = v[i] or nil end
+  -- (a constructor, not a loop over FINISH_FIELDS: it sizes the table once)
+  local h = {id = r.task_id, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
+             idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
+             task_type = v[6] or nil, attempt = v[7] or nil}
   if not h.status then return 'gone' end
   if h.status ~= 'running' or h.worker_id ~= worker then return 'stale' end
-  if tonumber(h.attempt) ~= r.attempt or not valid_name(h.queue, 128) then return 'stale' end
+  if tonumber(h.attempt) ~= r.attempt or not valid_queue_name(h.queue) then return 'stale' end
   local outcome = r.outcome
   if h.cancel_requested == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
@@ -1380,6 +1451,7 @@ local function version(keys, args) return VERSION end
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
     call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
+    fmt_memo, queue_name_memo = {}, {}
     return fn(keys, args)
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}
