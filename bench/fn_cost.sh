@@ -4,7 +4,8 @@
 # as "redis CPU". With CALLGRIND=1 the server runs under callgrind and each phase also
 # prints instructions per task: the same count for the same code, however busy the
 # machine is, so a change to lua/dtq.lua can be compared on a noisy machine.
-# Usage: bench/fn_cost.sh [N] [batch]   (EVENTS=all|terminal|off, default off)
+# Usage: bench/fn_cost.sh [N] [batch]   (EVENTS=all|terminal|off, default off; SUBSCRIBER=1
+# adds a client subscribed to the events channel)
 if [ "${CALLGRIND:-0}" = 1 ]; then
     export REDIS_WRAP="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null"
 fi
@@ -13,7 +14,7 @@ n=${1:-20000}
 batch=${2:-100}
 bin=${DTQ_FN_COST:-$root/build/bench/fn_cost}
 machine
-echo "tasks: $n no-op, fetched and finished in batches of $batch, events = ${EVENTS:-off}"
+echo "tasks: $n no-op, fetched and finished in batches of $batch, events = ${EVENTS:-off}, subscriber = ${SUBSCRIBER:-0}"
 # A daemon loads the Functions and publishes <ns>:config, then stops.
 start_worker "[worker]
 worker_id = bench
@@ -23,6 +24,10 @@ events = ${EVENTS:-off}
 [handler:noop]
 builtin = noop"
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+if [ "${SUBSCRIBER:-0}" = 1 ]; then # someone listens: the Functions build their events
+    rc SUBSCRIBE dtq:events >/dev/null &
+    pids+=($!)
+fi
 if [ "${CALLGRIND:-0}" = 1 ]; then
     rpid=${pids[0]}
     cat >"$tmp/hook" <<HOOK
