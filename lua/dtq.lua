@@ -309,6 +309,52 @@ local function stream_key(queue, priority)
   return keys[priority] or k('stream', queue, 'p' .. fmt(priority))
 end
 
+-- A stream id as two numbers, or nil when it is not one that fits them exactly.
+local function split_id(id)
+  local dash = id:find('-', 1, true)
+  if not dash then return nil end
+  local ms, seq = tonumber(id:sub(1, dash - 1)), tonumber(id:sub(dash + 1))
+  if not ms or not seq or seq >= 2^53 or ms >= 2^53 then return nil end
+  return ms, seq
+end
+
+--[[ Deletes the entries `ids` of one stream, all just acknowledged. XDEL finds each entry
+by walking its stream node from the start, which made it a fifth of a finish's Redis time.
+But every entry older than the group's oldest pending one was delivered (a group reads in
+id order) and is no longer pending, so it was acknowledged: one XTRIM MINID removes that
+whole prefix, by nodes, and only the ids above it need XDEL. Nothing else is deleted: an
+entry not yet delivered is newer than every pending one, and when nothing is pending any
+more the cut is just after the newest of `ids`. ]]
+local function delete_acked(stream, ids)
+  local pend = redis.call('XPENDING', stream, GROUP)
+  local cut_ms, cut_seq
+  if pend[1] > 0 then
+    cut_ms, cut_seq = split_id(pend[2])
+  else
+    for i = 1, #ids do
+      local ms, seq = split_id(ids[i])
+      if not ms then cut_ms = nil break end
+      if not cut_ms or ms > cut_ms or (ms == cut_ms and seq >= cut_seq) then
+        cut_ms, cut_seq = ms, seq
+      end
+    end
+    if cut_ms then cut_seq = cut_seq + 1 end
+  end
+  if not cut_ms then
+    redis.call('XDEL', stream, unpack(ids))
+    return
+  end
+  local above = {}
+  for i = 1, #ids do
+    local ms, seq = split_id(ids[i])
+    if not ms or ms > cut_ms or (ms == cut_ms and seq >= cut_seq) then
+      above[#above + 1] = ids[i]
+    end
+  end
+  redis.call('XTRIM', stream, 'MINID', fmt(cut_ms) .. '-' .. fmt(cut_seq))
+  if #above > 0 then redis.call('XDEL', stream, unpack(above)) end
+end
+
 local function ack(stream, entry_id)
   redis.call('XACK', stream, GROUP, entry_id)
   redis.call('XDEL', stream, entry_id)
@@ -941,7 +987,7 @@ local function finish(keys, args)
   end
   for stream, ids in pairs(acks) do
     redis.call('XACK', stream, GROUP, unpack(ids))
-    redis.call('XDEL', stream, unpack(ids))
+    delete_acked(stream, ids)
   end
   return out
 end

@@ -504,6 +504,66 @@ START_TEST(test_finish_paths) {
 }
 END_TEST
 
+/* The entry ids left in a stream, space-separated. */
+static void stream_ids(const char *stream, char *out, size_t n) {
+    redisReply *r = th_cmd(C, "XRANGE %s - +", stream);
+    out[0] = '\0';
+    for (size_t i = 0; i < r->elements; i++) {
+        size_t len = strlen(out);
+        snprintf(out + len, n - len, "%s%s", i ? " " : "", r->element[i]->element[0]->str);
+    }
+    freeReplyObject(r);
+}
+
+/* Finish deletes exactly the entries it acknowledges, whether the prefix below the oldest
+ * pending entry is trimmed or single entries above it are deleted: older pending entries
+ * (another worker's) and entries not yet delivered stay. */
+START_TEST(test_finish_deletes_exactly_the_acknowledged_entries) {
+    const char *st = "dtq:stream:default:p5";
+    char ids[5][64], want[512], got[512];
+    redisReply *a1, *w1, *f;
+    create_groups("default");
+    for (int i = 0; i < 5; i++) {
+        redisReply *e = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a%d", i + 1);
+        freeReplyObject(e);
+    }
+    {
+        redisReply *r = th_cmd(C, "XRANGE %s - +", st);
+        ck_assert_int_eq(r->elements, 5);
+        for (int i = 0; i < 5; i++)
+            snprintf(ids[i], sizeof ids[i], "%s", r->element[i]->element[0]->str);
+        freeReplyObject(r);
+    }
+    a1 = fetch("w2", 1, "default"); /* a1: the oldest pending entry, another worker's */
+    w1 = fetch("w1", 3, "default"); /* a2 a3 a4; a5 stays undelivered */
+    ck_assert_int_eq(w1->element[0]->elements, 3);
+
+    f = finish_one("w1", w1->element[0]->element[1], OK_, "", DTQ_RESULT_NONE); /* a3 */
+    ck_assert_str_eq(f->element[0]->str, "succeeded");
+    freeReplyObject(f);
+    snprintf(want, sizeof want, "%s %s %s %s", ids[0], ids[1], ids[3], ids[4]);
+    stream_ids(st, got, sizeof got);
+    ck_assert_str_eq(got, want);
+
+    f = finish_one("w2", a1->element[0]->element[0], OK_, "", DTQ_RESULT_NONE); /* a1 */
+    ck_assert_str_eq(f->element[0]->str, "succeeded");
+    freeReplyObject(f);
+    snprintf(want, sizeof want, "%s %s %s", ids[1], ids[3], ids[4]);
+    stream_ids(st, got, sizeof got);
+    ck_assert_str_eq(got, want);
+
+    f = finish_one("w1", w1->element[0]->element[2], OK_, "", DTQ_RESULT_NONE); /* a4 */
+    freeReplyObject(f);
+    f = finish_one("w1", w1->element[0]->element[0], OK_, "", DTQ_RESULT_NONE); /* a2 */
+    freeReplyObject(f);
+    stream_ids(st, got, sizeof got);
+    ck_assert_str_eq(got, ids[4]); /* nothing pending: only the undelivered a5 is left */
+    th_assert_field(C, "a5", "status", "queued");
+    freeReplyObject(a1);
+    freeReplyObject(w1);
+}
+END_TEST
+
 START_TEST(test_finish_refuses_malformed_records) {
     redisReply *r, *f;
     create_groups("default");
@@ -1400,6 +1460,7 @@ int main(void) {
     tcase_add_test(tc, test_fetch_skips_paused_and_handles_cancel_and_ttl);
     tcase_add_test(tc, test_fetch_exactly_one_winner);
     tcase_add_test(tc, test_finish_paths);
+    tcase_add_test(tc, test_finish_deletes_exactly_the_acknowledged_entries);
     tcase_add_test(tc, test_finish_refuses_malformed_records);
     tcase_add_test(tc, test_sched_claim_never_twice_and_stale_claims_return);
     tcase_add_test(tc, test_sched_promote_cases);
