@@ -14,6 +14,9 @@ queues = paused-at-first
 [handler:noop]
 builtin = noop"
 rc SET dtq:queue:default:paused 1 >/dev/null
+used_memory() { rc INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }'; }
+mem0=$(used_memory)
+n_all=$n
 if [ "$mode" = raw ]; then
     awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "XADD dtq:stream:default:p5 * task_type noop payload {}\r\n" }' | rc --pipe >/dev/null
 else
@@ -63,3 +66,8 @@ rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' -v n="$n" '/^cmdstat_/ {
     END { printf "redis commands: %.2f per task;", total / n
           for (c in calls) if (usec[c] / n >= 0.1) printf " %s %.2f (%.1f us)", c, calls[c] / n, usec[c] / n
           printf "\n" }'
+# What stays in Redis per finished task (its hash, kept task_retention_s), and the
+# daemon's peak resident memory.
+mem1=$(used_memory)
+echo "redis memory per retained succeeded task: $(( (mem1 - mem0) / n_all )) bytes"
+echo "daemon peak RSS (VmHWM): $(awk '/^VmHWM/ { print $2, $3 }' "/proc/$wpid/status")"
