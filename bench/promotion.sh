@@ -17,8 +17,16 @@ queues = elsewhere
 [scheduler]
 batch = $batch"
 for _ in $(seq 100); do [ "$(rc GET dtq:lock:scheduler)" = bench ] && break; sleep 0.05; done
-t0=$(now_ms)
 rc ZUNIONSTORE dtq:retry:schedule 1 dtq:retry:schedule WEIGHTS 0 >/dev/null # all due now
+# The clock starts at the leader's first pass (it comes within interval_ms, which is not
+# promotion time) and counts what was still to move then.
+while :; do
+    left=$(( $(rc ZCARD dtq:retry:schedule) + $(rc ZCARD dtq:retry:claimed) ))
+    [ "$left" -lt "$n" ] && break
+    sleep 0.002
+done
+t0=$(now_ms)
+moved=$left
 while :; do
     left=$(( $(rc ZCARD dtq:retry:schedule) + $(rc ZCARD dtq:retry:claimed) ))
     [ "$left" -eq 0 ] && break
@@ -28,4 +36,4 @@ t1=$(now_ms)
 queued=$(rc XLEN dtq:stream:bench:p5)
 ms=$((t1 - t0))
 [ "$queued" -eq "$n" ] || { echo "only $queued of $n entries in the stream"; exit 1; }
-echo "promoted $queued tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s"
+echo "promoted $queued tasks; the last $moved in $ms ms: $(( moved * 1000 / (ms > 0 ? ms : 1) )) tasks/s"

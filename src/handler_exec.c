@@ -70,6 +70,45 @@ static void free_strv(char **v) {
     free(v);
 }
 
+/* The task variables child_env() puts first, by name. */
+#define DTQ_EXEC_TASK_VARS 5
+static const char *const task_vars[DTQ_EXEC_TASK_VARS] = {
+    "DTQ_TASK_ID=", "DTQ_TASK_TYPE=", "DTQ_QUEUE=", "DTQ_ATTEMPT=", "DTQ_MAX_ATTEMPTS="};
+
+/* Whether env[0..n) already sets the variable that `entry` (NAME=VALUE) names. */
+static int env_has(char *const *env, size_t n, const char *entry) {
+    size_t len = strcspn(entry, "=");
+    for (size_t k = 0; k < n; k++)
+        if (!strncmp(env[k], entry, len) && env[k][len] == '=') return 1;
+    return 0;
+}
+
+/* Every child's environment after its task variables, each name once. With a name twice,
+ * getenv() would take the first and a shell the last, so precedence is by order and
+ * duplicates are dropped: the task variables (a section cannot forge the task id), then
+ * the section's env, then what the daemon inherited (without its own DTQ_* settings,
+ * which may hold a Redis password, and without the systemd variables meant for the daemon
+ * alone). Built once per handler: the daemon's environment does not change, and scanning
+ * it for every spawn was a tenth of the daemon's time per exec task. */
+static char **base_env(char *const *extra) {
+    size_t n = DTQ_EXEC_TASK_VARS, i, k = 0;
+    char **all, **env;
+    for (char **e = environ; *e; e++) n++;
+    for (char *const *e = extra; *e; e++) n++;
+    all = dtq_xcalloc(n + 1, sizeof(char *));
+    for (i = 0; i < DTQ_EXEC_TASK_VARS; i++) all[i] = (char *)task_vars[i];
+    for (char *const *e = extra; *e; e++)
+        if (!env_has(all, i, *e)) all[i++] = *e;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
+            strncmp(*e, "WATCHDOG_", 9) && !env_has(all, i, *e))
+            all[i++] = *e;
+    env = dtq_xcalloc(i - DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
+    for (size_t j = DTQ_EXEC_TASK_VARS; j < i; j++) env[k++] = dtq_xstrdup(all[j]);
+    free(all);
+    return env;
+}
+
 dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen) {
     dtq_exec_spec *spec = dtq_xcalloc(1, sizeof(*spec));
     spec->argv = split_blanks(h->target);
@@ -94,6 +133,7 @@ dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t er
             return NULL;
         }
     }
+    spec->base_env = base_env(spec->env);
     return spec;
 }
 
@@ -101,6 +141,7 @@ void dtq_exec_spec_free(dtq_exec_spec *spec) {
     if (!spec) return;
     free_strv(spec->argv);
     free_strv(spec->env);
+    free_strv(spec->base_env);
     free(spec->workdir);
     free(spec);
 }
@@ -278,38 +319,26 @@ static void job_cancel(dtq_handler_call *call) {
     }
 }
 
-/* Whether env[0..n) already sets the variable that `entry` (NAME=VALUE) names. */
-static int env_has(char *const *env, size_t n, const char *entry) {
-    size_t len = strcspn(entry, "=");
-    for (size_t k = 0; k < n; k++)
-        if (!strncmp(env[k], entry, len) && env[k][len] == '=') return 1;
-    return 0;
-}
-
-/* The child's environment, each name once. With a name twice, getenv() would take the
- * first and a shell the last, so precedence is by order and duplicates are dropped: the
- * daemon's DTQ_ variables (a section cannot forge the task id), then the section's env,
- * then what the daemon inherited (without its own DTQ_* settings, which may hold a Redis
- * password, and without the systemd variables meant for the daemon alone). */
+/* The child's environment: the task's DTQ_ variables, then the spec's base_env (which
+ * names none of them). */
 static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
     size_t n = 0, i = 0;
     char **env;
-    while (environ[n]) n++;
-    for (char **e = spec->env; *e; e++) n++;
-    env = dtq_xcalloc(n + 6, sizeof(char *));
+    while (spec->base_env[n]) n++;
+    env = dtq_xcalloc(n + DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
     env[i++] = dtq_xasprintf("DTQ_TASK_ID=%s", call->task_id);
     env[i++] = dtq_xasprintf("DTQ_TASK_TYPE=%s", call->task_type);
     env[i++] = dtq_xasprintf("DTQ_QUEUE=%s", call->queue);
     env[i++] = dtq_xasprintf("DTQ_ATTEMPT=%lld", call->attempt);
     env[i++] = dtq_xasprintf("DTQ_MAX_ATTEMPTS=%lld", call->max_attempts);
-    for (char **e = spec->env; *e; e++)
-        if (!env_has(env, i, *e)) env[i++] = dtq_xstrdup(*e);
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
-            strncmp(*e, "WATCHDOG_", 9) && !env_has(env, i, *e))
-            env[i++] = dtq_xstrdup(*e);
-    env[i] = NULL;
+    memcpy(env + i, spec->base_env, (n + 1) * sizeof(char *));
     return env;
+}
+
+/* Frees what child_env() allocated: its own variables, not the spec's. */
+static void free_child_env(char **env) {
+    for (int i = 0; i < DTQ_EXEC_TASK_VARS; i++) free(env[i]);
+    free(env);
 }
 
 static void close_pipe(int p[2]) {
@@ -391,7 +420,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     }
     env = child_env(spec, call);
     rc = spawn_child(spec, env, p, &pid);
-    free_strv(env);
+    free_child_env(env);
     close(p[0][0]);
     close(p[1][1]);
     close(p[2][1]);

@@ -29,6 +29,7 @@ struct event_base;
 typedef struct dtq_exec_spec {
     char **argv;           /* split on blanks; argv[0] is the program path */
     char **env;            /* extra NAME=VALUE entries */
+    char **base_env;       /* every child's environment but its DTQ_ task variables */
     char *workdir;         /* NULL = the daemon's */
     int64_t kill_grace_ms; /* SIGTERM -> SIGKILL */
 } dtq_exec_spec;
