@@ -32,6 +32,9 @@ while :; do
     [ "$left" -lt "$n" ] && break
     sleep 0.002
 done
+redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
+rc CONFIG RESETSTAT >/dev/null
+r0=$(redis_cpu)
 c0=$(cpu_ticks)
 t0=$(now_ms)
 n_all=$n
@@ -43,7 +46,9 @@ while :; do
 done
 t1=$(now_ms)
 c1=$(cpu_ticks)
+r1=$(redis_cpu)
 ms=$((t1 - t0))
 hz=$(getconf CLK_TCK)
-echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s; daemon CPU $(awk -v a="$c0" -v b="$c1" -v hz="$hz" -v n="$n" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / n }') us/task"
+echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s; daemon CPU $(awk -v a="$c0" -v b="$c1" -v hz="$hz" -v n="$n" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / n }') us/task, Redis CPU $(awk -v a="$r0" -v b="$r1" -v n="$n" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }') us/task, $(rc INFO commandstats | awk -F'[:=,]' -v n="$n" '/^cmdstat_fcall:/ { printf "%.2f", $3 / n }') Function calls/task"
 "$floor_bin" "$n_all" "$conc" /bin/true
+"$floor_bin" "$n_all" "$conc" /bin/true pipes
