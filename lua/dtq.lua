@@ -90,22 +90,25 @@ local EVENT_LEVELS = {all = true, terminal = true, off = true}
 local CONFIG_NAMES = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
                       'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
                       'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
--- The last config parsed and the raw values it came from. Checking the values costs far
--- less than parsing them again (Lua strings are interned: equal strings are one object),
--- and a single-task enqueue spent a third of its time here before. Nothing is trusted
--- from an earlier call: the hash is read every time, only the parse is skipped.
-local config_raw, config_parsed = nil, nil
+-- What an enqueue reads of it (see enqueue_config): every other field is nil there.
+local ENQUEUE_CONFIG_NAMES = {'max_payload_bytes', 'max_queue_depth', 'default_priority',
+                              'idem_ttl_s', 'events', 'events_stream_maxlen'}
+-- Per list of names, the last config parsed and the raw values it came from. Checking the
+-- values costs far less than parsing them again (Lua strings are interned: equal strings
+-- are one object); a single-task enqueue spent a third of its time here before. Nothing is
+-- trusted from an earlier call: the hash is read every time, only the parse is skipped.
+local config_raw, config_parsed = {}, {}
 
-local function load_config()
-  local names = CONFIG_NAMES
+local function read_config(names)
   local vals = redis.pcall('HMGET', k('config'), unpack(names))
   if vals.err then vals = {} end
-  if config_raw then
+  local raw = config_raw[names]
+  if raw then
     local same = true
     for i = 1, #names do
-      if vals[i] ~= config_raw[i] then same = false break end
+      if vals[i] ~= raw[i] then same = false break end
     end
-    if same then return config_parsed end
+    if same then return config_parsed[names] end
   end
   local c = {}
   for i, name in ipairs(names) do
@@ -118,9 +121,15 @@ local function load_config()
     end
     c[name] = v
   end
-  config_raw, config_parsed = vals, c
+  config_raw[names], config_parsed[names] = vals, c
   return c
 end
+
+local function load_config() return read_config(CONFIG_NAMES) end
+
+-- The limits an enqueue applies, read alone: six fields instead of eleven, on the path
+-- where one task is one call.
+local function enqueue_config() return read_config(ENQUEUE_CONFIG_NAMES) end
 
 -- HGETALL as a Lua table, nil when there is no such key; or nil and the error reply of
 -- redis.pcall. In RESP3 Redis hands a hash over as a map it builds itself: about a third
@@ -145,14 +154,17 @@ local function valid_name(s, max)
   return type(s) == 'string' and #s >= 1 and #s <= max and not s:find('[^%w%._:%-]')
 end
 
--- valid_name(q, 128) for a queue name, remembered for the call: every task of a fetch or
--- finish asks it of the same few names (reset by reg()).
-local queue_name_memo = {}
-local function valid_queue_name(q)
-  local ok = queue_name_memo[q]
-  if ok == nil and type(q) == 'string' then
-    ok = valid_name(q, 128)
-    queue_name_memo[q] = ok
+-- valid_name(s, 128), the rule for queue names and task types, remembered across calls
+-- for a bounded number of strings: every task of a fetch, a finish or an enqueue asks it
+-- of the same few names, and the answer depends on the string alone.
+local name128_memo, name128_memo_n = {}, 0
+local function valid_name128(s)
+  local ok = name128_memo[s]
+  if ok == nil and type(s) == 'string' then
+    ok = valid_name(s, 128)
+    if name128_memo_n >= 1024 then name128_memo, name128_memo_n = {}, 0 end
+    name128_memo[s] = ok
+    name128_memo_n = name128_memo_n + 1
   end
   return ok == true
 end
@@ -196,7 +208,7 @@ local function task_poison(h)
     return 'status is not a known status'
   end
   if h.queue == nil then return 'queue is missing' end
-  if not valid_queue_name(h.queue) then return 'queue is not a valid queue name' end
+  if not valid_name128(h.queue) then return 'queue is not a valid queue name' end
   if h.task_type == nil then return 'task_type is missing' end
   for i = 1, #TASK_INT_FIELDS do
     local f = TASK_INT_FIELDS[i]
@@ -922,7 +934,7 @@ local function finish_one(c, ms, worker, r)
              task_type = v[6] or nil, attempt = v[7] or nil}
   if not h.status then return 'gone' end
   if h.status ~= 'running' or h.worker_id ~= worker then return 'stale' end
-  if tonumber(h.attempt) ~= r.attempt or not valid_queue_name(h.queue) then return 'stale' end
+  if tonumber(h.attempt) ~= r.attempt or not valid_name128(h.queue) then return 'stale' end
   local outcome = r.outcome
   if h.cancel_requested == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
@@ -1083,25 +1095,27 @@ end
 -- Writes a new task: its hash, then its stream entry (or its schedule entry when delayed).
 local function create_task(c, ms, tid, queue, ttype, payload, o)
   local delayed = o.delay_ms and o.delay_ms > 0
-  local h = {id = tid, queue = queue, task_type = ttype, payload = payload,
-             status = delayed and 'pending' or 'queued', attempt = '1',
-             priority = fmt(o.priority), created_at = fmt(ms), updated_at = fmt(ms),
-             metadata = '{}', cancel_requested = '0'}
-  if o.max_attempts then h.own_max_attempts = fmt(o.max_attempts) end
-  if o.timeout_ms then h.own_timeout_ms = fmt(o.timeout_ms) end
-  if o.ttl_seconds then h.ttl_seconds = fmt(o.ttl_seconds) end
-  if o.idempotency_key then h.idempotency_key = o.idempotency_key end
-  local hargs = {}
-  for name, v in pairs(h) do
-    hargs[#hargs + 1] = name
-    hargs[#hargs + 1] = v
+  local now = fmt(ms)
+  local hargs = {'id', tid, 'queue', queue, 'task_type', ttype, 'payload', payload,
+                 'status', delayed and 'pending' or 'queued', 'attempt', '1',
+                 'priority', fmt(o.priority), 'created_at', now, 'updated_at', now,
+                 'metadata', '{}', 'cancel_requested', '0'}
+  local function opt(name, v)
+    if v then
+      hargs[#hargs + 1] = name
+      hargs[#hargs + 1] = v
+    end
   end
+  opt('own_max_attempts', o.max_attempts and fmt(o.max_attempts))
+  opt('own_timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
+  opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
+  opt('idempotency_key', o.idempotency_key)
   redis.call('HSET', k('task', tid), unpack(hargs))
   if delayed then
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
   else
     redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
-    emit(c, ms, 'TASK_QUEUED', h, '')
+    emit(c, ms, 'TASK_QUEUED', {id = tid, queue = queue, task_type = ttype, attempt = '1'}, '')
   end
 end
 
@@ -1110,14 +1124,14 @@ Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_
 task_id. Replies {task_id, 'created'|'duplicate'}. ]]
 local function enqueue(keys, args)
   local queue, ttype, payload = args[1], args[2], args[3]
-  if not valid_name(queue, 128) then
+  if not valid_name128(queue) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
-  if not valid_name(ttype, 128) then
+  if not valid_name128(ttype) then
     return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
   end
   if payload == nil then return opt_error('payload is required') end
-  local c = load_config()
+  local c = enqueue_config()
   local o, oerr = enqueue_options(c, args, 4, true)
   if not o then return opt_error(oerr) end
   local refusal = payload_refusal(c, payload)
@@ -1165,10 +1179,10 @@ QUEUE_FULL once the queue is full); the others are created all the same. An erro
 arguments themselves refuses the whole call. ]]
 local function enqueue_bulk(keys, args)
   local queue, ttype, n = args[1], args[2], parse_int(args[3], 0, ENQUEUE_BULK_MAX)
-  if not valid_name(queue, 128) then
+  if not valid_name128(queue) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
-  if not valid_name(ttype, 128) then
+  if not valid_name128(ttype) then
     return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
   end
   if not n or #args < 3 + n then
@@ -1520,7 +1534,7 @@ local function version(keys, args) return VERSION end
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
     call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
-    fmt_memo, queue_name_memo = {}, {}
+    fmt_memo = {}
     return fn(keys, args)
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}

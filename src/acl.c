@@ -43,7 +43,7 @@ static const char *const worker[] = {
     "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
     "+fcall_ro|<ns>_version",
     "+ping", "+role", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
-    "+xclaim", "+xack", "+xdel", "+xadd", "+xpending", "+xrange", "+xrevrange",
+    "+xclaim", "+xack", "+xdel", "+xtrim", "+xadd", "+xpending", "+xrange", "+xrevrange",
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
