@@ -196,10 +196,17 @@ local function read_task(tkey, tid)
 end
 
 local TASK_STATUSES = {pending = true, queued = true, running = true, retrying = true}
--- name, lowest, highest, required
-local TASK_INT_FIELDS = {{'attempt', 1, 2^53, true}, {'created_at', 0, 2^53, true},
-                         {'priority', 0, 9}, {'ttl_seconds', 1, 2^53}, {'max_attempts', 1, 1000},
-                         {'own_max_attempts', 1, 1000}, {'own_timeout_ms', 1, 2^53}}
+-- Why h[name] is not an integer in [lo, hi] (or missing though required), or nil.
+local function int_field_error(h, name, lo, hi, required)
+  local v = h[name]
+  if v == nil then return required and (name .. ' is missing') or nil end
+  local n = tonumber(v)
+  if not n then return name .. ' is not a number' end
+  if n % 1 ~= 0 or n < lo or n > hi then
+    return name .. ' is not an integer in [' .. fmt(lo) .. ', ' .. fmt(hi) .. ']'
+  end
+  return nil
+end
 
 -- Why the Functions cannot compute with this task hash, or nil when they can.
 local function task_poison(h)
@@ -210,20 +217,18 @@ local function task_poison(h)
   if h.queue == nil then return 'queue is missing' end
   if not valid_name128(h.queue) then return 'queue is not a valid queue name' end
   if h.task_type == nil then return 'task_type is missing' end
-  for i = 1, #TASK_INT_FIELDS do
-    local f = TASK_INT_FIELDS[i]
-    local v = h[f[1]]
-    if v == nil then
-      if f[4] then return f[1] .. ' is missing' end
-    else
-      -- tonumber and a range: what arithmetic on the field needs, without a pattern match
-      -- per field (these run for every task of every fetch).
-      local n = tonumber(v)
-      if not n then return f[1] .. ' is not a number' end
-      if n % 1 ~= 0 or n < f[2] or n > f[3] then
-        return f[1] .. ' is not an integer in [' .. fmt(f[2]) .. ', ' .. fmt(f[3]) .. ']'
-      end
-    end
+  -- tonumber and a range: what arithmetic on the field needs, without a pattern match per
+  -- field (these run for every task of every fetch). The usual hash has the first three.
+  local why = int_field_error(h, 'attempt', 1, 2^53, true) or
+              int_field_error(h, 'created_at', 0, 2^53, true) or
+              int_field_error(h, 'priority', 0, 9)
+  if why then return why end
+  if h.ttl_seconds or h.max_attempts or h.own_max_attempts or h.own_timeout_ms then
+    why = int_field_error(h, 'ttl_seconds', 1, 2^53) or
+          int_field_error(h, 'max_attempts', 1, 1000) or
+          int_field_error(h, 'own_max_attempts', 1, 1000) or
+          int_field_error(h, 'own_timeout_ms', 1, 2^53)
+    if why then return why end
   end
   if h.dlq_entry and h.dlq_entry ~= '' and not h.dlq_entry:find('^%d+%-%d+$') then
     return 'dlq_entry is not a stream id'
@@ -602,21 +607,21 @@ dead-lettered (unless it is terminal already: then its entry is only acknowledge
 key of another type is quarantined. ]]
 local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields,
                              requeue)
-  local f
-  if #fields == 4 and fields[1] == 'task_id' and fields[3] == 'attempt' then
-    f = {task_id = fields[2], attempt = fields[4]} -- dtq's own entry, the usual case
-  else
-    f = {}
-    for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
-  end
   local source = stream .. '/' .. entry_id
-  local tid, tkey, h, ent_attempt, bad
-  local raw = f.task_type ~= nil or f.attempt == nil or f.task_id == nil
-  if raw then
-    tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
-    ent_attempt = 1
+  local tid, tkey, h, ent_attempt, bad, raw
+  if #fields == 4 and fields[1] == 'task_id' and fields[3] == 'attempt' then
+    tid, ent_attempt = fields[2], tonumber(fields[4]) -- dtq's own entry, the usual case
   else
+    local f = {}
+    for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+    raw = f.task_type ~= nil or f.attempt == nil or f.task_id == nil
     tid, ent_attempt = f.task_id, tonumber(f.attempt)
+    if raw then
+      tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
+      ent_attempt = 1
+    end
+  end
+  if not raw then
     tkey = k('task', tid)
     h, bad = read_task(tkey, tid)
     if bad then quarantine(bad, tkey, source, ms) end
