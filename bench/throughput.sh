@@ -2,12 +2,14 @@
 # End-to-end throughput of one daemon running no-op tasks: N tasks enqueued beforehand
 # (FCALL dtq_enqueue, or raw XADD with "raw"), then the time until every one succeeded.
 # Usage: bench/throughput.sh [N] [concurrency] [fcall|raw]
+# EVENTS=all|terminal|off sets [limits] events; SUBSCRIBER=1 adds a client subscribed to
+# the events channel (without a listener the Functions build no events at all).
 . "$(dirname "$0")/lib.sh"
 n=${1:-100000}
 conc=${2:-64}
 mode=${3:-fcall}
 machine
-echo "tasks: $n no-op, concurrency = $conc, enqueue = $mode, events = ${EVENTS:-all}"
+echo "tasks: $n no-op, concurrency = $conc, enqueue = $mode, events = ${EVENTS:-all}, subscriber = ${SUBSCRIBER:-0}"
 start_worker "[worker]
 worker_id = bench
 queues = paused-at-first
@@ -32,6 +34,10 @@ events = ${EVENTS:-all}
 builtin = noop"
 redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
 wpid=${pids[-1]}
+if [ "${SUBSCRIBER:-0}" = 1 ]; then # someone listens: every event is built and published
+    rc SUBSCRIBE dtq:events >/dev/null &
+    pids+=($!)
+fi
 worker_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.6f", ($14 + $15) / hz }' "/proc/$wpid/stat"; }
 rc DEL dtq:queue:default:paused >/dev/null
 # The clock starts when the daemon has begun (it notices the resume within its poll
