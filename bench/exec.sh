@@ -23,32 +23,22 @@ concurrency = $conc
 [handler:t]
 exec = /bin/true"
 wpid=${pids[-1]}
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$wpid/stat"; }
-rc DEL dtq:queue:default:paused >/dev/null
-# The clock starts when the daemon has begun (it notices the resume within its poll
-# interval, which is not exec time) and counts the tasks left then.
-while :; do
-    left=$(rc XLEN dtq:stream:default:p5)
-    [ "$left" -lt "$n" ] && break
-    sleep 0.002
-done
-redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
+resume_and_wait_start "$n"
 rc CONFIG RESETSTAT >/dev/null
 r0=$(redis_cpu)
-c0=$(cpu_ticks)
+c0=$(proc_cpu "$wpid")
 t0=$(now_ms)
 n_all=$n
 n=$left
-while :; do
-    left=$(rc XLEN dtq:stream:default:p5)
-    [ "$left" -eq 0 ] && break
-    sleep 0.02
-done
+wait_drained
 t1=$(now_ms)
-c1=$(cpu_ticks)
+c1=$(proc_cpu "$wpid")
 r1=$(redis_cpu)
 ms=$((t1 - t0))
-hz=$(getconf CLK_TCK)
-echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s; daemon CPU $(awk -v a="$c0" -v b="$c1" -v hz="$hz" -v n="$n" 'BEGIN { printf "%.0f", (b - a) / hz * 1e6 / n }') us/task, Redis CPU $(awk -v a="$r0" -v b="$r1" -v n="$n" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }') us/task, $(rc INFO commandstats | awk -F'[:=,]' -v n="$n" '/^cmdstat_fcall:/ { printf "%.2f", $3 / n }') Function calls/task"
+per_task() { awk -v a="$1" -v b="$2" -v n="$n" 'BEGIN { printf "%.0f", (b - a) * 1e6 / n }'; }
+calls=$(rc INFO commandstats | tr -d '\r' | awk -F'[:=,]' -v n="$n" '/^cmdstat_fcall:/ { printf "%.2f", $3 / n }')
+echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s;" \
+     "daemon CPU $(per_task "$c0" "$c1") us/task, Redis CPU $(per_task "$r0" "$r1") us/task," \
+     "$calls Function calls/task"
 "$floor_bin" "$n_all" "$conc" /bin/true
 "$floor_bin" "$n_all" "$conc" /bin/true pipes

@@ -22,3 +22,22 @@ start_worker() { # ini-text
     echo "worker did not start:"; cat "$tmp/w.log"; exit 1
 }
 machine() { echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), redis $(redis-server --version | grep -o 'v=[0-9.]*')"; }
+# Seconds of CPU Redis has used (user + system).
+redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
+# Seconds of CPU process $1 has used (user + system, not its children).
+proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.6f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+# Resumes the paused queue `default` and waits until the daemon has begun on its N queued
+# tasks (it notices the resume within its poll interval, which is no part of a run); sets
+# `left` to the tasks still queued then, where a run's clock starts.
+resume_and_wait_start() { # N
+    rc DEL dtq:queue:default:paused >/dev/null
+    while :; do
+        left=$(rc XLEN dtq:stream:default:p5)
+        [ "$left" -lt "$1" ] && break
+        sleep 0.002
+    done
+}
+# Waits until the stream of queue `default` is empty.
+wait_drained() {
+    while [ "$(rc XLEN dtq:stream:default:p5)" -ne 0 ]; do sleep 0.02; done
+}

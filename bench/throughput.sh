@@ -32,35 +32,22 @@ concurrency = $conc
 events = ${EVENTS:-all}
 [handler:noop]
 builtin = noop"
-redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }
 wpid=${pids[-1]}
 if [ "${SUBSCRIBER:-0}" = 1 ]; then # someone listens: every event is built and published
     rc SUBSCRIBE dtq:events >/dev/null &
     pids+=($!)
 fi
-worker_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.6f", ($14 + $15) / hz }' "/proc/$wpid/stat"; }
-rc DEL dtq:queue:default:paused >/dev/null
-# The clock starts when the daemon has begun (it notices the resume within its poll
-# interval, up to a second, which is not drain time) and counts the tasks left then.
-while :; do
-    left=$(rc XLEN dtq:stream:default:p5)
-    [ "$left" -lt "$n" ] && break
-    sleep 0.002
-done
+resume_and_wait_start "$n"
 rc CONFIG RESETSTAT >/dev/null
 cpu0=$(redis_cpu)
-wcpu0=$(worker_cpu)
+wcpu0=$(proc_cpu "$wpid")
 t0=$(now_ms)
 n=$left
-while :; do
-    left=$(rc XLEN dtq:stream:default:p5)
-    [ "$left" -eq 0 ] && break
-    sleep 0.02
-done
+wait_drained
 t1=$(now_ms)
 ms=$((t1 - t0))
 cpu1=$(redis_cpu)
-wcpu1=$(worker_cpu)
+wcpu1=$(proc_cpu "$wpid")
 echo "ran $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s"
 awk -v a="$cpu0" -v b="$cpu1" -v n="$n" -v ms="$ms" 'BEGIN {
     printf "redis CPU: %.1f us/task (busy %.0f%% of the run)\n", (b - a) * 1e6 / n, (b - a) * 1e5 / ms }'
