@@ -655,12 +655,23 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
   return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, admit == 'adopt', source)
 end
 
-local function decode_policy(json)
+local function decode_policy_json(json)
   local ok, p = pcall(cjson.decode, json or '')
   if not ok or type(p) ~= 'table' or type(p.d) ~= 'table' then
     return {d = {DEFAULTS.default_max_attempts, DEFAULTS.default_timeout_ms}, t = {}}
   end
   if type(p.t) ~= 'table' then p.t = {} end
+  return p
+end
+
+-- The last policy decoded, by its JSON text: a daemon sends the same text with every call
+-- until its config changes, and the table is only read.
+local policy_json, policy_decoded = nil, nil
+
+local function decode_policy(json)
+  if json ~= nil and json == policy_json then return policy_decoded end
+  local p = decode_policy_json(json)
+  policy_json, policy_decoded = json, p
   return p
 end
 
