@@ -358,6 +358,19 @@ int th_run_worker(char **stderr_out, ...) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *args) {
+    char cmd[4096], path[400];
+    int status;
+    th_path(r, "ctl.out", path, sizeof(path));
+    snprintf(cmd, sizeof(cmd),
+             "env -u DTQ_REDIS_URL -u DTQ_REDIS_NAMESPACE -u DTQ_REDIS_CLUSTER_HASH_TAG %s %s %s "
+             ">%s 2>&1 </dev/null",
+             env, DTQCTL_BIN, args, path);
+    status = system(cmd);
+    *out = th_read_file(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 char *th_task_field(redisContext *c, const char *task_id, const char *field) {
     redisReply *r = th_cmd(c, "HGET dtq:task:%s %s", task_id, field);
     char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;

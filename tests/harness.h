@@ -71,6 +71,11 @@ int th_daemon_stop(th_daemon *d, int sig, int timeout_ms);
 /* Runs dtq-worker with the NULL-terminated arguments after stderr_out and waits; returns
  * its exit code, and its stderr+stdout in *stderr_out (caller frees). */
 int th_run_worker(char **stderr_out, ...);
+/* Runs dtqctl with `args` (shell words, test-controlled) in an environment of no
+ * DTQ_REDIS_* variables but the assignments in `env`; returns the exit code and the output
+ * (stdout, then stderr) in *out (caller frees). The output goes through a file in r's
+ * directory. */
+int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *args);
 
 /* Polls pred(arg) every 20 ms until it returns nonzero: returns 1 then, or 0 once timeout_ms
  * has passed. Tests wait on conditions with this, not with sleeps. */

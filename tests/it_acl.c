@@ -46,21 +46,6 @@ static void user_url(char *out, size_t len, const char *user) {
     snprintf(out, len, "redis://%s:" PW "@127.0.0.1:%d", user, R.port);
 }
 
-/* Runs dtqctl `args` (shell words, test-controlled) with `env` assignments and no other
- * DTQ_REDIS_* variables; returns the exit code, and stdout then stderr in *out. */
-static int run_ctl(char **out, const char *env, const char *args) {
-    char cmd[4096], path[400];
-    int status;
-    th_path(&R, "ctl.out", path, sizeof(path));
-    snprintf(cmd, sizeof(cmd),
-             "env -u DTQ_REDIS_URL -u DTQ_REDIS_NAMESPACE -u DTQ_REDIS_CLUSTER_HASH_TAG %s %s %s "
-             ">%s 2>&1 </dev/null",
-             env, DTQCTL_BIN, args, path);
-    status = system(cmd);
-    *out = th_read_file(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* dtqctl as `user` (NULL: the default user). */
 static int ctl_as(char **out, const char *user, const char *args) {
     char env[600], url[400];
@@ -69,7 +54,7 @@ static int ctl_as(char **out, const char *user, const char *args) {
     else
         snprintf(url, sizeof(url), "%s", R.url);
     snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", url);
-    return run_ctl(out, env, args);
+    return th_run_dtqctl(&R, out, env, args);
 }
 
 /* Runs ctl_as and fails unless it exits `want`; returns the output (caller frees). */
@@ -89,7 +74,7 @@ static void apply_roles(const char *env, const char *pre, const char *user, cons
     int argc = 0;
     redisReply *r;
     snprintf(args, sizeof(args), "%s acl %s", pre, roles);
-    ck_assert_int_eq(run_ctl(&out, env, args), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, env, args), 0);
     ck_assert_msg(strchr(out, '\n') == out + strlen(out) - 1, "not one line: %s", out);
     argv[argc++] = "ACL";
     argv[argc++] = "SETUSER";
@@ -301,7 +286,8 @@ static char *hash_text(const char *id) {
 START_TEST(test_acl_output_and_hash_tag) {
     char *out, cli[512], cmd[2048], env[600];
     char *slash;
-    ck_assert_int_eq(run_ctl(&out, "DTQ_REDIS_URL=redis://127.0.0.1:1", "acl producer"), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_URL=redis://127.0.0.1:1", "acl producer"),
+                     0);
     ck_assert_str_eq(out, "resetkeys resetchannels clearselectors -@all +fcall|dtq_enqueue "
                           "+fcall|dtq_enqueue_bulk +time +hmget +get +exists +xlen +incr +incrby "
                           "+hset +sadd +set +zadd +xadd +publish +pubsub|numsub +pubsub|numpat "
@@ -309,23 +295,24 @@ START_TEST(test_acl_output_and_hash_tag) {
                           "%W~dtq:stream:events ~dtq:idempotency:* %W~dtq:queues ~dtq:seq "
                           "%W~dtq:retry:schedule &dtq:events\n");
     free(out);
-    ck_assert_int_eq(run_ctl(&out, "", "-n jobs acl producer-raw"), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "-n jobs acl producer-raw"), 0);
     ck_assert_str_eq(
         out, "resetkeys resetchannels clearselectors -@all +xadd %W~jobs:stream:*:p[0-9]\n");
     free(out);
-    ck_assert_int_eq(run_ctl(&out, "DTQ_REDIS_CLUSTER_HASH_TAG=true", "-n jobs acl worker"), 0);
+    ck_assert_int_eq(
+        th_run_dtqctl(&R, &out, "DTQ_REDIS_CLUSTER_HASH_TAG=true", "-n jobs acl worker"), 0);
     ck_assert_ptr_nonnull(strstr(out, " ~{jobs}:* &{jobs}:events\n"));
     ck_assert_ptr_nonnull(strstr(out, " +fcall|jobs_fetch "));
     free(out);
-    ck_assert_int_eq(run_ctl(&out, "", "acl root"), 2);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "acl root"), 2);
     ck_assert_ptr_nonnull(strstr(out, "unknown role 'root'"));
     free(out);
-    ck_assert_int_eq(run_ctl(&out, "", "acl"), 2);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "acl"), 2);
     free(out);
 
     /* cluster_hash_tag end to end: install, apply through the shell as documented, enqueue */
     snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=true", R.url);
-    ck_assert_int_eq(run_ctl(&out, env, "-n jobs functions install"), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, env, "-n jobs functions install"), 0);
     ck_assert_ptr_nonnull(strstr(out, dtq_scripts_version()));
     free(out);
     snprintf(cli, sizeof(cli), "%s", REDIS_SERVER_BIN);
@@ -346,7 +333,7 @@ START_TEST(test_acl_output_and_hash_tag) {
         user_url(url, sizeof(url), "tagp");
         snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=true", url);
         snprintf(args, sizeof(args), "-n jobs enqueue emails echo '{\"a\":1}' --id tag-1");
-        ck_assert_int_eq(run_ctl(&out, env, args), 0);
+        ck_assert_int_eq(th_run_dtqctl(&R, &out, env, args), 0);
         ck_assert_str_eq(out, "tag-1 created\n");
         free(out);
     }

@@ -34,34 +34,18 @@ static void teardown(void) {
     th_redis_stop(&R);
 }
 
-/* Runs dtqctl with `args` (shell words, test-controlled) in an environment of no
- * DTQ_REDIS_* variables but the assignments in `env`; returns the exit code and the output
- * (stdout, then stderr) in *out. */
-static int run(char **out, const char *env, const char *args) {
-    char cmd[3072], path[400];
-    int status;
-    th_path(&R, "ctl.out", path, sizeof(path));
-    snprintf(cmd, sizeof(cmd),
-             "env -u DTQ_REDIS_URL -u DTQ_REDIS_NAMESPACE -u DTQ_REDIS_CLUSTER_HASH_TAG %s %s %s "
-             ">%s 2>&1 </dev/null",
-             env, DTQCTL_BIN, args, path);
-    status = system(cmd);
-    *out = th_read_file(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 /* dtqctl told the URL only. */
 static int ctl(char **out, const char *args) {
     char env[600];
     snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", R.url);
-    return run(out, env, args);
+    return th_run_dtqctl(&R, out, env, args);
 }
 
 /* dtqctl told the URL and DTQ_REDIS_CLUSTER_HASH_TAG=true. */
 static int tag(char **out, const char *args) {
     char env[600];
     snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=true", R.url);
-    return run(out, env, args);
+    return th_run_dtqctl(&R, out, env, args);
 }
 
 /* Fails unless `out` holds the line "<field padded to 18> <value>" that show prints. */
@@ -310,7 +294,7 @@ START_TEST(test_bad_config_and_secrets) {
     ck_assert_int_eq(tag(&out, "-c /nonexistent/worker.ini --help"), 0); /* help needs no config */
     free(out);
     snprintf(args, sizeof(args), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=perhaps", R.url);
-    ck_assert_int_eq(run(&out, args, "show x"), 2);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, args, "show x"), 2);
     ck_assert_int_eq(count_lines(out), 1);
     ck_assert_ptr_nonnull(strstr(out, "DTQ_REDIS_CLUSTER_HASH_TAG"));
     free(out);
@@ -323,11 +307,13 @@ START_TEST(test_bad_config_and_secrets) {
     ck_assert_ptr_nonnull(strstr(out, "bad Redis URL"));
     ck_assert_ptr_null(strstr(out, "s3cret"));
     free(out);
-    ck_assert_int_eq(run(&out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:99999", "stats"), 2);
+    ck_assert_int_eq(
+        th_run_dtqctl(&R, &out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:99999", "stats"), 2);
     ck_assert_int_eq(count_lines(out), 1);
     ck_assert_ptr_null(strstr(out, "s3cret"));
     free(out);
-    ck_assert_int_eq(run(&out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:1", "stats"), 1);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_URL=redis://:s3cret@127.0.0.1:1", "stats"),
+                     1);
     ck_assert_ptr_nonnull(strstr(out, "127.0.0.1:1"));
     ck_assert_ptr_null(strstr(out, "s3cret"));
     free(out);
@@ -570,37 +556,38 @@ START_TEST(test_config_file) {
     ck_assert_msg(wait_field("{jobs}:worker:w-jobs", "status", "running", 10000),
                   "worker w-jobs did not become ready");
     snprintf(args, sizeof(args), "-c '%s' enqueue default echo 7 --id j1 --wait", d.cfg);
-    ck_assert_int_eq(run(&out, "", args), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 0);
     ck_assert_msg(!strncmp(out, "j1 created\n", 11), "%s", out);
     assert_shown(out, "status", "succeeded");
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS {jobs}:task:j1")), 1);
     snprintf(args, sizeof(args), "-c '%s' show j1", d.cfg);
-    ck_assert_int_eq(run(&out, "", args), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 0);
     assert_shown(out, "id", "j1");
     assert_shown(out, "status", "succeeded");
     assert_shown(out, "task_type", "echo");
     assert_shown(out, "result", "7");
     free(out);
     snprintf(args, sizeof(args), "-c '%s' workers", d.cfg);
-    ck_assert_int_eq(run(&out, "", args), 0);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 0);
     ck_assert_ptr_nonnull(strstr(out, "w-jobs"));
     ck_assert_ptr_null(strstr(out, "w-tag"));
     free(out);
     snprintf(args, sizeof(args), "-c '%s' --json stats", d.cfg);
-    ck_assert_int_eq(run(&out, "", args), 0); /* FCALL_RO jobs_stats */
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 0); /* FCALL_RO jobs_stats */
     ck_assert_ptr_nonnull(strstr(out, "\"workers\":1"));
     free(out);
     snprintf(args, sizeof(args), "-c '%s' -n dtq show j1", d.cfg);
-    ck_assert_int_eq(run(&out, "", args), 1); /* {dtq}:task:j1 */
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 1); /* {dtq}:task:j1 */
     ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
     free(out);
     snprintf(args, sizeof(args), "-c '%s' show j1", d.cfg);
-    ck_assert_int_eq(run(&out, "DTQ_REDIS_CLUSTER_HASH_TAG=false", args), 1); /* jobs:task:j1 */
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_CLUSTER_HASH_TAG=false", args),
+                     1); /* jobs:task:j1 */
     ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
     free(out);
     snprintf(args, sizeof(args), "-c '%s' -u unix:///nonexistent/redis.sock show j1", d.cfg);
-    ck_assert_int_eq(run(&out, "", args), 1);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 1);
     ck_assert_ptr_nonnull(strstr(out, "cannot connect to Redis at /nonexistent/redis.sock"));
     free(out);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
