@@ -280,9 +280,9 @@ end
 --[[ The one builder and publisher of lifecycle events, for every event type: the id and
 the time come from the Redis clock of the call, the level filter is [limits] events as
 published in <prefix>:config, and the stream copy honours events_stream_maxlen. ]]
-local function emit(c, ms, etype, h, worker_id, meta)
-  if c.events == 'off' then return end
-  if c.events == 'terminal' and not TERMINAL_EVENTS[etype] then return end
+local function event_wanted(c, etype)
+  if c.events == 'off' then return false end
+  if c.events == 'terminal' and not TERMINAL_EVENTS[etype] then return false end
   if call_listeners == nil then
     -- Once per call: an event nobody can receive (no subscriber, no pattern subscriber,
     -- no events stream) is not built at all. Nothing is lost: PUBLISH to nobody is a no-op.
@@ -290,7 +290,11 @@ local function emit(c, ms, etype, h, worker_id, meta)
                      redis.call('PUBSUB', 'NUMSUB', k('events'))[2] > 0 or
                      redis.call('PUBSUB', 'NUMPAT') > 0
   end
-  if not call_listeners then return end
+  return call_listeners
+end
+
+local function emit(c, ms, etype, h, worker_id, meta)
+  if not event_wanted(c, etype) then return end
   if call_ts_ms ~= ms then call_ts_ms, call_ts = ms, iso(ms) end
   local ev = {event_id = event_id(ms), ts = call_ts, type = etype, task_id = h.id or '',
               queue = h.queue or '', task_type = h.task_type or '',
@@ -906,27 +910,20 @@ local FINISH_RECORD_FIELDS = 10
 local FINISH_OUTCOMES = {succeeded = true, retry = true, dead_letter = true, cancelled = true}
 local RESULT_STATES = {none = true, full = true, truncated = true}
 
-local function decode_finish_record(args, i)
-  local b = 2 + (i - 1) * FINISH_RECORD_FIELDS
-  return {task_id = args[b + 1], attempt = tonumber(args[b + 2]), outcome = args[b + 3],
-          stream = args[b + 4], entry_id = args[b + 5], result = args[b + 6],
-          result_state = args[b + 7], error = args[b + 8], error_class = args[b + 9],
-          delay_ms = tonumber(args[b + 10])}
-end
-
-local function finish_record_error(r)
-  if not r.task_id or r.task_id == '' then return 'task_id is empty' end
-  if not r.attempt then return 'attempt is not a number' end
-  if not FINISH_OUTCOMES[r.outcome] then return 'unknown outcome ' .. tostring(r.outcome) end
-  if not RESULT_STATES[r.result_state] then
-    return 'unknown result_state ' .. tostring(r.result_state)
+-- A record is read where it stands in ARGV (from index b + 1): a table per record cost
+-- about a tenth of a finish.
+local function finish_record_error(args, b)
+  local tid, outcome, rstate = args[b + 1], args[b + 3], args[b + 7]
+  if not tid or tid == '' then return 'task_id is empty' end
+  if not tonumber(args[b + 2]) then return 'attempt is not a number' end
+  if not FINISH_OUTCOMES[outcome] then return 'unknown outcome ' .. tostring(outcome) end
+  if not RESULT_STATES[rstate] then return 'unknown result_state ' .. tostring(rstate) end
+  if outcome == 'retry' and not tonumber(args[b + 10]) then
+    return 'delay_ms is not a number'
   end
-  if r.outcome == 'retry' and not r.delay_ms then return 'delay_ms is not a number' end
   return nil
 end
 
--- Only the fields the guard, task_poison() and the follow-up writes need (the payload can
--- be large): the guard's, then every field task_poison() reads.
 -- Only what the guard and the writes need: the claim that this record ends already found
 -- the hash sound (task_poison at fetch or reap), and a hash damaged since then fails the
 -- guard below ('stale': nothing written), so its entry stays pending and the reaper's
@@ -934,52 +931,61 @@ end
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
                        'task_type', 'attempt'}
 
--- Applies one finish record; returns the task's new status, 'stale', 'gone', or
--- 'quarantined' (the task key holds another type). A running task of this worker that
--- task_poison() refuses is dead-lettered whatever the outcome.
-local function finish_one(c, ms, worker, r)
-  local tkey = k('task', r.task_id)
+-- The task as the events and the idempotency record need it, from the HMGET of
+-- FINISH_FIELDS; built only when one of them is wanted.
+local function finish_hash(tid, v)
+  return {id = tid, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
+          idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
+          task_type = v[6] or nil, attempt = v[7] or nil}
+end
+
+-- Applies the finish record at args[b + 1 ..]; returns the task's new status, 'stale',
+-- 'gone', or 'quarantined' (the task key holds another type).
+local function finish_one(c, ms, worker, args, b)
+  local tid, outcome = args[b + 1], args[b + 3]
+  local tkey = k('task', tid)
   local v = redis.pcall('HMGET', tkey, unpack(FINISH_FIELDS))
   if v.err then
-    quarantine(wrong_type(tkey, 'hash'), tkey, r.stream .. '/' .. r.entry_id, ms)
+    quarantine(wrong_type(tkey, 'hash'), tkey, args[b + 4] .. '/' .. args[b + 5], ms)
     return 'quarantined'
   end
-  -- (a constructor, not a loop over FINISH_FIELDS: it sizes the table once)
-  local h = {id = r.task_id, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
-             idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
-             task_type = v[6] or nil, attempt = v[7] or nil}
-  if not h.status then return 'gone' end
-  if h.status ~= 'running' or h.worker_id ~= worker then return 'stale' end
-  if tonumber(h.attempt) ~= r.attempt or not valid_name128(h.queue) then return 'stale' end
-  local outcome = r.outcome
-  if h.cancel_requested == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
+  if not v[4] then return 'gone' end
+  if v[4] ~= 'running' or v[1] ~= worker then return 'stale' end
+  if tonumber(v[7]) ~= tonumber(args[b + 2]) or not valid_name128(v[5]) then return 'stale' end
+  if v[2] == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
-    if r.result_state ~= 'none' then
-      redis.call('SET', k('result', r.task_id), r.result, 'EX', fmt(c.result_retention_s))
+    local rstate = args[b + 7]
+    if rstate ~= 'none' then
+      redis.call('SET', k('result', tid), args[b + 6], 'EX', fmt(c.result_retention_s))
     end
-    if r.result_state == 'truncated' then
+    if rstate == 'truncated' then
       redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
                  fmt(ms), 'result_truncated', '1')
     else
       redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
                  fmt(ms))
     end
-    emit(c, ms, 'TASK_SUCCEEDED', h, worker)
+    local h = (v[3] or event_wanted(c, 'TASK_SUCCEEDED')) and finish_hash(tid, v)
+    if h then emit(c, ms, 'TASK_SUCCEEDED', h, worker) end
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
-    idem_set(h, 'completed', ms)
+    if h then idem_set(h, 'completed', ms) end
     return 'succeeded'
-  elseif outcome == 'retry' then
-    redis.call('HSET', tkey, 'status', 'retrying', 'updated_at', fmt(ms), 'last_error', r.error,
-               'last_error_class', r.error_class)
-    emit(c, ms, 'TASK_RETRY_SCHEDULED', h, worker, {delay_ms = r.delay_ms})
-    redis.call('ZADD', k('retry', 'schedule'), fmt(ms + r.delay_ms), r.task_id)
+  end
+  local h = finish_hash(tid, v)
+  local err, class = args[b + 8], args[b + 9]
+  if outcome == 'retry' then
+    local delay = tonumber(args[b + 10])
+    redis.call('HSET', tkey, 'status', 'retrying', 'updated_at', fmt(ms), 'last_error', err,
+               'last_error_class', class)
+    emit(c, ms, 'TASK_RETRY_SCHEDULED', h, worker, {delay_ms = delay})
+    redis.call('ZADD', k('retry', 'schedule'), fmt(ms + delay), tid)
     return 'retrying'
   elseif outcome == 'cancelled' then
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, worker)
     return 'cancelled'
   end
-  return dead_letter(c, tkey, hgetall(tkey), ms, r.error, r.error_class, worker)
+  return dead_letter(c, tkey, hgetall(tkey), ms, err, class, worker)
 end
 
 --[[ FCALL <ns>_finish 0 worker_id n record... — completes n attempts at once. Every record
@@ -995,21 +1001,24 @@ local function finish(keys, args)
     return redis.error_reply('INVALID_ARGUMENT finish takes worker_id, n and n records of ' ..
                              fmt(FINISH_RECORD_FIELDS) .. ' values')
   end
-  local records = {}
   for i = 1, n do
-    local r = decode_finish_record(args, i)
-    local err = finish_record_error(r)
+    local err = finish_record_error(args, 2 + (i - 1) * FINISH_RECORD_FIELDS)
     if err then return redis.error_reply('INVALID_ARGUMENT record ' .. fmt(i) .. ': ' .. err) end
-    records[i] = r
   end
   local c = load_config()
   local ms = now_ms()
   local out, acks = {}, {}
-  for i, r in ipairs(records) do
-    local verdict = finish_one(c, ms, worker, r)
+  for i = 1, n do
+    local b = 2 + (i - 1) * FINISH_RECORD_FIELDS
+    local verdict = finish_one(c, ms, worker, args, b)
     if verdict ~= 'stale' then
-      acks[r.stream] = acks[r.stream] or {}
-      table.insert(acks[r.stream], r.entry_id)
+      local stream = args[b + 4]
+      local ids = acks[stream]
+      if not ids then
+        ids = {}
+        acks[stream] = ids
+      end
+      ids[#ids + 1] = args[b + 5]
     end
     out[i] = verdict
   end
