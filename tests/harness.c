@@ -631,3 +631,36 @@ redisReply *th_fetch(redisContext *c, const char *worker, int count, const char 
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
     return r;
 }
+
+dtq_finish_record th_finish_record(const redisReply *claimed) {
+    dtq_finish_record rec = {0};
+    rec.task_id = claimed->element[2]->str;
+    rec.attempt = claimed->element[6]->integer;
+    rec.stream = claimed->element[0]->str;
+    rec.entry_id = claimed->element[1]->str;
+    rec.outcome = DTQ_OUTCOME_SUCCEEDED;
+    rec.result_state = DTQ_RESULT_NONE;
+    rec.result = (char *)"";
+    rec.error = (char *)"";
+    rec.error_class = "";
+    return rec;
+}
+
+redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_record *recs,
+                      size_t n) {
+    dtq_argv a;
+    redisReply *r;
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, "dtq_finish");
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, worker);
+    dtq_argv_addll(&a, (long long)n);
+    for (size_t i = 0; i < n; i++) dtq_finish_record_encode(&a, &recs[i]);
+    ck_assert_int_eq(a.argc, 5 + (int)n * DTQ_FINISH_RECORD_FIELDS);
+    r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "finish: %s", r->str);
+    return r;
+}

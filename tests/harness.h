@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "finisher.h"
 #include "util.h"
 
 typedef struct th_redis {
@@ -55,6 +56,14 @@ void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue
                    const char *policy);
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
                      const char *policy);
+/* The finish record of one claimed task (an element of a fetch reply's claimed list),
+ * outcome succeeded with no result; the caller sets the rest. Its strings are the
+ * reply's. */
+dtq_finish_record th_finish_record(const redisReply *claimed);
+/* FCALL dtq_finish for `worker` with n records, through the daemon's own encoder, so the
+ * tests pin the record both sides read and write; fails the test unless the reply is an
+ * array, and returns it. */
+redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_record *recs, size_t n);
 /* Loads the embedded Functions library into Redis (script tests run without a daemon). */
 void th_load_library(redisContext *c);
 

@@ -430,29 +430,12 @@ static redisReply *fetch_as(redisContext *c, const char *worker, const char *q) 
 
 static void finish_as(redisContext *c, const char *worker, const redisReply *t,
                       enum dtq_outcome_kind outcome, const char *want) {
-    dtq_finish_record rec = {0};
-    dtq_argv a;
+    dtq_finish_record rec = th_finish_record(t);
     redisReply *r;
-    rec.task_id = t->element[2]->str;
-    rec.attempt = t->element[6]->integer;
-    rec.stream = t->element[0]->str;
-    rec.entry_id = t->element[1]->str;
     rec.outcome = outcome;
-    rec.result_state = DTQ_RESULT_NONE;
-    rec.result = (char *)"";
     rec.error = (char *)"boom";
     rec.error_class = "retryable";
-    rec.delay_ms = 0;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, "dtq_finish");
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, worker);
-    dtq_argv_adds(&a, "1");
-    dtq_finish_record_encode(&a, &rec);
-    r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
-    dtq_argv_deinit(&a);
-    ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY, "finish: %s", r ? r->str : "");
+    r = th_finish(c, worker, &rec, 1);
     ck_assert_str_eq(r->element[0]->str, want);
     freeReplyObject(r);
 }

@@ -400,18 +400,11 @@ END_TEST
 
 /* ----------------------------------------------------------------- finish */
 
-/* Finishes one claimed task through the daemon's own encoder, so these tests pin the
- * finish record both sides read and write. */
+/* Finishes one claimed task (th_finish: through the daemon's own encoder). */
 static redisReply *finish_one(const char *worker, redisReply *claimed,
                               enum dtq_outcome_kind outcome, const char *result,
                               enum dtq_result_state state) {
-    dtq_finish_record rec = {0};
-    dtq_argv a;
-    redisReply *r;
-    rec.task_id = claimed->element[2]->str;
-    rec.attempt = claimed->element[6]->integer;
-    rec.stream = claimed->element[0]->str;
-    rec.entry_id = claimed->element[1]->str;
+    dtq_finish_record rec = th_finish_record(claimed);
     rec.outcome = outcome;
     rec.result_state = state;
     rec.result = (char *)result;
@@ -419,19 +412,7 @@ static redisReply *finish_one(const char *worker, redisReply *claimed,
     rec.error = (char *)"boom";
     rec.error_class = "retryable";
     rec.delay_ms = 1500;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, "dtq_finish");
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, worker);
-    dtq_argv_adds(&a, "1");
-    dtq_finish_record_encode(&a, &rec);
-    ck_assert_int_eq(a.argc, 5 + DTQ_FINISH_RECORD_FIELDS);
-    r = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
-    dtq_argv_deinit(&a);
-    ck_assert_ptr_nonnull(r);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "finish: %s", r->str);
-    return r;
+    return th_finish(C, worker, &rec, 1);
 }
 
 #define OK_ DTQ_OUTCOME_SUCCEEDED
@@ -1148,7 +1129,6 @@ END_TEST
  * task key of another type is quarantined, every entry is acknowledged. */
 START_TEST(test_finish_isolates_poisoned_records) {
     redisReply *r, *f;
-    dtq_argv a;
     char src[160];
     create_groups("default");
     for (const char *const *t = (const char *const[]){"f1", "f2", "f3", "f4", NULL}; *t; t++)
@@ -1162,32 +1142,17 @@ START_TEST(test_finish_isolates_poisoned_records) {
     freeReplyObject(th_cmd(C, "SET dtq:task:f4 junk"));
     snprintf(src, sizeof(src), "dtq:stream:default:p5/%s",
              r->element[0]->element[3]->element[1]->str);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, "dtq_finish");
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, "w1");
-    dtq_argv_addll(&a, 4);
-    for (size_t i = 0; i < 4; i++) {
-        redisReply *t = r->element[0]->element[i];
-        dtq_finish_record rec = {0};
-        rec.task_id = t->element[2]->str;
-        rec.attempt = t->element[6]->integer;
-        rec.stream = t->element[0]->str;
-        rec.entry_id = t->element[1]->str;
-        rec.outcome = OK_;
-        rec.result_state = DTQ_RESULT_FULL;
-        rec.result = (char *)"{\"ok\":1}";
-        rec.result_len = strlen(rec.result);
-        rec.error = (char *)"";
-        rec.error_class = "";
-        dtq_finish_record_encode(&a, &rec);
+    {
+        dtq_finish_record recs[4];
+        for (size_t i = 0; i < 4; i++) {
+            recs[i] = th_finish_record(r->element[0]->element[i]);
+            recs[i].result_state = DTQ_RESULT_FULL;
+            recs[i].result = (char *)"{\"ok\":1}";
+            recs[i].result_len = strlen(recs[i].result);
+        }
+        f = th_finish(C, "w1", recs, 4);
     }
-    f = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
-    dtq_argv_deinit(&a);
     freeReplyObject(r);
-    ck_assert_ptr_nonnull(f);
-    ck_assert_msg(f->type == REDIS_REPLY_ARRAY, "finish: %s", f->str);
     ck_assert_int_eq(f->elements, 4);
     ck_assert_str_eq(f->element[0]->str, "succeeded");
     ck_assert_str_eq(f->element[1]->str, "stale"); /* nothing written, entry kept */
