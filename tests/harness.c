@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -369,6 +371,21 @@ int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *ar
     status = system(cmd);
     *out = th_read_file(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int th_notify_socket(const th_redis *r, char *path, size_t pathlen, int timeout_s) {
+    struct sockaddr_un sa;
+    struct timeval tv = {timeout_s, 0};
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    th_path(r, "notify.sock", path, pathlen);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    ck_assert_int_lt(strlen(path), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
 }
 
 char *th_task_field(redisContext *c, const char *task_id, const char *field) {

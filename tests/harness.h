@@ -85,6 +85,9 @@ int th_run_worker(char **stderr_out, ...);
  * (stdout, then stderr) in *out (caller frees). The output goes through a file in r's
  * directory. */
 int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *args);
+/* A datagram socket bound at `path` (filled in, in r's directory) for a child's systemd
+ * notifications (NOTIFY_SOCKET), whose receives time out after timeout_s; returns it. */
+int th_notify_socket(const th_redis *r, char *path, size_t pathlen, int timeout_s);
 
 /* Polls pred(arg) every 20 ms until it returns nonzero: returns 1 then, or 0 once timeout_ms
  * has passed. Tests wait on conditions with this, not with sleeps. */

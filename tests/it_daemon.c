@@ -239,9 +239,9 @@ START_TEST(test_events_on_channel) {
     th_daemon d;
     redisContext *sub = th_connect(&R);
     redisReply *r;
-    struct timeval tv = {5, 0};
     const char *want[] = {"WORKER_STARTED", "TASK_QUEUED", "TASK_STARTED", "TASK_SUCCEEDED"};
     int got = 0;
+    struct timeval tv = {5, 0};
     freeReplyObject(th_cmd(sub, "SUBSCRIBE dtq:events"));
     redisSetTimeout(sub, tv);
     start(&d, "w-events", NULL);
@@ -811,16 +811,8 @@ END_TEST
 START_TEST(test_systemd_notify) {
     th_daemon d;
     char sock[400], buf[512], got[2048] = "";
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
-    struct timeval tv = {5, 0};
-    th_path(&R, "notify.sock", sock, sizeof(sock));
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
-    memcpy(sa.sun_path, sock, strlen(sock) + 1);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int fd;
+    fd = th_notify_socket(&R, sock, sizeof(sock), 5);
     setenv("NOTIFY_SOCKET", sock, 1);
     setenv("WATCHDOG_USEC", "400000", 1); /* pings every 200 ms */
     start(&d, "w-notify", NULL);

@@ -271,16 +271,8 @@ static int has_line(const char *text, const char *line) {
 START_TEST(test_drain_extends_the_stop_timeout) {
     th_daemon d;
     char sock[400], buf[512], got[2048] = "";
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
-    struct timeval tv = {5, 0};
-    th_path(&R, "notify.sock", sock, sizeof(sock));
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
-    memcpy(sa.sun_path, sock, strlen(sock) + 1);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int fd;
+    fd = th_notify_socket(&R, sock, sizeof(sock), 5);
     setenv("NOTIFY_SOCKET", sock, 1);
     start(&d, "w-extend", "drain_timeout_s = 100", NULL);
     unsetenv("NOTIFY_SOCKET");

@@ -1017,9 +1017,7 @@ START_TEST(test_systemd_unit_and_ready) {
                            "CapabilityBoundingSet=",
                            "SystemCallFilter=@system-service"};
     char sock[400], got[1024] = "", listen[64], log[400];
-    struct sockaddr_un sa;
-    struct timeval tv = {10, 0};
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int fd;
     char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-u", R.url, (char *)"--listen", listen, NULL};
     for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
         char want[200];
@@ -1027,13 +1025,7 @@ START_TEST(test_systemd_unit_and_ready) {
         ck_assert_msg(strstr(unit, want) != NULL, "dtq-web.service lacks %s", lines[i]);
     }
     free(unit);
-    th_path(&R, "notify.sock", sock, sizeof(sock));
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    ck_assert_int_lt(strlen(sock), sizeof(sa.sun_path));
-    memcpy(sa.sun_path, sock, strlen(sock) + 1);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    fd = th_notify_socket(&R, sock, sizeof(sock), 10);
     PORT = free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     th_path(&R, "web3.log", log, sizeof(log));
