@@ -142,20 +142,25 @@ static void setup_retry_cb(evutil_socket_t fd, short what, void *arg) {
     if (dtq_rconn_is_up(w->ctx->cmd) && !w->ctx->ready) setup_redis(w);
 }
 
+/* Gives up this setup round (its other replies are ignored) and tries again in 5 s. */
+static void setup_retry_later(dtq_worker *w) {
+    struct timeval tv = {5, 0};
+    w->setup_pending = -1000; /* poison this round */
+    evtimer_add(w->setup_retry_timer, &tv);
+}
+
 static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_worker *w = priv;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     if (!reply) return; /* lost again; the next connect restarts the setup */
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
-        struct timeval tv = {5, 0};
         /* One line per try: the other setup commands of the try are refused alike (OOM
          * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
         if (w->setup_pending >= 0 && !dtq_rconn_error_is_unavailable(reply->str))
             dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
                       reply->str);
-        w->setup_pending = -1000; /* poison this round */
-        evtimer_add(w->setup_retry_timer, &tv);
+        setup_retry_later(w);
         return;
     }
     if (--w->setup_pending == 0) setup_done(w);
@@ -195,9 +200,7 @@ static void policy_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_worker *w = priv;
     redisReply *reply = r;
     if (reply && check_eviction_policy(w, reply) != 0) {
-        struct timeval tv = {5, 0};
-        w->setup_pending = -1000; /* poison this round */
-        evtimer_add(w->setup_retry_timer, &tv);
+        setup_retry_later(w);
         return;
     }
     setup_cb(ac, r, priv);
@@ -214,7 +217,6 @@ static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     const char *ns = w->ctx->cfg->ns;
     char msg[sizeof(w->library_problem)];
-    struct timeval tv = {5, 0};
     if (!reply || reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
         setup_cb(ac, r, priv);
         return;
@@ -229,8 +231,7 @@ static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
         dtq_sdnotify("STATUS=waiting for the dtq Functions library (dtqctl functions install)");
         snprintf(w->library_problem, sizeof(w->library_problem), "%s", msg);
     }
-    w->setup_pending = -1000; /* poison this round */
-    evtimer_add(w->setup_retry_timer, &tv);
+    setup_retry_later(w);
 }
 
 static void version_cb(redisAsyncContext *ac, void *r, void *priv) {
