@@ -22,8 +22,7 @@ struct dtq_finisher {
     dtq_ctx *ctx;
     dtq_finish_record *pending, *pending_tail;
     int npending;
-    int inflight;   /* batches awaiting replies */
-    batch *batches; /* those batches, so their entries' claims can be kept */
+    batch *batches; /* batches awaiting replies, so their entries' claims can be kept */
     int refused;    /* the last batch came back with an error: Redis refuses writes */
     struct event *retry_ev;
 };
@@ -33,7 +32,6 @@ static void batch_link(dtq_finisher *f, batch *b) {
     b->next = f->batches;
     if (f->batches) f->batches->prev = b;
     f->batches = b;
-    f->inflight++;
 }
 
 static void batch_unlink(dtq_finisher *f, batch *b) {
@@ -42,7 +40,6 @@ static void batch_unlink(dtq_finisher *f, batch *b) {
     else
         f->batches = b->next;
     if (b->next) b->next->prev = b->prev;
-    f->inflight--;
 }
 
 void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
@@ -241,7 +238,7 @@ static int send_batch(dtq_finisher *f) {
 
 void dtq_finisher_flush(dtq_finisher *f) {
     if (!dtq_ctx_is_up(f->ctx)) return;
-    while (f->inflight == 0 && f->pending)
+    while (!f->batches && f->pending)
         if (send_batch(f) != DTQ_OK) break;
 }
 
@@ -275,7 +272,7 @@ void dtq_finisher_each_entry(const dtq_finisher *f,
 }
 
 int dtq_finisher_idle(const dtq_finisher *f) {
-    return f->npending == 0 && f->inflight == 0;
+    return f->npending == 0 && !f->batches;
 }
 
 dtq_finisher *dtq_finisher_new(dtq_ctx *ctx) {
