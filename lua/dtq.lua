@@ -463,14 +463,20 @@ local function raw_entry_error(c, f)
   return nil
 end
 
+-- The task id of a raw producer entry's fields f: its own task_id when that is a valid id,
+-- else the derived <queue>:p<band>:<entry-id> (also returned, second).
+local function raw_task_id(f, queue, band, entry_id)
+  local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
+  if f.task_id ~= nil and valid_name(f.task_id, 64) then return f.task_id, derived end
+  return derived, derived
+end
+
 --[[ A raw producer entry (no `attempt` or `task_id`, or a `task_type`): its task, created on
 first read. Returns tid, tkey, h; or nil when the entry was settled here (a duplicate by task
 id or idempotency key, malformed: dead-lettered with the reason, or its task key holds
 another type: quarantined). ]]
 local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
-  local derived = queue .. ':p' .. fmt(band) .. ':' .. entry_id
-  local tid = derived
-  if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
+  local tid, derived = raw_task_id(f, queue, band, entry_id)
   local tkey = k('task', tid)
   local h, bad = read_task(tkey, tid)
   if bad then
@@ -830,10 +836,7 @@ local function reclaim_lost(c, ms, worker, policy, stream, queue, band, entry_id
   local f = {}
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local tid = f.task_id
-  if f.task_type ~= nil or f.attempt == nil then
-    tid = queue .. ':p' .. fmt(band) .. ':' .. entry_id
-    if f.task_id ~= nil and valid_name(f.task_id, 64) then tid = f.task_id end
-  end
+  if f.task_type ~= nil or f.attempt == nil then tid = raw_task_id(f, queue, band, entry_id) end
   local h = tid and hgetall(k('task', tid))
   if h and h.status == 'running' and h.worker_id == worker and h.carrier == source then
     redis.call('XCLAIM', stream, GROUP, worker, 0, entry_id, 'IDLE', 0, 'JUSTID')
