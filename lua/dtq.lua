@@ -376,6 +376,12 @@ local function delete_acked(stream, ids)
   if #above > 0 then redis.call('XDEL', stream, unpack(above)) end
 end
 
+-- A fresh entry for task `tid` in its own stream (its queue and band), at h.attempt.
+local function add_entry(h, tid)
+  redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
+             'attempt', h.attempt)
+end
+
 local function ack(stream, entry_id)
   redis.call('XACK', stream, GROUP, entry_id)
   redis.call('XDEL', stream, entry_id)
@@ -604,8 +610,7 @@ local function requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, adopt)
   if adopt then h.attempt = fmt(tonumber(h.attempt) + 1) end
   redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
   redis.call('HDEL', tkey, 'worker_id', 'carrier')
-  redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', h.id,
-             'attempt', h.attempt)
+  add_entry(h, h.id)
   ack(stream, entry_id)
   emit(c, ms, 'TASK_QUEUED', h, worker, {reason = 'reaped'})
 end
@@ -1047,18 +1052,15 @@ local function handback(keys, args)
     local tkey = k('task', tid)
     local h = hgetall(tkey)
     if h and h.status == 'running' and tonumber(h.attempt) == attempt and h.worker_id == worker then
-      do
-        -- Even on its last attempt: a stop is the infrastructure's doing, never the task's,
-        -- so the task runs once more (a new attempt number: none runs twice) and only its
-        -- own outcome there can end it.
-        h.attempt = fmt(attempt + 1)
-        redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms),
-                   'last_error', args[b + 5], 'last_error_class', 'interrupted')
-        redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
-                   'attempt', h.attempt)
-        emit(c, ms, 'TASK_QUEUED', h, worker, {reason = 'handback'})
-        out[#out + 1] = 'queued'
-      end
+      -- Even on its last attempt: a stop is the infrastructure's doing, never the task's,
+      -- so the task runs once more (a new attempt number: none runs twice) and only its
+      -- own outcome there can end it.
+      h.attempt = fmt(attempt + 1)
+      redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms),
+                 'last_error', args[b + 5], 'last_error_class', 'interrupted')
+      add_entry(h, tid)
+      emit(c, ms, 'TASK_QUEUED', h, worker, {reason = 'handback'})
+      out[#out + 1] = 'queued'
       ack(stream, entry_id)
     else
       out[#out + 1] = 'stale'
@@ -1302,8 +1304,7 @@ local function sched_promote(keys, args)
           etype = 'TASK_RETRIED'
         end
         redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
-        redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
-                   'attempt', h.attempt)
+        add_entry(h, tid)
         emit(c, ms, etype, h, worker)
         moved = moved + 1
       end
@@ -1371,8 +1372,7 @@ local function requeue_one(c, tid, ms)
   redis.call('HDEL', tkey, 'finished_at', 'worker_id', 'carrier')
   redis.call('PERSIST', tkey)
   idem_set(h, 'processing', ms)
-  redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
-             'attempt', '1')
+  add_entry(h, tid)
   emit(c, ms, 'TASK_QUEUED', h, '', {requeued = true})
   return 'queued'
 end
