@@ -841,8 +841,11 @@ local function reclaim_lost(c, ms, worker, policy, stream, queue, band, entry_id
   local f = {}
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local tid = f.task_id
-  if f.task_type ~= nil or f.attempt == nil then tid = raw_task_id(f, queue, band, entry_id) end
-  local h = tid and hgetall(k('task', tid))
+  if f.task_type ~= nil or f.attempt == nil or tid == nil then
+    tid = raw_task_id(f, queue, band, entry_id)
+  end
+  -- A task key of another type reads as nil here: process_entry quarantines it.
+  local h = tid and hgetall_map(k('task', tid))
   if h and h.status == 'running' and h.worker_id == worker and h.carrier == source then
     redis.call('XCLAIM', stream, GROUP, worker, 0, entry_id, 'IDLE', 0, 'JUSTID')
     return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', tonumber(h.attempt),
@@ -1050,8 +1053,13 @@ local function handback(keys, args)
     local tid, attempt, stream, entry_id = args[b + 1], tonumber(args[b + 2]), args[b + 3],
                                            args[b + 4]
     local tkey = k('task', tid)
-    local h = hgetall(tkey)
-    if h and h.status == 'running' and tonumber(h.attempt) == attempt and h.worker_id == worker then
+    local h, bad = read_task(tkey, tid)
+    if bad then
+      quarantine(bad, tkey, stream .. '/' .. entry_id, ms)
+      out[#out + 1] = 'quarantined'
+      ack(stream, entry_id)
+    elseif h and h.status == 'running' and tonumber(h.attempt) == attempt and
+        h.worker_id == worker then
       -- Even on its last attempt: a stop is the infrastructure's doing, never the task's,
       -- so the task runs once more (a new attempt number: none runs twice) and only its
       -- own outcome there can end it.

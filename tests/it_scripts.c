@@ -1184,6 +1184,64 @@ START_TEST(test_finish_isolates_poisoned_records) {
 }
 END_TEST
 
+/* handback and recover 'lost' read each task on their own: a task key of another type is
+ * quarantined and its entry acknowledged, and the other records of the call go on (a raised
+ * error would leave every record of the call where it was). */
+START_TEST(test_handback_and_recover_isolate_a_task_key_of_another_type) {
+    redisReply *r;
+    char src[2][160], entry[2][32];
+    create_groups("default");
+    for (const char *const *t = (const char *const[]){"h1", "h2", NULL}; *t; t++)
+        freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(entry[i], sizeof(entry[i]), "%s", r->element[0]->element[i]->element[1]->str);
+        snprintf(src[i], sizeof(src[i]), "dtq:stream:default:p5/%s", entry[i]);
+    }
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "DEL dtq:task:h1"));
+    freeReplyObject(th_cmd(C, "SET dtq:task:h1 junk"));
+
+    r = th_cmd(C,
+               "FCALL dtq_handback 0 w1 2 h1 1 dtq:stream:default:p5 %s stop "
+               "h2 1 dtq:stream:default:p5 %s stop",
+               entry[0], entry[1]);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "handback: %s", r->str);
+    ck_assert_int_eq(r->elements, 2);
+    ck_assert_str_eq(r->element[0]->str, "quarantined");
+    ck_assert_str_eq(r->element[1]->str, "queued");
+    freeReplyObject(r);
+    assert_quarantined(0, "dtq:task:h1", src[0], "string");
+    assert_string_key("dtq:task:h1", "junk");
+    th_assert_field(C, "h2", "status", "queued");
+    th_assert_field(C, "h2", "attempt", "2");
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 1); /* h2's new entry */
+
+    /* recover 'lost': h2 claimed again by w1, its reply "lost"; h3's key replaced */
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id h3"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "DEL dtq:task:h3"));
+    freeReplyObject(th_cmd(C, "SET dtq:task:h3 junk"));
+    r = th_cmd(C, "FCALL dtq_recover 1 dtq:stream:default:p5 w1 lost %s 0 default 5", POLICY);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "recover: %s", r->str);
+    ck_assert_int_eq(r->elements, 1);
+    ck_assert_str_eq(r->element[0]->element[2]->str, "h2");
+    ck_assert_int_eq(r->element[0]->element[6]->integer, 2); /* the same attempt, handed over */
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 2);
+    r = th_cmd(C, "XREVRANGE dtq:stream:quarantine + - COUNT 1");
+    ck_assert_str_eq(entry_field(r->element[0], "key"), "dtq:task:h3");
+    freeReplyObject(r);
+    assert_string_key("dtq:task:h3", "junk");
+    th_assert_field(C, "h2", "status", "running");
+    ck_assert_int_eq(pending_count("dtq:stream:default:p5"), 1); /* h2's; h3's acknowledged */
+}
+END_TEST
+
 /* sched_promote: per id; <p>:cancelled of another type cancels nothing and stays as is. */
 START_TEST(test_sched_promote_isolates_poisoned_records) {
     redisReply *r;
@@ -1437,6 +1495,7 @@ int main(void) {
     tcase_add_test(tc, test_fetch_isolates_poisoned_records);
     tcase_add_test(tc, test_reap_isolates_poisoned_records);
     tcase_add_test(tc, test_finish_isolates_poisoned_records);
+    tcase_add_test(tc, test_handback_and_recover_isolate_a_task_key_of_another_type);
     tcase_add_test(tc, test_sched_promote_isolates_poisoned_records);
     tcase_add_test(tc, test_requeue_isolates_poisoned_records);
     tcase_add_test(tc, test_config_garbage_ignored);
