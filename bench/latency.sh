@@ -4,6 +4,8 @@
 # hop it is made of: a bare blocking XREADGROUP consumer woken by an XADD cannot be faster
 # than one trip through Redis; dtq's path takes three (enqueue wakes the daemon's blocking
 # read, the daemon's claim call, the event to the client).
+# The probe also prints the enqueue's own round trip: after 20 ms idle a single Function
+# call pays for cold caches on this kind of machine (compare a PING after the same pause).
 # Usage: bench/latency.sh [K]
 . "$(dirname "$0")/lib.sh"
 k=${1:-200}

@@ -8,8 +8,11 @@ tmp=$(mktemp -d /tmp/dtq-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
+# REDIS_WRAP runs the server under a tool (valgrind); REDIS_ARGS adds server settings
+# (e.g. "--stream-node-max-entries 16").
+# shellcheck disable=SC2086
 ${REDIS_WRAP:-} redis-server --port 0 --unixsocket "$tmp/r.sock" --dir "$tmp" --save "" --appendonly no \
-    --daemonize no --loglevel warning >"$tmp/redis.log" 2>&1 &
+    --daemonize no --loglevel warning ${REDIS_ARGS:-} >"$tmp/redis.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 400); do [ -S "$tmp/r.sock" ] && break; sleep 0.05; done
 rc() { redis-cli -s "$tmp/r.sock" "$@"; }
