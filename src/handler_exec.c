@@ -206,19 +206,26 @@ static void job_maybe_done(job *j) {
     job_free(j);
 }
 
-static void stdin_cb(evutil_socket_t fd, short what, void *arg) {
-    job *j = arg;
-    DTQ_UNUSED(what);
+/* Writes what the pipe takes of the payload; closes stdin once it is all written or the
+ * program closed its end. Returns 0 when more must wait for the pipe to drain. */
+static int feed_stdin(job *j) {
     while (j->payload_off < j->payload_len) {
-        ssize_t n = write(fd, j->payload + j->payload_off, j->payload_len - j->payload_off);
+        ssize_t n = write(j->in_fd, j->payload + j->payload_off, j->payload_len - j->payload_off);
         if (n > 0) {
             j->payload_off += (size_t)n;
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return 0;
         break; /* EPIPE: the program does not read its stdin, which is its right */
     }
     close_ev(&j->in_ev, &j->in_fd);
+    return 1;
+}
+
+static void stdin_cb(evutil_socket_t fd, short what, void *arg) {
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    feed_stdin(arg);
 }
 
 /* Reads once from stdout. Returns 1 after data, 0 once the pipe is closed (EOF or error),
@@ -404,8 +411,9 @@ static int spawn_child(const dtq_exec_spec *spec, char **env, int p[3][2], pid_t
     return rc;
 }
 
+/* A fresh pipe end has no status flag set, so there is nothing to read back first. */
 static void set_nonblock(int fd) {
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
 }
 
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call) {
@@ -450,10 +458,14 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     set_nonblock(j->in_fd);
     set_nonblock(j->out_fd);
     set_nonblock(j->err_fd);
-    j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
+    /* A payload the pipe holds goes in at once, with no stdin event to register, wake
+     * and remove: the usual case, as payloads are far smaller than a pipe. */
+    if (!feed_stdin(j)) {
+        j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
+        event_add(j->in_ev, NULL);
+    }
     j->out_ev = event_new(ex->base, j->out_fd, EV_READ | EV_PERSIST, stdout_cb, j);
     j->err_ev = event_new(ex->base, j->err_fd, EV_READ | EV_PERSIST, stderr_cb, j);
-    event_add(j->in_ev, NULL);
     event_add(j->out_ev, NULL);
     event_add(j->err_ev, NULL);
     j->next = ex->jobs;

@@ -681,6 +681,33 @@ START_TEST(test_exec_handlers) {
 }
 END_TEST
 
+/* A payload larger than a pipe holds reaches the program whole: what the first write
+ * leaves goes in as the program reads. */
+START_TEST(test_exec_payload_larger_than_a_pipe) {
+    th_daemon d;
+    char count[400], ini[1024];
+    size_t n = 200000; /* a pipe holds 65,536 bytes by default */
+    char *payload = malloc(n + 3);
+    redisReply *r;
+    th_path(&R, "count.sh", count, sizeof(count));
+    write_script(count, "wc -c");
+    snprintf(ini, sizeof(ini), "[handler:count]\nexec = %s\n", count);
+    start(&d, "w-exec-big", ini);
+    payload[0] = '"';
+    memset(payload + 1, 'a', n);
+    payload[n + 1] = '"';
+    payload[n + 2] = '\0';
+    enqueue("big", "count", payload, NULL);
+    free(payload);
+    wait_status("big", "succeeded", 10000);
+    r = th_cmd(C, "GET dtq:result:big");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    ck_assert_int_eq(strtoll(r->str, NULL, 10), (long long)(n + 2));
+    freeReplyObject(r);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 /* Many short children at once: exits, signals and pipe EOFs arrive in every order. */
 START_TEST(test_exec_many_children) {
     th_daemon d;
@@ -1069,6 +1096,7 @@ int main(void) {
     tcase_add_test(tc, test_sigkill_recovered_by_reaper);
     tcase_add_test(tc, test_survives_redis_restart);
     tcase_add_test(tc, test_exec_handlers);
+    tcase_add_test(tc, test_exec_payload_larger_than_a_pipe);
     tcase_add_test(tc, test_exec_many_children);
     tcase_add_test(tc, test_plugin_handlers);
     tcase_add_test(tc, test_http_endpoints);
