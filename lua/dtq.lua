@@ -253,6 +253,7 @@ end
 -- Function: one INCR of <prefix>:seq per call that emits, however many events it emits.
 local call_seq, call_events, call_ts_ms, call_ts = nil, 0, nil, nil
 local call_listeners, call_any_cancelled = nil, nil -- per call, looked up when first needed
+local call_eid_ms, call_eid_prefix = nil, nil -- the event ids' common part, per call
 
 -- Whether `tid` was cancelled while queued: one SCARD per call spares a SISMEMBER per entry
 -- while the set is empty, which it almost always is.
@@ -271,10 +272,25 @@ local function next_seq()
   return n
 end
 
-local function event_id(ms)
+-- '1' .. '1024', made once (by the first call that emits: the standard library is out of
+-- reach while the library loads) and kept, constants as they are: the number of an event
+-- within its call would otherwise cost a string.format per event.
+local SMALL_INTS = nil
+
+-- The next event id of this call, evt-<ms>-<seq>-<n>: the part before <n> is the same for
+-- every event of the call.
+local function next_event_id(ms)
   if not call_seq then next_seq() end
+  if not SMALL_INTS then
+    SMALL_INTS = {}
+    for i = 1, 1024 do SMALL_INTS[i] = string.format('%d', i) end
+  end
   call_events = call_events + 1
-  return 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-' .. fmt(call_events)
+  if call_events == 1 then return 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-1' end
+  if call_eid_ms ~= ms then
+    call_eid_ms, call_eid_prefix = ms, 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-'
+  end
+  return call_eid_prefix .. (SMALL_INTS[call_events] or fmt(call_events))
 end
 
 --[[ The one builder and publisher of lifecycle events, for every event type: the id and
@@ -293,19 +309,40 @@ local function event_wanted(c, etype)
   return call_listeners
 end
 
-local function emit(c, ms, etype, h, worker_id, meta)
+-- Publishes one event of task `tid` (its queue, task type and attempt given one by one, so
+-- that a caller holding them apart builds no table for it).
+local function emit_task(c, ms, etype, tid, queue, ttype, attempt, worker, meta)
   if not event_wanted(c, etype) then return end
   if call_ts_ms ~= ms then call_ts_ms, call_ts = ms, iso(ms) end
-  local ev = {event_id = event_id(ms), ts = call_ts, type = etype, task_id = h.id or '',
-              queue = h.queue or '', task_type = h.task_type or '',
-              attempt = tonumber(h.attempt) or 0, worker_id = worker_id or ''}
-  if meta then ev.metadata = meta end
-  local json = cjson.encode(ev)
+  tid, queue, ttype = tid or '', queue or '', ttype or ''
+  attempt, worker = tonumber(attempt) or 0, worker or ''
+  local eid, json = next_event_id(ms)
+  -- The usual event is built as one string: a Lua table per event and its encoding cost
+  -- more than the PUBLISH. Queues, task types and worker ids are few and need no escaping
+  -- when they are valid names (valid_name128 keeps its answers); the task id, different
+  -- every time, is escaped by cjson alone. Anything else takes the table and cjson.
+  if (queue == '' or valid_name128(queue)) and (ttype == '' or valid_name128(ttype)) and
+      (worker == '' or valid_name128(worker)) and attempt % 1 == 0 and attempt >= 0 and
+      attempt < 2^53 then
+    json = '{"event_id":"' .. eid .. '","ts":"' .. call_ts .. '","type":"' .. etype ..
+           '","task_id":' .. cjson.encode(tid) .. ',"queue":"' .. queue .. '","task_type":"' ..
+           ttype .. '","attempt":' .. fmt(attempt) .. ',"worker_id":"' .. worker ..
+           (meta and ('","metadata":' .. cjson.encode(meta) .. '}') or '"}')
+  else
+    local ev = {event_id = eid, ts = call_ts, type = etype, task_id = tid,
+                queue = queue, task_type = ttype, attempt = attempt, worker_id = worker}
+    if meta then ev.metadata = meta end
+    json = cjson.encode(ev)
+  end
   redis.call('PUBLISH', k('events'), json)
   if c.events_stream_maxlen > 0 then
     redis.call('XADD', k('stream', 'events'), 'MAXLEN', '~', fmt(c.events_stream_maxlen), '*',
                'event', json)
   end
+end
+
+local function emit(c, ms, etype, h, worker_id, meta)
+  emit_task(c, ms, etype, h.id, h.queue, h.task_type, h.attempt, worker_id, meta)
 end
 
 local function idem_set(h, state, ms)
@@ -942,8 +979,8 @@ end
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
                        'task_type', 'attempt'}
 
--- The task as the events and the idempotency record need it, from the HMGET of
--- FINISH_FIELDS; built only when one of them is wanted.
+-- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
+-- FINISH_FIELDS (a success publishes its event from the values themselves).
 local function finish_hash(tid, v)
   return {id = tid, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
           idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
@@ -976,10 +1013,9 @@ local function finish_one(c, ms, worker, args, b)
       redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
                  fmt(ms))
     end
-    local h = (v[3] or event_wanted(c, 'TASK_SUCCEEDED')) and finish_hash(tid, v)
-    if h then emit(c, ms, 'TASK_SUCCEEDED', h, worker) end
+    emit_task(c, ms, 'TASK_SUCCEEDED', tid, v[5], v[6], v[7], worker)
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
-    if h then idem_set(h, 'completed', ms) end
+    if v[3] then idem_set(finish_hash(tid, v), 'completed', ms) end
     return 'succeeded'
   end
   local h = finish_hash(tid, v)
@@ -1153,7 +1189,7 @@ local function create_task(c, ms, tid, queue, ttype, payload, o)
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
   else
     redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
-    emit(c, ms, 'TASK_QUEUED', {id = tid, queue = queue, task_type = ttype, attempt = '1'}, '')
+    emit_task(c, ms, 'TASK_QUEUED', tid, queue, ttype, 1, '')
   end
 end
 
@@ -1570,6 +1606,7 @@ local function version(keys, args) return VERSION end
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
     call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
+    call_eid_ms, call_eid_prefix = nil, nil
     fmt_memo = {}
     return fn(keys, args)
   end

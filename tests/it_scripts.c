@@ -780,6 +780,43 @@ typedef struct expected_event {
     const char *worker_id, *meta_key; /* meta_key: the one metadata field, or NULL */
 } expected_event;
 
+/* Events are built as strings when every field is a plain name; a field that is not (here a
+ * task type written into the hash by hand, with a quote and a backslash) still yields valid
+ * JSON with the value as it is, on the claim and the finish paths. */
+START_TEST(test_events_escape_what_is_not_a_name) {
+    static const char weird[] = "we\"ird\\type";
+    static const char *const types[] = {"TASK_STARTED", "TASK_SUCCEEDED"};
+    redisReply *r, *f;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 100"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id esc"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:esc task_type %s", weird));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    {
+        dtq_finish_record rec = th_finish_record(r->element[0]->element[0]);
+        f = th_finish(C, "w1", &rec, 1);
+    }
+    ck_assert_str_eq(f->element[0]->str, "succeeded");
+    freeReplyObject(f);
+    freeReplyObject(r);
+    r = th_cmd(C, "XRANGE dtq:stream:events - +");
+    ck_assert_int_eq(r->elements, 3); /* TASK_QUEUED (before the edit), STARTED, SUCCEEDED */
+    for (size_t i = 1; i < 3; i++) {
+        const char *json = r->element[i]->element[1]->element[1]->str;
+        cJSON *ev = cJSON_Parse(json);
+        ck_assert_msg(ev != NULL, "event %zu is not JSON: %s", i, json);
+        ck_assert_str_eq(cJSON_GetObjectItem(ev, "type")->valuestring, types[i - 1]);
+        ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_type")->valuestring, weird);
+        ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_id")->valuestring, "esc");
+        ck_assert_str_eq(cJSON_GetObjectItem(ev, "worker_id")->valuestring, "w1");
+        ck_assert_int_eq(cJSON_GetObjectItem(ev, "attempt")->valueint, 1);
+        cJSON_Delete(ev);
+    }
+    freeReplyObject(r);
+}
+END_TEST
+
 static int all_digits(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (s[i] < '0' || s[i] > '9') return 0;
@@ -1492,6 +1529,7 @@ int main(void) {
     tcase_add_test(tc, test_requeue_dlq_all);
     tcase_add_test(tc, test_events_from_functions);
     tcase_add_test(tc, test_event_shapes);
+    tcase_add_test(tc, test_events_escape_what_is_not_a_name);
     tcase_add_test(tc, test_fetch_isolates_poisoned_records);
     tcase_add_test(tc, test_reap_isolates_poisoned_records);
     tcase_add_test(tc, test_finish_isolates_poisoned_records);
