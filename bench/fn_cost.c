@@ -1,6 +1,7 @@
 /* Redis time per task of the three Functions on a task's hot path, without the daemon:
  * N no-op tasks are enqueued one per call (<ns>_enqueue, pipelined), fetched in batches
- * of B (<ns>_fetch), then finished as succeeded in batches of B (<ns>_finish). Each phase
+ * of B (<ns>_fetch), then finished as succeeded in batches of B (<ns>_finish); then N more are
+ * enqueued B per call (<ns>_enqueue_bulk). Each phase
  * reports the server's own accounting (INFO commandstats: FCALL time per task and the
  * commands the Function ran), which does not depend on this client or the network.
  * Usage: fn_cost <unix-socket> <namespace> <n> <batch>
@@ -182,6 +183,37 @@ int main(int argc, char **argv) {
     }
     hook("end", "finish");
     report(c, "finish", n);
+
+    /* N more tasks through <ns>_enqueue_bulk, B payloads per call */
+    char fn_bulk[64];
+    snprintf(fn_bulk, sizeof fn_bulk, "%s_enqueue_bulk", ns);
+    const char **ba = malloc(sizeof *ba * (size_t)(6 + batch));
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    hook("begin", "bulk");
+    for (long done = 0; done < n;) {
+        long m = n - done < batch ? n - done : batch;
+        int k = 0;
+        char nres[24];
+        snprintf(nres, sizeof nres, "%ld", m);
+        ba[k++] = "FCALL";
+        ba[k++] = fn_bulk;
+        ba[k++] = "0";
+        ba[k++] = "default";
+        ba[k++] = "noop";
+        ba[k++] = nres;
+        for (long i = 0; i < m; i++) ba[k++] = "{}";
+        redisReply *r = cmd_argv(c, k, ba);
+        if (r->type != REDIS_REPLY_ARRAY || (long)r->elements != m ||
+            r->element[0]->type != REDIS_REPLY_ARRAY) {
+            fprintf(stderr, "fn_cost: enqueue_bulk failed\n");
+            return 1;
+        }
+        freeReplyObject(r);
+        done += m;
+    }
+    hook("end", "bulk");
+    report(c, "bulk", n);
+    free(ba);
     for (long i = 0; i < n; i++) {
         free(tasks[i].stream);
         free(tasks[i].entry);

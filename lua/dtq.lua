@@ -1170,21 +1170,27 @@ end
 local function create_task(c, ms, tid, queue, ttype, payload, o)
   local delayed = o.delay_ms and o.delay_ms > 0
   local now = fmt(ms)
-  local hargs = {'id', tid, 'queue', queue, 'task_type', ttype, 'payload', payload,
-                 'status', delayed and 'pending' or 'queued', 'attempt', '1',
-                 'priority', fmt(o.priority), 'created_at', now, 'updated_at', now,
-                 'metadata', '{}', 'cancel_requested', '0'}
-  local function opt(name, v)
-    if v then
-      hargs[#hargs + 1] = name
-      hargs[#hargs + 1] = v
+  local tkey = k('task', tid)
+  -- The fields every task has, without an argument table (a Lua table per task cost 7,000
+  -- of a bulk enqueue's 72,000 instructions per task); the optional ones after, if any.
+  redis.call('HSET', tkey, 'id', tid, 'queue', queue, 'task_type', ttype, 'payload', payload,
+             'status', delayed and 'pending' or 'queued', 'attempt', '1', 'priority',
+             fmt(o.priority), 'created_at', now, 'updated_at', now, 'metadata', '{}',
+             'cancel_requested', '0')
+  if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key then
+    local more = {}
+    local function opt(name, v)
+      if v then
+        more[#more + 1] = name
+        more[#more + 1] = v
+      end
     end
+    opt('own_max_attempts', o.max_attempts and fmt(o.max_attempts))
+    opt('own_timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
+    opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
+    opt('idempotency_key', o.idempotency_key)
+    redis.call('HSET', tkey, unpack(more))
   end
-  opt('own_max_attempts', o.max_attempts and fmt(o.max_attempts))
-  opt('own_timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
-  opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
-  opt('idempotency_key', o.idempotency_key)
-  redis.call('HSET', k('task', tid), unpack(hargs))
   if delayed then
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
   else
