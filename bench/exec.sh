@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # exec handlers beside the machine's spawn floor, in one sitting: N tasks of `exec =
 # /bin/true` at concurrency C through one daemon, then the bare posix_spawn + waitpid loop
-# (bench/spawn_floor.c) with the same parallelism. Also the daemon's own CPU per task.
+# (bench/spawn_floor.c) with the same parallelism: bare, with stdio pipes, and with the pipes
+# and the clean slate dtq gives its children. Also the daemon's own CPU per task.
 # Usage: bench/exec.sh [N] [concurrency]
 . "$(dirname "$0")/lib.sh"
 n=${1:-5000}
@@ -42,3 +43,4 @@ echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s;
      "$calls Function calls/task"
 "$floor_bin" "$n_all" "$conc" /bin/true
 "$floor_bin" "$n_all" "$conc" /bin/true pipes
+"$floor_bin" "$n_all" "$conc" /bin/true clean
