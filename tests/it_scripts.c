@@ -780,40 +780,45 @@ typedef struct expected_event {
     const char *worker_id, *meta_key; /* meta_key: the one metadata field, or NULL */
 } expected_event;
 
-/* Events are built as strings when every field is a plain name; a field that is not (here a
- * task type written into the hash by hand, with a quote and a backslash) still yields valid
- * JSON with the value as it is, on the claim and the finish paths. */
+/* Events are built as strings when every field is a plain name; a field that is not still
+ * yields valid JSON with the value as it is, on the claim and the finish paths: a task type
+ * written into the hash by hand (a quote and a backslash), then a worker id with a quote. */
 START_TEST(test_events_escape_what_is_not_a_name) {
-    static const char weird[] = "we\"ird\\type";
+    static const struct {
+        const char *id, *type, *worker;
+    } rounds[] = {{"esc1", "we\"ird\\type", "w1"}, {"esc2", "echo", "w\"2"}};
     static const char *const types[] = {"TASK_STARTED", "TASK_SUCCEEDED"};
     redisReply *r, *f;
     create_groups("default");
     freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 100"));
-    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id esc"));
-    freeReplyObject(th_cmd(C, "HSET dtq:task:esc task_type %s", weird));
-    r = fetch("w1", 10, "default");
-    ck_assert_int_eq(r->element[0]->elements, 1);
-    {
-        dtq_finish_record rec = th_finish_record(r->element[0]->element[0]);
-        f = th_finish(C, "w1", &rec, 1);
+    for (size_t k = 0; k < 2; k++) {
+        freeReplyObject(th_cmd(C, "DEL dtq:stream:events"));
+        freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", rounds[k].id));
+        freeReplyObject(th_cmd(C, "HSET dtq:task:%s task_type %s", rounds[k].id, rounds[k].type));
+        r = fetch(rounds[k].worker, 10, "default");
+        ck_assert_int_eq(r->element[0]->elements, 1);
+        {
+            dtq_finish_record rec = th_finish_record(r->element[0]->element[0]);
+            f = th_finish(C, rounds[k].worker, &rec, 1);
+        }
+        ck_assert_str_eq(f->element[0]->str, "succeeded");
+        freeReplyObject(f);
+        freeReplyObject(r);
+        r = th_cmd(C, "XRANGE dtq:stream:events - +");
+        ck_assert_int_eq(r->elements, 3); /* TASK_QUEUED (before the edit), STARTED, SUCCEEDED */
+        for (size_t i = 1; i < 3; i++) {
+            const char *json = r->element[i]->element[1]->element[1]->str;
+            cJSON *ev = cJSON_Parse(json);
+            ck_assert_msg(ev != NULL, "event %zu is not JSON: %s", i, json);
+            ck_assert_str_eq(cJSON_GetObjectItem(ev, "type")->valuestring, types[i - 1]);
+            ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_type")->valuestring, rounds[k].type);
+            ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_id")->valuestring, rounds[k].id);
+            ck_assert_str_eq(cJSON_GetObjectItem(ev, "worker_id")->valuestring, rounds[k].worker);
+            ck_assert_int_eq(cJSON_GetObjectItem(ev, "attempt")->valueint, 1);
+            cJSON_Delete(ev);
+        }
+        freeReplyObject(r);
     }
-    ck_assert_str_eq(f->element[0]->str, "succeeded");
-    freeReplyObject(f);
-    freeReplyObject(r);
-    r = th_cmd(C, "XRANGE dtq:stream:events - +");
-    ck_assert_int_eq(r->elements, 3); /* TASK_QUEUED (before the edit), STARTED, SUCCEEDED */
-    for (size_t i = 1; i < 3; i++) {
-        const char *json = r->element[i]->element[1]->element[1]->str;
-        cJSON *ev = cJSON_Parse(json);
-        ck_assert_msg(ev != NULL, "event %zu is not JSON: %s", i, json);
-        ck_assert_str_eq(cJSON_GetObjectItem(ev, "type")->valuestring, types[i - 1]);
-        ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_type")->valuestring, weird);
-        ck_assert_str_eq(cJSON_GetObjectItem(ev, "task_id")->valuestring, "esc");
-        ck_assert_str_eq(cJSON_GetObjectItem(ev, "worker_id")->valuestring, "w1");
-        ck_assert_int_eq(cJSON_GetObjectItem(ev, "attempt")->valueint, 1);
-        cJSON_Delete(ev);
-    }
-    freeReplyObject(r);
 }
 END_TEST
 
@@ -877,6 +882,35 @@ static void assert_event(const char *json, const expected_event *want, int idx) 
     }
     cJSON_Delete(ev);
 }
+
+/* The events of one call share the id's evt-<ms>-<seq>- part and number on from 1. */
+START_TEST(test_event_ids_within_one_call) {
+    redisReply *r;
+    char prefix[64], want[8];
+    create_groups("default");
+    for (const char *const *t = (const char *const[]){"i1", "i2", "i3", NULL}; *t; t++)
+        freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
+    freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 100"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 3);
+    freeReplyObject(r);
+    r = th_cmd(C, "XRANGE dtq:stream:events - +");
+    ck_assert_int_eq(r->elements, 3); /* the three TASK_STARTED of the one fetch */
+    for (size_t i = 0; i < 3; i++) {
+        cJSON *ev = cJSON_Parse(r->element[i]->element[1]->element[1]->str);
+        const char *id = cJSON_GetObjectItem(ev, "event_id")->valuestring;
+        const char *last = strrchr(id, '-');
+        ck_assert_msg(event_id_well_formed(id), "event id %s", id);
+        if (i == 0) snprintf(prefix, sizeof(prefix), "%.*s", (int)(last - id + 1), id);
+        ck_assert_msg(!strncmp(id, prefix, strlen(prefix)) && strlen(id) > strlen(prefix),
+                      "event id %s does not start with %s", id, prefix);
+        snprintf(want, sizeof(want), "%zu", i + 1);
+        ck_assert_str_eq(last + 1, want);
+        cJSON_Delete(ev);
+    }
+    freeReplyObject(r);
+}
+END_TEST
 
 static redisReply *claimed_one(const char *worker) {
     redisReply *r = fetch(worker, 10, "default");
@@ -1530,6 +1564,7 @@ int main(void) {
     tcase_add_test(tc, test_events_from_functions);
     tcase_add_test(tc, test_event_shapes);
     tcase_add_test(tc, test_events_escape_what_is_not_a_name);
+    tcase_add_test(tc, test_event_ids_within_one_call);
     tcase_add_test(tc, test_fetch_isolates_poisoned_records);
     tcase_add_test(tc, test_reap_isolates_poisoned_records);
     tcase_add_test(tc, test_finish_isolates_poisoned_records);
