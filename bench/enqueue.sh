@@ -10,7 +10,7 @@ machine
 start_worker "[worker]
 worker_id = bench
 queues = none-served"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+stop_worker
 run() { # label, awk program printing the commands
     rc FLUSHDB >/dev/null # the Functions survive it
     awk -v n="$n" "$2" >"$tmp/cmds"

@@ -17,7 +17,7 @@ queues = paused-at-first
 exec = /bin/true"
 rc SET dtq:queue:default:paused 1 >/dev/null
 awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "FCALL dtq_enqueue 0 default t {}\r\n" }' | rc --pipe >/dev/null
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+stop_worker
 start_worker "[worker]
 worker_id = bench
 concurrency = $conc

@@ -23,7 +23,7 @@ queues = not-this-one
 events = ${EVENTS:-off}
 [handler:noop]
 builtin = noop"
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+stop_worker
 if [ "${SUBSCRIBER:-0}" = 1 ]; then # someone listens: the Functions build their events
     rc SUBSCRIBE dtq:events >/dev/null &
     pids+=($!)

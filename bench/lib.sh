@@ -24,6 +24,8 @@ start_worker() { # ini-text
     for _ in $(seq 200); do [ "$(rc HGET dtq:worker:bench status)" = running ] && return 0; sleep 0.05; done
     echo "worker did not start:"; cat "$tmp/w.log"; exit 1
 }
+# Stops the daemon started last (one that only loaded the library or queued the tasks).
+stop_worker() { kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; }
 machine() { echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), redis $(redis-server --version | grep -o 'v=[0-9.]*')"; }
 # Seconds of CPU Redis has used (user + system).
 redis_cpu() { rc INFO cpu | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f", s }'; }

@@ -24,7 +24,7 @@ if [ "$mode" = raw ]; then
 else
     awk -v n="$n" 'BEGIN { for (i = 0; i < n; i++) printf "FCALL dtq_enqueue 0 default noop {}\r\n" }' | rc --pipe >/dev/null
 fi
-kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+stop_worker
 start_worker "[worker]
 worker_id = bench
 concurrency = $conc
