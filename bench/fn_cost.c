@@ -14,12 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BANDS 10
-
-typedef struct {
-    char *stream, *entry, *id;
-    long long attempt;
-} claimed;
+#include "finisher.h"
+#include "streams.h"
+#include "util.h"
 
 static void hook(const char *when, const char *phase) {
     const char *h = getenv("FN_COST_HOOK");
@@ -32,17 +29,29 @@ static void hook(const char *when, const char *phase) {
     }
 }
 
-static redisReply *cmd_argv(redisContext *c, int argc, const char **argv) {
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+/* Sends `a` (and empties it for the next call); exits on an error reply. */
+static redisReply *send_argv(redisContext *c, dtq_argv *a) {
+    redisReply *r = redisCommandArgv(c, a->argc, (const char **)a->argv, a->lens);
     if (!r) {
         fprintf(stderr, "fn_cost: redis: %s\n", c->errstr);
         exit(1);
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "fn_cost: %s: %s\n", argv[0], r->str);
+        fprintf(stderr, "fn_cost: %s %s: %s\n", a->argv[0], a->argv[1], r->str);
         exit(1);
     }
+    dtq_argv_deinit(a);
     return r;
+}
+
+/* "FCALL <fn> 0 <arg> ...": the head of every batched call here. */
+static void fcall_head(dtq_argv *a, const char *fn, const char *arg1, const char *arg2) {
+    dtq_argv_init(a);
+    dtq_argv_adds(a, "FCALL");
+    dtq_argv_adds(a, fn);
+    dtq_argv_adds(a, "0");
+    dtq_argv_adds(a, arg1);
+    if (arg2) dtq_argv_adds(a, arg2);
 }
 
 /* The FCALL time and the commands of one phase, per task, from INFO commandstats. */
@@ -81,18 +90,20 @@ int main(int argc, char **argv) {
     }
     const char *ns = argv[2];
     long n = atol(argv[3]), batch = atol(argv[4]);
+    if (n < 1 || n > 10000000 || batch < 1 || batch > 1000) {
+        fprintf(stderr, "fn_cost: n must be 1-10000000 and batch 1-1000\n");
+        return 2;
+    }
     redisContext *c = redisConnectUnix(argv[1]);
     if (!c || c->err) {
         fprintf(stderr, "fn_cost: cannot connect to %s\n", argv[1]);
         return 1;
     }
-    char fn_enqueue[64], fn_fetch[64], fn_finish[64], paused[128], streams[BANDS][128];
+    char fn_enqueue[64], fn_fetch[64], fn_finish[64], fn_bulk[64];
     snprintf(fn_enqueue, sizeof fn_enqueue, "%s_enqueue", ns);
     snprintf(fn_fetch, sizeof fn_fetch, "%s_fetch", ns);
     snprintf(fn_finish, sizeof fn_finish, "%s_finish", ns);
-    snprintf(paused, sizeof paused, "%s:queue:default:paused", ns);
-    for (int b = 0; b < BANDS; b++)
-        snprintf(streams[b], sizeof streams[b], "%s:stream:default:p%d", ns, 9 - b);
+    snprintf(fn_bulk, sizeof fn_bulk, "%s_enqueue_bulk", ns);
 
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     hook("begin", "enqueue");
@@ -108,27 +119,26 @@ int main(int argc, char **argv) {
     hook("end", "enqueue");
     report(c, "enqueue", n);
 
-    claimed *tasks = calloc((size_t)n, sizeof *tasks);
+    /* fetch and finish calls laid out by the daemon's own code (src/streams.c, finisher.c) */
+    dtq_streams st = {0};
+    char *queues[1] = {(char *)"default"};
+    dtq_streams_build(&st, ns, queues, 1);
+    dtq_finish_record *recs = calloc((size_t)n, sizeof *recs);
     long got = 0;
-    char count[32];
-    snprintf(count, sizeof count, "%ld", batch);
-    const char *policy = "{\"d\":[5,30000],\"t\":{}}";
-    const char *fa[3 + 1 + BANDS + 4];
-    int fn = 0;
-    fa[fn++] = "FCALL";
-    fa[fn++] = fn_fetch;
-    fa[fn++] = "11";
-    fa[fn++] = paused;
-    for (int b = 0; b < BANDS; b++) fa[fn++] = streams[b];
-    fa[fn++] = "fn-cost";
-    fa[fn++] = count;
-    fa[fn++] = policy;
-    fa[fn++] = "default";
-
+    dtq_argv a;
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     hook("begin", "fetch");
     while (got < n) {
-        redisReply *r = cmd_argv(c, fn, fa);
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "FCALL");
+        dtq_argv_adds(&a, fn_fetch);
+        dtq_argv_addll(&a, DTQ_BANDS + 1);
+        dtq_streams_fetch_keys(&st, &a);
+        dtq_argv_adds(&a, "fn-cost");
+        dtq_argv_addll(&a, batch);
+        dtq_argv_adds(&a, "{\"d\":[5,30000],\"t\":{}}");
+        dtq_argv_adds(&a, "default");
+        redisReply *r = send_argv(c, &a);
         redisReply *list = r->element[0];
         if (list->elements == 0 && r->element[2]->integer == -1 && got == 0) {
             freeReplyObject(r); /* the group was created: read again */
@@ -140,39 +150,29 @@ int main(int argc, char **argv) {
         }
         for (size_t i = 0; i < list->elements && got < n; i++) {
             redisReply *t = list->element[i];
-            tasks[got].stream = strdup(t->element[0]->str);
-            tasks[got].entry = strdup(t->element[1]->str);
-            tasks[got].id = strdup(t->element[2]->str);
-            tasks[got].attempt = t->element[6]->integer;
-            got++;
+            dtq_finish_record *rec = &recs[got++];
+            rec->stream = dtq_xstrdup(t->element[0]->str);
+            rec->entry_id = dtq_xstrdup(t->element[1]->str);
+            rec->task_id = dtq_xstrdup(t->element[2]->str);
+            rec->attempt = t->element[6]->integer;
+            rec->outcome = DTQ_OUTCOME_SUCCEEDED;
+            rec->result_state = DTQ_RESULT_NONE;
         }
         freeReplyObject(r);
     }
     hook("end", "fetch");
     report(c, "fetch", n);
+    dtq_streams_clear(&st);
 
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     hook("begin", "finish");
-    const char **a = malloc(sizeof *a * (size_t)(4 + batch * 10));
-    char(*att)[24] = malloc(sizeof *att * (size_t)batch);
     for (long done = 0; done < n;) {
         long m = n - done < batch ? n - done : batch;
-        int k = 0;
-        char nrec[24];
-        snprintf(nrec, sizeof nrec, "%ld", m);
-        a[k++] = "FCALL";
-        a[k++] = fn_finish;
-        a[k++] = "0";
-        a[k++] = "fn-cost";
-        a[k++] = nrec;
-        for (long i = 0; i < m; i++) {
-            claimed *t = &tasks[done + i];
-            snprintf(att[i], sizeof att[i], "%lld", t->attempt);
-            const char *rec[10] = {t->id, att[i], "succeeded", t->stream, t->entry,
-                                   "",    "none", "",          "",        "0"};
-            for (int j = 0; j < 10; j++) a[k++] = rec[j];
-        }
-        redisReply *r = cmd_argv(c, k, a);
+        char count[24];
+        snprintf(count, sizeof count, "%ld", m);
+        fcall_head(&a, fn_finish, "fn-cost", count);
+        for (long i = 0; i < m; i++) dtq_finish_record_encode(&a, &recs[done + i]);
+        redisReply *r = send_argv(c, &a);
         for (size_t i = 0; i < r->elements; i++)
             if (strcmp(r->element[i]->str, "succeeded")) {
                 fprintf(stderr, "fn_cost: finish said %s\n", r->element[i]->str);
@@ -183,28 +183,23 @@ int main(int argc, char **argv) {
     }
     hook("end", "finish");
     report(c, "finish", n);
+    for (long i = 0; i < n; i++) {
+        free(recs[i].stream);
+        free(recs[i].entry_id);
+        free(recs[i].task_id);
+    }
+    free(recs);
 
     /* N more tasks through <ns>_enqueue_bulk, B payloads per call */
-    char fn_bulk[64];
-    snprintf(fn_bulk, sizeof fn_bulk, "%s_enqueue_bulk", ns);
-    const char **ba = malloc(sizeof *ba * (size_t)(6 + batch));
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     hook("begin", "bulk");
     for (long done = 0; done < n;) {
         long m = n - done < batch ? n - done : batch;
-        int k = 0;
-        char nres[24];
-        snprintf(nres, sizeof nres, "%ld", m);
-        ba[k++] = "FCALL";
-        ba[k++] = fn_bulk;
-        ba[k++] = "0";
-        ba[k++] = "default";
-        ba[k++] = "noop";
-        ba[k++] = nres;
-        for (long i = 0; i < m; i++) ba[k++] = "{}";
-        redisReply *r = cmd_argv(c, k, ba);
-        if (r->type != REDIS_REPLY_ARRAY || (long)r->elements != m ||
-            r->element[0]->type != REDIS_REPLY_ARRAY) {
+        fcall_head(&a, fn_bulk, "default", "noop");
+        dtq_argv_addll(&a, m);
+        for (long i = 0; i < m; i++) dtq_argv_adds(&a, "{}");
+        redisReply *r = send_argv(c, &a);
+        if ((long)r->elements != m || r->element[0]->type != REDIS_REPLY_ARRAY) {
             fprintf(stderr, "fn_cost: enqueue_bulk failed\n");
             return 1;
         }
@@ -213,15 +208,6 @@ int main(int argc, char **argv) {
     }
     hook("end", "bulk");
     report(c, "bulk", n);
-    free(ba);
-    for (long i = 0; i < n; i++) {
-        free(tasks[i].stream);
-        free(tasks[i].entry);
-        free(tasks[i].id);
-    }
-    free(tasks);
-    free(a);
-    free(att);
     redisFree(c);
     return 0;
 }
