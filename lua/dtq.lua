@@ -385,32 +385,34 @@ entry not yet delivered is newer than every pending one, and when nothing is pen
 more the cut is just after the newest of `ids`. ]]
 local function delete_acked(stream, ids)
   local pend = redis.call('XPENDING', stream, GROUP)
-  local cut_ms, cut_seq
   if pend[1] > 0 then
-    cut_ms, cut_seq = split_id(pend[2])
-  else
+    -- Below the oldest pending entry all is acknowledged: trimmed by nodes. Ids at or
+    -- above it are deleted one by one (all of them if an id is not two plain numbers).
+    local cut_ms, cut_seq = split_id(pend[2])
+    local above = {}
     for i = 1, #ids do
       local ms, seq = split_id(ids[i])
-      if not ms then cut_ms = nil break end
-      if not cut_ms or ms > cut_ms or (ms == cut_ms and seq >= cut_seq) then
-        cut_ms, cut_seq = ms, seq
+      if not cut_ms or not ms or ms > cut_ms or (ms == cut_ms and seq >= cut_seq) then
+        above[#above + 1] = ids[i]
       end
     end
-    if cut_ms then cut_seq = cut_seq + 1 end
-  end
-  if not cut_ms then
-    redis.call('XDEL', stream, unpack(ids))
+    if cut_ms then redis.call('XTRIM', stream, 'MINID', pend[2]) end
+    if #above > 0 then redis.call('XDEL', stream, unpack(above)) end
     return
   end
-  local above = {}
+  -- Nothing pending: every entry up to the newest of `ids` goes.
+  local top_ms, top_seq
   for i = 1, #ids do
     local ms, seq = split_id(ids[i])
-    if not ms or ms > cut_ms or (ms == cut_ms and seq >= cut_seq) then
-      above[#above + 1] = ids[i]
+    if not ms then
+      redis.call('XDEL', stream, unpack(ids))
+      return
+    end
+    if not top_ms or ms > top_ms or (ms == top_ms and seq > top_seq) then
+      top_ms, top_seq = ms, seq
     end
   end
-  redis.call('XTRIM', stream, 'MINID', fmt(cut_ms) .. '-' .. fmt(cut_seq))
-  if #above > 0 then redis.call('XDEL', stream, unpack(above)) end
+  redis.call('XTRIM', stream, 'MINID', fmt(top_ms) .. '-' .. fmt(top_seq + 1))
 end
 
 -- A fresh entry for task `tid` in its own stream (its queue and band), at h.attempt.
