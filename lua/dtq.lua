@@ -253,7 +253,7 @@ end
 -- Function: one INCR of <prefix>:seq per call that emits, however many events it emits.
 local call_seq, call_events, call_ts_ms, call_ts = nil, 0, nil, nil
 local call_listeners, call_any_cancelled = nil, nil -- per call, looked up when first needed
-local call_eid_ms, call_eid_prefix = nil, nil -- the event ids' common part, per call
+local call_eid_prefix = nil -- the event ids' common part, per call
 
 -- Whether `tid` was cancelled while queued: one SCARD per call spares a SISMEMBER per entry
 -- while the set is empty, which it almost always is.
@@ -277,19 +277,18 @@ end
 -- within its call would otherwise cost a string.format per event.
 local SMALL_INTS = nil
 
--- The next event id of this call, evt-<ms>-<seq>-<n>: the part before <n> is the same for
--- every event of the call.
+-- The next event id of this call, evt-<ms>-<seq>-<n>: the part before <n> (the call's
+-- clock and sequence number) is the same for every event of the call.
 local function next_event_id(ms)
-  if not call_seq then next_seq() end
-  if not SMALL_INTS then
-    SMALL_INTS = {}
-    for i = 1, 1024 do SMALL_INTS[i] = string.format('%d', i) end
+  if not call_eid_prefix then
+    if not call_seq then next_seq() end
+    call_eid_prefix = 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-'
+    if not SMALL_INTS then
+      SMALL_INTS = {}
+      for i = 1, 1024 do SMALL_INTS[i] = string.format('%d', i) end
+    end
   end
   call_events = call_events + 1
-  if call_events == 1 then return 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-1' end
-  if call_eid_ms ~= ms then
-    call_eid_ms, call_eid_prefix = ms, 'evt-' .. fmt(ms) .. '-' .. call_seq .. '-'
-  end
   return call_eid_prefix .. (SMALL_INTS[call_events] or fmt(call_events))
 end
 
@@ -1614,7 +1613,7 @@ local function version(keys, args) return VERSION end
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
     call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
-    call_eid_ms, call_eid_prefix = nil, nil
+    call_eid_prefix = nil
     fmt_memo = {}
     return fn(keys, args)
   end
