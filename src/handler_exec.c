@@ -329,16 +329,16 @@ static void job_cancel(dtq_handler_call *call) {
 /* The child's environment: the task's DTQ_ variables, then the spec's base_env (which
  * names none of them). */
 static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
-    size_t n = 0, i = 0;
+    size_t n = 0;
     char **env;
     while (spec->base_env[n]) n++;
     env = dtq_xcalloc(n + DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
-    env[i++] = dtq_xasprintf("DTQ_TASK_ID=%s", call->task_id);
-    env[i++] = dtq_xasprintf("DTQ_TASK_TYPE=%s", call->task_type);
-    env[i++] = dtq_xasprintf("DTQ_QUEUE=%s", call->queue);
-    env[i++] = dtq_xasprintf("DTQ_ATTEMPT=%lld", call->attempt);
-    env[i++] = dtq_xasprintf("DTQ_MAX_ATTEMPTS=%lld", call->max_attempts);
-    memcpy(env + i, spec->base_env, (n + 1) * sizeof(char *));
+    env[0] = dtq_xasprintf("%s%s", task_vars[0], call->task_id);
+    env[1] = dtq_xasprintf("%s%s", task_vars[1], call->task_type);
+    env[2] = dtq_xasprintf("%s%s", task_vars[2], call->queue);
+    env[3] = dtq_xasprintf("%s%lld", task_vars[3], call->attempt);
+    env[4] = dtq_xasprintf("%s%lld", task_vars[4], call->max_attempts);
+    memcpy(env + DTQ_EXEC_TASK_VARS, spec->base_env, (n + 1) * sizeof(char *));
     return env;
 }
 
