@@ -209,15 +209,9 @@ static void enqueue(redisContext *c, const char *id, const char *type) {
 /* Runs dtqctl (args: shell words) with DTQ_REDIS_URL = the sentinel URL and the extra
  * environment `env`; exit code, stdout then stderr in *out. */
 static int ctl(char **out, const char *env, const char *args) {
-    char cmd[3072], path[400];
-    int status;
-    th_path(&P, "ctl.out", path, sizeof(path));
-    snprintf(cmd, sizeof(cmd),
-             "env -u DTQ_REDIS_NAMESPACE DTQ_REDIS_URL='%s' %s %s %s >%s 2>&1 </dev/null", surl,
-             env, DTQCTL_BIN, args, path);
-    status = system(cmd);
-    *out = th_read_file(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char with_url[2048];
+    snprintf(with_url, sizeof(with_url), "DTQ_REDIS_URL='%s' %s", surl, env);
+    return th_run_dtqctl(&P, out, with_url, args);
 }
 
 /* The [redis] and [worker] lines of a daemon with an echo handler. */

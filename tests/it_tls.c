@@ -299,16 +299,10 @@ END_TEST
 /* Runs dtqctl on rediss://127.0.0.1:<tls_port> with `env` (shell assignments); returns the
  * exit code and stdout+stderr in *out. */
 static int ctl(char **out, const char *env, const char *args) {
-    char cmd[2048], path[400];
-    int status;
-    th_path(&R, "ctl.out", path, sizeof(path));
-    snprintf(cmd, sizeof(cmd),
-             "env -u DTQ_REDIS_URL -u DTQ_REDIS_TLS_CA_FILE %s %s -u rediss://127.0.0.1:%d %s "
-             ">%s 2>&1 </dev/null",
-             env, DTQCTL_BIN, tls_port, args, path);
-    status = system(cmd);
-    *out = th_read_file(path);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char no_ca[1280], with_url[2048];
+    snprintf(no_ca, sizeof(no_ca), "-u DTQ_REDIS_TLS_CA_FILE %s", env);
+    snprintf(with_url, sizeof(with_url), "-u rediss://127.0.0.1:%d %s", tls_port, args);
+    return th_run_dtqctl(&R, out, no_ca, with_url);
 }
 
 static int events_subscribed(void *arg) {
