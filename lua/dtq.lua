@@ -1438,12 +1438,17 @@ local function requeue(keys, args)
   return r
 end
 
---[[ FCALL <ns>_requeue_dlq 0 [count] [actor]: one chunk, from the oldest dead letter on.
-Requeues at most min(count, REQUEUE_DLQ_CHUNK) tasks (default: the chunk) and examines at
-most REQUEUE_DLQ_SCAN entries, none added during the call; returns how many it requeued.
-Callers loop until 0. Entries whose task is gone or moved on are dropped; a poisoned task
-is dead-lettered again (a new entry at the end, counted against the chunk, not in the
-reply); an entry whose task key holds another type is dropped and quarantined. ]]
+-- FCALL <ns>_requeue_dlq 0 [count [actor [cursor [class]]]]: one chunk, from the oldest
+-- dead letter on. Requeues at most min(count, REQUEUE_DLQ_CHUNK) tasks (default: the chunk)
+-- and examines at most REQUEUE_DLQ_SCAN entries, none added during the call. Entries whose
+-- task is gone or moved on are dropped; a poisoned task is dead-lettered again (a new entry at
+-- the end, counted against the chunk, not in the reply); an entry whose task key holds another
+-- type is dropped and quarantined.
+-- Without `cursor` it returns how many it requeued: callers loop until 0. With `cursor` (`-`
+-- first, then the one it returned) the calls work through the entries there were at the first
+-- one, of failure class `class` alone when given (the others stay), and it returns
+-- {requeued, next cursor or nil once none of those is left, skipped}: callers loop until the
+-- cursor is nil, knowing nothing of the chunk. A cursor is <last examined id>:<last id>.
 local REQUEUE_DLQ_CHUNK, REQUEUE_DLQ_SCAN, REQUEUE_DLQ_PAGE = 1000, 10000, 100
 
 local function requeue_dlq(keys, args)
@@ -1453,13 +1458,31 @@ local function requeue_dlq(keys, args)
     if not count then return opt_error('count must be a positive integer') end
     count = math.min(count, REQUEUE_DLQ_CHUNK)
   end
+  local cursor, class = args[3], args[4]
+  if cursor == '' then cursor = nil end
+  if class == '' then class = nil end
+  local after, upto
+  if cursor and cursor ~= '-' then
+    after, upto = cursor:match('^(%d+%-%d+):(%d+%-%d+)$')
+    if not after then return opt_error('cursor must be - or a cursor this Function returned') end
+  end
+  if class and not cursor then return opt_error('class needs a cursor') end
+  if class and not valid_name(class, 64) then
+    return opt_error('class must match [A-Za-z0-9._:-]{1,64}')
+  end
   local c = load_config()
   local ms = now_ms()
   local dlq = k('stream', 'dead-letter')
-  local last = redis.call('XREVRANGE', dlq, '+', '-', 'COUNT', 1)
-  if not last[1] then return 0 end
-  local from, upto = '-', last[1][1] -- poisoned tasks dead-lettered again land after upto
-  local done, used, seen = 0, 0, 0
+  if not upto then
+    local last = redis.call('XREVRANGE', dlq, '+', '-', 'COUNT', 1)
+    if not last[1] then
+      if cursor then return {0, false, 0} end
+      return 0
+    end
+    upto = last[1][1] -- poisoned tasks dead-lettered again land after upto
+  end
+  local from = after and ('(' .. after) or '-'
+  local done, used, seen, skipped = 0, 0, 0, 0
   while used < count and seen < REQUEUE_DLQ_SCAN do
     local page = redis.call('XRANGE', dlq, from, upto, 'COUNT',
                             math.min(REQUEUE_DLQ_PAGE, REQUEUE_DLQ_SCAN - seen))
@@ -1467,24 +1490,30 @@ local function requeue_dlq(keys, args)
     for _, e in ipairs(page) do
       if used >= count then break end
       seen = seen + 1
-      from = '(' .. e[1]
+      from, after = '(' .. e[1], e[1]
       local f = {}
       for i = 1, #e[2], 2 do f[e[2][i]] = e[2][i + 1] end
-      local r, err, bad
-      if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
-      if r == 'queued' then
-        done, used = done + 1, used + 1
-        audit('requeue_dlq', f.task_id, args[2], ms)
-      else
-        -- Poisoned: dead-lettered again. Otherwise the task is gone, moved on, or its key
-        -- holds another type: drop the stale record.
-        if r then used = used + 1 end
-        if bad then quarantine(bad, k('task', f.task_id), NS .. '_requeue_dlq', ms) end
-        redis.call('XDEL', dlq, e[1])
+      if not class or f.last_error_class == class then
+        local r, err, bad
+        if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
+        if r == 'queued' then
+          done, used = done + 1, used + 1
+          audit('requeue_dlq', f.task_id, args[2], ms)
+        else
+          -- Poisoned: dead-lettered again. Otherwise the task is gone, moved on, or its key
+          -- holds another type: drop the stale record.
+          if r then used = used + 1 end
+          skipped = skipped + 1
+          if bad then quarantine(bad, k('task', f.task_id), NS .. '_requeue_dlq', ms) end
+          redis.call('XDEL', dlq, e[1])
+        end
       end
     end
   end
-  return done
+  if not cursor then return done end
+  after = after or '0-0'
+  local more = redis.call('XRANGE', dlq, '(' .. after, upto, 'COUNT', 1)[1] ~= nil
+  return {done, more and (after .. ':' .. upto) or false, skipped}
 end
 
 -- FCALL <ns>_discard 0 <task_id> [actor]
@@ -1554,6 +1583,29 @@ end
 local function pause(keys, args) return pause_resume('pause', args) end
 local function resume(keys, args) return pause_resume('resume', args) end
 
+------------------------------------------------------------------------------ read model
+
+--[[ The counts of a queue's ten streams, the one definition every reader uses (stats,
+overview, queue_view): per band its length (XLEN) and pending count (XPENDING of the
+group), a missing stream, a key of another type or a stream without the group counting 0;
+per band depth = max(0, length - pending), and the queue's depth the sum of those. ]]
+local function queue_counts(q)
+  local r = {len = {}, pend = {}, depth_by_band = {}, length = 0, pending = 0, depth = 0}
+  for band = 0, 9 do
+    local s, l, p = stream_key(q, band), 0, 0
+    if redis.call('EXISTS', s) == 1 then
+      local n = redis.pcall('XLEN', s)
+      if type(n) == 'number' then l = n end
+      local ok, x = pcall(redis.call, 'XPENDING', s, GROUP)
+      if ok then p = x[1] end
+    end
+    local d = math.max(0, l - p)
+    r.len[band], r.pend[band], r.depth_by_band[band] = l, p, d
+    r.length, r.pending, r.depth = r.length + l, r.pending + p, r.depth + d
+  end
+  return r
+end
+
 -- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8), for the queues in <prefix>:queues
 -- (added by enqueue, by raw-entry fetch and by the daemon's setup): no keyspace SCAN.
 local function stats(keys, args)
@@ -1562,20 +1614,11 @@ local function stats(keys, args)
   table.sort(order)
   local out = {}
   for _, q in ipairs(order) do
-    local len, pending = 0, 0
-    for band = 0, 9 do
-      local s = stream_key(q, band)
-      if redis.call('EXISTS', s) == 1 then
-        local n = redis.pcall('XLEN', s) -- a key of another type counts 0
-        if type(n) == 'number' then len = len + n end
-        local ok, p = pcall(redis.call, 'XPENDING', s, GROUP)
-        if ok then pending = pending + p[1] end
-      end
-    end
+    local n = queue_counts(q)
     out[#out + 1] = 'queue:' .. q .. ':depth'
-    out[#out + 1] = math.max(0, len - pending)
+    out[#out + 1] = n.depth
     out[#out + 1] = 'queue:' .. q .. ':pending'
-    out[#out + 1] = pending
+    out[#out + 1] = n.pending
     out[#out + 1] = 'queue:' .. q .. ':paused'
     out[#out + 1] = redis.call('EXISTS', k('queue', q, 'paused'))
   end
@@ -1591,6 +1634,438 @@ local function stats(keys, args)
     out[#out + 1] = kv[2]
   end
   return out
+end
+
+--[[ The read model: FCALL_RO Functions that answer what dtq-web and dtqctl show as one JSON
+text, so that its shape is spelled here alone and clients parse and render it
+(docs/reference.md 5.5). Every one is bounded per call and reads no keyspace SCAN. ]]
+local READ_QUEUES_MAX = 1000    -- queues, and workers, that one overview or workers reports
+local READ_SCHEDULE_SCAN = 1000 -- schedule members an overview counts per queue
+local READ_LIST_MAX = 200       -- waiting, and running, entries of a queue_view
+local READ_PAGE_MAX = 500       -- entries of a dead_letters or audit_page page
+local READ_SCAN_MAX = 10000     -- entries a filtered page or a task's event search examines
+local READ_FIELD_MAX = 2048     -- bytes of a value a page shows, by default
+local READ_FILTER_PAGE = 500    -- entries read per XRANGE by a filtered page
+local READ_EVENTS_PAGE = 1000   -- events read per XREVRANGE by task_view
+
+--[[ cjson (Redis 7.0) encodes an empty table as {} and cannot embed JSON text as it is.
+Both are marked by a one-key object whose key begins with a NUL byte, put in place in the
+encoded text: {"\u0000dtq":0} becomes [], {"\u0000dtq":<i>} the JSON text raws[i]. No
+object built here has such a key with a number (names are valid names; hash and stream
+values are strings), and decoded JSON that holds a NUL is not decoded (json_decode). ]]
+local MARK = '\0dtq'
+local EMPTY_ARRAY = {[MARK] = 0}
+local function arr(t)
+  if next(t) == nil then return EMPTY_ARRAY end
+  return t
+end
+
+local function json_encode(v, raws)
+  return (cjson.encode(v):gsub('{"\\u0000dtq":(%d+)}', function(i)
+    if i == '0' then return '[]' end
+    return raws[tonumber(i)]
+  end))
+end
+
+-- JSON text from Redis (a result, an event) decoded, or nil: not JSON as RFC 8259 writes
+-- numbers (cjson would take 0x10, inf, nan), or holding a NUL (which could forge a mark).
+local function json_decode(text)
+  if text:find('\0', 1, true) or text:find('\\u0000', 1, true) then return nil end
+  cjson.decode_invalid_numbers(false)
+  local ok, v = pcall(cjson.decode, text)
+  cjson.decode_invalid_numbers(true)
+  if ok then return v end
+  return nil
+end
+
+-- Whether JSON text json_decode took can be embedded as it is: cjson also takes raw
+-- control characters in strings and numbers such as 1. or -.5, which JSON does not.
+local function json_verbatim(text)
+  local bad = false
+  local t = text:gsub('\\.', '') -- escapes out: the quotes left pair up
+  t = t:gsub('"[^"]*"', function(s)
+    if s:find('[%z\1-\31]') then bad = true end
+    return '0'
+  end)
+  return not bad and not t:find('%D%.') and not t:find('^%.') and not t:find('%.%D') and
+         not t:find('%.$')
+end
+
+-- strtoll's reading of a hash value: its leading integer, 0 when there is none.
+local function int_of(v)
+  return tonumber(type(v) == 'string' and v:match('^%s*([-+]?%d+)') or '') or 0
+end
+
+local function id_ms(id) return tonumber(id:match('^(%d+)')) or 0 end
+
+-- A stream id <ms>-<seq> or <ms>, as clients pass cursors.
+local function valid_stream_id(s)
+  return type(s) == 'string' and (s:match('^%d+$') or s:match('^%d+%-%d+$')) ~= nil and
+         #s <= 41
+end
+
+-- A flat field/value list (a stream entry's fields) as an object of strings, the first of
+-- equal fields kept; values longer than `cap` bytes (nil: no cap) cut, <field>_truncated set.
+local function fields_object(flat, cap)
+  local o = {}
+  for i = 1, #flat - 1, 2 do
+    local f, v = flat[i], flat[i + 1]
+    if o[f] == nil then
+      if cap and #v > cap then
+        o[f], o[f .. '_truncated'] = v:sub(1, cap), true
+      else
+        o[f] = v
+      end
+    end
+  end
+  return o
+end
+
+-- A worker hash as clients show it: the hash fields (but worker_id), these typed as
+-- numbers; heartbeat_age_ms from the Redis clock; the q:<queue>:<counter> fields of the
+-- heartbeat as numbers under queues.<queue>.<counter>.
+local WORKER_NUMBERS = {pid = true, started_at = true, last_heartbeat = true,
+                        active_tasks = true, concurrency = true, tasks_processed = true,
+                        tasks_failed = true, tasks_retried = true}
+local WORKER_OWN = {worker_id = true, id = true, queues = true, heartbeat_age_ms = true}
+local function worker_object(id, h, now)
+  local o, queues = {id = id}, {}
+  for f, v in pairs(h) do
+    if f:sub(1, 2) == 'q:' then
+      local q, kind = f:match('^q:(.+):([^:]+)$')
+      if q and valid_name(q, 128) and valid_name(kind, 64) then
+        queues[q] = queues[q] or {}
+        queues[q][kind] = int_of(v)
+      end
+    elseif not WORKER_OWN[f] then
+      o[f] = WORKER_NUMBERS[f] and int_of(v) or v
+    end
+  end
+  if h.last_heartbeat then o.heartbeat_age_ms = now - int_of(h.last_heartbeat) end
+  o.queues = queues
+  return o
+end
+
+-- The members of <prefix>:workers, sorted, at most READ_QUEUES_MAX: the live ones as
+-- worker objects, how many were left out, and how many have no hash any more (expired).
+local function live_workers(now)
+  local ids = redis.pcall('SMEMBERS', k('workers'))
+  if ids.err then ids = {} end
+  table.sort(ids)
+  local list, gone = {}, 0
+  for i = 1, math.min(#ids, READ_QUEUES_MAX) do
+    local h = hgetall_map(k('worker', ids[i])) -- another type reads as gone
+    if h then list[#list + 1] = worker_object(ids[i], h, now) else gone = gone + 1 end
+  end
+  return arr(list), #ids > READ_QUEUES_MAX, gone
+end
+
+-- The integer reply of a read, 0 for a key of another type.
+local function count_of(...)
+  local n = redis.pcall(...)
+  return type(n) == 'number' and n or 0
+end
+
+--[[ FCALL_RO <ns>_overview 0: the queues (sorted, at most READ_QUEUES_MAX) with their
+counts, the live workers, the scheduler, the dead letters and the events settings. ]]
+local function overview(keys, args)
+  local now, c = now_ms(), load_config()
+  local names = redis.pcall('SMEMBERS', k('queues'))
+  if names.err then names = {} end
+  table.sort(names)
+  -- scheduled per queue: the READ_SCHEDULE_SCAN soonest due members, by their task's queue
+  local skey = k('retry', 'schedule')
+  local scheduled, per = count_of('ZCARD', skey), {}
+  local due = redis.pcall('ZRANGE', skey, 0, READ_SCHEDULE_SCAN - 1)
+  if due.err then due = {} end
+  for _, tid in ipairs(due) do
+    local q = redis.pcall('HGET', k('task', tid), 'queue')
+    if type(q) == 'string' then per[q] = (per[q] or 0) + 1 end
+  end
+  local queues = {}
+  for i = 1, math.min(#names, READ_QUEUES_MAX) do
+    local q = names[i]
+    local n = queue_counts(q)
+    local d, p = {}, {}
+    for band = 0, 9 do d[band + 1], p[band + 1] = n.depth_by_band[band], n.pend[band] end
+    queues[i] = {name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
+                 depth = n.depth, pending = n.pending, length = n.length, depth_by_band = d,
+                 pending_by_band = p, scheduled = per[q] or 0}
+  end
+  local wlist, wmore, gone = live_workers(now)
+  local leader = redis.pcall('GET', k('lock', 'scheduler'))
+  return json_encode({
+    time_ms = now, queues = arr(queues), queues_truncated = #names > READ_QUEUES_MAX,
+    workers = wlist, workers_truncated = wmore, workers_gone = gone,
+    scheduler = {leader = type(leader) == 'string' and leader or cjson.null,
+                 scheduled = scheduled, claimed = count_of('ZCARD', k('retry', 'claimed')),
+                 by_queue_complete = scheduled <= READ_SCHEDULE_SCAN},
+    dlq = {length = count_of('XLEN', k('stream', 'dead-letter'))},
+    events = {level = c.events, stream = c.events_stream_maxlen > 0 or
+                                         redis.call('EXISTS', k('stream', 'events')) == 1}})
+end
+
+-- FCALL_RO <ns>_workers 0: the live workers, as in the overview.
+local function workers(keys, args)
+  local now = now_ms()
+  local list, more, gone = live_workers(now)
+  return json_encode({time_ms = now, workers = list, workers_truncated = more,
+                      workers_gone = gone})
+end
+
+-- A stream entry of queue `queue`, band `band`, as queue_view lists it: the task fetch
+-- would run for it (raw_task_id for a producer's raw entry).
+local function entry_item(queue, band, e)
+  local m = {}
+  for i = 1, #e[2] - 1, 2 do m[e[2][i]] = e[2][i + 1] end -- as process_entry reads them
+  local raw = m.task_type ~= nil or m.attempt == nil or m.task_id == nil
+  return {band = band, entry_id = e[1], enqueued_ms = id_ms(e[1]), raw = raw,
+          task_id = raw and raw_task_id(m, queue, band, e[1]) or m.task_id,
+          attempt = m.attempt and int_of(m.attempt) or nil, task_type = m.task_type}
+end
+
+-- status, task_type and attempt of a listed item, from its task hash when there is one.
+local function item_task(o)
+  if not o.task_id then return end
+  local v = redis.pcall('HMGET', k('task', o.task_id), 'status', 'task_type', 'attempt')
+  if v.err then return end
+  if v[1] then o.status = v[1] end
+  if v[2] then o.task_type = v[2] end
+  if v[3] then o.attempt = int_of(v[3]) end
+end
+
+-- The group's last-delivered id of a stream, nil when it has no group.
+local function last_delivered(s)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', s)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g - 1, 2 do f[g[i]] = g[i + 1] end
+    if f.name == GROUP then return f['last-delivered-id'] end
+  end
+  return nil
+end
+
+--[[ FCALL_RO <ns>_queue_view 0 <queue> [limit]: a queue's bands (p9 first), what workers
+will read next (waiting) and what they hold (running), at most `limit` of each (1-200,
+default 20). NOT_FOUND when the queue is not in <prefix>:queues. ]]
+local function queue_view(keys, args)
+  local q = args[1]
+  if not valid_name(q, 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  local limit = 20
+  if args[2] and args[2] ~= '' then
+    limit = parse_int(args[2], 1, READ_LIST_MAX)
+    if not limit then return opt_error('limit must be an integer in [1, 200]') end
+  end
+  if redis.pcall('SISMEMBER', k('queues'), q) ~= 1 then
+    return redis.error_reply('NOT_FOUND queue ' .. q .. ' is not in ' .. k('queues'))
+  end
+  local n = queue_counts(q)
+  local bands, waiting, running = {}, {}, {}
+  for band = 9, 0, -1 do
+    bands[#bands + 1] = {band = band, length = n.len[band], pending = n.pend[band],
+                         depth = n.depth_by_band[band]}
+    local s = stream_key(q, band)
+    if n.depth_by_band[band] > 0 and #waiting < limit then
+      local from = last_delivered(s)
+      local page = redis.pcall('XRANGE', s, from and ('(' .. from) or '-', '+', 'COUNT',
+                               limit - #waiting)
+      if page.err then page = {} end
+      for _, e in ipairs(page) do waiting[#waiting + 1] = entry_item(q, band, e) end
+    end
+    if n.pend[band] > 0 and #running < limit then
+      local ok, pend = pcall(redis.call, 'XPENDING', s, GROUP, '-', '+', limit - #running)
+      for _, p in ipairs(ok and pend or {}) do
+        local o = {band = band, entry_id = p[1], worker_id = p[2], idle_ms = p[3],
+                   deliveries = p[4]}
+        local e = redis.call('XRANGE', s, p[1], p[1], 'COUNT', 1)[1]
+        if e then
+          local it = entry_item(q, band, e)
+          o.task_id, o.enqueued_ms = it.task_id, it.enqueued_ms
+        end
+        running[#running + 1] = o
+      end
+    end
+  end
+  for _, o in ipairs(waiting) do item_task(o) end
+  for _, o in ipairs(running) do item_task(o) end
+  return json_encode({name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
+                      length = n.length, depth = n.depth, pending = n.pending, bands = bands,
+                      count = limit, waiting = arr(waiting), running = arr(running)})
+end
+
+--[[ FCALL_RO <ns>_task_view 0 <task_id> [events_max]: the task hash (its fields as Redis
+holds them, strings), its result, its dead-letter entry, and its events from
+<prefix>:stream:events, searched from the newest back to its creation, at most events_max
+entries (0-10000, default 10000). NOT_FOUND when there is no task hash. ]]
+local function task_view(keys, args)
+  local tid = args[1]
+  if not valid_name(tid, 256) then
+    return opt_error('task_id must match [A-Za-z0-9._:-]{1,256}')
+  end
+  local scan_max = READ_SCAN_MAX
+  if args[2] and args[2] ~= '' then
+    scan_max = parse_int(args[2], 0, READ_SCAN_MAX)
+    if not scan_max then return opt_error('events_max must be an integer in [0, 10000]') end
+  end
+  local tkey = k('task', tid)
+  local h, err = hgetall_map(tkey)
+  if err then
+    return redis.error_reply('NOT_FOUND task ' .. tid .. ': ' .. wrong_type(tkey, 'hash'))
+  end
+  if not h then return redis.error_reply('NOT_FOUND task ' .. tid) end
+  local raws = {}
+  local o = {id = tid, status = h.status or '', fields = h, result = cjson.null,
+             ttl_ms = redis.call('PTTL', tkey), dead_letter = cjson.null}
+  local res = redis.pcall('GET', k('result', tid))
+  if type(res) == 'string' then
+    local v = json_decode(res)
+    o.result_is_json = v ~= nil
+    if v == nil then
+      o.result = res
+    elseif json_verbatim(res) then
+      raws[1], o.result = res, {[MARK] = 1}
+    else
+      o.result = v
+    end
+  end
+  if valid_stream_id(h.dlq_entry) then
+    local e = redis.pcall('XRANGE', k('stream', 'dead-letter'), h.dlq_entry, h.dlq_entry)
+    if not e.err and #e == 1 then
+      o.dead_letter = fields_object(e[1][2])
+      o.dead_letter.entry_id = e[1][1]
+    end
+  end
+  -- events: newest first, page by page, back to the task's creation or scan_max entries
+  local ekey, created = k('stream', 'events'), int_of(h.created_at)
+  local events_stream = redis.call('EXISTS', ekey) == 1
+  local found, scanned, cursor, full = {}, 0, nil, true
+  local needle = '"task_id":' .. cjson.encode(tid)
+  while events_stream and full and scanned < scan_max and
+        not (cursor and id_ms(cursor) < created) do
+    local want = math.min(READ_EVENTS_PAGE, scan_max - scanned)
+    local page = redis.pcall('XREVRANGE', ekey, cursor and ('(' .. cursor) or '+', '-',
+                             'COUNT', want)
+    if page.err then page = {} end
+    full = #page == want
+    for _, e in ipairs(page) do
+      scanned, cursor = scanned + 1, e[1]
+      local f = e[2]
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'event' then
+          if f[i + 1]:find(needle, 1, true) then
+            local ev = json_decode(f[i + 1])
+            if type(ev) == 'table' and ev.task_id == tid then
+              ev.stream_id = e[1]
+              found[#found + 1] = ev
+            end
+          end
+          break
+        end
+      end
+    end
+  end
+  local events = {}
+  for i = #found, 1, -1 do events[#events + 1] = found[i] end -- oldest first
+  o.events, o.events_stream, o.events_scanned = arr(events), events_stream, scanned
+  o.events_complete = not events_stream or not full or
+                      (cursor ~= nil and id_ms(cursor) < created)
+  return json_encode(o, raws)
+end
+
+--[[ One page of a stream for the pagers below, newest or oldest first, after `cursor`
+(exclusive; nil: from the end or the start), optionally only the entries whose `field`
+equals `value`: pages are read until `count` entries matched, the stream ended, or
+READ_SCAN_MAX entries were examined. next_cursor is set only when more may follow. ]]
+local function stream_page(key, cursor, count, newest, field, value, cap)
+  local size = value and READ_FILTER_PAGE or count + 1 -- one more: is there a next page?
+  local entries, matched, scanned, last, next_cursor, done = {}, 0, 0, nil, nil, false
+  while not done do
+    local from = last or cursor
+    local want = math.min(size, READ_SCAN_MAX - scanned + 1)
+    local page
+    if newest then
+      page = redis.pcall('XREVRANGE', key, from and ('(' .. from) or '+', '-', 'COUNT', want)
+    else
+      page = redis.pcall('XRANGE', key, from and ('(' .. from) or '-', '+', 'COUNT', want)
+    end
+    if page.err then page = {} end
+    for _, e in ipairs(page) do
+      if matched == count or scanned == READ_SCAN_MAX then -- more follow: go on from here
+        next_cursor, done = last, true
+        break
+      end
+      scanned, last = scanned + 1, e[1]
+      local match = not value
+      if value then
+        for i = 1, #e[2] - 1, 2 do
+          if e[2][i] == field then
+            match = e[2][i + 1] == value
+            break
+          end
+        end
+      end
+      if match then
+        local o = fields_object(e[2], cap)
+        o.entry_id, o.entry_ms = e[1], id_ms(e[1])
+        entries[#entries + 1] = o
+        matched = matched + 1
+      end
+    end
+    if #page < want then done = true end
+  end
+  return json_encode({total = count_of('XLEN', key), count = count,
+                      order = newest and 'newest' or 'oldest', filter = value or cjson.null,
+                      scanned = scanned, entries = arr(entries),
+                      next_cursor = next_cursor or cjson.null})
+end
+
+-- The arguments of the pagers: <cursor|-> [count [order [filter [field_max]]]].
+local function page_args(args, filter_name)
+  local cursor, count, newest, value, cap = args[1], 50, true, args[4], READ_FIELD_MAX
+  if cursor == nil or cursor == '' or cursor == '-' then
+    cursor = nil
+  elseif not valid_stream_id(cursor) then
+    return nil, opt_error('cursor must be a stream id (<ms>-<seq>) from next_cursor, or -')
+  end
+  if args[2] and args[2] ~= '' then
+    count = parse_int(args[2], 1, READ_PAGE_MAX)
+    if not count then return nil, opt_error('count must be an integer in [1, 500]') end
+  end
+  if args[3] and args[3] ~= '' then
+    if args[3] ~= 'newest' and args[3] ~= 'oldest' then
+      return nil, opt_error('order must be newest or oldest')
+    end
+    newest = args[3] == 'newest'
+  end
+  if value == '' then value = nil end
+  if value ~= nil and not valid_name(value, 256) then
+    return nil, opt_error(filter_name .. ' must match [A-Za-z0-9._:-]{1,256}')
+  end
+  if args[5] and args[5] ~= '' then
+    cap = parse_int(args[5], 0, 2^31)
+    if not cap then return nil, opt_error('field_max must be an integer in [0, 2147483648]') end
+    if cap == 0 then cap = nil end
+  end
+  return {cursor = cursor, count = count, newest = newest, value = value, cap = cap}
+end
+
+-- FCALL_RO <ns>_dead_letters 0 <cursor|-> [count [order [class [field_max]]]]
+local function dead_letters(keys, args)
+  local a, err = page_args(args, 'class')
+  if not a then return err end
+  return stream_page(k('stream', 'dead-letter'), a.cursor, a.count, a.newest,
+                     'last_error_class', a.value, a.cap)
+end
+
+-- FCALL_RO <ns>_audit_page 0 <cursor|-> [count [order [task_id [field_max]]]]
+local function audit_page(keys, args)
+  local a, err = page_args(args, 'task')
+  if not a then return err end
+  return stream_page(k('stream', 'audit'), a.cursor, a.count, a.newest, 'task_id', a.value,
+                     a.cap)
 end
 
 --[[ FCALL <ns>_worker_event 0 <worker_id> <type>: publishes WORKER_STARTED or
@@ -1644,3 +2119,9 @@ reg('pause', pause)
 reg('resume', resume)
 reg('stats', stats, true)
 reg('version', version, true)
+reg('overview', overview, true)
+reg('workers', workers, true)
+reg('queue_view', queue_view, true)
+reg('task_view', task_view, true)
+reg('dead_letters', dead_letters, true)
+reg('audit_page', audit_page, true)
