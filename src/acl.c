@@ -18,6 +18,13 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
 /* One line per purpose. */
 /* clang-format off */
 
+/* The read model (FCALL_RO, lua/dtq.lua), and the commands it runs that the roles reading
+ * through it hold for nothing else. */
+#define READ_FUNCTIONS                                                                  \
+    "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
+    "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page"
+#define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl"
+
 /* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set
  * are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the producer
  * cannot read another producer's tasks with the HMGET it holds for <p>:config. */
@@ -57,18 +64,22 @@ static const char *const admin[] = {
     "+fcall|<ns>_requeue", "+fcall|<ns>_requeue_dlq", "+fcall|<ns>_discard",
     "+fcall|<ns>_purge_dlq", "+fcall|<ns>_cancel", "+fcall|<ns>_pause", "+fcall|<ns>_resume",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load",
+    READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",
     "+exists", "+expire", "+persist", "+type", "+incr", "+publish", "+xadd", "+xdel", "+xlen",
     "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
     "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd",
+    READ_COMMANDS,
     "~<p>:*", "&<p>:events", NULL};
 
-/* Reads only: <ns>_stats and what it runs, dtqctl show, dlq list, queues, workers, events.
- * Keys are read-only (%R~), so no write could pass even with a write command. */
+/* Reads only: <ns>_stats, the read model and what they run, dtqctl show, dlq list, queues,
+ * workers, events. Keys are read-only (%R~), so no write could pass even with a write
+ * command. */
 static const char *const monitor[] = {
-    "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version",
+    "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", READ_FUNCTIONS,
     "+hgetall", "+hget", "+get", "+exists", "+xlen", "+xrange", "+xpending", "+smembers",
     "+zrange", "+zcard", "+subscribe",
+    "+time", "+hmget", "+type", "+xrevrange", READ_COMMANDS,
     "%R~<p>:*", "&<p>:events", NULL};
 
 /* clang-format on */

@@ -671,6 +671,37 @@ static void wait_status(const char *id, const char *status) {
     ck_abort_msg("task %s: status %s, want %s", id, now ? now : "(none)", status);
 }
 
+/* Every read Function as `user`, each answering JSON that holds `want` (a task, a queue or
+ * a worker it must show); ACL LOG must then hold no denial of the user (a redis.pcall in
+ * a Function would hide one). */
+static void read_model_as(const char *user, const char *const *calls, const char *const *want) {
+    redisContext *c = connect_as(user);
+    for (int i = 0; calls[i]; i++) {
+        char cmd[200];
+        redisReply *r;
+        snprintf(cmd, sizeof(cmd), "FCALL_RO %s", calls[i]);
+        r = redisCommand(c, cmd);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_STRING, "%s as %s: %s", calls[i], user,
+                      r->str ? r->str : "");
+        ck_assert_msg(strstr(r->str, want[i]), "%s as %s: no %s in %s", calls[i], user, want[i],
+                      r->str);
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    assert_no_denials(user);
+}
+
+static const char *const READS[] = {"dtq_overview 0",
+                                    "dtq_workers 0",
+                                    "dtq_queue_view 0 default 5",
+                                    "dtq_task_view 0 e-ok",
+                                    "dtq_task_view 0 e-dead",
+                                    "dtq_dead_letters 0 - 5",
+                                    "dtq_dead_letters 0 - 5 oldest worker_lost",
+                                    "dtq_audit_page 0 - 5",
+                                    NULL};
+
 /* A daemon running as the worker role (no FUNCTION LOAD) on the library an admin
  * installed: success, a retry through the scheduler, a delayed task, a dead letter, a
  * cancel, a requeue and a discard, the admin's and the monitor's dtqctl verbs, and a drain
@@ -714,6 +745,13 @@ START_TEST(test_worker_role_end_to_end) {
     out = ctl_expect(0, "mon", "workers");
     ck_assert_ptr_nonnull(strstr(out, "w-acl"));
     free(out);
+    {
+        const char *want[] = {"w-acl",          "w-acl",           "\"name\":\"default\"",
+                              "TASK_SUCCEEDED", "dead_letter\":{", "e-dead",
+                              "entries",        "entries"};
+        read_model_as("mon", READS, want);
+        read_model_as("adm", READS, want);
+    }
     mon = connect_as("mon");
     r = redisCommand(mon, "SUBSCRIBE dtq:events");
     ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY, "SUBSCRIBE: %s", r ? r->str : "");
@@ -751,6 +789,12 @@ START_TEST(test_worker_role_end_to_end) {
     /* running in the daemon, not only claimed in Redis: a task whose fetch reply arrives
      * after the drain timer expired would run on until the hard stop */
     ck_assert(th_wait_until_cmd_str(C, "HGET dtq:worker:w-acl active_tasks", "1", 10000));
+    {
+        const char *const running[] = {"dtq_queue_view 0 default 5", NULL};
+        const char *want[] = {"\"worker_id\":\"w-acl\""};
+        read_model_as("mon", running, want);
+        read_model_as("adm", running, want);
+    }
     {
         int rc = th_daemon_stop(&D, SIGTERM, 20000);
         char *log = th_read_file(D.log);
