@@ -18,6 +18,7 @@
 #include "log.h"
 #include "rconn.h"
 #include "util.h"
+#include "web_auth.h"
 
 enum key_type { KEY_STR, KEY_INT, KEY_DOUBLE, KEY_BOOL };
 
@@ -123,6 +124,12 @@ static const config_key config_keys[] = {
      "dtq-web: host:port, :port or [IPv6]:port of the dashboard"},
     {"web", "token_file", KEY_STR, OFF(web_token_file), "", 0, 0,
      "dtq-web: file of bearer tokens that allow writes; empty = read-only"},
+    {"web", "read_token_file", KEY_STR, OFF(web_read_token_file), "", 0, 0,
+     "dtq-web: file of bearer tokens that allow reads (a write token does too); empty = "
+     "reads need no token"},
+    {"web", "allowed_hosts", KEY_STR, OFF(web_allowed_hosts), "", 0, 0,
+     "dtq-web: names (or addresses) a request's Host may carry besides the listen address "
+     "and localhost, separated by blanks or commas; * = any (the check is off)"},
     {"web", "sample_interval_s", KEY_INT, OFF(web_sample_interval_s), "5", 1, 3600,
      "dtq-web: seconds between the samples behind rates and plots"},
     {"log", "level", KEY_STR, OFF(log_level), "info", 0, 0, "debug | info | warn | error"},
@@ -467,6 +474,13 @@ static void validate(load_state *st) {
             return fail(st, "web", "listen", "'%s' is not host:port, :port or [IPv6]:port",
                         cfg->web_listen);
         free(host);
+    }
+    {
+        char herr[256];
+        dtq_web_hosts *hosts =
+            dtq_web_hosts_new(cfg->web_listen, cfg->web_allowed_hosts, herr, sizeof(herr));
+        if (!hosts) return fail(st, "web", "allowed_hosts", "%s", herr);
+        dtq_web_hosts_free(hosts);
     }
     if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)
         return fail(st, "log", "level", "'%s' is not one of debug, info, warn, error",

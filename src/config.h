@@ -88,6 +88,8 @@ typedef struct dtq_config {
     /* [web]: dtq-web, the dashboard (the daemon ignores this section) */
     char *web_listen;              /* host:port of the dashboard */
     char *web_token_file;          /* bearer tokens for writes; empty = read-only */
+    char *web_read_token_file;     /* bearer tokens for reads; empty = reads need none */
+    char *web_allowed_hosts;       /* more names a request's Host may carry; "*" = any */
     int64_t web_sample_interval_s; /* seconds between the rate and history samples */
     /* [log] */
     char *log_level;

@@ -1,16 +1,21 @@
-/* web.c: dtq-web's server: listener, routing, the write gate, bodies, answers, the page's
- * static files and the sampling timer. The handlers are in web_api.c and web_events.c. */
+/* web.c: dtq-web's server: listener, routing, the Host check, the read and write gates,
+ * bodies, answers, the page's static files and the sampling timer. The handlers are in
+ * web_api.c and web_events.c. */
 #include "web.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version */
 #include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "keys.h"
 #include "log.h"
@@ -176,6 +181,70 @@ static const char *authorize(dtq_web *w, struct evhttp_request *req) {
     return actor;
 }
 
+/* The read gate, with read tokens configured: 1 when the request carries a read token or
+ * a write token; else 0 after answering 401. Both sets are always checked (each check is
+ * constant-time in what matched). */
+static int authorize_read(dtq_web *w, struct evhttp_request *req) {
+    const char *auth;
+    int ok;
+    if (!w->read_tokens) return 1;
+    auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    ok = dtq_web_tokens_check(w->read_tokens, auth) != NULL;
+    ok |= dtq_web_tokens_check(w->tokens, auth) != NULL;
+    if (ok) return 1;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                      "Bearer realm=\"dtq-web\"");
+    dtq_web_reply_error(req, 401, "unauthorized",
+                        "a read needs the header Authorization: Bearer <token> with a token of "
+                        "the read token file or of the token file");
+    return 0;
+}
+
+static int misdirected(struct evhttp_request *req, const char *host) {
+    char *shown = dtq_log_escape(host);
+    dtq_web_reply_error(req, 421, "misdirected_request",
+                        "dtq-web does not answer for the host '%s' (a name of its own goes in "
+                        "[web] allowed_hosts)",
+                        shown);
+    free(shown);
+    return 0;
+}
+
+/* The Host check against DNS rebinding (web_auth.h): 1 when the request names dtq-web;
+ * else 0 after answering 421 (a foreign name) or 400 (HTTP/1.1 without Host, or Host
+ * given twice). An HTTP/1.0 request without Host passes: no browser sends one, so no page
+ * of another site can make it. A request target in absolute form must name dtq-web too. */
+static int check_host(dtq_web *w, struct evhttp_request *req) {
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *host = NULL, *uri_host = uri ? evhttp_uri_get_host(uri) : NULL;
+    const struct evkeyval *kv;
+    int count = 0;
+    TAILQ_FOREACH(kv, in, next) {
+        if (strcasecmp(kv->key, "Host")) continue;
+        if (!count++) host = kv->value;
+    }
+    if (count > 1) {
+        dtq_web_reply_error(req, 400, "bad_request", "the request carries more than one Host");
+        return 0;
+    }
+    if (!host && !uri_host) {
+        if (req->major == 1 && req->minor == 0) return 1;
+        dtq_web_reply_error(req, 400, "bad_request", "an HTTP/1.1 request needs a Host header");
+        return 0;
+    }
+    if (uri_host) {
+        char buf[300];
+        int port = evhttp_uri_get_port(uri);
+        int brackets = strchr(uri_host, ':') && *uri_host != '[';
+        snprintf(buf, sizeof(buf), "%s%s%s", brackets ? "[" : "", uri_host, brackets ? "]" : "");
+        if (port > 0) snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ":%d", port);
+        if (!dtq_web_hosts_check(w->hosts, buf)) return misdirected(req, buf);
+    }
+    if (host && !dtq_web_hosts_check(w->hosts, host)) return misdirected(req, host);
+    return 1;
+}
+
 static void dispatch(dtq_web *w, struct evhttp_request *req, char **seg, int n) {
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     const route *found = NULL;
@@ -213,6 +282,10 @@ static void dispatch(dtq_web *w, struct evhttp_request *req, char **seg, int n) 
             if (!strcmp(found->seg[i], "*")) a.arg = seg[i];
         a.action = seg[n - 1];
         a.query = &query;
+        if (found->method == EVHTTP_REQ_GET && !authorize_read(w, req)) {
+            evhttp_clear_headers(&query);
+            return;
+        }
         if (found->method == EVHTTP_REQ_POST) {
             if (!(a.actor = authorize(w, req)) || read_body(req, &body) != 0) {
                 evhttp_clear_headers(&query);
@@ -233,6 +306,7 @@ static void request_cb(struct evhttp_request *req, void *arg) {
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     char *seg[MAX_SEGMENTS];
     int n;
+    if (!check_host(w, req)) return;
     if (!path || !*path) path = "/";
     if (strncmp(path, "/api/", 5)) {
         const char *file = path + 1;
@@ -289,14 +363,30 @@ static void sample_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ----------------------------------------------------------------- lifecycle */
 
-dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *tokens, char *err,
-                     size_t errlen) {
+/* 1 when the bound socket's address is a loopback one (127/8, ::1, ::ffff:127/104). */
+static int bound_to_loopback(struct evhttp_bound_socket *bound) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(bound);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) return 0;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *tokens,
+                     dtq_web_tokens *read_tokens, char *err, size_t errlen) {
     dtq_web *w = dtq_xcalloc(1, sizeof(*w));
     char *host = NULL;
     int port;
     w->base = base;
     w->cfg = cfg;
     w->tokens = tokens;
+    w->read_tokens = read_tokens;
     w->started_ms = dtq_now_ms();
     w->prefix = dtq_config_prefix(cfg);
     w->fn.requeue = dtq_keys_function(cfg->ns, "requeue");
@@ -308,6 +398,14 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     w->fn.resume = dtq_keys_function(cfg->ns, "resume");
     w->fn.stats = dtq_keys_function(cfg->ns, "stats");
     w->history = dtq_web_history_new(DTQ_WEB_HISTORY_SAMPLES);
+    {
+        char herr[256];
+        w->hosts = dtq_web_hosts_new(cfg->web_listen, cfg->web_allowed_hosts, herr, sizeof(herr));
+        if (!w->hosts) {
+            snprintf(err, errlen, "[web] allowed_hosts: %s", herr);
+            goto fail;
+        }
+    }
     if (dtq_redis_url_parse(cfg->redis_url, &w->url, err, errlen) != DTQ_OK) goto fail;
     if (w->url.tls) {
         w->tls = dtq_tls_from_config(cfg, err, errlen);
@@ -343,6 +441,14 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     }
     w->listen = dtq_xstrdup(cfg->web_listen);
     free(host);
+    w->loopback = bound_to_loopback(w->bound);
+    if (!w->loopback && !w->read_tokens)
+        dtq_warn("web: %s is not a loopback address and reads need no token: whoever reaches "
+                 "it reads every task's payload and result; set [web] read_token_file",
+                 w->listen);
+    if (dtq_web_hosts_any(w->hosts))
+        dtq_warn("web: [web] allowed_hosts = *: the Host check is off, so a page of any site "
+                 "can read the dashboard through a name that resolves to it (DNS rebinding)");
     {
         struct timeval tv = {cfg->web_sample_interval_s, 0};
         w->sample_ev = event_new(base, -1, EV_PERSIST, sample_cb, w);
@@ -354,6 +460,7 @@ fail:
     free(host);
     w->cfg = NULL; /* the caller keeps cfg and tokens on failure */
     w->tokens = NULL;
+    w->read_tokens = NULL;
     dtq_web_free(w);
     return NULL;
 }
@@ -361,6 +468,11 @@ fail:
 void dtq_web_set_tokens(dtq_web *w, dtq_web_tokens *tokens) {
     dtq_web_tokens_free(w->tokens);
     w->tokens = tokens;
+}
+
+void dtq_web_set_read_tokens(dtq_web *w, dtq_web_tokens *read_tokens) {
+    dtq_web_tokens_free(w->read_tokens);
+    w->read_tokens = read_tokens;
 }
 
 void dtq_web_free(dtq_web *w) {
@@ -374,6 +486,8 @@ void dtq_web_free(dtq_web *w) {
     dtq_redis_url_deinit(&w->url);
     dtq_web_history_free(w->history);
     dtq_web_tokens_free(w->tokens);
+    dtq_web_tokens_free(w->read_tokens);
+    dtq_web_hosts_free(w->hosts);
     free(w->fn.requeue);
     free(w->fn.requeue_dlq);
     free(w->fn.discard);

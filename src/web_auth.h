@@ -1,4 +1,7 @@
-/* web_auth.h: dtq-web's bearer tokens. A token file holds one token per line, or
+/* web_auth.h: dtq-web's access checks: bearer tokens, and the names a request's Host may
+ * carry (against DNS rebinding).
+ *
+ * Tokens. A token file holds one token per line, or
  * "<name> <token>" to record the actor "dtq-web:<name>" in the audit stream; blank lines and
  * lines starting with '#' are skipped. A write request must carry
  * "Authorization: Bearer <token>" naming one of them; the check compares SHA-256 digests
@@ -27,5 +30,32 @@ int dtq_web_tokens_count(const dtq_web_tokens *t);
  * (borrowed from t), or NULL when the header is absent (NULL), not a Bearer credential, or
  * names no token of t. */
 const char *dtq_web_tokens_check(const dtq_web_tokens *t, const char *authorization);
+
+/* Hosts. A page of another site can reach dtq-web through a name of its own that resolves
+ * to dtq-web's address (DNS rebinding); the browser then sends that name as Host. dtq-web
+ * answers only a Host that is
+ *   - the listen address, with the listen port or none: an IP address compared as an
+ *     address ("[::1]" and "[0::1]" are one), or the name as written in [web] listen; when
+ *     listen is every address (":port", "0.0.0.0", "[::]") any IP address;
+ *   - localhost, with the listen port or none;
+ *   - an entry of [web] allowed_hosts, with any port or none (a reverse proxy or a port
+ *     forward may present its own).
+ * A name compares without regard to case. An entry "*" turns the check off. */
+#define DTQ_WEB_HOSTS_MAX 64 /* entries of allowed_hosts */
+
+typedef struct dtq_web_hosts dtq_web_hosts;
+
+/* Parses allowed_hosts: entries separated by blanks or commas, each a DNS name (letters,
+ * digits, '-', '_', dot-separated labels), an IPv4 address, an IPv6 address (bare or in
+ * brackets), or "*"; no port. listen is [web] listen (host:port, :port, [v6]:port). NULL
+ * with the reason in err: the entry and what is wrong with it, or listen not host:port.
+ * Caller-owned: dtq_web_hosts_free. */
+dtq_web_hosts *dtq_web_hosts_new(const char *listen, const char *allowed, char *err, size_t errlen);
+void dtq_web_hosts_free(dtq_web_hosts *h); /* NULL-safe */
+/* 1 when allowed_hosts holds "*": every Host is answered. */
+int dtq_web_hosts_any(const dtq_web_hosts *h);
+/* 1 when the value of a Host header (host[:port]; an IPv6 address in brackets) names
+ * dtq-web as above; 0 for any other value, an empty or malformed one included. */
+int dtq_web_hosts_check(const dtq_web_hosts *h, const char *host);
 
 #endif

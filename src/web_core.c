@@ -56,7 +56,8 @@ void dtq_web_send(struct evhttp_request *req, int code, const char *body, size_t
                   code);
         free(uri);
     }
-    evhttp_send_reply(req, code, NULL, buf);
+    /* evhttp has no phrase for 421 (it would say "Client Error") */
+    evhttp_send_reply(req, code, code == 421 ? "Misdirected Request" : NULL, buf);
     evbuffer_free(buf);
 }
 

@@ -6,8 +6,9 @@
  * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects).
  *
  * This module owns the server: listening, routing (method and path to a handler of
- * web_api.c or web_events.c, 404 and 405 answered here), the bearer-token gate of every
- * write (web_auth.h), request bodies, the answer helpers, the static files and the
+ * web_api.c or web_events.c, 404 and 405 answered here), the Host check of every request
+ * (421), the bearer-token gate of every write and, with read tokens, of every read
+ * (web_auth.h), request bodies, the answer helpers, the static files and the
  * sampling timer. Reads never write; writes are the admin Functions, nothing else.
  *
  * struct dtq_web is what the handlers share, like ctx.h for the daemon. */
@@ -51,7 +52,10 @@ typedef struct dtq_web {
     int redis_up;        /* connected, authenticated, on the right db */
     struct dtq_tls *tls; /* rediss:// settings, shared with the events connection */
     dtq_redis_url url;
-    dtq_web_tokens *tokens; /* owned; NULL: read-only, every write is refused */
+    dtq_web_tokens *tokens;      /* owned; NULL: read-only, every write is refused */
+    dtq_web_tokens *read_tokens; /* owned; NULL: reads need no token */
+    dtq_web_hosts *hosts;        /* owned: the names a request's Host may carry */
+    int loopback;                /* the listener's address is a loopback one */
     struct evhttp *http;
     struct evhttp_bound_socket *bound;
     char *listen; /* as bound, for logs and /api/info */

@@ -393,6 +393,51 @@ START_TEST(test_binary_exit_78) {
 }
 END_TEST
 
+/* [web] allowed_hosts and read_token_file: empty by default; the list takes names,
+ * addresses and "*" separated by blanks or commas; a bad entry is named in the error. */
+START_TEST(test_web_access_keys) {
+    char err[512];
+    dtq_config *cfg;
+    write_ini("[web]\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->web_allowed_hosts, "");
+    ck_assert_str_eq(cfg->web_read_token_file, "");
+    dtq_config_free(cfg);
+    write_ini("[web]\nallowed_hosts = dash.example.com, 10.0.0.5 [fd00::1],::1\tqueue-box\n"
+              "read_token_file = /etc/dtq/web-read.token\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->web_allowed_hosts, "dash.example.com, 10.0.0.5 [fd00::1],::1\tqueue-box");
+    ck_assert_str_eq(cfg->web_read_token_file, "/etc/dtq/web-read.token");
+    dtq_config_free(cfg);
+    write_ini("[web]\nallowed_hosts = *\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    dtq_config_free(cfg);
+    setenv("DTQ_WEB_ALLOWED_HOSTS", "bad_name!", 1);
+    write_ini("[web]\nallowed_hosts = ok.example\n");
+    ck_assert_ptr_null(dtq_config_load(path, err, sizeof(err)));
+    unsetenv("DTQ_WEB_ALLOWED_HOSTS");
+    ck_assert_msg(strstr(err, "[web] allowed_hosts: 'bad_name!' is not a host name") != NULL, "%s",
+                  err);
+    expect_error("[web]\nallowed_hosts = ok.example dash.example:8080\n", "[web] allowed_hosts",
+                 "'dash.example:8080' is not an IPv6 address; give a name without a port");
+    expect_error("[web]\nallowed_hosts = *.example.com\n", "[web] allowed_hosts",
+                 "'*.example.com': a wildcard is '*' alone");
+    expect_error("[web]\nallowed_hosts = http://dash.example\n", "[web] allowed_hosts",
+                 "'http://dash.example'");
+    expect_error("[web]\nallowed_hosts = a..example\n", "[web] allowed_hosts",
+                 "'a..example' is not a host name, an IP address or *");
+    expect_error("[web]\nallowed_hosts = [10.0.0.1]\n", "[web] allowed_hosts", "'[10.0.0.1]'");
+    expect_error("[web]\nallowed_hosts = [::1\n", "[web] allowed_hosts", "'[::1'");
+    expect_error("[web]\nallowed_hosts = a b c d e f g h i j k l m n o p q r s t u v w x y z "
+                 "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m "
+                 "n o\n",
+                 "[web] allowed_hosts", "more than 64 entries");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
@@ -406,6 +451,7 @@ int main(void) {
     tcase_add_test(tc, test_binary_exit_78);
     tcase_add_test(tc, test_path_not_a_readable_file);
     tcase_add_test(tc, test_binary_refuses_directory);
+    tcase_add_test(tc, test_web_access_keys);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -869,7 +869,7 @@ static int one_subscriber(void *arg) {
 
 START_TEST(test_event_stream) {
     char *buf = calloc(1, 65536);
-    const char *req = "GET /api/events?backlog=2 HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char *req = "GET /api/events?backlog=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     int fd;
     start_worker();
     start_web(NULL);
@@ -1044,6 +1044,327 @@ START_TEST(test_systemd_unit_and_ready) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- Host check, read tokens */
+
+#define READTOK "it-web-read-token-0123456789"
+#define SECRET "{\"card\":\"4111-secret\"}"
+
+/* One request with the given Host header line (NULL: none) and Authorization value (NULL:
+ * none) on its own connection, as HTTP/1.1 unless http10; the whole answer. */
+static resp raw(const char *method, const char *path, const char *host, const char *auth,
+                int http10) {
+    resp r = {0, NULL, NULL, NULL};
+    int fd = tcp_connect(PORT);
+    char *req, *buf = calloc(1, 262144), *sep;
+    size_t len = 0;
+    int64_t end = th_now_ms() + 10000;
+    ck_assert_msg(fd >= 0, "cannot connect to dtq-web on port %d", PORT);
+    if (asprintf(&req, "%s %s HTTP/1.%d\r\n%s%s%s%s%s%sConnection: close\r\n\r\n", method, path,
+                 http10 ? 0 : 1, host ? "Host: " : "", host ? host : "", host ? "\r\n" : "",
+                 auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "") < 0)
+        abort();
+    ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    free(req);
+    for (;;) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        int64_t left = end - th_now_ms();
+        ssize_t n;
+        ck_assert_msg(left > 0 && poll(&pf, 1, (int)left) > 0, "%s %s (Host %s): no answer", method,
+                      path, host ? host : "none");
+        n = recv(fd, buf + len, 262144 - len - 1, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        len += (size_t)n;
+    }
+    close(fd);
+    sep = strstr(buf, "\r\n\r\n");
+    ck_assert_msg(sep != NULL, "%s %s (Host %s): no end of headers: %s", method, path,
+                  host ? host : "none", buf);
+    r.head = strndup(buf, (size_t)(sep - buf));
+    r.body = strdup(sep + 4);
+    free(buf);
+    ck_assert_int_eq(sscanf(r.head, "HTTP/1.%*d %d", &r.status), 1);
+    r.json = cJSON_Parse(r.body);
+    return r;
+}
+
+/* GET path with Host host (and auth): the status must be want; for 421 and 401 the JSON
+ * error word is checked and the secret payload must not be in the answer. */
+static void get_with(const char *path, const char *host, const char *auth, int want) {
+    resp r = raw("GET", path, host, auth, 0);
+    ck_assert_msg(r.status == want, "GET %s, Host %s, auth %s: want %d, got %d: %s", path,
+                  host ? host : "none", auth ? auth : "none", want, r.status, r.body);
+    if (want == 421 || want == 401) {
+        const cJSON *e = cJSON_GetObjectItem(r.json, "error");
+        ck_assert_msg(
+            cJSON_IsString(e) &&
+                !strcmp(e->valuestring, want == 421 ? "misdirected_request" : "unauthorized"),
+            "GET %s: %s", path, r.body);
+        ck_assert(strstr(r.body, "4111-secret") == NULL);
+    }
+    if (want == 421) ck_assert_msg(strstr(r.head, " 421 Misdirected Request"), "%s", r.head);
+    if (want == 401) ck_assert(strstr(r.head, "WWW-Authenticate: Bearer") != NULL);
+    if (want == 200 && !strncmp(path, "/api/tasks/", 11))
+        ck_assert_msg(strstr(r.body, "4111-secret") != NULL, "no payload: %s", r.body);
+    resp_free(&r);
+}
+
+/* An event stream with Host host (and auth) must start with 200 text/event-stream. */
+static void events_open(const char *host, const char *auth) {
+    char req[512], *buf = calloc(1, 8192);
+    int fd = tcp_connect(PORT);
+    ck_assert(fd >= 0);
+    snprintf(req, sizeof(req), "GET /api/events HTTP/1.1\r\nHost: %s\r\n%s%s%s\r\n", host,
+             auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
+    ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    ck_assert_msg(read_until(fd, "\r\n\r\n", 5000, buf, 8192), "no answer: %s", buf);
+    ck_assert_msg(!strncmp(buf, "HTTP/1.1 200", 12) && strstr(buf, "text/event-stream"),
+                  "Host %s: %s", host, buf);
+    close(fd);
+    free(buf);
+}
+
+/* Starts dtq-web on listen with a config of its own: [redis] url and the [web] lines
+ * given; read_tokens and tokens (NULL: none) are written to files named in it. The log
+ * goes to log (a file in the test's directory). Waits until it accepts connections on
+ * 127.0.0.1:PORT (listen must cover it). */
+static void start_web_cfg(const char *listen, const char *web_lines, const char *read_tokens,
+                          const char *tokens, const char *log_name, char *log, size_t loglen) {
+    char ini[400], rtok[400], wtok[400];
+    char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-c",   ini,
+                    (char *)"--listen",  (char *)listen, NULL};
+    FILE *f;
+    th_path(&R, "rebind.ini", ini, sizeof(ini));
+    th_path(&R, "rebind-read.token", rtok, sizeof(rtok));
+    th_path(&R, "rebind-write.token", wtok, sizeof(wtok));
+    th_path(&R, log_name, log, loglen);
+    f = fopen(ini, "w");
+    ck_assert(f != NULL);
+    fprintf(f, "[redis]\nurl = %s\n[web]\n%s\n", R.url, web_lines ? web_lines : "");
+    if (read_tokens) fprintf(f, "read_token_file = %s\n", rtok);
+    if (tokens) fprintf(f, "token_file = %s\n", wtok);
+    fclose(f);
+    for (int i = 0; i < 2; i++) {
+        const char *text = i ? tokens : read_tokens;
+        if (!text) continue;
+        f = fopen(i ? wtok : rtok, "w");
+        ck_assert(f != NULL);
+        fputs(text, f);
+        fclose(f);
+        chmod(i ? wtok : rtok, 0600);
+    }
+    th_process_start(&W, argv, log);
+    for (int i = 0; i < 500; i++) {
+        int fd = tcp_connect(PORT);
+        if (fd >= 0) {
+            close(fd);
+            return;
+        }
+        ck_assert_msg(kill(W.pid, 0) == 0 && waitpid(W.pid, NULL, WNOHANG) == 0,
+                      "dtq-web exited; see %s", log);
+        th_sleep_ms(20);
+    }
+    ck_abort_msg("dtq-web does not listen; see %s", log);
+}
+
+/* A queued task whose payload is the secret. */
+static void secret_task(void) {
+    th_load_library(C);
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo %s task_id secret1", SECRET));
+    th_assert_field(C, "secret1", "status", "queued");
+}
+
+/* DNS rebinding: a page of evil.example (a name resolving to 127.0.0.1) makes the browser
+ * send Host: evil.example:PORT. Every route refuses it, the page and the event stream too;
+ * the listen address and localhost are answered. */
+START_TEST(test_host_check_refuses_foreign_names) {
+    char listen[64], log[400], host[64], wrong[64];
+    secret_task();
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    start_web_cfg(listen, NULL, NULL, NULL, "rebind1.log", log, sizeof(log));
+    snprintf(host, sizeof(host), "evil.example:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 421);
+    get_with("/api/tasks/secret1", "evil.example", NULL, 421);
+    get_with("/api/overview", host, NULL, 421);
+    get_with("/api/dlq", host, NULL, 421);
+    get_with("/", host, NULL, 421);
+    get_with("/app.js", host, NULL, 421);
+    get_with("/api/events", host, NULL, 421);
+    get_with("/api/events?backlog=5", "evil.example", NULL, 421);
+    {
+        resp r = raw("HEAD", "/api/tasks/secret1", host, NULL, 0);
+        ck_assert_int_eq(r.status, 421);
+        resp_free(&r);
+        r = raw("POST", "/api/queues/default/pause", host, "Bearer " TOKEN, 0);
+        ck_assert_int_eq(r.status, 421);
+        resp_free(&r);
+    }
+    /* near misses: another loopback address, localhost on another port, a name that ends
+     * like an allowed one, a request target in absolute form naming another host */
+    snprintf(wrong, sizeof(wrong), "127.0.0.2:%d", PORT);
+    get_with("/api/tasks/secret1", wrong, NULL, 421);
+    snprintf(wrong, sizeof(wrong), "localhost:%d", PORT == 65535 ? 1 : PORT + 1);
+    get_with("/api/tasks/secret1", wrong, NULL, 421);
+    get_with("/api/tasks/secret1", "evil.localhost", NULL, 421);
+    get_with("/api/tasks/secret1", "127.0.0.1.evil.example", NULL, 421);
+    get_with("http://evil.example/api/tasks/secret1", "127.0.0.1", NULL, 421);
+    get_with("/api/tasks/secret1", "", NULL, 421);
+    /* HTTP/1.1 without Host is malformed; HTTP/1.0 without one (no browser sends that) is
+     * answered */
+    get_with("/api/tasks/secret1", NULL, NULL, 400);
+    {
+        resp r = raw("GET", "/api/tasks/secret1", NULL, NULL, 1);
+        ck_assert_int_eq(r.status, 200);
+        resp_free(&r);
+    }
+    /* the names of dtq-web itself, with the listen port or none */
+    snprintf(host, sizeof(host), "127.0.0.1:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 200);
+    get_with("/api/tasks/secret1", "127.0.0.1", NULL, 200);
+    snprintf(host, sizeof(host), "localhost:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 200);
+    get_with("/api/tasks/secret1", "LocalHost", NULL, 200);
+    get_with("/", host, NULL, 200);
+    events_open(host, NULL);
+    ck_assert_int_eq(th_count_in_file(log, "not a loopback address"), 0);
+}
+END_TEST
+
+/* [web] allowed_hosts: the names listed (any port, any case) are answered besides the
+ * listen address and localhost; "*" turns the check off with a warning. */
+START_TEST(test_allowed_hosts) {
+    char listen[64], log[400], host[64];
+    secret_task();
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    start_web_cfg(listen, "allowed_hosts = dash.example, [::1] 10.1.2.3", NULL, NULL, "rebind2.log",
+                  log, sizeof(log));
+    get_with("/api/tasks/secret1", "dash.example", NULL, 200);
+    get_with("/api/tasks/secret1", "DASH.Example:443", NULL, 200);
+    snprintf(host, sizeof(host), "[::1]:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 200);
+    get_with("/api/tasks/secret1", "[0:0::1]", NULL, 200);
+    get_with("/api/tasks/secret1", "10.1.2.3:8080", NULL, 200);
+    get_with("/", "dash.example", NULL, 200);
+    events_open("dash.example", NULL);
+    get_with("/api/tasks/secret1", "www.dash.example", NULL, 421);
+    get_with("/api/tasks/secret1", "dash.example.evil", NULL, 421);
+    get_with("/api/tasks/secret1", "10.1.2.4", NULL, 421);
+    snprintf(host, sizeof(host), "localhost:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 200);
+    ck_assert_int_eq(th_count_in_file(log, "allowed_hosts = *"), 0);
+    ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+
+    start_web_cfg(listen, "allowed_hosts = *", NULL, NULL, "rebind3.log", log, sizeof(log));
+    get_with("/api/tasks/secret1", "evil.example", NULL, 200);
+    ck_assert_msg(th_wait_log(log, "allowed_hosts = *: the Host check is off", 1, 5000),
+                  "no warning in %s", log);
+    ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+
+    /* a bad entry stops dtq-web before it listens: exit 78, the entry named */
+    {
+        char ini[400], *out;
+        FILE *f;
+        th_path(&R, "bad-hosts.ini", ini, sizeof(ini));
+        f = fopen(ini, "w");
+        ck_assert(f != NULL);
+        fprintf(f, "[redis]\nurl = %s\n[web]\nallowed_hosts = ok.example dash.example:8080\n",
+                R.url);
+        fclose(f);
+        ck_assert_int_eq(run_web(&out, "-c", ini, NULL), 78);
+        ck_assert_msg(strstr(out, "[web] allowed_hosts: 'dash.example:8080'") != NULL, "%s", out);
+        free(out);
+    }
+}
+END_TEST
+
+/* [web] read_token_file: every read of /api/ (the event stream too) needs a read token or a
+ * write token; the page's files need none (the page asks for the token); a read token does
+ * not write; SIGHUP reads the file again. */
+START_TEST(test_read_token) {
+    char listen[64], log[400], rtok[400];
+    resp r;
+    secret_task();
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    start_web_cfg(listen, NULL, "reader " READTOK "\n", TOKEN "\n", "rebind4.log", log,
+                  sizeof(log));
+    get_with("/api/tasks/secret1", "127.0.0.1", NULL, 401);
+    get_with("/api/tasks/secret1", "127.0.0.1", "Bearer wrong-token-0123456789abc", 401);
+    get_with("/api/tasks/secret1", "127.0.0.1", READTOK, 401); /* no scheme */
+    get_with("/api/info", "127.0.0.1", NULL, 401);
+    get_with("/api/overview", "127.0.0.1", NULL, 401);
+    get_with("/api/dlq", "127.0.0.1", NULL, 401);
+    get_with("/api/audit", "127.0.0.1", NULL, 401);
+    get_with("/api/history", "127.0.0.1", NULL, 401);
+    get_with("/api/queues/default", "127.0.0.1", NULL, 401);
+    get_with("/api/events", "127.0.0.1", NULL, 401);
+    r = raw("HEAD", "/api/tasks/secret1", "127.0.0.1", NULL, 0);
+    ck_assert_int_eq(r.status, 401);
+    resp_free(&r);
+    get_with("/api/tasks/secret1", "127.0.0.1", "Bearer " READTOK, 200);
+    get_with("/api/tasks/secret1", "127.0.0.1", "Bearer " TOKEN, 200);
+    get_with("/api/overview", "127.0.0.1", "Bearer " READTOK, 200);
+    events_open("127.0.0.1", "Bearer " READTOK);
+    events_open("127.0.0.1", "Bearer " TOKEN);
+    get_with("/", "127.0.0.1", NULL, 200);
+    get_with("/app.js", "127.0.0.1", NULL, 200);
+    /* the Host check comes first: a foreign name with a good token is still refused */
+    get_with("/api/tasks/secret1", "evil.example", "Bearer " READTOK, 421);
+    /* a read token does not write */
+    r = raw("POST", "/api/queues/default/pause", "127.0.0.1", "Bearer " READTOK, 0);
+    ck_assert_msg(r.status == 401, "%d %s", r.status, r.body);
+    resp_free(&r);
+    th_assert_field(C, "secret1", "status", "queued");
+    {
+        redisReply *p = th_cmd(C, "EXISTS dtq:queue:default:paused");
+        ck_assert_int_eq(p->integer, 0);
+        freeReplyObject(p);
+    }
+    /* SIGHUP: a new read token replaces the old one */
+    {
+        FILE *f;
+        th_path(&R, "rebind-read.token", rtok, sizeof(rtok));
+        f = fopen(rtok, "w");
+        ck_assert(f != NULL);
+        fputs("fresh-read-token-0123456789\n", f);
+        fclose(f);
+        kill(W.pid, SIGHUP);
+        ck_assert_msg(th_wait_log(log, "1 read token(s) loaded", 1, 5000), "see %s", log);
+        get_with("/api/tasks/secret1", "127.0.0.1", "Bearer " READTOK, 401);
+        get_with("/api/tasks/secret1", "127.0.0.1", "Bearer fresh-read-token-0123456789", 200);
+        get_with("/api/tasks/secret1", "127.0.0.1", "Bearer " TOKEN, 200);
+    }
+    ck_assert_int_eq(th_count_in_file(log, "not a loopback address"), 0);
+}
+END_TEST
+
+/* Listening on every address without read tokens logs a warning at start; with read
+ * tokens it does not. Listening on every address, any IP address is a name of dtq-web. */
+START_TEST(test_non_loopback_bind_warns) {
+    char listen[64], log[400], host[64];
+    secret_task();
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "0.0.0.0:%d", PORT);
+    start_web_cfg(listen, NULL, NULL, NULL, "rebind5.log", log, sizeof(log));
+    ck_assert_msg(th_wait_log(log, "is not a loopback address and reads need no token", 1, 5000),
+                  "no warning in %s", log);
+    snprintf(host, sizeof(host), "127.0.0.1:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 200);
+    snprintf(host, sizeof(host), "192.0.2.7:%d", PORT);
+    get_with("/api/tasks/secret1", host, NULL, 200);
+    get_with("/api/tasks/secret1", "[2001:db8::7]", NULL, 200);
+    get_with("/api/tasks/secret1", "evil.example", NULL, 421);
+    ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+
+    start_web_cfg(listen, NULL, READTOK "\n", NULL, "rebind6.log", log, sizeof(log));
+    ck_assert(th_wait_log(log, "reads need a bearer token", 1, 5000));
+    ck_assert_int_eq(th_count_in_file(log, "not a loopback address"), 0);
+    get_with("/api/tasks/secret1", "127.0.0.1", NULL, 401);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("api");
@@ -1060,6 +1381,10 @@ int main(void) {
     tcase_add_test(tc, test_event_stream);
     tcase_add_test(tc, test_command_line);
     tcase_add_test(tc, test_systemd_unit_and_ready);
+    tcase_add_test(tc, test_host_check_refuses_foreign_names);
+    tcase_add_test(tc, test_allowed_hosts);
+    tcase_add_test(tc, test_read_token);
+    tcase_add_test(tc, test_non_loopback_bind_warns);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -169,4 +169,34 @@ case "$audit" in
     *"actor dtq-web action requeue task_id bad-card"*) ;;
     *) fail "audit entry: $audit" ;;
 esac
+echo "== DNS rebinding: a page of another name resolving to dtq-web is refused"
+rebind_dom() { # url file: --dump-dom with evil.example resolving to 127.0.0.1
+    timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
+        --user-data-dir="$tmp/profile-rebind" --host-resolver-rules="MAP evil.example 127.0.0.1" \
+        --virtual-time-budget=5000 --dump-dom "$1" >"$2" 2>>"$tmp/chromium.log"
+}
+rebind_dom "http://evil.example:$port/#/task/ok-3" "$tmp/rebind.html"
+check "$tmp/rebind.html" "'misdirected_request' in dom and '\"n\"' not in dom"
+rebind_dom "http://localhost:$port/#/task/ok-3" "$tmp/localhost.html"
+check "$tmp/localhost.html" "'data-state=\"ready\"' in dom and '\"n\": 3' in dom"
+
+echo "== reads with a read token (DevTools protocol)"
+read_token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+printf '%s\n' "$read_token" >"$tmp/web-read.token"
+chmod 600 "$tmp/web-read.token"
+port2=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$web_bin" -c "$tmp/worker.ini" --listen "127.0.0.1:$port2" --token-file "$tmp/web.token" \
+    --read-token-file "$tmp/web-read.token" >"$tmp/web2.log" 2>&1 &
+pids+=($!)
+refused_without_token() {
+    /usr/bin/python3 -c "
+import urllib.request, urllib.error, sys
+try: urllib.request.urlopen('http://127.0.0.1:$port2/api/info')
+except urllib.error.HTTPError as e: sys.exit(0 if e.code == 401 else 1)
+sys.exit(1)"
+}
+wait_for "dtq-web with a read token" refused_without_token
+mkdir -p "$tmp/profile-cdp2"
+/usr/bin/python3 "$here/web_cdp.py" "$chromium" "$tmp/profile-cdp2" "http://127.0.0.1:$port2" \
+    "$read_token" ok-3 read-token || fail "the page with a read token"
 echo "web_browser: all checks passed"

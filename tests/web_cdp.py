@@ -11,6 +11,13 @@ typing (Input.insertText). Used by web_browser.sh.
 3. types TOKEN into the form and clicks Save;
 4. clicks Requeue again: the page must report "requeue TASK_ID: queued".
 Exit 0 on success; 1 with the reason otherwise. The caller checks Redis afterwards.
+
+    web_cdp.py CHROMIUM PROFILE_DIR BASE_URL READ_TOKEN TASK_ID read-token
+
+against a dtq-web started with a read token file:
+1. opens BASE_URL#/task/TASK_ID: the page must say a token is needed and open the form;
+2. types READ_TOKEN and clicks Save: the task must show, its payload included;
+3. opens #/events: the stream (read with the token) must show the backlog's events.
 """
 import json
 import os
@@ -73,6 +80,27 @@ def toast_with(page, text):
         ".find(t => t.includes(%s)) || null" % json.dumps(text), "a toast saying " + text)
 
 
+def read_token(page, base, token, task):
+    page.call("Page.navigate", url=base + "/#/task/" + task)
+    page.wait("document.getElementById('view')?.dataset.state === 'unauthorized'",
+              "the page to say a token is needed")
+    page.wait("document.getElementById('token-panel')?.hidden === false", "the token form")
+    print("web_cdp: without a token the page asks for one")
+    page.click("#token-input")
+    page.call("Input.insertText", text=token)
+    page.click("#token-save")
+    toast_with(page, "token saved")
+    page.wait("document.getElementById('view')?.dataset.state === 'ready'"
+              " && !!document.getElementById('payload')", "the task with the token")
+    print("web_cdp: with the read token the task shows")
+    page.call("Page.navigate", url=base + "/#/events")
+    page.wait("document.querySelectorAll('#event-rows tr').length > 0", "events on the stream")
+    page.wait("(document.getElementById('event-status')?.textContent || '').startsWith('following')",
+              "the stream followed")
+    print("web_cdp: the event stream shows events with the read token")
+    return 0
+
+
 def main():
     chromium, profile, base, token, task = sys.argv[1:6]
     proc = subprocess.Popen(
@@ -92,6 +120,8 @@ def main():
         page = Page([t for t in targets if t["type"] == "page"][0]["webSocketDebuggerUrl"])
         page.call("Page.enable")
         page.call("Runtime.enable")
+        if len(sys.argv) > 6 and sys.argv[6] == "read-token":
+            return read_token(page, base, token, task)
         page.call("Page.navigate", url=base + "/#/dlq")
         row = 'tr[data-task=%s]' % json.dumps(task)
         page.wait("!!document.querySelector(%s)" % json.dumps(row + ' button[data-action="requeue"]'),

@@ -9,7 +9,7 @@ const COLORS = { succeeded: '#1f9d55', failed: '#d64545', retried: '#8a5cd6', de
   pending: '#c98a0c' };
 const POLL_MS = 3000;
 
-const state = { info: null, timers: [], source: null, route: '', token: '' };
+const state = { info: null, timers: [], source: null, route: '', token: '', readsNeedToken: false };
 
 // ------------------------------------------------------------------ helpers
 
@@ -75,11 +75,25 @@ function enc(s) {
   return encodeURIComponent(s);
 }
 
+// The token of this tab goes with every call: dtq-web started with a read token file
+// refuses reads without one (401), and a write token is good for reads too.
+function authHeaders(extra) {
+  return Object.assign({}, extra, state.token ? { Authorization: 'Bearer ' + state.token } : {});
+}
+
+// A read answered 401: dtq-web wants a token for reads; ask for one.
+function needToken() {
+  state.readsNeedToken = true;
+  if (document.getElementById('token-panel').hidden) openTokenPanel();
+  showTokenState();
+}
+
 async function api(path) {
-  const res = await fetch(path, { headers: { Accept: 'application/json' }, cache: 'no-store' });
+  const res = await fetch(path, { headers: authHeaders({ Accept: 'application/json' }), cache: 'no-store' });
   let body = null;
   try { body = await res.json(); } catch (e) { body = null; }
   if (!res.ok) {
+    if (res.status === 401) needToken();
     const err = new Error((body && body.message) || res.statusText);
     err.status = res.status;
     err.body = body;
@@ -101,7 +115,7 @@ async function write(path, body, label) {
   }
   const res = await fetch(path, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + state.token },
+    headers: authHeaders({ 'Content-Type': 'application/json' }),
     body: JSON.stringify(body || {}),
     cache: 'no-store',
   });
@@ -157,6 +171,13 @@ function setView(...nodes) {
 
 function showError(e) {
   const v = document.getElementById('view');
+  if (e && e.status === 401) {
+    v.replaceChildren(h('h1', {}, 'Token needed'), h('p.err', {}, state.token
+      ? 'dtq-web refused the token of this tab; enter a read or write token with the Token button.'
+      : 'dtq-web needs a bearer token for reads: enter a read or write token with the Token button.'));
+    v.dataset.state = 'unauthorized';
+    return;
+  }
   if (e && e.status === 404) {
     v.replaceChildren(h('h1', {}, 'Not found'), h('p.err', {}, e.message));
     v.dataset.state = 'notfound';
@@ -482,6 +503,50 @@ async function renderDlq(params) {
 
 // ------------------------------------------------------------------ live events, audit
 
+// Follows a Server-Sent Events stream with fetch rather than EventSource, which cannot
+// send the Authorization header a read token needs. Reconnects 3 s after a failure, as
+// EventSource would; handlers: open(), message(data), error(). Returns { close }.
+function followEvents(path, handlers) {
+  const ctrl = new AbortController();
+  let stopped = false, timer = null;
+  const connect = async () => {
+    try {
+      const res = await fetch(path, { headers: authHeaders({ Accept: 'text/event-stream' }),
+        cache: 'no-store', signal: ctrl.signal });
+      if (!res.ok) {
+        if (res.status === 401) needToken();
+        throw new Error(res.statusText);
+      }
+      handlers.open();
+      const reader = res.body.getReader(), dec = new TextDecoder();
+      let buf = '', data = [];
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, i).replace(/\r$/, '');
+          buf = buf.slice(i + 1);
+          if (line === '') {
+            if (data.length) handlers.message(data.join('\n'));
+            data = [];
+          } else if (line.startsWith('data:')) {
+            data.push(line.slice(5).replace(/^ /, ''));
+          }
+        }
+      }
+    } catch (e) {
+      /* the stream failed or was closed: reconnect below unless closed on purpose */
+    }
+    if (stopped) return;
+    handlers.error();
+    timer = setTimeout(connect, 3000);
+  };
+  connect();
+  return { close: () => { stopped = true; clearTimeout(timer); ctrl.abort(); } };
+}
+
 function renderEvents() {
   const list = h('tbody', { id: 'event-rows' });
   const filter = h('input', { id: 'event-filter', type: 'search', placeholder: 'filter: type, queue, task id' });
@@ -493,14 +558,10 @@ function renderEvents() {
   } }, 'Pause');
   setView(h('h1', {}, 'Live events'), h('div.toolbar', {}, filter, toggle, status),
     h('table', { id: 'events' }, h('thead', {}, h('tr', {}, ['time', 'type', 'task', 'queue', 'attempt', 'worker', 'metadata'].map((t) => h('th', {}, t)))), list));
-  const src = new EventSource('/api/events?backlog=100');
-  state.source = src;
-  src.onopen = () => { status.textContent = 'following ' + (state.info ? state.info.prefix : '') + ':events'; };
-  src.onerror = () => { status.textContent = 'reconnecting…'; };
-  src.onmessage = (m) => {
+  const onmessage = (data) => {
     if (paused) return;
     let e;
-    try { e = JSON.parse(m.data); } catch (err) { return; }
+    try { e = JSON.parse(data); } catch (err) { return; }
     const f = filter.value.trim();
     if (f && ![e.type, e.queue, e.task_id, e.worker_id].some((x) => x && x.includes(f))) return;
     list.prepend(h('tr', { dataset: { type: e.type } }, h('td.mono', {}, e.ts), h('td.ev-type', {}, e.type),
@@ -509,6 +570,11 @@ function renderEvents() {
       h('td.mono', {}, e.metadata ? JSON.stringify(e.metadata) : '')));
     while (list.rows.length > 500) list.deleteRow(-1);
   };
+  state.source = followEvents('/api/events?backlog=100', {
+    open: () => { status.textContent = 'following ' + (state.info ? state.info.prefix : '') + ':events'; },
+    error: () => { status.textContent = 'reconnecting…'; },
+    message: onmessage,
+  });
 }
 
 async function renderAudit(params) {
@@ -579,6 +645,11 @@ function openTokenPanel() {
 function showTokenState() {
   const s = document.getElementById('token-state');
   const writable = state.info && state.info.writable;
+  if (state.readsNeedToken && !state.token) {
+    s.textContent = 'dtq-web needs a token for reads: enter a read or write token';
+    document.getElementById('mode').textContent = 'token needed';
+    return;
+  }
   s.textContent = !writable ? 'dtq-web is read-only: it was started without a token file'
     : state.token ? 'token set: writes are enabled' : 'no token: writes are refused';
   document.getElementById('mode').textContent = !writable ? 'read-only' : state.token ? 'writes enabled' : 'token needed for writes';
@@ -600,12 +671,24 @@ function setupToken() {
     showTokenState();
     toast(v ? 'token saved for this tab' : 'token cleared');
     document.getElementById('token-panel').hidden = true;
+    if (state.readsNeedToken) loadInfo().then(route); /* what was refused, with the token */
   });
   document.getElementById('token-forget').addEventListener('click', () => {
     state.token = '';
     sessionStorage.removeItem('dtq-web-token');
     showTokenState();
   });
+}
+
+async function loadInfo() {
+  try {
+    state.info = await api('/api/info');
+    document.getElementById('ns').textContent = state.info.namespace;
+    document.getElementById('version').textContent = state.info.version;
+  } catch (e) {
+    if (e.status !== 401) setConn(false, e.message);
+  }
+  showTokenState();
 }
 
 async function start() {
@@ -615,14 +698,7 @@ async function start() {
     const id = document.getElementById('goto-id').value.trim();
     if (id) location.hash = '#/task/' + enc(id);
   });
-  try {
-    state.info = await api('/api/info');
-    document.getElementById('ns').textContent = state.info.namespace;
-    document.getElementById('version').textContent = state.info.version;
-  } catch (e) {
-    setConn(false, e.message);
-  }
-  showTokenState();
+  await loadInfo();
   window.addEventListener('hashchange', route);
   route();
 }
