@@ -21,6 +21,7 @@ typedef struct th_redis {
     int persist;     /* appendonly yes: data survives a restart */
     int port;        /* > 0: also listen on 127.0.0.1:port */
     char extra[512]; /* extra redis-server arguments, space separated (no quoting) */
+    const char *bin; /* the redis-server to run; NULL: the one found at build time */
 } th_redis;
 
 typedef struct th_daemon {
@@ -126,5 +127,17 @@ void th_sleep_ms(int ms);
 int64_t th_now_ms(void);
 /* A unique temp file path in the harness dir. */
 void th_path(const th_redis *r, const char *name, char *out, size_t outlen);
+
+/* ---- Without Check, for programs that are not Check suites (tests/chaos.c) too: these
+ * fail no test and track nothing; the caller waits for and stops what they start. */
+/* Runs argv like th_spawn (stdin from /dev/null, stdout and stderr appended to log_path
+ * when not NULL, an empty signal mask, SIGKILL when this process dies); -1 when fork
+ * fails. */
+pid_t th_spawn_child(char *const argv[], const char *log_path);
+/* Starts r's redis-server (r->bin, on r->sock in r->dir, 127.0.0.1:r->port when > 0,
+ * appendonly per r->persist, then r->extra, whose settings override the defaults) with
+ * th_spawn_child, logging to <dir>/redis.log; returns its pid, also set in r->pid, without
+ * waiting for it to answer. */
+pid_t th_redis_launch(th_redis *r);
 
 #endif
