@@ -279,6 +279,21 @@ void th_load_library(redisContext *c) {
     free(lib);
 }
 
+void th_fixture_start(th_redis *r, redisContext **c, int flags, const char *tcp_extra) {
+    if (tcp_extra)
+        th_redis_start_tcp(r, tcp_extra, NULL);
+    else
+        th_redis_start(r, flags & TH_PERSIST);
+    *c = th_connect(r);
+    if (flags & TH_LIBRARY) th_load_library(*c);
+}
+
+void th_fixture_stop(th_redis *r, redisContext **c) {
+    if (*c) redisFree(*c);
+    *c = NULL;
+    th_redis_stop(r);
+}
+
 void th_path(const th_redis *r, const char *name, char *out, size_t outlen) {
     snprintf(out, outlen, "%s/%s", r->dir, name);
 }

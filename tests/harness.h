@@ -68,6 +68,17 @@ redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_reco
 /* Loads the embedded Functions library into Redis (script tests run without a daemon). */
 void th_load_library(redisContext *c);
 
+/* The fixture the integration suites run around each test. th_fixture_start: a fresh
+ * redis-server in a temp dir of its own (th_redis_start; with tcp_extra not NULL,
+ * th_redis_start_tcp with those arguments), *c connected to it, and the flags' extras.
+ * th_fixture_stop closes *c (when set; NULL after) and stops the server. */
+enum {
+    TH_PERSIST = 1, /* appendonly: the data survives th_redis_restart (not with tcp_extra) */
+    TH_LIBRARY = 2  /* the Functions library loaded (suites that run no daemon) */
+};
+void th_fixture_start(th_redis *r, redisContext **c, int flags, const char *tcp_extra);
+void th_fixture_stop(th_redis *r, redisContext **c);
+
 /* Writes a config ([redis] url + `ini`) and starts dtq-worker -c on it. */
 void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini);
 /* Starts argv[0] (a path) with its arguments as a tracked child (killed with the test),
