@@ -184,7 +184,7 @@ void th_proxy_start(th_proxy *p, int target_port, const char *cut_after, int cut
 
 static int proxy_command(th_proxy *p, const char *line) {
     size_t n = strlen(line);
-    return p->cmd_fd >= 0 && write(p->cmd_fd, line, n) == (ssize_t)n ? 0 : -1;
+    return p->cmd_fd > 0 && write(p->cmd_fd, line, n) == (ssize_t)n ? 0 : -1;
 }
 
 int th_proxy_arm(th_proxy *p, const char *marker) {
@@ -198,7 +198,7 @@ int th_proxy_cut_all(th_proxy *p) {
 }
 
 void th_proxy_stop(th_proxy *p) {
-    if (p->cmd_fd >= 0) close(p->cmd_fd);
+    if (p->cmd_fd > 0) close(p->cmd_fd); /* 0: a zeroed th_proxy that never started */
     p->cmd_fd = -1;
     if (p->pid <= 0) return;
     kill(p->pid, SIGKILL);
