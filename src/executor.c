@@ -12,23 +12,35 @@
 #include "outcome.h"
 #include "util.h"
 
+/* Where a run is in its life. It starts in CALLING (or goes straight to NO_HANDLER or
+ * ABANDONED in dtq_executor_run); CALLING becomes RUNNING when the handler function returns
+ * without an outcome; CALLING or RUNNING becomes one of the four ends below exactly once
+ * (call_complete, timeout_cb, dtq_executor_cancel, dtq_executor_abandon_all). A run in an
+ * end state is ended by run_end or run_handback, except a COMPLETED reported from inside
+ * the handler function, which dtq_executor_run ends once that function has returned. */
+enum run_state {
+    RUN_CALLING,    /* the handler function is on the stack, no outcome yet */
+    RUN_RUNNING,    /* the handler function returned; the outcome is still to come */
+    RUN_COMPLETED,  /* the handler reported its outcome through complete() */
+    RUN_TIMED_OUT,  /* stopped by its timeout */
+    RUN_CANCELLED,  /* stopped because of dtq_cancel */
+    RUN_ABANDONED,  /* stopped (or never started) to be handed back */
+    RUN_NO_HANDLER, /* the task type had no handler when the run started: never called */
+};
+
 typedef struct run {
     struct run *prev, *next;
     dtq_executor *ex;
     dtq_task *task;
     dtq_handler_call call;
     struct event *timeout_ev;
-    int in_handler;    /* the handler function is on the stack */
-    int completed;     /* complete() was called, or the run was stopped */
-    int handler_known; /* the task type had a handler when the run started */
+    enum run_state state;
     int status;
     char *result;
     size_t result_len;
     char *error;
-    int timed_out;
-    int cancelled; /* stopped because of dtq_cancel */
-    int is_exec;   /* the private DTQ_HANDLER_* statuses are accepted from exec jobs only */
-    char *config;  /* the handler's target, owned: a reload may free the registry */
+    int is_exec;  /* the private DTQ_HANDLER_* statuses are accepted from exec jobs only */
+    char *config; /* the handler's target, owned: a reload may free the registry */
 } run;
 
 struct dtq_executor {
@@ -42,6 +54,11 @@ struct dtq_executor {
 };
 
 static void run_end(run *r);
+
+/* The handler may still report: no outcome yet and not stopped. */
+static int run_live(const run *r) {
+    return r->state == RUN_CALLING || r->state == RUN_RUNNING;
+}
 
 static void run_link(dtq_executor *ex, run *r) {
     r->next = ex->running;
@@ -103,8 +120,15 @@ static void run_end(run *r) {
     const dtq_config *cfg = ctx->cfg;
     dtq_task *t = r->task;
     const dtq_handler_conf *hc = dtq_config_handler(cfg, t->task_type);
-    dtq_attempt_end end = {r->status,     r->timed_out, r->cancelled, r->handler_known, r->result,
-                           r->result_len, r->error,     t->attempt,   t->max_attempts};
+    dtq_attempt_end end = {r->status,
+                           r->state == RUN_TIMED_OUT,
+                           r->state == RUN_CANCELLED,
+                           r->state != RUN_NO_HANDLER,
+                           r->result,
+                           r->result_len,
+                           r->error,
+                           t->attempt,
+                           t->max_attempts};
     dtq_outcome_limits lim = {hc ? &hc->retry : &cfg->retry, cfg->result_max_bytes,
                               cfg->error_max_bytes};
     dtq_outcome o;
@@ -113,7 +137,7 @@ static void run_end(run *r) {
     /* A child killed by a signal we did not send while the daemon stops: the stop of the
      * whole unit killed it (systemd's KillMode=control-group, a container runtime), not its
      * own doing. It goes back like an attempt the drain ran out of time for. */
-    if (ex->draining && r->status == DTQ_HANDLER_FAIL_SIGNAL && !r->timed_out && !r->cancelled) {
+    if (ex->draining && r->status == DTQ_HANDLER_FAIL_SIGNAL && r->state == RUN_COMPLETED) {
         char *reason =
             dtq_xasprintf("interrupted: worker shut down (%s)", r->error ? r->error : "signal");
         run_handback(r, reason);
@@ -149,11 +173,12 @@ static void run_end(run *r) {
 static void call_complete(dtq_handler_call *call, int status, const char *result, size_t result_len,
                           const char *error) {
     run *r = call->daemon_private;
-    if (r->completed) {
+    int in_handler = r->state == RUN_CALLING;
+    if (!run_live(r)) {
         dtq_warn("task %s: handler reported an outcome twice; ignoring the second", r->task->id);
         return;
     }
-    r->completed = 1;
+    r->state = RUN_COMPLETED; /* CALLING or RUNNING -> COMPLETED */
     /* A plugin has no business with the exec job's private statuses: per the ABI, any
      * status but OK and RETRY is a permanent failure. */
     if (!r->is_exec && (status == DTQ_HANDLER_FAIL_SIGNAL || status == DTQ_HANDLER_OK_TRUNCATED))
@@ -164,22 +189,22 @@ static void call_complete(dtq_handler_call *call, int status, const char *result
         r->result_len = result_len;
     }
     if (error) r->error = dtq_xstrdup(error);
-    if (!r->in_handler) run_end(r);
+    if (!in_handler) run_end(r); /* else dtq_executor_run ends it when the call returns */
 }
 
-/* Stops a handler that is still running; the caller sets why. */
-static void run_stop(run *r) {
+/* Stops a handler that is still running and records why: `why` is one of the stopped
+ * end states (CALLING or RUNNING -> TIMED_OUT, CANCELLED or ABANDONED). */
+static void run_stop(run *r, enum run_state why) {
     if (r->call.cancel) r->call.cancel(&r->call);
-    r->completed = 1;
+    r->state = why;
 }
 
 static void timeout_cb(evutil_socket_t fd, short what, void *arg) {
     run *r = arg;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
-    if (r->completed) return;
-    run_stop(r);
-    r->timed_out = 1;
+    if (!run_live(r)) return;
+    run_stop(r, RUN_TIMED_OUT);
     r->status = DTQ_HANDLER_RETRY;
     r->error = dtq_xasprintf("timeout: attempt exceeded %lld ms", (long long)r->task->timeout_ms);
     run_end(r);
@@ -195,18 +220,17 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     r->task = t;
     run_link(ex, r);
     if (ex->abandon_reason) { /* handed over by a fetch whose reply came after the drain */
-        r->completed = 1;
+        r->state = RUN_ABANDONED;
         run_handback(r, ex->abandon_reason);
         return;
     }
     if (!h) {
-        r->completed = 1;
+        r->state = RUN_NO_HANDLER;
         r->status = DTQ_HANDLER_FAIL;
         r->error = dtq_xasprintf("unknown_task_type:%s", t->task_type);
         run_end(r);
         return;
     }
-    r->handler_known = 1;
     r->call.abi_version = DTQ_HANDLER_ABI_VERSION;
     r->call.task_id = t->id;
     r->call.queue = t->queue;
@@ -226,14 +250,16 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     tv.tv_usec = (t->timeout_ms % 1000) * 1000;
     evtimer_add(r->timeout_ev, &tv);
 
-    r->in_handler = 1;
+    r->state = RUN_CALLING;
     r->is_exec = h->exec_spec != NULL;
     if (h->exec_spec)
         dtq_exec_start(ex->children, h->exec_spec, &r->call);
     else
         h->fn(&r->call);
-    r->in_handler = 0;
-    if (r->completed) run_end(r);
+    if (r->state == RUN_CALLING)
+        r->state = RUN_RUNNING; /* CALLING -> RUNNING: the outcome comes later */
+    else
+        run_end(r); /* COMPLETED from inside the call */
 }
 
 void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list) {
@@ -250,10 +276,9 @@ void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list) {
 
 void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt) {
     for (run *r = ex->running; r; r = r->next) {
-        if (r->completed || strcmp(r->task->id, task_id) || r->task->attempt != attempt) continue;
+        if (!run_live(r) || strcmp(r->task->id, task_id) || r->task->attempt != attempt) continue;
         dtq_info("task %s: cancel requested; stopping its handler", r->task->id);
-        run_stop(r);
-        r->cancelled = 1;
+        run_stop(r, RUN_CANCELLED);
         run_end(r);
         return;
     }
@@ -264,7 +289,7 @@ void dtq_executor_abandon_all(dtq_executor *ex, const char *reason) {
     ex->abandon_reason = dtq_xstrdup(reason);
     while (ex->running) {
         run *r = ex->running;
-        if (!r->completed) run_stop(r);
+        if (run_live(r)) run_stop(r, RUN_ABANDONED);
         run_handback(r, reason);
     }
 }
@@ -276,7 +301,7 @@ void dtq_executor_drain(dtq_executor *ex) {
 void dtq_executor_each_task(const dtq_executor *ex, void (*fn)(const dtq_task *t, void *arg),
                             void *arg) {
     for (const run *r = ex->running; r; r = r->next)
-        if (!r->completed) fn(r->task, arg);
+        if (run_live(r)) fn(r->task, arg);
 }
 
 void dtq_executor_reap_children(dtq_executor *ex) {
@@ -300,7 +325,7 @@ void dtq_executor_free(dtq_executor *ex) {
     if (!ex) return;
     while (ex->running) {
         run *r = ex->running;
-        if (!r->completed && r->call.cancel) r->call.cancel(&r->call);
+        if (run_live(r) && r->call.cancel) r->call.cancel(&r->call);
         run_unlink(r);
         run_free(r);
     }

@@ -40,6 +40,7 @@ struct dtq_worker {
     dtq_ctx *ctx;
     enum dtq_worker_state state;
     int setup_pending; /* setup replies outstanding after a (re)connect */
+    int setup_failed;  /* this setup round gave up: its other replies are ignored */
     int ever_ready;
     int policy_warned;         /* the volatile-* eviction warning was logged */
     char library_why[256];     /* why the loaded library cannot be used, if it cannot */
@@ -145,7 +146,7 @@ static void setup_retry_cb(evutil_socket_t fd, short what, void *arg) {
 /* Gives up this setup round (its other replies are ignored) and tries again in 5 s. */
 static void setup_retry_later(dtq_worker *w) {
     struct timeval tv = {5, 0};
-    w->setup_pending = -1000; /* poison this round */
+    w->setup_failed = 1;
     evtimer_add(w->setup_retry_timer, &tv);
 }
 
@@ -157,13 +158,13 @@ static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         /* One line per try: the other setup commands of the try are refused alike (OOM
          * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
-        if (w->setup_pending >= 0 && !dtq_rconn_error_is_unavailable(reply->str))
+        if (!w->setup_failed && !dtq_rconn_error_is_unavailable(reply->str))
             dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
                       reply->str);
         setup_retry_later(w);
         return;
     }
-    if (--w->setup_pending == 0) setup_done(w);
+    if (--w->setup_pending == 0 && !w->setup_failed) setup_done(w);
 }
 
 /* Evicted task hashes are silently lost tasks, so a policy that may evict any key
@@ -325,6 +326,7 @@ static void setup_redis(dtq_worker *w) {
     dtq_argv a;
     ctx->ready = 0;
     w->setup_pending = 0;
+    w->setup_failed = 0;
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "INFO");
     dtq_argv_adds(&a, "memory");

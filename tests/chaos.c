@@ -28,11 +28,9 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -45,6 +43,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "harness.h"
+#include "proxy.h"
 
 #define NSLOTS 3
 #define NQUEUES 2
@@ -62,12 +63,6 @@ static int verbose;
 static void on_signal(int sig) {
     (void)sig;
     interrupted = 1;
-}
-
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int64_t wall_ms(void) {
@@ -114,7 +109,7 @@ static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void note(const char *fmt, ...) {
     va_list ap;
     if (!verbose) return;
-    fprintf(stderr, "[%7.2f] ", (double)(mono_ms() - round_t0) / 1000.0);
+    fprintf(stderr, "[%7.2f] ", (double)(th_now_ms() - round_t0) / 1000.0);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -382,10 +377,9 @@ static const char *const CHECK_SHORT[C_NCHECKS] = {"lost",   "twice",   "wrong",
 typedef struct world {
     options *opt;
     uint64_t seed;
-    char dir[128], sock[192], url_unix[224], log_path[192], handler_path[192];
-    int redis_port, relay_port;
-    pid_t redis_pid, relay_pid;
-    int relay_cmd_fd;
+    char dir[128], url_unix[224], log_path[192], handler_path[192];
+    th_redis redis; /* its dir is dir */
+    th_proxy relay; /* 127.0.0.1:relay.port <-> 127.0.0.1:redis.port, for the last slot */
     int redis_down; /* stopped on purpose, waiting for its restart */
     int64_t redis_up_at;
     int64_t oom_end_at; /* 0 = no spell */
@@ -416,30 +410,10 @@ static void task_add_id(task *t, const char *id) {
 /* ------------------------------------------------------------------------ processes */
 
 static pid_t spawn(char *const argv[], const char *log_path) {
-    pid_t pid = fork();
+    pid_t pid = th_spawn_child(argv, log_path);
     if (pid < 0) {
         perror("chaos: fork");
         exit(1);
-    }
-    if (pid == 0) {
-        int fd = open("/dev/null", O_RDONLY);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (fd >= 0) {
-            dup2(fd, 0);
-            close(fd);
-        }
-        fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execv(argv[0], argv);
-        fprintf(stderr, "chaos: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
     }
     return pid;
 }
@@ -458,37 +432,15 @@ static int free_port(void) {
 }
 
 static void redis_spawn(world *w) {
-    char port[16], log[224];
-    snprintf(port, sizeof(port), "%d", w->redis_port);
-    snprintf(log, sizeof(log), "%s/redis.log", w->dir);
-    const char *argv[] = {w->opt->redis_bin,
-                          "--port",
-                          port,
-                          "--bind",
-                          "127.0.0.1",
-                          "--unixsocket",
-                          w->sock,
-                          "--dir",
-                          w->dir,
-                          "--save",
-                          "",
-                          "--appendonly",
-                          "yes",
-                          "--appendfsync",
-                          "everysec",
-                          "--maxmemory-policy",
-                          "noeviction",
-                          "--daemonize",
-                          "no",
-                          "--loglevel",
-                          "notice",
-                          NULL};
-    w->redis_pid = spawn((char *const *)argv, log);
+    if (th_redis_launch(&w->redis) < 0) {
+        perror("chaos: fork");
+        exit(1);
+    }
 }
 
 static redisContext *connect_redis(world *w, int quiet) {
     struct timeval tv = {2, 0};
-    redisContext *c = redisConnectUnixWithTimeout(w->sock, tv);
+    redisContext *c = redisConnectUnixWithTimeout(w->redis.sock, tv);
     if (!c || c->err) {
         if (!quiet && c) note("connect: %s", c->errstr);
         if (c) redisFree(c);
@@ -521,8 +473,8 @@ static redisReply *cmd(world *w, const char *fmt, ...) {
 }
 
 static int wait_redis_up(world *w, int timeout_ms) {
-    int64_t end = mono_ms() + timeout_ms;
-    while (mono_ms() < end && !interrupted) {
+    int64_t end = th_now_ms() + timeout_ms;
+    while (th_now_ms() < end && !interrupted) {
         redisContext *c = connect_redis(w, 1);
         if (c) {
             redisReply *r = redisCommand(c, "PING");
@@ -536,146 +488,11 @@ static int wait_redis_up(world *w, int timeout_ms) {
     return 0;
 }
 
-/* The relay: 127.0.0.1:relay_port <-> 127.0.0.1:redis_port. A line on its command pipe
- * arms a cut: "c <marker>" forwards the next chunk from a client that contains marker,
- * then closes that client (Redis runs the command, its reply is lost); "a" closes every
- * connection now. */
-#define RELAY_PAIRS 32
-
-typedef struct rpair {
-    int client, server;
-    int64_t close_server_at;
-} rpair;
-
-static int connect_tcp(int port) {
-    struct sockaddr_in sa = {0};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((unsigned short)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) return fd;
-    if (fd >= 0) close(fd);
-    return -1;
-}
-
-static void relay_loop(int lfd, int cmdfd, int target) {
-    rpair pairs[RELAY_PAIRS];
-    int npairs = 0;
-    char buf[65536], armed[64] = "", line[128];
-    size_t linelen = 0;
-    for (;;) {
-        struct pollfd pfd[2 + 2 * RELAY_PAIRS];
-        int n = 0, cut_all = 0, npolled = npairs;
-        int64_t now;
-        pfd[n++] = (struct pollfd){lfd, POLLIN, 0};
-        pfd[n++] = (struct pollfd){cmdfd, POLLIN, 0};
-        for (int i = 0; i < npairs; i++) {
-            pfd[n++] = (struct pollfd){pairs[i].client, POLLIN, 0};
-            pfd[n++] = (struct pollfd){pairs[i].server, POLLIN, 0};
-        }
-        poll(pfd, (nfds_t)n, 50);
-        now = mono_ms();
-        if (pfd[1].revents & (POLLIN | POLLHUP)) {
-            ssize_t got = read(cmdfd, line + linelen, sizeof(line) - 1 - linelen);
-            if (got <= 0) _exit(0); /* the round ended */
-            linelen += (size_t)got;
-            line[linelen] = '\0';
-            char *nl;
-            while ((nl = strchr(line, '\n'))) {
-                *nl = '\0';
-                if (line[0] == 'a')
-                    cut_all = 1;
-                else if (line[0] == 'c' && line[1] == ' ')
-                    memcpy(armed, line + 2, strnlen(line + 2, sizeof(armed) - 1) + 1),
-                        armed[sizeof(armed) - 1] = '\0';
-                linelen -= (size_t)(nl + 1 - line);
-                memmove(line, nl + 1, linelen + 1);
-            }
-        }
-        /* Only the pairs that were polled are looked at (their revents are pfd[2 + 2i] and
-         * pfd[3 + 2i]); reads never block (MSG_DONTWAIT), whatever poll said. */
-        for (int i = 0; i < npolled; i++) {
-            rpair *pr = &pairs[i];
-            short cre = pfd[2 + 2 * i].revents, sre = pfd[3 + 2 * i].revents;
-            int dead = cut_all;
-            if (!dead && pr->client >= 0 && (cre & (POLLIN | POLLHUP | POLLERR))) {
-                ssize_t got = recv(pr->client, buf, sizeof(buf), MSG_DONTWAIT);
-                if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-                    dead = 1;
-                } else if (got > 0) {
-                    if (write(pr->server, buf, (size_t)got) != got) dead = 1;
-                    if (armed[0] && memmem(buf, (size_t)got, armed, strlen(armed))) {
-                        armed[0] = '\0';
-                        close(pr->client); /* Redis runs the command; its reply is lost */
-                        pr->client = -1;
-                        pr->close_server_at = now + 300;
-                    }
-                }
-            }
-            if (!dead && (sre & (POLLIN | POLLHUP | POLLERR))) {
-                ssize_t got = recv(pr->server, buf, sizeof(buf), MSG_DONTWAIT);
-                if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
-                    dead = 1;
-                else if (got > 0 && pr->client >= 0 && write(pr->client, buf, (size_t)got) != got)
-                    dead = 1;
-            }
-            if (pr->close_server_at && now >= pr->close_server_at) dead = 1;
-            if (dead) {
-                if (pr->client >= 0) close(pr->client);
-                close(pr->server);
-                pr->client = pr->server = -2; /* removed below */
-            }
-        }
-        for (int i = 0; i < npairs; i++)
-            if (pairs[i].server == -2) pairs[i--] = pairs[--npairs];
-        if ((pfd[0].revents & POLLIN)) {
-            int c = accept(lfd, NULL, NULL), s;
-            if (c >= 0) {
-                s = npairs < RELAY_PAIRS ? connect_tcp(target) : -1;
-                if (s < 0)
-                    close(c);
-                else
-                    pairs[npairs++] = (rpair){c, s, 0};
-            }
-        }
-    }
-}
-
 static void relay_start(world *w) {
-    struct sockaddr_in sa = {0};
-    socklen_t len = sizeof(sa);
-    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0), fds[2];
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 64) != 0 ||
-        pipe(fds) != 0) {
+    if (th_proxy_open(&w->relay, w->redis.port, NULL, 0) != 0) {
         perror("chaos: relay");
         exit(1);
     }
-    getsockname(lfd, (struct sockaddr *)&sa, &len);
-    w->relay_port = ntohs(sa.sin_port);
-    w->relay_pid = fork();
-    if (w->relay_pid < 0) {
-        perror("chaos: fork");
-        exit(1);
-    }
-    if (w->relay_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        signal(SIGPIPE, SIG_IGN);
-        signal(SIGINT, SIG_IGN);
-        close(fds[1]);
-        relay_loop(lfd, fds[0], w->redis_port);
-        _exit(0);
-    }
-    close(lfd);
-    close(fds[0]);
-    w->relay_cmd_fd = fds[1];
-    fcntl(w->relay_cmd_fd, F_SETFD, FD_CLOEXEC);
-}
-
-static void relay_send(world *w, const char *line) {
-    if (write(w->relay_cmd_fd, line, strlen(line)) < 0) note("relay command failed");
 }
 
 /* The daemon's config: fast retries, visibility 3 s, heartbeat 1 s, exec handlers. */
@@ -685,7 +502,7 @@ static void write_config(world *w, int slot, char *path, size_t pathlen) {
     char url[256];
     snprintf(path, pathlen, "%s/worker-%d.ini", w->dir, slot);
     if (slot == NSLOTS - 1)
-        snprintf(url, sizeof(url), "redis://127.0.0.1:%d", w->relay_port);
+        snprintf(url, sizeof(url), "redis://127.0.0.1:%d", w->relay.port);
     else
         snprintf(url, sizeof(url), "%s", w->url_unix);
     f = fopen(path, "w");
@@ -728,7 +545,7 @@ static void daemon_start(world *w, int slot) {
         FILE *f = fopen(log, "a");
         if (f) {
             fprintf(f, "---- chaos: start %s (generation %d) at %" PRId64 " ms\n", d->worker_id,
-                    d->gen, mono_ms() - round_t0);
+                    d->gen, th_now_ms() - round_t0);
             fclose(f);
         }
     }
@@ -768,14 +585,14 @@ static void reap_children(world *w) {
             d->pid = 0;
             d->state = D_DOWN;
         }
-        if (pid == w->redis_pid) {
-            w->redis_pid = 0;
+        if (pid == w->redis.pid) {
+            w->redis.pid = 0;
             if (!w->redis_down) {
                 fprintf(stderr, "chaos: redis-server exited on its own\n");
                 w->unexpected_exits++;
             }
         }
-        if (pid == w->relay_pid) w->relay_pid = 0;
+        if (pid == w->relay.pid) w->relay.pid = 0;
     }
 }
 
@@ -813,8 +630,8 @@ static void stop_everything(world *w) {
             kill(w->slots[s].pid, SIGKILL);
             kill(w->slots[s].pid, SIGCONT);
         }
-    if (w->relay_pid > 0) kill(w->relay_pid, SIGKILL);
-    if (w->redis_pid > 0) kill(w->redis_pid, SIGKILL);
+    th_proxy_stop(&w->relay); /* and its command pipe */
+    if (w->redis.pid > 0) kill(w->redis.pid, SIGKILL);
     n = list_children(kids, 512);
     for (int i = 0; i < n; i++) {
         kill(-kids[i], SIGKILL); /* handler programs lead their own process group */
@@ -827,9 +644,7 @@ static void stop_everything(world *w) {
         sleep_ms(20);
     }
     for (int s = 0; s < NSLOTS; s++) w->slots[s].pid = 0;
-    w->relay_pid = w->redis_pid = 0;
-    if (w->relay_cmd_fd > 0) close(w->relay_cmd_fd);
-    w->relay_cmd_fd = -1;
+    w->redis.pid = 0;
 }
 
 static void exit_hook(void) {
@@ -962,7 +777,7 @@ static int pick_slot(world *w, int slot, dstate want) {
 }
 
 static void run_fault(world *w, fault *f) {
-    int64_t now = mono_ms() - round_t0;
+    int64_t now = th_now_ms() - round_t0;
     int s;
     redisReply *r;
     switch (f->kind) {
@@ -1004,15 +819,12 @@ static void run_fault(world *w, fault *f) {
         }
         freeReplyObject(r);
         break;
-    case F_PROXY_CUT: {
-        char line[96];
-        snprintf(line, sizeof(line), "c %s\n", CUT_MARKERS[f->marker]);
-        relay_send(w, line);
+    case F_PROXY_CUT:
+        if (th_proxy_arm(&w->relay, CUT_MARKERS[f->marker]) != 0) note("relay command failed");
         note("relay: cut after %s", CUT_MARKERS[f->marker]);
         break;
-    }
     case F_PROXY_CUT_ALL:
-        relay_send(w, "a\n");
+        if (th_proxy_cut_all(&w->relay) != 0) note("relay command failed");
         note("relay: cut all");
         break;
     case F_REDIS_RESTART:
@@ -1026,23 +838,23 @@ static void run_fault(world *w, fault *f) {
             w->rc = NULL;
         }
         w->redis_down = 1;
-        kill(w->redis_pid, SIGTERM);
+        kill(w->redis.pid, SIGTERM);
         {
             int st;
-            int64_t end = mono_ms() + 20000;
-            while (w->redis_pid > 0 && mono_ms() < end) {
-                pid_t p = waitpid(w->redis_pid, &st, WNOHANG);
-                if (p == w->redis_pid) {
-                    w->redis_pid = 0;
+            int64_t end = th_now_ms() + 20000;
+            while (w->redis.pid > 0 && th_now_ms() < end) {
+                pid_t p = waitpid(w->redis.pid, &st, WNOHANG);
+                if (p == w->redis.pid) {
+                    w->redis.pid = 0;
                     break;
                 }
                 sleep_ms(10);
             }
-            if (w->redis_pid > 0) {
+            if (w->redis.pid > 0) {
                 fprintf(stderr, "chaos: redis-server did not stop on SIGTERM; killed\n");
-                kill(w->redis_pid, SIGKILL);
-                waitpid(w->redis_pid, NULL, 0);
-                w->redis_pid = 0;
+                kill(w->redis.pid, SIGKILL);
+                waitpid(w->redis.pid, NULL, 0);
+                w->redis.pid = 0;
                 w->unexpected_exits++;
             }
         }
@@ -1068,7 +880,7 @@ static void run_fault(world *w, fault *f) {
 
 /* Timed follow-ups: SIGCONT, replacements, the Redis start, the end of the spell. */
 static void run_followups(world *w, int faults_over) {
-    int64_t now = mono_ms() - round_t0;
+    int64_t now = th_now_ms() - round_t0;
     if (w->redis_down && (now >= w->redis_up_at || faults_over)) {
         redis_spawn(w);
         if (!wait_redis_up(w, 30000)) {
@@ -1076,7 +888,7 @@ static void run_followups(world *w, int faults_over) {
             w->unexpected_exits++;
         }
         w->redis_down = 0;
-        note("redis: started again (pid %d)", (int)w->redis_pid);
+        note("redis: started again (pid %d)", (int)w->redis.pid);
     }
     if (w->oom_end_at && (now >= w->oom_end_at || faults_over)) {
         redisReply *r = cmd(w, "CONFIG SET maxmemory 0");
@@ -1258,7 +1070,7 @@ static sent send_task(world *w, task *t, int dup) {
 
 /* Sends what is due; stops at the first refusal (the order is kept) and tries again later. */
 static int produce(world *w, int *next) {
-    int64_t now = mono_ms() - round_t0;
+    int64_t now = th_now_ms() - round_t0;
     int sent_now = 0;
     while (*next < w->ntasks && w->tasks[*next].due_ms <= now && sent_now < 400) {
         task *t = &w->tasks[*next];
@@ -1851,10 +1663,10 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
     w->opt = opt;
     w->seed = seed;
     w->res = res;
-    w->relay_cmd_fd = -1;
+    w->relay.cmd_fd = -1;
     w->ntasks = opt->tasks_given ? opt->tasks : opt->shortrun ? 400 : 5000;
     res->tasks = w->ntasks;
-    round_t0 = mono_ms();
+    round_t0 = th_now_ms();
     if (opt->shortrun) {
         w->fault_end_ms = 22000;
         w->enqueue_end_ms = 15000;
@@ -1873,8 +1685,9 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
         return 1;
     }
     path_of(res->dir, sizeof(res->dir), "", w->dir, "");
-    path_of(w->sock, sizeof(w->sock), "", w->dir, "/redis.sock");
-    path_of(w->url_unix, sizeof(w->url_unix), "unix://", w->sock, "");
+    path_of(w->redis.dir, sizeof(w->redis.dir), "", w->dir, "");
+    path_of(w->redis.sock, sizeof(w->redis.sock), "", w->dir, "/redis.sock");
+    path_of(w->url_unix, sizeof(w->url_unix), "unix://", w->redis.sock, "");
     path_of(w->log_path, sizeof(w->log_path), "", w->dir, "/handler.log");
     path_of(w->handler_path, sizeof(w->handler_path), "", w->dir, "/handler.sh");
     {
@@ -1885,7 +1698,11 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
         }
     }
     g_world = w;
-    w->redis_port = free_port();
+    w->redis.bin = opt->redis_bin;
+    w->redis.persist = 1; /* AOF, fsync every second, no eviction: see the top */
+    snprintf(w->redis.extra, sizeof(w->redis.extra),
+             "--appendfsync everysec --maxmemory-policy noeviction --loglevel notice");
+    w->redis.port = free_port();
     redis_spawn(w);
     if (!wait_redis_up(w, 20000)) {
         fprintf(stderr, "chaos: redis-server did not start (see %s/redis.log)\n", w->dir);
@@ -1906,14 +1723,14 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
         stop_everything(w);
         return 1;
     }
-    round_t0 = mono_ms(); /* the schedules count from here */
+    round_t0 = th_now_ms(); /* the schedules count from here */
     note("seed %" PRIu64 ": %d tasks, %d faults, fault window %" PRId64 " ms, dir %s", seed,
          w->ntasks, w->nfaults, w->fault_end_ms, w->dir);
 
     /* the fault window: produce, inject, follow up */
     hard_deadline = round_t0 + w->fault_end_ms + (opt->shortrun ? 60000 : 300000);
     while (!interrupted) {
-        int64_t now = mono_ms() - round_t0;
+        int64_t now = th_now_ms() - round_t0;
         int over = now >= w->fault_end_ms;
         reap_children(w);
         while (!over && w->next_fault < w->nfaults && w->faults[w->next_fault].at_ms <= now)
@@ -1921,7 +1738,7 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
         run_followups(w, over);
         produce(w, &next);
         if (over && producer_done(w, next)) break;
-        if (mono_ms() > hard_deadline) {
+        if (th_now_ms() > hard_deadline) {
             fprintf(stderr, "chaos: the producer did not finish in time\n");
             break;
         }
@@ -1932,8 +1749,8 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
     note("faults over; settling");
 
     /* settle: everything terminal, nothing pending, nothing scheduled (twice in a row) */
-    settle_deadline = mono_ms() + (opt->shortrun ? 60000 : 240000);
-    for (int stable = 0; !interrupted && mono_ms() < settle_deadline;) {
+    settle_deadline = th_now_ms() + (opt->shortrun ? 60000 : 240000);
+    for (int stable = 0; !interrupted && th_now_ms() < settle_deadline;) {
         reap_children(w);
         for (int s = 0; s < NSLOTS; s++) /* a daemon that died on its own is replaced */
             if (w->slots[s].state == D_DOWN) daemon_start(w, s);
@@ -1962,7 +1779,7 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
         reap_children(w);
         n = list_children(kids, 512);
         for (int k = 0; k < n; k++)
-            if (kids[k] != w->redis_pid && kids[k] != w->relay_pid) others++;
+            if (kids[k] != w->redis.pid && kids[k] != w->relay.pid) others++;
         if (others == 0) break;
         if (i == 1000)
             for (int s = 0; s < NSLOTS; s++)
@@ -1974,7 +1791,7 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
     long long expect[C_NCHECKS] = {0};
     if (!interrupted && opt->self_test) self_test_inject(w, expect);
     if (!interrupted) run_checks(w);
-    res->secs = (double)(mono_ms() - round_t0) / 1000.0;
+    res->secs = (double)(th_now_ms() - round_t0) / 1000.0;
     res->failed = interrupted || !ok_settle || w->producer_errors > 0;
     for (int c = 0; c < C_NCHECKS; c++)
         if (res->checks[c] != expect[c]) {

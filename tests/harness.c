@@ -74,33 +74,46 @@ int64_t th_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-pid_t th_spawn(char *const argv[], const char *log_path) {
+pid_t th_spawn_child(char *const argv[], const char *log_path) {
     pid_t pid = fork();
-    ck_assert_msg(pid >= 0, "fork failed");
     if (pid == 0) {
+        sigset_t none;
+        int fd = open("/dev/null", O_RDONLY);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (fd >= 0) {
+            dup2(fd, 0);
+            close(fd);
+        }
         if (log_path) {
-            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {
                 dup2(fd, 1);
                 dup2(fd, 2);
                 close(fd);
             }
         }
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         execvp(argv[0], argv);
         fprintf(stderr, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
+    return pid;
+}
+
+pid_t th_spawn(char *const argv[], const char *log_path) {
+    pid_t pid = th_spawn_child(argv, log_path);
+    ck_assert_msg(pid >= 0, "fork failed");
     track(pid);
     return pid;
 }
 
 static char harness_password[128];
 
-static void redis_spawn(th_redis *r) {
+pid_t th_redis_launch(th_redis *r) {
     char log[400], port[16], extra[512];
     /* execvp takes char *const[]; the strings are never written. */
-    const char *fixed[] = {REDIS_SERVER_BIN,
+    const char *fixed[] = {r->bin ? r->bin : REDIS_SERVER_BIN,
                            "--port",
                            port,
                            "--bind",
@@ -121,7 +134,6 @@ static void redis_spawn(th_redis *r) {
                            "warning"};
     char *argv[64];
     int argc = 0;
-    redisContext *c;
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) argv[argc++] = (char *)fixed[i];
     snprintf(port, sizeof(port), "%d", r->port);
     snprintf(extra, sizeof(extra), "%s", r->extra);
@@ -130,16 +142,25 @@ static void redis_spawn(th_redis *r) {
         argv[argc++] = tok;
     argv[argc] = NULL;
     snprintf(log, sizeof(log), "%s/redis.log", r->dir);
-    r->pid = th_spawn(argv, log);
+    r->pid = th_spawn_child(argv, log);
+    return r->pid;
+}
+
+static void redis_spawn(th_redis *r) {
+    char log[400];
+    redisContext *c;
+    snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+    ck_assert_msg(th_redis_launch(r) > 0, "fork failed");
+    track(r->pid);
     for (int i = 0, moves = 0; i < 200; i++) {
         /* A server that exited at once could not listen on its TCP port (another process
          * holds it, e.g. as the local port of a connection): try another one. */
         if (r->port > 0 && moves < 20 && waitpid(r->pid, NULL, WNOHANG) == r->pid) {
             untrack(r->pid);
             r->port = 30000 + (r->port - 30000 + 997) % 20000;
-            snprintf(port, sizeof(port), "%d", r->port);
             snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
-            r->pid = th_spawn(argv, log);
+            ck_assert_msg(th_redis_launch(r) > 0, "fork failed");
+            track(r->pid);
             moves++;
         }
         c = redisConnectUnix(r->sock);
@@ -256,6 +277,21 @@ void th_load_library(redisContext *c) {
     ck_assert_msg(r->type != REDIS_REPLY_ERROR, "FUNCTION LOAD: %s", r->str);
     freeReplyObject(r);
     free(lib);
+}
+
+void th_fixture_start(th_redis *r, redisContext **c, int flags, const char *tcp_extra) {
+    if (tcp_extra)
+        th_redis_start_tcp(r, tcp_extra, NULL);
+    else
+        th_redis_start(r, flags & TH_PERSIST);
+    *c = th_connect(r);
+    if (flags & TH_LIBRARY) th_load_library(*c);
+}
+
+void th_fixture_stop(th_redis *r, redisContext **c) {
+    if (*c) redisFree(*c);
+    *c = NULL;
+    th_redis_stop(r);
 }
 
 void th_path(const th_redis *r, const char *name, char *out, size_t outlen) {

@@ -21,6 +21,7 @@ typedef struct th_redis {
     int persist;     /* appendonly yes: data survives a restart */
     int port;        /* > 0: also listen on 127.0.0.1:port */
     char extra[512]; /* extra redis-server arguments, space separated (no quoting) */
+    const char *bin; /* the redis-server to run; NULL: the one found at build time */
 } th_redis;
 
 typedef struct th_daemon {
@@ -66,6 +67,17 @@ dtq_finish_record th_finish_record(const redisReply *claimed);
 redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_record *recs, size_t n);
 /* Loads the embedded Functions library into Redis (script tests run without a daemon). */
 void th_load_library(redisContext *c);
+
+/* The fixture the integration suites run around each test. th_fixture_start: a fresh
+ * redis-server in a temp dir of its own (th_redis_start; with tcp_extra not NULL,
+ * th_redis_start_tcp with those arguments), *c connected to it, and the flags' extras.
+ * th_fixture_stop closes *c (when set; NULL after) and stops the server. */
+enum {
+    TH_PERSIST = 1, /* appendonly: the data survives th_redis_restart (not with tcp_extra) */
+    TH_LIBRARY = 2  /* the Functions library loaded (suites that run no daemon) */
+};
+void th_fixture_start(th_redis *r, redisContext **c, int flags, const char *tcp_extra);
+void th_fixture_stop(th_redis *r, redisContext **c);
 
 /* Writes a config ([redis] url + `ini`) and starts dtq-worker -c on it. */
 void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini);
@@ -126,5 +138,17 @@ void th_sleep_ms(int ms);
 int64_t th_now_ms(void);
 /* A unique temp file path in the harness dir. */
 void th_path(const th_redis *r, const char *name, char *out, size_t outlen);
+
+/* ---- Without Check, for programs that are not Check suites (tests/chaos.c) too: these
+ * fail no test and track nothing; the caller waits for and stops what they start. */
+/* Runs argv like th_spawn (stdin from /dev/null, stdout and stderr appended to log_path
+ * when not NULL, an empty signal mask, SIGKILL when this process dies); -1 when fork
+ * fails. */
+pid_t th_spawn_child(char *const argv[], const char *log_path);
+/* Starts r's redis-server (r->bin, on r->sock in r->dir, 127.0.0.1:r->port when > 0,
+ * appendonly per r->persist, then r->extra, whose settings override the defaults) with
+ * th_spawn_child, logging to <dir>/redis.log; returns its pid, also set in r->pid, without
+ * waiting for it to answer. */
+pid_t th_redis_launch(th_redis *r);
 
 #endif

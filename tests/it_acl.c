@@ -31,13 +31,11 @@ static redisContext *C; /* the default user: sets up fixtures, inspects */
     "[handler:fail]\nbuiltin = fail\n[handler:flaky]\nbuiltin = flaky\n"
 
 static void setup(void) {
-    th_redis_start_tcp(&R, "--enable-debug-command yes", NULL);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, "--enable-debug-command yes");
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 /* ----------------------------------------------------------------- helpers */

@@ -13,13 +13,11 @@ static th_redis R;
 static redisContext *C;
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 static void start(th_daemon *d, const char *id, const char *extra) {

@@ -20,8 +20,7 @@ static redisContext *C;
 static th_daemon D;
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
     th_daemon_start(&D, &R,
                     "[worker]\nworker_id = w-ctl\n[handler:echo]\nbuiltin = echo\n"
                     "[handler:fail]\nbuiltin = fail\n");
@@ -30,8 +29,7 @@ static void setup(void) {
 
 static void teardown(void) {
     th_daemon_stop(&D, SIGTERM, 10000);
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 /* dtqctl told the URL only. */
@@ -323,8 +321,7 @@ END_TEST
 /* ---- a daemon with [redis] cluster_hash_tag = true: keys are {dtq}:... ---- */
 
 static void setup_tag(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
     th_daemon_start(&D, &R,
                     "[redis]\ncluster_hash_tag = true\n[worker]\nworker_id = w-tag\n"
                     "[handler:echo]\nbuiltin = echo\n[handler:fail]\nbuiltin = fail\n");

@@ -28,13 +28,11 @@ static redisContext *C;
 #define FAST_SCHED "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"
 
 static void setup(void) {
-    th_redis_start(&R, 1);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, TH_PERSIST, NULL);
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 static void start(th_daemon *d, const char *id, const char *extra) {

@@ -26,13 +26,11 @@ static redisContext *C;
 #define FAST_SCHED "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 /* `worker` goes into [worker]; `sections` (handlers, [limits]) after it. */

@@ -19,13 +19,11 @@ static redisContext *C;
 #define RELOADED "SIGHUP: configuration reloaded"
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 static int pending_count_of(const char *queue) {

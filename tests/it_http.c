@@ -23,13 +23,11 @@ static th_redis R;
 static redisContext *C;
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 /* Fills sa with the loopback address of `family` and port. */

@@ -17,14 +17,11 @@ static th_redis R;
 static redisContext *C;
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
-    th_load_library(C);
+    th_fixture_start(&R, &C, TH_LIBRARY, NULL);
 }
 
 static void teardown(void) {
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 #define POLICY "{\"d\":[5,30000],\"t\":{\"echo\":[3,1000]}}"

@@ -105,14 +105,11 @@ static void start_redis(int auth_clients) {
              "--tls-auth-clients %s",
              tls_port, cert("server.crt"), cert("server.key"), cert("ca.crt"),
              auth_clients ? "yes" : "no");
-    th_redis_start_tcp(&R, extra, NULL);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, extra);
 }
 
 static void stop_redis(void) {
-    if (C) redisFree(C);
-    C = NULL;
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 static void teardown(void) {

@@ -222,8 +222,7 @@ static const cJSON *queue_of(const cJSON *ov, const char *name) {
     "[handler:sleep]\nbuiltin = sleep\n"
 
 static void setup(void) {
-    th_redis_start(&R, 0);
-    C = th_connect(&R);
+    th_fixture_start(&R, &C, 0, NULL);
     memset(&W, 0, sizeof(W));
     memset(&D, 0, sizeof(D));
 }
@@ -231,8 +230,7 @@ static void setup(void) {
 static void teardown(void) {
     if (W.pid > 0) ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
     if (D.pid > 0) th_daemon_stop(&D, SIGTERM, 10000);
-    redisFree(C);
-    th_redis_stop(&R);
+    th_fixture_stop(&R, &C);
 }
 
 static void start_worker(void) {
