@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keys.h"
 #include "log.h"
 #include "retry.h"
 #include "util.h"
@@ -199,9 +200,9 @@ dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx) {
     dtq_scheduler *s = dtq_xcalloc(1, sizeof(*s));
     s->ctx = ctx;
     s->tick_ev = evtimer_new(ctx->base, tick_cb, s);
-    s->lock_key = dtq_ctx_key(ctx, "lock:scheduler");
-    s->schedule_key = dtq_ctx_key(ctx, "retry:schedule");
-    s->claimed_key = dtq_ctx_key(ctx, "retry:claimed");
+    s->lock_key = dtq_key_scheduler_lock(ctx->prefix);
+    s->schedule_key = dtq_key_retry_schedule(ctx->prefix);
+    s->claimed_key = dtq_key_retry_claimed(ctx->prefix);
     return s;
 }
 

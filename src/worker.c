@@ -288,7 +288,7 @@ static void setup_command(dtq_worker *w, dtq_argv *a) {
 static void publish_config(dtq_worker *w, int counted) {
     const dtq_config *cfg = w->ctx->cfg;
     dtq_argv a;
-    char *key = dtq_ctx_key(w->ctx, "config");
+    char *key = dtq_key_config(w->ctx->prefix);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "HSET");
     dtq_argv_adds(&a, key);
@@ -340,7 +340,7 @@ static void setup_redis(dtq_worker *w) {
     publish_config(w, 1);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {
-        char *key = dtq_ctx_key(ctx, "queues");
+        char *key = dtq_key_queues(ctx->prefix);
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "SADD");
         dtq_argv_adds(&a, key);
@@ -354,7 +354,7 @@ static void setup_redis(dtq_worker *w) {
         dtq_argv_adds(&a, "XGROUP");
         dtq_argv_adds(&a, "CREATE");
         dtq_argv_adds(&a, ctx->streams.keys[i]);
-        dtq_argv_adds(&a, "workers");
+        dtq_argv_adds(&a, DTQ_GROUP);
         dtq_argv_adds(&a, "0");
         dtq_argv_adds(&a, "MKSTREAM");
         setup_command(w, &a);
