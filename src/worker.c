@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "calls.h"
 #include "consumer.h"
 #include "ctx.h"
 #include "executor.h"
@@ -69,12 +70,7 @@ static void set_state(dtq_worker *w, enum dtq_worker_state st) {
 /* WORKER_STARTED / WORKER_STOPPED, built and published by the Functions like every event. */
 static void worker_event(dtq_worker *w, const char *type) {
     dtq_argv a;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, w->ctx->fn.worker_event);
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, w->ctx->cfg->worker_id);
-    dtq_argv_adds(&a, type);
+    dtq_call_worker_event(&a, w->ctx->fn.worker_event, w->ctx->cfg->worker_id, type);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }
@@ -82,14 +78,8 @@ static void worker_event(dtq_worker *w, const char *type) {
 /* A stopping worker leaves the groups (where it holds nothing) and <prefix>:workers, so
  * neither grows with every deploy. */
 static void deregister(dtq_worker *w) {
-    const dtq_streams *st = &w->ctx->streams;
     dtq_argv a;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, w->ctx->fn.deregister);
-    dtq_argv_addll(&a, dtq_streams_count(st));
-    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(&a, st->keys[i]);
-    dtq_argv_adds(&a, w->ctx->cfg->worker_id);
+    dtq_call_deregister(&a, w->ctx->fn.deregister, &w->ctx->streams, w->ctx->cfg->worker_id);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }

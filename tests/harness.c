@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calls.h"
 #include "scripts.h"
 #include "streams.h"
 
@@ -625,15 +626,7 @@ void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue
     dtq_streams st = {0};
     char *queues[1] = {(char *)queue};
     dtq_streams_build(&st, "dtq", queues, 1);
-    dtq_argv_init(a);
-    dtq_argv_adds(a, "FCALL");
-    dtq_argv_adds(a, "dtq_fetch");
-    dtq_argv_addll(a, DTQ_BANDS + 1);
-    dtq_streams_fetch_keys(&st, a);
-    dtq_argv_adds(a, worker);
-    dtq_argv_addll(a, count);
-    dtq_argv_adds(a, policy);
-    dtq_argv_adds(a, queue);
+    dtq_call_fetch(a, "dtq_fetch", &st, worker, count, policy);
     dtq_streams_clear(&st);
 }
 
@@ -667,12 +660,7 @@ redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_reco
                       size_t n) {
     dtq_argv a;
     redisReply *r;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, "dtq_finish");
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, worker);
-    dtq_argv_addll(&a, (long long)n);
+    dtq_call_finish(&a, "dtq_finish", worker, (int)n);
     for (size_t i = 0; i < n; i++) dtq_finish_record_encode(&a, &recs[i]);
     ck_assert_int_eq(a.argc, 5 + (int)n * DTQ_FINISH_RECORD_FIELDS);
     r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
