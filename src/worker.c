@@ -274,33 +274,15 @@ static void setup_command(dtq_worker *w, dtq_argv *a) {
     dtq_argv_deinit(a);
 }
 
-/* <prefix>:config: the limits the Functions enforce, as this daemon's config says. */
+/* <prefix>:config: the limits the Functions enforce, as this daemon's config says (the
+ * fields are config.c's, dtq_config_each_field). */
 static void publish_config(dtq_worker *w, int counted) {
-    const dtq_config *cfg = w->ctx->cfg;
     dtq_argv a;
     char *key = dtq_key_config(w->ctx->prefix);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "HSET");
     dtq_argv_adds(&a, key);
-#define PUT(name, v)                                                                               \
-    do {                                                                                           \
-        dtq_argv_adds(&a, name);                                                                   \
-        dtq_argv_addll(&a, (long long)(v));                                                        \
-    } while (0)
-    PUT("max_payload_bytes", cfg->max_payload_bytes);
-    PUT("max_queue_depth", cfg->max_queue_depth);
-    PUT("default_max_attempts", cfg->default_max_attempts);
-    PUT("default_priority", DTQ_DEFAULT_PRIORITY);
-    PUT("task_retention_s", cfg->task_retention_s);
-    PUT("result_retention_s", cfg->result_retention_s);
-    PUT("idem_ttl_s", cfg->idem_ttl_s);
-    PUT("dlq_maxlen", cfg->dlq_maxlen);
-    PUT("dlq_enabled", cfg->dlq_enabled);
-    PUT("events_stream_maxlen", cfg->events_stream_maxlen);
-    PUT("result_max_bytes", cfg->result_max_bytes);
-#undef PUT
-    dtq_argv_adds(&a, "events");
-    dtq_argv_adds(&a, cfg->events_raw);
+    dtq_config_publish_args(w->ctx->cfg, &a);
     free(key);
     if (counted) {
         setup_command(w, &a);
