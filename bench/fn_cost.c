@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calls.h"
 #include "finisher.h"
 #include "streams.h"
 #include "util.h"
@@ -119,7 +120,7 @@ int main(int argc, char **argv) {
     hook("end", "enqueue");
     report(c, "enqueue", n);
 
-    /* fetch and finish calls laid out by the daemon's own code (src/streams.c, finisher.c) */
+    /* fetch and finish calls laid out by the daemon's own code (src/calls.c, finisher.c) */
     dtq_streams st = {0};
     char *queues[1] = {(char *)"default"};
     dtq_streams_build(&st, ns, queues, 1);
@@ -129,15 +130,7 @@ int main(int argc, char **argv) {
     freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
     hook("begin", "fetch");
     while (got < n) {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn_fetch);
-        dtq_argv_addll(&a, DTQ_BANDS + 1);
-        dtq_streams_fetch_keys(&st, &a);
-        dtq_argv_adds(&a, "fn-cost");
-        dtq_argv_addll(&a, batch);
-        dtq_argv_adds(&a, "{\"d\":[5,30000],\"t\":{}}");
-        dtq_argv_adds(&a, "default");
+        dtq_call_fetch(&a, fn_fetch, &st, "fn-cost", (int)batch, "{\"d\":[5,30000],\"t\":{}}");
         redisReply *r = send_argv(c, &a);
         redisReply *list = r->element[0];
         if (list->elements == 0 && r->element[2]->integer == -1 && got == 0) {
@@ -168,9 +161,7 @@ int main(int argc, char **argv) {
     hook("begin", "finish");
     for (long done = 0; done < n;) {
         long m = n - done < batch ? n - done : batch;
-        char count[24];
-        snprintf(count, sizeof count, "%ld", m);
-        fcall_head(&a, fn_finish, "fn-cost", count);
+        dtq_call_finish(&a, fn_finish, "fn-cost", (int)m);
         for (long i = 0; i < m; i++) dtq_finish_record_encode(&a, &recs[done + i]);
         redisReply *r = send_argv(c, &a);
         for (size_t i = 0; i < r->elements; i++)

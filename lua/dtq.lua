@@ -9,23 +9,19 @@ Conventions:
   WRONG_STATE, PAYLOAD_TOO_LARGE, QUEUE_FULL, IDEMPOTENCY_IN_PROGRESS, ID_EXISTS);
 - every time comes from the server clock (TIME), never from a caller;
 - numbers are written with %d: tostring() would turn epoch ms into 1.7e+12.
-Two lists here have a C twin kept equal by tests: TERMINAL (src/task.c, tests/check_task.c)
-and DEFAULTS (the key table of src/config.c, tests/check_config.c).
+The constants the C side owns are not written here: scripts.c replaces the placeholder line
+below with them at load (this text alone is refused: it reads a global that is not there). GROUP is the consumer group
+of every stream; BANDS the priorities 0..BANDS-1 (BAND_NAMES their stream suffixes);
+MAX_ATTEMPTS the cap on max_attempts; TERMINAL the set of terminal statuses (task.c);
+DEFAULTS, CONFIG_BOUNDS and CONFIG_NAMES the fields of <prefix>:config (config.c).
 ]]
 local NS, PREFIX = 'dtq', 'dtq' -- replaced at load time (scripts.c)
-local VERSION = 'unversioned' -- replaced at load time: <DTQ_VERSION>-<hash of this file>
+local VERSION = 'unversioned' -- replaced at load time: <DTQ_VERSION>-<hash of the text>
+local GROUP, BANDS, BAND_NAMES, MAX_ATTEMPTS, TERMINAL, DEFAULTS, CONFIG_BOUNDS, CONFIG_NAMES = load_with_dtqctl_functions_install
 
-local GROUP = 'workers'
-local TERMINAL = {succeeded = true, failed = true, dead_lettered = true, cancelled = true,
-                  expired = true}
 local TERMINAL_EVENTS = {TASK_SUCCEEDED = true, TASK_FAILED = true, TASK_DEAD_LETTERED = true,
                          TASK_CANCELLED = true, TASK_EXPIRED = true, WORKER_STARTED = true,
                          WORKER_STOPPED = true}
-local DEFAULTS = {max_payload_bytes = 262144, max_queue_depth = 1000000,
-                  default_max_attempts = 5, default_priority = 5, default_timeout_ms = 30000,
-                  task_retention_s = 604800,
-                  idem_ttl_s = 86400, dlq_maxlen = 10000, result_retention_s = 3600,
-                  events = 'all', events_stream_maxlen = 0, dlq_enabled = 1}
 
 -- Integers as Redis strings. string.format costs about 2,000 server instructions a call
 -- and a fetch or finish formats the same few numbers (the call's clock, attempts, limits)
@@ -75,21 +71,14 @@ local function iso(ms)
   return iso(ms)
 end
 
--- What load_config() accepts from <prefix>:config: the bounds of the key table in
--- src/config.c (dlq_enabled is its boolean as 0/1, default_priority a band).
-local CONFIG_BOUNDS = {max_payload_bytes = {1, 536870912}, max_queue_depth = {1, 9e15},
-                       default_max_attempts = {1, 1000}, default_priority = {0, 9},
-                       task_retention_s = {1, 9e15}, idem_ttl_s = {1, 9e15},
-                       dlq_maxlen = {1, 9e15}, result_retention_s = {1, 9e15},
-                       events_stream_maxlen = {0, 9e15}, dlq_enabled = {0, 1}}
+-- What load_config() accepts from <prefix>:config: CONFIG_BOUNDS, the bounds of the key
+-- table in src/config.c (dlq_enabled is its boolean as 0/1, default_priority a band).
 local EVENT_LEVELS = {all = true, terminal = true, off = true}
 
 -- The limits the daemon published in <prefix>:config, with defaults for a fresh Redis. A
 -- value that is not a plain integer within CONFIG_BOUNDS (or an events level), or a config
--- key of another type, is not trusted: that field takes its DEFAULTS value.
-local CONFIG_NAMES = {'max_payload_bytes', 'max_queue_depth', 'default_max_attempts',
-                      'default_priority', 'task_retention_s', 'idem_ttl_s', 'dlq_maxlen',
-                      'result_retention_s', 'events', 'events_stream_maxlen', 'dlq_enabled'}
+-- key of another type, is not trusted: that field takes its DEFAULTS value. CONFIG_NAMES
+-- lists the fields read.
 -- What an enqueue reads of it (see enqueue_config): every other field is nil there.
 local ENQUEUE_CONFIG_NAMES = {'max_payload_bytes', 'max_queue_depth', 'default_priority',
                               'idem_ttl_s', 'events', 'events_stream_maxlen'}
@@ -221,12 +210,12 @@ local function task_poison(h)
   -- field (these run for every task of every fetch). The usual hash has the first three.
   local why = int_field_error(h, 'attempt', 1, 2^53, true) or
               int_field_error(h, 'created_at', 0, 2^53, true) or
-              int_field_error(h, 'priority', 0, 9)
+              int_field_error(h, 'priority', 0, BANDS - 1)
   if why then return why end
   if h.ttl_seconds or h.max_attempts or h.own_max_attempts or h.own_timeout_ms then
     why = int_field_error(h, 'ttl_seconds', 1, 2^53) or
-          int_field_error(h, 'max_attempts', 1, 1000) or
-          int_field_error(h, 'own_max_attempts', 1, 1000) or
+          int_field_error(h, 'max_attempts', 1, MAX_ATTEMPTS) or
+          int_field_error(h, 'own_max_attempts', 1, MAX_ATTEMPTS) or
           int_field_error(h, 'own_timeout_ms', 1, 2^53)
     if why then return why end
   end
@@ -350,16 +339,15 @@ local function idem_set(h, state, ms)
   redis.call('SET', k('idempotency', h.queue, h.idempotency_key), rec, 'XX', 'KEEPTTL')
 end
 
--- The names of a queue's ten streams, kept across calls for a bounded number of queues
--- (each enqueue counts all ten bands; building them cost more than the XLENs).
-local BAND_NAMES = {[0] = 'p0', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 'p9'}
+-- The names of a queue's streams, kept across calls for a bounded number of queues
+-- (each enqueue counts all the bands; building them cost more than the XLENs).
 local stream_keys_memo, stream_keys_memo_n = {}, 0
 local function stream_key(queue, priority)
   local keys = stream_keys_memo[queue]
   if not keys then
     if stream_keys_memo_n >= 1024 then stream_keys_memo, stream_keys_memo_n = {}, 0 end
     keys = {}
-    for band = 0, 9 do keys[band] = k('stream', queue, BAND_NAMES[band]) end
+    for band = 0, BANDS - 1 do keys[band] = k('stream', queue, BAND_NAMES[band]) end
     stream_keys_memo[queue] = keys
     stream_keys_memo_n = stream_keys_memo_n + 1
   end
@@ -492,8 +480,8 @@ local function raw_entry_error(c, f)
   if f.task_id ~= nil and not valid_name(f.task_id, 64) then
     return 'task_id must match [A-Za-z0-9._:-]{1,64}'
   end
-  if f.max_attempts ~= nil and not parse_int(f.max_attempts, 1, 1000) then
-    return 'max_attempts must be an integer in [1, 1000]'
+  if f.max_attempts ~= nil and not parse_int(f.max_attempts, 1, MAX_ATTEMPTS) then
+    return 'max_attempts must be an integer in [1, ' .. fmt(MAX_ATTEMPTS) .. ']'
   end
   if f.timeout_ms ~= nil and not parse_int(f.timeout_ms, 1, 2^53) then
     return 'timeout_ms must be a positive integer'
@@ -733,7 +721,7 @@ local function ensure_group(stream)
 end
 
 --[[ FCALL <ns>_fetch numkeys KEYS ARGV
-KEYS: for each served queue, its paused key then its ten streams p9..p0.
+KEYS: for each served queue, its paused key then its BANDS streams p9..p0.
 ARGV: worker_id, count, policy-json, then the queue names in KEYS order.
 Reads up to `count` (at most FETCH_MAX) new entries in strict order (queue order, then p9
 first), settles the ones that must not run and claims the rest (queued -> running). Returns
@@ -741,10 +729,10 @@ first), settles the ones that must not run and claims the rest (queued -> runnin
 filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is -1 when
 a missing group was recreated and the daemon should fetch again at once. ]]
 -- The fetch KEYS layout, the same as the daemon's (dtq_streams_fetch_keys in src/streams.c).
-local FETCH_KEYS_PER_QUEUE = 11
+local FETCH_KEYS_PER_QUEUE, TOP_BAND = BANDS + 1, BANDS - 1
 local function fetch_paused_key(keys, qi) return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 1] end
 local function fetch_stream_key(keys, qi, band)
-  return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 2 + (9 - band)]
+  return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 2 + (TOP_BAND - band)]
 end
 
 local FETCH_MAX = 1000 -- entries read per fetch call at most, whatever count says
@@ -759,7 +747,7 @@ local function fetch(keys, args)
   for qi = 1, nq do
     local queue = args[3 + qi]
     if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
-      for band = 9, 0, -1 do
+      for band = TOP_BAND, 0, -1 do
         if read >= count then break end
         local stream = fetch_stream_key(keys, qi, band)
         local res = redis.pcall('XREADGROUP', 'GROUP', GROUP, worker, 'COUNT', count - read,
@@ -792,7 +780,7 @@ local function fetch(keys, args)
   if read == 0 and not created then
     for qi = 1, nq do
       if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
-        for band = 9, 0, -1 do
+        for band = TOP_BAND, 0, -1 do
           local stream = fetch_stream_key(keys, qi, band)
           local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
           if not last.err then -- a key of another type is not blocked on
@@ -1116,8 +1104,8 @@ end
 
 local function opt_error(msg) return redis.error_reply('INVALID_ARGUMENT ' .. msg) end
 
-local ENQUEUE_LIMITS = {priority = {0, 9}, max_attempts = {1, 1000}, timeout_ms = {1, 2^53},
-                        delay_ms = {0, 2^53}, ttl_seconds = {1, 2^53}}
+local ENQUEUE_LIMITS = {priority = {0, BANDS - 1}, max_attempts = {1, MAX_ATTEMPTS},
+                        timeout_ms = {1, 2^53}, delay_ms = {0, 2^53}, ttl_seconds = {1, 2^53}}
 
 -- Enqueue options from args[first..]: a table, or nil and the INVALID_ARGUMENT message.
 -- `per_task` allows the options that name one task (idempotency_key, task_id).
@@ -1158,7 +1146,7 @@ end
 
 local function queue_depth(queue)
   local depth = 0
-  for band = 0, 9 do depth = depth + redis.call('XLEN', stream_key(queue, band)) end
+  for band = 0, BANDS - 1 do depth = depth + redis.call('XLEN', stream_key(queue, band)) end
   return depth
 end
 
@@ -1591,7 +1579,7 @@ group), a missing stream, a key of another type or a stream without the group co
 per band depth = max(0, length - pending), and the queue's depth the sum of those. ]]
 local function queue_counts(q)
   local r = {len = {}, pend = {}, depth_by_band = {}, length = 0, pending = 0, depth = 0}
-  for band = 0, 9 do
+  for band = 0, BANDS - 1 do
     local s, l, p = stream_key(q, band), 0, 0
     if redis.call('EXISTS', s) == 1 then
       local n = redis.pcall('XLEN', s)
@@ -1787,7 +1775,7 @@ local function overview(keys, args)
     local q = names[i]
     local n = queue_counts(q)
     local d, p = {}, {}
-    for band = 0, 9 do d[band + 1], p[band + 1] = n.depth_by_band[band], n.pend[band] end
+    for band = 0, BANDS - 1 do d[band + 1], p[band + 1] = n.depth_by_band[band], n.pend[band] end
     queues[i] = {name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
                  depth = n.depth, pending = n.pending, length = n.length, depth_by_band = d,
                  pending_by_band = p, scheduled = per[q] or 0}
@@ -1864,7 +1852,7 @@ local function queue_view(keys, args)
   end
   local n = queue_counts(q)
   local bands, waiting, running = {}, {}, {}
-  for band = 9, 0, -1 do
+  for band = BANDS - 1, 0, -1 do
     bands[#bands + 1] = {band = band, length = n.len[band], pending = n.pend[band],
                          depth = n.depth_by_band[band]}
     local s = stream_key(q, band)

@@ -17,6 +17,7 @@
 #include "keys.h"
 #include "log.h"
 #include "rconn.h"
+#include "streams.h"
 #include "util.h"
 #include "web_auth.h"
 
@@ -84,7 +85,7 @@ static const config_key config_keys[] = {
      "cap on the backoff, seconds"},
     {"retry", "jitter", KEY_DOUBLE, OFF(retry.jitter), "0.2", 0, 1, "spread fraction"},
     {"retry", "jitter_mode", KEY_STR, OFF(jitter_mode_raw), "spread", 0, 0, "spread | full | none"},
-    {"retry", "default_max_attempts", KEY_INT, OFF(default_max_attempts), "5", 1, 1000,
+    {"retry", "default_max_attempts", KEY_INT, OFF(default_max_attempts), "5", 1, DTQ_MAX_ATTEMPTS,
      "attempts when neither the task nor its handler says"},
     {"scheduler", "enabled", KEY_BOOL, OFF(scheduler_enabled), "true", 0, 0,
      "false = never take the leader lock"},
@@ -136,6 +137,31 @@ static const config_key config_keys[] = {
     {"log", "format", KEY_STR, OFF(log_format), "text", 0, 0, "text | json"},
 };
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+
+/* The fields of <prefix>:config (and of the Functions' DEFAULTS): the published ones are
+ * written by worker.c in this order. A field with a section is that config key, with the
+ * key table's default and bounds; the others carry their own. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define PUB_READ (DTQ_FIELD_PUBLISHED | DTQ_FIELD_READ | DTQ_FIELD_DEFAULT)
+static const dtq_config_field config_fields[] = {
+    {"max_payload_bytes", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"max_queue_depth", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"default_max_attempts", "retry", NULL, 0, 0, 0, PUB_READ},
+    {"default_priority", NULL, STR(DTQ_DEFAULT_PRIORITY), 0, 0, DTQ_BANDS - 1, PUB_READ},
+    {"task_retention_s", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"result_retention_s", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"idem_ttl_s", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"dlq_maxlen", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"dlq_enabled", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"events", "limits", NULL, 0, 0, 0, PUB_READ},
+    {"events_stream_maxlen", "limits", NULL, 0, 0, 0, PUB_READ},
+    /* for observers (dtqctl, dashboards): the Functions never truncate a result */
+    {"result_max_bytes", "limits", NULL, 0, 0, 0, DTQ_FIELD_PUBLISHED},
+    /* the Functions' timeout_ms when the daemon's policy table is not there */
+    {"default_timeout_ms", NULL, STR(DTQ_DEFAULT_TIMEOUT_MS), 0, 1, BIG, DTQ_FIELD_DEFAULT},
+};
+#undef PUB_READ
 
 #define DTQ_OVR_BASE 1u
 #define DTQ_OVR_MAX 2u
@@ -260,7 +286,7 @@ static int set_handler_key(load_state *st, const char *section, const char *task
         h->workdir = dtq_xstrdup(value);
     } else if (!strcmp(key, "timeout_ms") || !strcmp(key, "kill_grace_ms") ||
                !strcmp(key, "max_attempts")) {
-        int64_t max = !strcmp(key, "max_attempts") ? 1000 : (int64_t)BIG;
+        int64_t max = !strcmp(key, "max_attempts") ? DTQ_MAX_ATTEMPTS : (int64_t)BIG;
         if (dtq_parse_int64(value, 1, max, &iv) != DTQ_OK) {
             fail(st, section, key, "'%s' is not an integer in [1, %lld]", value, (long long)max);
             return DTQ_ERR;
@@ -586,4 +612,49 @@ void dtq_config_each_key(void (*fn)(const char *, const char *, const char *, co
                          void *arg) {
     for (size_t i = 0; i < NKEYS; i++)
         fn(config_keys[i].section, config_keys[i].key, config_keys[i].def, config_keys[i].doc, arg);
+}
+
+/* The key a field publishes, or NULL. A field naming no key of the table is a bug of the
+ * list above: every use (and the tests) stops on it. */
+static const config_key *field_key(const dtq_config_field *f) {
+    const config_key *k;
+    if (!f->section) return NULL;
+    k = find_key(f->section, f->name);
+    if (!k || k->type == KEY_DOUBLE) abort();
+    return k;
+}
+
+void dtq_config_each_field(void (*fn)(const dtq_config_field *f, void *arg), void *arg) {
+    for (size_t i = 0; i < sizeof(config_fields) / sizeof(config_fields[0]); i++) {
+        dtq_config_field f = config_fields[i];
+        const config_key *k = field_key(&f);
+        if (k) {
+            f.word = k->type == KEY_STR;
+            f.def = k->type != KEY_BOOL ? k->def : !strcmp(k->def, "true") ? "1" : "0";
+            f.min = k->type == KEY_BOOL ? 0 : k->min;
+            f.max = k->type == KEY_BOOL ? 1 : k->max;
+        }
+        fn(&f, arg);
+    }
+}
+
+void dtq_config_publish_args(const dtq_config *cfg, dtq_argv *a) {
+    for (size_t i = 0; i < sizeof(config_fields) / sizeof(config_fields[0]); i++) {
+        const dtq_config_field *f = &config_fields[i];
+        const config_key *k = field_key(f);
+        const void *v;
+        if (!(f->flags & DTQ_FIELD_PUBLISHED)) continue;
+        dtq_argv_adds(a, f->name);
+        if (!k) {
+            dtq_argv_adds(a, f->def);
+            continue;
+        }
+        v = (const char *)cfg + k->offset;
+        if (k->type == KEY_STR)
+            dtq_argv_adds(a, *(char *const *)v);
+        else if (k->type == KEY_BOOL)
+            dtq_argv_addll(a, *(const int *)v);
+        else
+            dtq_argv_addll(a, (long long)*(const int64_t *)v);
+    }
 }

@@ -9,13 +9,16 @@
 #include <stdint.h>
 
 #include "retry.h"
+#include "util.h"
 
 #define DTQ_EX_CONFIG 78
 
-/* Defaults that are not config keys; lua/dtq.lua's DEFAULTS repeats them (and the key
- * table's defaults), and tests/check_config.c keeps the two equal. */
+/* Values that are not config keys. The Functions get them, like the defaults and bounds of
+ * the <prefix>:config fields (dtq_config_each_field), from scripts.c, which writes them into
+ * lua/dtq.lua's generated block at load: change them here only. */
 #define DTQ_DEFAULT_PRIORITY 5       /* enqueue without `priority` */
 #define DTQ_DEFAULT_TIMEOUT_MS 30000 /* attempts of a task type without timeout_ms */
+#define DTQ_MAX_ATTEMPTS 1000 /* the cap on max_attempts: a task's, a handler's, the default */
 
 enum dtq_handler_kind { DTQ_HANDLER_KIND_BUILTIN, DTQ_HANDLER_KIND_EXEC, DTQ_HANDLER_KIND_PLUGIN };
 
@@ -109,6 +112,29 @@ const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *ta
 
 /* The key prefix: "ns" or "{ns}" with cluster_hash_tag. Caller-owned. */
 char *dtq_config_prefix(const dtq_config *cfg);
+
+/* A field of <prefix>:config, the limits the Functions enforce as the daemon's config says.
+ * The list in config.c owns their names; a field that is a config key (`section` set) takes
+ * the key table's default and bounds. scripts.c writes lua/dtq.lua's CONFIG_NAMES,
+ * CONFIG_BOUNDS and DEFAULTS from this list at load. */
+enum {
+    DTQ_FIELD_PUBLISHED = 1u, /* the daemon writes it into <prefix>:config (worker.c) */
+    DTQ_FIELD_READ = 2u,      /* the Functions read it from there: CONFIG_NAMES, CONFIG_BOUNDS */
+    DTQ_FIELD_DEFAULT = 4u    /* in DEFAULTS, what the Functions assume when it is not there */
+};
+typedef struct dtq_config_field {
+    const char *name;
+    const char *section; /* the config key [section] name it publishes; NULL: not a key */
+    const char *def;     /* an integer (a boolean as 0 or 1), or a word when `word` */
+    int word;            /* a word, checked by the Functions themselves (events) */
+    double min, max;     /* an integer's bounds */
+    unsigned flags;      /* DTQ_FIELD_* */
+} dtq_config_field;
+
+/* Calls fn for every field of <prefix>:config and DEFAULTS, in a fixed order. */
+void dtq_config_each_field(void (*fn)(const dtq_config_field *f, void *arg), void *arg);
+/* Appends the field/value pairs of <prefix>:config that cfg publishes (after HSET <key>). */
+void dtq_config_publish_args(const dtq_config *cfg, dtq_argv *a);
 
 /* Iterates over the key table: calls fn for every (section, key, default, doc). */
 void dtq_config_each_key(void (*fn)(const char *section, const char *key, const char *def,

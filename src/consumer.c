@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calls.h"
 #include "log.h"
 #include "util.h"
 
@@ -109,15 +110,7 @@ static void maybe_fetch(dtq_consumer *c) {
     free_slots = dtq_executor_free_slots(c->ex);
     if (free_slots <= 0) return;
 
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, ctx->fn.fetch);
-    dtq_argv_addll(&a, (long long)ctx->streams.nqueues * (DTQ_BANDS + 1));
-    dtq_streams_fetch_keys(&ctx->streams, &a);
-    dtq_argv_adds(&a, cfg->worker_id);
-    dtq_argv_addll(&a, free_slots);
-    dtq_argv_adds(&a, ctx->policy_json);
-    for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
+    dtq_call_fetch(&a, ctx->fn.fetch, &ctx->streams, cfg->worker_id, free_slots, ctx->policy_json);
     if (dtq_ctx_command(ctx, fetch_cb, c, &a) == DTQ_OK) c->fetch_inflight = 1;
     dtq_argv_deinit(&a);
 }

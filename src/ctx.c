@@ -2,7 +2,6 @@
 #include "ctx.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,15 +99,6 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     dtq_handler_registry_free(ctx->handlers, 1);
     dtq_config_free(ctx->cfg);
     free(ctx);
-}
-
-char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) {
-    va_list ap;
-    char *key;
-    va_start(ap, fmt);
-    key = dtq_keyv(ctx->prefix, fmt, ap);
-    va_end(ap);
-    return key;
 }
 
 dtq_queue_counters *dtq_ctx_queue_counters(dtq_ctx *ctx, const char *queue) {

@@ -67,7 +67,7 @@ typedef struct dtq_ctx {
     dtq_rconn *cmd;
     dtq_rconn *blk;
     int ready;         /* the command gate: setup done on the current `cmd` connection */
-    char *prefix;      /* key prefix: ns or {ns} */
+    char *prefix;      /* key prefix: ns or {ns}, for the dtq_key_* constructors (keys.h) */
     char *policy_json; /* claim-time max_attempts/timeout_ms table for the Functions */
     dtq_streams streams;
     unsigned streams_gen; /* bumped whenever the stream table is rebuilt (reload) */
@@ -89,8 +89,6 @@ void dtq_ctx_free(dtq_ctx *ctx);
  * from them. Plugins of the old registry stay mapped: calls may still run in them. */
 void dtq_ctx_set_config(dtq_ctx *ctx, dtq_config *cfg, dtq_handler_registry *reg);
 
-/* "<prefix>:<suffix>" (caller-owned). */
-char *dtq_ctx_key(const dtq_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The counters of `queue`, added (all zero) the first time. Borrowed: valid until the
  * next call (the table may move) or dtq_ctx_free. */
 dtq_queue_counters *dtq_ctx_queue_counters(dtq_ctx *ctx, const char *queue);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calls.h"
 #include "log.h"
 #include "util.h"
 
@@ -202,12 +203,7 @@ static int send_batch(dtq_finisher *f) {
     if (!f->pending) f->pending_tail = NULL;
     f->npending -= n;
 
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, handback ? ctx->fn.handback : ctx->fn.finish);
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, ctx->cfg->worker_id);
-    dtq_argv_addll(&a, n);
+    dtq_call_finish(&a, handback ? ctx->fn.handback : ctx->fn.finish, ctx->cfg->worker_id, n);
     for (dtq_finish_record *rec = list; rec; rec = rec->next) {
         if (handback)
             dtq_handback_record_encode(&a, rec);

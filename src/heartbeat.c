@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "util.h"
 
 struct dtq_heartbeat {
@@ -122,8 +123,8 @@ dtq_heartbeat *dtq_heartbeat_new(dtq_ctx *ctx) {
     dtq_heartbeat *hb = dtq_xcalloc(1, sizeof(*hb));
     hb->ctx = ctx;
     hb->tick_ev = evtimer_new(ctx->base, tick_cb, hb);
-    hb->key = dtq_ctx_key(ctx, "worker:%s", ctx->cfg->worker_id);
-    hb->workers_key = dtq_ctx_key(ctx, "workers");
+    hb->key = dtq_key_worker(ctx->prefix, ctx->cfg->worker_id);
+    hb->workers_key = dtq_key_workers(ctx->prefix);
     hb->status = "running";
     return hb;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keys.h"
 #include "util.h"
 
 struct dtq_lease {
@@ -18,7 +19,7 @@ struct dtq_lease {
  * entry itself, not from the served-stream table: a reload may stop serving a queue whose
  * tasks still run here, and their claims must be kept all the same. */
 typedef struct claim_batch {
-    dtq_argv *per_stream; /* XCLAIM <stream> workers <worker> 0 <ids...> */
+    dtq_argv *per_stream; /* XCLAIM <stream> <group> <worker> 0 <ids...> */
     int n;
     const char *worker_id;
 } claim_batch;
@@ -33,7 +34,7 @@ static void add_entry(claim_batch *b, const char *stream, const char *entry_id) 
         dtq_argv_init(a);
         dtq_argv_adds(a, "XCLAIM");
         dtq_argv_adds(a, stream);
-        dtq_argv_adds(a, "workers");
+        dtq_argv_adds(a, DTQ_GROUP);
         dtq_argv_adds(a, b->worker_id);
         dtq_argv_adds(a, "0");
     }
@@ -81,7 +82,7 @@ static void cancel_probe_cb(redisAsyncContext *ac, void *reply_ptr, void *priv) 
 static void probe_cancel(const dtq_task *t, void *arg) {
     dtq_lease *l = arg;
     cancel_probe *p = dtq_xcalloc(1, sizeof(*p));
-    char *key = dtq_ctx_key(l->ctx, "task:%s", t->id);
+    char *key = dtq_key_task(l->ctx->prefix, t->id);
     dtq_argv a;
     p->l = l;
     p->task_id = dtq_xstrdup(t->id);

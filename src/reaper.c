@@ -4,6 +4,7 @@
 #include <event2/event.h>
 #include <stdlib.h>
 
+#include "calls.h"
 #include "log.h"
 #include "util.h"
 
@@ -63,27 +64,14 @@ static void reap_cb(redisAsyncContext *ac, void *r, void *priv) {
 
 static void reap(dtq_reaper *rp) {
     dtq_ctx *ctx = rp->ctx;
-    const dtq_streams *st = &ctx->streams;
     int free_slots = dtq_executor_free_slots(rp->ex);
     dtq_argv a;
     if (rp->inflight || !dtq_ctx_is_up(ctx) || dtq_finisher_refused(rp->fin)) return;
     if (dtq_monotonic_ms() < rp->hold_until_ms) return;
     if (rp->cursors_gen != ctx->streams_gen) reset_cursors(rp);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, ctx->fn.reap);
-    dtq_argv_addll(&a, dtq_streams_count(st));
-    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(&a, st->keys[i]);
-    dtq_argv_adds(&a, ctx->cfg->worker_id);
-    dtq_argv_addll(&a, (long long)ctx->cfg->visibility_timeout_s * 1000);
-    dtq_argv_addll(&a, free_slots);
-    dtq_argv_addll(&a, REAP_MIN);
-    dtq_argv_adds(&a, ctx->policy_json);
-    for (int i = 0; i < dtq_streams_count(st); i++) {
-        dtq_argv_adds(&a, st->queues[dtq_streams_queue_of(i)]);
-        dtq_argv_addll(&a, dtq_streams_band_of(i));
-        dtq_argv_adds(&a, rp->cursors[i]);
-    }
+    dtq_call_reap(&a, ctx->fn.reap, &ctx->streams, ctx->cfg->worker_id,
+                  ctx->cfg->visibility_timeout_s * 1000, free_slots, REAP_MIN, ctx->policy_json,
+                  rp->cursors);
     if (dtq_ctx_command(ctx, reap_cb, rp, &a) == DTQ_OK) rp->inflight = 1;
     dtq_argv_deinit(&a);
 }
@@ -127,26 +115,13 @@ static void add_known_entry(const char *stream, const char *entry_id, void *arg)
 
 void dtq_reaper_recover_own(dtq_reaper *rp, int predecessor_crashed) {
     dtq_ctx *ctx = rp->ctx;
-    const dtq_streams *st = &ctx->streams;
     dtq_argv a, known;
     if (rp->recovering || !dtq_ctx_is_up(ctx)) return;
     dtq_argv_init(&known);
     dtq_executor_each_task(rp->ex, add_known_task, &known);
     dtq_finisher_each_entry(rp->fin, add_known_entry, &known);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, ctx->fn.recover);
-    dtq_argv_addll(&a, dtq_streams_count(st));
-    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(&a, st->keys[i]);
-    dtq_argv_adds(&a, ctx->cfg->worker_id);
-    dtq_argv_adds(&a, predecessor_crashed ? "crashed" : "lost");
-    dtq_argv_adds(&a, ctx->policy_json);
-    dtq_argv_addll(&a, known.argc);
-    for (int i = 0; i < known.argc; i++) dtq_argv_add(&a, known.argv[i], known.lens[i]);
-    for (int i = 0; i < dtq_streams_count(st); i++) {
-        dtq_argv_adds(&a, st->queues[dtq_streams_queue_of(i)]);
-        dtq_argv_addll(&a, dtq_streams_band_of(i));
-    }
+    dtq_call_recover(&a, ctx->fn.recover, &ctx->streams, ctx->cfg->worker_id, predecessor_crashed,
+                     ctx->policy_json, &known);
     if (dtq_ctx_command(ctx, recover_cb, rp, &a) == DTQ_OK) rp->recovering = 1;
     dtq_argv_deinit(&a);
     dtq_argv_deinit(&known);

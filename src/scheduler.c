@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calls.h"
+#include "keys.h"
 #include "log.h"
 #include "retry.h"
 #include "util.h"
@@ -97,14 +99,7 @@ static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
         arm_interval(s);
         return;
     }
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, ctx->fn.sched_promote);
-    dtq_argv_adds(&a, "1");
-    dtq_argv_adds(&a, s->claimed_key);
-    dtq_argv_adds(&a, ctx->cfg->worker_id);
-    for (size_t i = 0; i < reply->elements; i++)
-        dtq_argv_add(&a, reply->element[i]->str, reply->element[i]->len);
+    dtq_call_sched_promote(&a, ctx->fn.sched_promote, s->claimed_key, ctx->cfg->worker_id, reply);
     s->batch_full = (int64_t)reply->elements >= ctx->cfg->scheduler_batch;
     sched_send(s, promote_cb, &a);
 }
@@ -112,19 +107,13 @@ static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
 static void pass(dtq_scheduler *s) {
     dtq_ctx *ctx = s->ctx;
     dtq_argv a;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, ctx->fn.sched_claim);
-    dtq_argv_adds(&a, "2");
-    dtq_argv_adds(&a, s->schedule_key);
-    dtq_argv_adds(&a, s->claimed_key);
-    dtq_argv_addll(&a, ctx->cfg->scheduler_batch);
     /* A new leader (also the old one after a reconnect) returns every claim to the
      * schedule at once: the leader that made them no longer holds the lock, so none can
      * be in anyone's hands, and waiting claim_timeout_ms would delay those retries by a
      * minute. A late promote by the old leader is harmless: promote moves a task only
      * from retrying/pending, so the second of two promotes writes nothing. */
-    dtq_argv_addll(&a, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
+    dtq_call_sched_claim(&a, ctx->fn.sched_claim, s->schedule_key, s->claimed_key,
+                         ctx->cfg->scheduler_batch, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
     s->new_leader = 0;
     for (int i = 0; i < 2; i++) {
         dtq_argv g;
@@ -176,15 +165,11 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         arm_interval(s);
         return;
     }
-    dtq_argv_init(&a);
     if (s->ctx->gauges.scheduler_leader) {
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, ctx->fn.lock_refresh);
-        dtq_argv_adds(&a, "1");
-        dtq_argv_adds(&a, s->lock_key);
-        dtq_argv_adds(&a, ctx->cfg->worker_id);
-        dtq_argv_addll(&a, ctx->cfg->leader_lock_ms);
+        dtq_call_lock_refresh(&a, ctx->fn.lock_refresh, s->lock_key, ctx->cfg->worker_id,
+                              ctx->cfg->leader_lock_ms);
     } else {
+        dtq_argv_init(&a);
         dtq_argv_adds(&a, "SET");
         dtq_argv_adds(&a, s->lock_key);
         dtq_argv_adds(&a, ctx->cfg->worker_id);
@@ -199,9 +184,9 @@ dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx) {
     dtq_scheduler *s = dtq_xcalloc(1, sizeof(*s));
     s->ctx = ctx;
     s->tick_ev = evtimer_new(ctx->base, tick_cb, s);
-    s->lock_key = dtq_ctx_key(ctx, "lock:scheduler");
-    s->schedule_key = dtq_ctx_key(ctx, "retry:schedule");
-    s->claimed_key = dtq_ctx_key(ctx, "retry:claimed");
+    s->lock_key = dtq_key_scheduler_lock(ctx->prefix);
+    s->schedule_key = dtq_key_retry_schedule(ctx->prefix);
+    s->claimed_key = dtq_key_retry_claimed(ctx->prefix);
     return s;
 }
 
@@ -217,12 +202,7 @@ void dtq_scheduler_stop(dtq_scheduler *s) {
     evtimer_del(s->tick_ev);
     if (s->ctx->gauges.scheduler_leader && dtq_ctx_is_up(ctx)) {
         dtq_argv a;
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, ctx->fn.lock_release);
-        dtq_argv_adds(&a, "1");
-        dtq_argv_adds(&a, s->lock_key);
-        dtq_argv_adds(&a, ctx->cfg->worker_id);
+        dtq_call_lock_release(&a, ctx->fn.lock_release, s->lock_key, ctx->cfg->worker_id);
         dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
         dtq_info("scheduler: leader lock released");

@@ -13,9 +13,9 @@ void dtq_streams_build(dtq_streams *t, const char *prefix, char *const *queues, 
     t->paused_keys = dtq_xcalloc((size_t)nqueues, sizeof(char *));
     for (int q = 0; q < nqueues; q++) {
         t->queues[q] = dtq_xstrdup(queues[q]);
-        t->paused_keys[q] = dtq_key(prefix, "queue:%s:paused", queues[q]);
+        t->paused_keys[q] = dtq_key_paused(prefix, queues[q]);
         for (int band = 0; band < DTQ_BANDS; band++)
-            t->keys[dtq_streams_index(q, band)] = dtq_key(prefix, "stream:%s:p%d", queues[q], band);
+            t->keys[dtq_streams_index(q, band)] = dtq_key_stream(prefix, queues[q], band);
     }
 }
 

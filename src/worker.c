@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "calls.h"
 #include "consumer.h"
 #include "ctx.h"
 #include "executor.h"
@@ -70,12 +71,7 @@ static void set_state(dtq_worker *w, enum dtq_worker_state st) {
 /* WORKER_STARTED / WORKER_STOPPED, built and published by the Functions like every event. */
 static void worker_event(dtq_worker *w, const char *type) {
     dtq_argv a;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, w->ctx->fn.worker_event);
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, w->ctx->cfg->worker_id);
-    dtq_argv_adds(&a, type);
+    dtq_call_worker_event(&a, w->ctx->fn.worker_event, w->ctx->cfg->worker_id, type);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }
@@ -83,14 +79,8 @@ static void worker_event(dtq_worker *w, const char *type) {
 /* A stopping worker leaves the groups (where it holds nothing) and <prefix>:workers, so
  * neither grows with every deploy. */
 static void deregister(dtq_worker *w) {
-    const dtq_streams *st = &w->ctx->streams;
     dtq_argv a;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, w->ctx->fn.deregister);
-    dtq_argv_addll(&a, dtq_streams_count(st));
-    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(&a, st->keys[i]);
-    dtq_argv_adds(&a, w->ctx->cfg->worker_id);
+    dtq_call_deregister(&a, w->ctx->fn.deregister, &w->ctx->streams, w->ctx->cfg->worker_id);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }
@@ -285,33 +275,15 @@ static void setup_command(dtq_worker *w, dtq_argv *a) {
     dtq_argv_deinit(a);
 }
 
-/* <prefix>:config: the limits the Functions enforce, as this daemon's config says. */
+/* <prefix>:config: the limits the Functions enforce, as this daemon's config says (the
+ * fields are config.c's, dtq_config_each_field). */
 static void publish_config(dtq_worker *w, int counted) {
-    const dtq_config *cfg = w->ctx->cfg;
     dtq_argv a;
-    char *key = dtq_ctx_key(w->ctx, "config");
+    char *key = dtq_key_config(w->ctx->prefix);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "HSET");
     dtq_argv_adds(&a, key);
-#define PUT(name, v)                                                                               \
-    do {                                                                                           \
-        dtq_argv_adds(&a, name);                                                                   \
-        dtq_argv_addll(&a, (long long)(v));                                                        \
-    } while (0)
-    PUT("max_payload_bytes", cfg->max_payload_bytes);
-    PUT("max_queue_depth", cfg->max_queue_depth);
-    PUT("default_max_attempts", cfg->default_max_attempts);
-    PUT("default_priority", DTQ_DEFAULT_PRIORITY);
-    PUT("task_retention_s", cfg->task_retention_s);
-    PUT("result_retention_s", cfg->result_retention_s);
-    PUT("idem_ttl_s", cfg->idem_ttl_s);
-    PUT("dlq_maxlen", cfg->dlq_maxlen);
-    PUT("dlq_enabled", cfg->dlq_enabled);
-    PUT("events_stream_maxlen", cfg->events_stream_maxlen);
-    PUT("result_max_bytes", cfg->result_max_bytes);
-#undef PUT
-    dtq_argv_adds(&a, "events");
-    dtq_argv_adds(&a, cfg->events_raw);
+    dtq_config_publish_args(w->ctx->cfg, &a);
     free(key);
     if (counted) {
         setup_command(w, &a);
@@ -342,7 +314,7 @@ static void setup_redis(dtq_worker *w) {
     publish_config(w, 1);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {
-        char *key = dtq_ctx_key(ctx, "queues");
+        char *key = dtq_key_queues(ctx->prefix);
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "SADD");
         dtq_argv_adds(&a, key);
@@ -356,7 +328,7 @@ static void setup_redis(dtq_worker *w) {
         dtq_argv_adds(&a, "XGROUP");
         dtq_argv_adds(&a, "CREATE");
         dtq_argv_adds(&a, ctx->streams.keys[i]);
-        dtq_argv_adds(&a, "workers");
+        dtq_argv_adds(&a, DTQ_GROUP);
         dtq_argv_adds(&a, "0");
         dtq_argv_adds(&a, "MKSTREAM");
         setup_command(w, &a);

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "harness.h"
+#include "streams.h"
 
 static char path[64];
 static char dir[64]; /* a directory where a config file is expected */
@@ -327,8 +328,9 @@ static void assert_same_number(const char *name, const char *lua, const char *wa
     ck_assert_msg(a == b, "DEFAULTS.%s = %s, C default %s", name, lua, want);
 }
 
-/* lua/dtq.lua's DEFAULTS (what the Functions assume before a daemon has published its
- * config) agrees with the C key table, and with the two defaults that are not keys. */
+/* The library's DEFAULTS (what the Functions assume before a daemon has published its
+ * config), as scripts.c generates it, agrees with the C key table, and with the two
+ * defaults that are not keys. */
 START_TEST(test_lua_defaults_match_table) {
     th_lua_item d[64];
     int n = th_lua_table("DEFAULTS", d, 64);
@@ -365,6 +367,82 @@ START_TEST(test_lua_defaults_match_table) {
             assert_same_number(name, v, m.def);
         }
     }
+}
+END_TEST
+
+/* The value of `name` among HSET's field/value pairs, or NULL. */
+static const char *published(const dtq_argv *a, const char *name) {
+    for (int i = 0; i + 1 < a->argc; i += 2)
+        if (!strcmp(a->argv[i], name)) return a->argv[i + 1];
+    return NULL;
+}
+
+/* The library's CONFIG_NAMES and CONFIG_BOUNDS, as scripts.c generates them: every field
+ * the Functions read is one the daemon publishes, and its bounds are exactly what the
+ * config accepts (the bound loads, one past it does not). */
+START_TEST(test_lua_config_fields_match_table) {
+    th_lua_item names[32], bounds[32];
+    int nn = th_lua_table("CONFIG_NAMES", names, 32),
+        nb = th_lua_table("CONFIG_BOUNDS", bounds, 32);
+    char err[512], ini[256];
+    dtq_config *cfg;
+    dtq_argv a;
+    write_ini("[limits]\ndlq_enabled = false\nevents = off\nmax_queue_depth = 7\n"
+              "[retry]\ndefault_max_attempts = 9\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    dtq_argv_init(&a);
+    dtq_config_publish_args(cfg, &a);
+    ck_assert_int_eq(a.argc % 2, 0);
+    ck_assert_str_eq(published(&a, "dlq_enabled"), "0");
+    ck_assert_str_eq(published(&a, "events"), "off");
+    ck_assert_str_eq(published(&a, "max_queue_depth"), "7");
+    ck_assert_str_eq(published(&a, "default_max_attempts"), "9");
+    ck_assert_str_eq(published(&a, "default_priority"), "5");
+    ck_assert_str_eq(published(&a, "result_max_bytes"), "65536");
+    ck_assert_int_ge(nn, 1);
+    for (int i = 0; i < nn; i++) {
+        size_t len = strlen(names[i].value);
+        ck_assert_msg(!names[i].name[0] && len > 2 && names[i].value[0] == '\'',
+                      "CONFIG_NAMES item %s", names[i].value);
+        names[i].value[len - 1] = '\0';
+        ck_assert_msg(published(&a, names[i].value + 1), "%s is read, never published",
+                      names[i].value + 1);
+    }
+    ck_assert_int_eq(nb, nn - 1); /* every field but events, a word */
+    for (int i = 0; i < nb; i++) {
+        const char *name = bounds[i].name;
+        key_match m = {name, NULL, NULL, 0};
+        long long lo, hi;
+        int in_names = 0;
+        for (int j = 0; j < nn; j++) in_names |= !strcmp(names[j].value + 1, name);
+        ck_assert_msg(in_names, "CONFIG_BOUNDS.%s is not in CONFIG_NAMES", name);
+        ck_assert_msg(sscanf(bounds[i].value, "{%lld, %lld}", &lo, &hi) == 2,
+                      "CONFIG_BOUNDS.%s = %s", name, bounds[i].value);
+        if (!strcmp(name, "default_priority")) {
+            ck_assert_int_eq(lo, 0);
+            ck_assert_int_eq(hi, DTQ_BANDS - 1);
+            continue;
+        }
+        dtq_config_each_key(match_key, &m);
+        ck_assert_msg(m.found == 1, "CONFIG_BOUNDS.%s is not one config key", name);
+        if (!strcmp(m.def, "true") || !strcmp(m.def, "false")) {
+            ck_assert_msg(lo == 0 && hi == 1, "CONFIG_BOUNDS.%s = %s", name, bounds[i].value);
+            continue;
+        }
+        for (int k = 0; k < 4; k++) {
+            long long v = k == 0 ? lo : k == 1 ? hi : k == 2 ? lo - 1 : hi + 1;
+            dtq_config *c;
+            snprintf(ini, sizeof(ini), "[%.32s]\n%.64s = %lld\n", m.section, name, v);
+            write_ini(ini);
+            c = dtq_config_load(path, err, sizeof(err));
+            ck_assert_msg((c != NULL) == (k < 2), "[%s] %s = %lld: %s", m.section, name, v,
+                          c ? "accepted" : err);
+            dtq_config_free(c);
+        }
+    }
+    dtq_argv_deinit(&a);
+    dtq_config_free(cfg);
 }
 END_TEST
 
@@ -448,6 +526,7 @@ int main(void) {
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_example_matches_table);
     tcase_add_test(tc, test_lua_defaults_match_table);
+    tcase_add_test(tc, test_lua_config_fields_match_table);
     tcase_add_test(tc, test_binary_exit_78);
     tcase_add_test(tc, test_path_not_a_readable_file);
     tcase_add_test(tc, test_binary_refuses_directory);

@@ -1,5 +1,5 @@
 /* check_task.c: task.c: decoding of claimed tasks, and the terminal statuses (the same
- * set as lua/dtq.lua's TERMINAL). */
+ * set as the library's TERMINAL). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,8 +68,9 @@ START_TEST(test_task_from_reply) {
 }
 END_TEST
 
-/* The C list dtq_task_terminal_statuses and lua/dtq.lua's `local TERMINAL = {...}` (a set:
- * status = true) name the same statuses, as many of them, none twice. */
+/* The C list dtq_task_terminal_statuses and the library's `local TERMINAL = {...}` (a set:
+ * status = true, which scripts.c generates from it) name the same statuses, as many of
+ * them, none twice. */
 START_TEST(test_terminal_statuses_match_lua) {
     th_lua_item lua[32];
     int nlua = th_lua_table("TERMINAL", lua, 32), nc = 0;
@@ -94,14 +95,14 @@ START_TEST(test_terminal_statuses_match_lua) {
         for (const char *const *d = dtq_task_terminal_statuses; d < c; d++)
             ck_assert_msg(strcmp(*c, *d), "dtq_task_terminal_statuses lists %s twice", *c);
         for (int i = 0; i < nlua; i++) found |= !strcmp(names[i], *c);
-        ck_assert_msg(found, "%s is terminal in C but not in lua/dtq.lua's TERMINAL", *c);
+        ck_assert_msg(found, "%s is terminal in C but not in the library's TERMINAL", *c);
         ck_assert(dtq_task_status_is_terminal(*c));
     }
     for (int i = 0; i < nlua; i++) {
         int found = 0;
         for (const char *const *c = dtq_task_terminal_statuses; *c; c++)
             found |= !strcmp(names[i], *c);
-        ck_assert_msg(found, "%s is terminal in lua/dtq.lua but not in C", names[i]);
+        ck_assert_msg(found, "%s is terminal in the library but not in C", names[i]);
     }
     ck_assert_int_eq(nc, nlua);
     ck_assert_int_ge(nc, 1);

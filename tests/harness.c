@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calls.h"
 #include "scripts.h"
 #include "streams.h"
 
@@ -587,10 +588,11 @@ static void lua_item(const char *b, const char *e, th_lua_item *it) {
 }
 
 int th_lua_table(const char *table, th_lua_item *items, int max) {
-    char *src = th_read_file(DTQ_SOURCE_DIR "/lua/dtq.lua"), want[128];
+    size_t len;
+    char *src = dtq_scripts_library("dtq", "dtq", &len), want[128];
     const char *p = src, *open = NULL;
     char *body, *out, *item, quote = 0;
-    int n = 0;
+    int n = 0, depth = 0;
     snprintf(want, sizeof(want), "local %s", table);
     while ((p = strstr(p, want)) != NULL) {
         const char *q = p + strlen(want);
@@ -606,11 +608,11 @@ int th_lua_table(const char *table, th_lua_item *items, int max) {
         }
         p += strlen(want);
     }
-    ck_assert_msg(open != NULL, "lua/dtq.lua has no 'local %s = {'", table);
+    ck_assert_msg(open != NULL, "the library has no 'local %s = {'", table);
     /* the constructor's text up to its closing brace, without comments */
     body = out = calloc(1, strlen(open) + 1);
     for (p = open + 1;; p++) {
-        ck_assert_msg(*p, "lua/dtq.lua: table %s is not closed", table);
+        ck_assert_msg(*p, "the library's table %s is not closed", table);
         if (quote) {
             if (*p == '\\')
                 *out++ = *p++;
@@ -622,9 +624,10 @@ int th_lua_table(const char *table, th_lua_item *items, int max) {
             while (p[1] && p[1] != '\n') p++;
             continue;
         } else if (*p == '{') {
-            ck_abort_msg("lua/dtq.lua: table %s is not flat", table);
+            ck_assert_msg(depth++ == 0, "the library's table %s nests too deep", table);
         } else if (*p == '}') {
-            break;
+            if (depth == 0) break;
+            depth--;
         }
         *out++ = *p;
     }
@@ -641,11 +644,13 @@ int th_lua_table(const char *table, th_lua_item *items, int max) {
                 quote = 0;
         } else if (*c == '\'' || *c == '"') {
             quote = *c;
-        } else if (*c == ',' || *c == ';') {
+        } else if (*c == '{' || *c == '}') {
+            depth += *c == '{' ? 1 : -1;
+        } else if (depth == 0 && (*c == ',' || *c == ';')) {
             const char *b = item;
             while (b < c && isspace((unsigned char)*b)) b++;
             if (b < c) {
-                ck_assert_msg(n < max, "lua/dtq.lua: table %s has more than %d items", table, max);
+                ck_assert_msg(n < max, "the library's table %s has more than %d items", table, max);
                 lua_item(item, c, &items[n++]);
             }
             item = c + 1;
@@ -661,15 +666,7 @@ void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue
     dtq_streams st = {0};
     char *queues[1] = {(char *)queue};
     dtq_streams_build(&st, "dtq", queues, 1);
-    dtq_argv_init(a);
-    dtq_argv_adds(a, "FCALL");
-    dtq_argv_adds(a, "dtq_fetch");
-    dtq_argv_addll(a, DTQ_BANDS + 1);
-    dtq_streams_fetch_keys(&st, a);
-    dtq_argv_adds(a, worker);
-    dtq_argv_addll(a, count);
-    dtq_argv_adds(a, policy);
-    dtq_argv_adds(a, queue);
+    dtq_call_fetch(a, "dtq_fetch", &st, worker, count, policy);
     dtq_streams_clear(&st);
 }
 
@@ -703,12 +700,7 @@ redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_reco
                       size_t n) {
     dtq_argv a;
     redisReply *r;
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, "dtq_finish");
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, worker);
-    dtq_argv_addll(&a, (long long)n);
+    dtq_call_finish(&a, "dtq_finish", worker, (int)n);
     for (size_t i = 0; i < n; i++) dtq_finish_record_encode(&a, &recs[i]);
     ck_assert_int_eq(a.argc, 5 + (int)n * DTQ_FINISH_RECORD_FIELDS);
     r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);

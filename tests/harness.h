@@ -122,13 +122,15 @@ long long th_int(redisReply *r);
 /* Fails unless HGET dtq:task:<id> <field> equals want. */
 void th_assert_field(redisContext *c, const char *task_id, const char *field, const char *want);
 /* One item of a Lua table constructor: `name = value` (name "" for a bare value). The
- * value is the source text, quotes included; a ['x'] or ["x"] key is given as x. */
+ * value is the source text, quotes (or an inner table's braces) included; a ['x'] or
+ * ["x"] key is given as x. */
 typedef struct th_lua_item {
     char name[64];
     char value[128];
 } th_lua_item;
-/* Parses the flat table `local <table> = {...}` of lua/dtq.lua into at most max items and
- * returns their number; fails the test when the table is missing or has nested braces. */
+/* Parses the table `local <table> = {...}` of the library as loaded (dtq_scripts_library:
+ * lua/dtq.lua with the constants scripts.c writes in) into at most max items and returns
+ * their number; fails the test when the table is missing or nests deeper than one level. */
 int th_lua_table(const char *table, th_lua_item *items, int max);
 /* Runs a suite (fork mode) and returns the process exit code. */
 int th_run_suite(Suite *s);

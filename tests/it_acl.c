@@ -817,8 +817,18 @@ END_TEST
  * version), the worker does not serve and says once, clearly, what is missing; after
  * `dtqctl functions install` by an admin it serves without a restart. */
 START_TEST(test_worker_waits_for_the_library) {
-    char *lua = th_read_file(DTQ_SOURCE_DIR "/lua/dtq.lua"), *out;
+    size_t len;
+    char *lib = dtq_scripts_library("dtq", "dtq", &len), *out, *lua;
+    const char *v = strstr(lib, "local VERSION = '"), *end;
     redisReply *r;
+    /* another version: this build's library, marked as unversioned */
+    ck_assert_ptr_nonnull(v);
+    v += strlen("local VERSION = '");
+    end = strchr(v, '\'');
+    ck_assert_ptr_nonnull(end);
+    lua = dtq_xasprintf("%.*sunversioned%s", (int)(v - lib), lib, end);
+    ck_assert_uint_eq(strlen(lua), len - (size_t)(end - v) + strlen("unversioned"));
+    free(lib);
     apply_role("adm", "admin");
     apply_role("wk", "worker");
     start_worker("w-wait", NULL);
@@ -828,7 +838,6 @@ START_TEST(test_worker_waits_for_the_library) {
     ck_assert_int_eq(th_count_in_file(D.log, "dtqctl -n dtq functions install"), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:worker:w-wait")), 0); /* not serving */
 
-    /* another version (the unversioned source text) */
     r = th_cmd(C, "FUNCTION LOAD REPLACE %s", lua);
     ck_assert_msg(r->type == REDIS_REPLY_STRING, "FUNCTION LOAD: %s", r->str);
     freeReplyObject(r);

@@ -10,6 +10,8 @@
 
 #include "finisher.h"
 #include "harness.h"
+#include "keys.h"
+#include "scripts.h"
 #include "streams.h"
 #include "util.h"
 
@@ -1439,6 +1441,83 @@ START_TEST(test_config_garbage_ignored) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- names and constants */
+
+/* The source text alone is a template: its constants are written in by scripts.c, so a
+ * FUNCTION LOAD of the bare file is refused, naming the way to install it (in the name of
+ * the global its placeholder reads: Redis allows no error() while it loads a library). */
+START_TEST(test_source_text_refuses_to_load) {
+    char *src = th_read_file(DTQ_SOURCE_DIR "/lua/dtq.lua");
+    redisReply *r = th_cmd(C, "FUNCTION LOAD REPLACE %s", src);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    ck_assert_msg(strstr(r->str, "load_with_dtqctl_functions_install") != NULL, "%s", r->str);
+    freeReplyObject(r);
+    free(src);
+    r = th_cmd(C, "FCALL_RO dtq_version 0"); /* the loaded library stays */
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    ck_assert_str_eq(r->str, dtq_scripts_version());
+    freeReplyObject(r);
+}
+END_TEST
+
+/* `cmd key [a1 [a2]]`, an integer reply; frees the key. */
+static long long key_cmd(const char *cmd, char *key, const char *a1, const char *a2) {
+    long long n = a2   ? th_int(th_cmd(C, "%s %s %s %s", cmd, key, a1, a2))
+                  : a1 ? th_int(th_cmd(C, "%s %s %s", cmd, key, a1))
+                       : th_int(th_cmd(C, "%s %s", cmd, key));
+    free(key);
+    return n;
+}
+
+/* The C side's key constructors (keys.h) and DTQ_GROUP name what the Functions write and
+ * read: a task's hash and stream entry, the queue set, the schedule, the result, the paused
+ * key, the events stream (turned on through the config hash), the worker set and hash. */
+START_TEST(test_c_key_names_are_the_functions_keys) {
+    redisReply *r, *info;
+    dtq_finish_record rec;
+    int grouped = 0;
+    long long live = -1;
+    ck_assert_int_eq(key_cmd("HSET", dtq_key_config("dtq"), "events_stream_maxlen", "100"), 1);
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 kq echo {} priority 7 task_id kt1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 kq echo {} delay_ms 600000 task_id kt2"));
+    ck_assert_int_eq(key_cmd("EXISTS", dtq_key_task("dtq", "kt1"), NULL, NULL), 1);
+    ck_assert_int_eq(key_cmd("XLEN", dtq_key_stream("dtq", "kq", 7), NULL, NULL), 1);
+    ck_assert_int_eq(key_cmd("SISMEMBER", dtq_key_queues("dtq"), "kq", NULL), 1);
+    ck_assert_int_eq(key_cmd("ZCARD", dtq_key_retry_schedule("dtq"), NULL, NULL), 1);
+    ck_assert_int_ge(key_cmd("XLEN", dtq_key_events_stream("dtq"), NULL, NULL), 1);
+    /* the fetch creates the group and claims kt1; its result goes to the result key */
+    r = fetch("w1", 10, "kq");
+    if (r->element[0]->elements == 0) { /* the group was made: read again */
+        freeReplyObject(r);
+        r = fetch("w1", 10, "kq");
+    }
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    rec = th_finish_record(r->element[0]->element[0]);
+    rec.result_state = DTQ_RESULT_FULL;
+    rec.result = (char *)"42";
+    rec.result_len = 2;
+    freeReplyObject(th_finish(C, "w1", &rec, 1));
+    freeReplyObject(r);
+    ck_assert_int_eq(key_cmd("EXISTS", dtq_key_result("dtq", "kt1"), NULL, NULL), 1);
+    info = th_cmd(C, "XINFO GROUPS dtq:stream:kq:p7");
+    for (size_t i = 0; i < info->elements; i++)
+        grouped |= !strcmp(info->element[i]->element[1]->str, DTQ_GROUP);
+    freeReplyObject(info);
+    ck_assert(grouped);
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 kq tester"));
+    ck_assert_int_eq(key_cmd("EXISTS", dtq_key_paused("dtq", "kq"), NULL, NULL), 1);
+    /* stats counts the members of the worker set whose worker hash exists */
+    ck_assert_int_eq(key_cmd("SADD", dtq_key_workers("dtq"), "w1", NULL), 1);
+    ck_assert_int_eq(key_cmd("HSET", dtq_key_worker("dtq", "w1"), "status", "running"), 1);
+    r = th_cmd(C, "FCALL_RO dtq_stats 0");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (!strcmp(r->element[i]->str, "workers")) live = r->element[i + 1]->integer;
+    freeReplyObject(r);
+    ck_assert_int_eq(live, 1);
+}
+END_TEST
+
 /* ----------------------------------------------------------------- bounded calls */
 
 /* stats reports the queues of <p>:queues (enqueue, raw-entry fetch), without a SCAN: a
@@ -1570,6 +1649,8 @@ int main(void) {
     tcase_add_test(tc, test_requeue_isolates_poisoned_records);
     tcase_add_test(tc, test_config_garbage_ignored);
     tcase_add_test(tc, test_stats_lists_known_queues);
+    tcase_add_test(tc, test_source_text_refuses_to_load);
+    tcase_add_test(tc, test_c_key_names_are_the_functions_keys);
     tcase_add_test(tc, test_requeue_dlq_in_chunks);
     tcase_add_test(tc, test_fetch_and_sched_claim_caps);
     suite_add_tcase(s, tc);

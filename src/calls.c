@@ -1,0 +1,106 @@
+/* calls.c: the argument layouts of the Function calls (see calls.h). */
+#include "calls.h"
+
+static void head(dtq_argv *a, const char *fn, long long numkeys) {
+    dtq_argv_init(a);
+    dtq_argv_adds(a, "FCALL");
+    dtq_argv_adds(a, fn);
+    dtq_argv_addll(a, numkeys);
+}
+
+/* Every served stream as KEYS, in table order. */
+static void head_streams(dtq_argv *a, const char *fn, const dtq_streams *st) {
+    head(a, fn, dtq_streams_count(st));
+    for (int i = 0; i < dtq_streams_count(st); i++) dtq_argv_adds(a, st->keys[i]);
+}
+
+void dtq_call_fetch(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
+                    int count, const char *policy_json) {
+    head(a, fn, (long long)st->nqueues * (DTQ_BANDS + 1));
+    dtq_streams_fetch_keys(st, a);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_addll(a, count);
+    dtq_argv_adds(a, policy_json);
+    for (int q = 0; q < st->nqueues; q++) dtq_argv_adds(a, st->queues[q]);
+}
+
+void dtq_call_reap(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
+                   int64_t min_idle_ms, int free_slots, int min_count, const char *policy_json,
+                   char *const *cursors) {
+    head_streams(a, fn, st);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_addll(a, (long long)min_idle_ms);
+    dtq_argv_addll(a, free_slots);
+    dtq_argv_addll(a, min_count);
+    dtq_argv_adds(a, policy_json);
+    for (int i = 0; i < dtq_streams_count(st); i++) {
+        dtq_argv_adds(a, st->queues[dtq_streams_queue_of(i)]);
+        dtq_argv_addll(a, dtq_streams_band_of(i));
+        dtq_argv_adds(a, cursors[i]);
+    }
+}
+
+void dtq_call_recover(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
+                      int predecessor_crashed, const char *policy_json, const dtq_argv *known) {
+    head_streams(a, fn, st);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_adds(a, predecessor_crashed ? "crashed" : "lost");
+    dtq_argv_adds(a, policy_json);
+    dtq_argv_addll(a, known->argc);
+    for (int i = 0; i < known->argc; i++) dtq_argv_add(a, known->argv[i], known->lens[i]);
+    for (int i = 0; i < dtq_streams_count(st); i++) {
+        dtq_argv_adds(a, st->queues[dtq_streams_queue_of(i)]);
+        dtq_argv_addll(a, dtq_streams_band_of(i));
+    }
+}
+
+void dtq_call_deregister(dtq_argv *a, const char *fn, const dtq_streams *st,
+                         const char *worker_id) {
+    head_streams(a, fn, st);
+    dtq_argv_adds(a, worker_id);
+}
+
+void dtq_call_worker_event(dtq_argv *a, const char *fn, const char *worker_id, const char *type) {
+    head(a, fn, 0);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_adds(a, type);
+}
+
+void dtq_call_finish(dtq_argv *a, const char *fn, const char *worker_id, int nrecords) {
+    head(a, fn, 0);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_addll(a, nrecords);
+}
+
+void dtq_call_sched_claim(dtq_argv *a, const char *fn, const char *schedule_key,
+                          const char *claimed_key, int64_t batch, int64_t claim_timeout_ms) {
+    head(a, fn, 2);
+    dtq_argv_adds(a, schedule_key);
+    dtq_argv_adds(a, claimed_key);
+    dtq_argv_addll(a, (long long)batch);
+    dtq_argv_addll(a, (long long)claim_timeout_ms);
+}
+
+void dtq_call_sched_promote(dtq_argv *a, const char *fn, const char *claimed_key,
+                            const char *worker_id, const redisReply *claimed) {
+    head(a, fn, 1);
+    dtq_argv_adds(a, claimed_key);
+    dtq_argv_adds(a, worker_id);
+    for (size_t i = 0; i < claimed->elements; i++)
+        dtq_argv_add(a, claimed->element[i]->str, claimed->element[i]->len);
+}
+
+void dtq_call_lock_refresh(dtq_argv *a, const char *fn, const char *lock_key, const char *worker_id,
+                           int64_t lock_ms) {
+    head(a, fn, 1);
+    dtq_argv_adds(a, lock_key);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_addll(a, (long long)lock_ms);
+}
+
+void dtq_call_lock_release(dtq_argv *a, const char *fn, const char *lock_key,
+                           const char *worker_id) {
+    head(a, fn, 1);
+    dtq_argv_adds(a, lock_key);
+    dtq_argv_adds(a, worker_id);
+}

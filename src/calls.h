@@ -1,0 +1,61 @@
+/* calls.h: the argument layout of every Function call the daemon makes, one builder per
+ * Function, so that each layout is spelled once on the C side (lua/dtq.lua reads the same
+ * layouts; docs/reference.md 5.4 describes them). Each builder starts `a` (dtq_argv_init)
+ * with FCALL, the Function's name `fn` (ctx->fn), numkeys and the KEYS, then the ARGV; the
+ * caller sends it and frees it (dtq_argv_deinit). Strings are copied: nothing is kept. */
+#ifndef DTQ_CALLS_H
+#define DTQ_CALLS_H
+
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+
+#include "streams.h"
+#include "util.h"
+
+/* <ns>_fetch: per served queue its paused key and streams p9..p0; worker_id, count,
+ * policy-json, the queue names. */
+void dtq_call_fetch(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
+                    int count, const char *policy_json);
+
+/* <ns>_reap: every served stream; worker_id, min-idle, free slots, the minimum examined,
+ * policy-json, then per stream its queue, band and XAUTOCLAIM cursor (cursors[i] for
+ * st->keys[i]). */
+void dtq_call_reap(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
+                   int64_t min_idle_ms, int free_slots, int min_count, const char *policy_json,
+                   char *const *cursors);
+
+/* <ns>_recover: every served stream; worker_id, "crashed" or "lost", policy-json, the
+ * entries this process still holds (<stream>/<entry-id>, as `known`), then per stream its
+ * queue and band. */
+void dtq_call_recover(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
+                      int predecessor_crashed, const char *policy_json, const dtq_argv *known);
+
+/* <ns>_deregister: every served stream; worker_id. */
+void dtq_call_deregister(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id);
+
+/* <ns>_worker_event: no keys; worker_id, the event type (WORKER_STARTED, ...). */
+void dtq_call_worker_event(dtq_argv *a, const char *fn, const char *worker_id, const char *type);
+
+/* <ns>_finish and <ns>_handback: no keys; worker_id and the number of records that the
+ * caller appends next (dtq_finish_record_encode, dtq_handback_record_encode). */
+void dtq_call_finish(dtq_argv *a, const char *fn, const char *worker_id, int nrecords);
+
+/* <ns>_sched_claim: the schedule and claimed sets; batch, claim-timeout (0: every claim
+ * goes back to the schedule). */
+void dtq_call_sched_claim(dtq_argv *a, const char *fn, const char *schedule_key,
+                          const char *claimed_key, int64_t batch, int64_t claim_timeout_ms);
+
+/* <ns>_sched_promote: the claimed set; worker_id, then the members <ns>_sched_claim
+ * answered (`claimed`, an array of strings). */
+void dtq_call_sched_promote(dtq_argv *a, const char *fn, const char *claimed_key,
+                            const char *worker_id, const redisReply *claimed);
+
+/* <ns>_lock_refresh: the lock key; worker_id, the lock's new lifetime. */
+void dtq_call_lock_refresh(dtq_argv *a, const char *fn, const char *lock_key, const char *worker_id,
+                           int64_t lock_ms);
+
+/* <ns>_lock_release: the lock key; worker_id. */
+void dtq_call_lock_release(dtq_argv *a, const char *fn, const char *lock_key,
+                           const char *worker_id);
+
+#endif
