@@ -1088,8 +1088,7 @@ int main(int argc, char **argv) {
     if (!cfg) config_error(err);
     x.ns = ns ? ns : cfg->ns;
     /* the loader's rule for [redis] namespace, so -n names what a daemon could use */
-    if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
-        usage_error("bad namespace '%s'", x.ns);
+    if (!dtq_namespace_valid(x.ns)) usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
     x.wait_timeout_ms = cfg->wait_timeout_ms;
     if (!strcmp(cmd, "acl")) { /* printed, not applied: no connection */
