@@ -16,7 +16,7 @@
 
 #include "keys.h"
 #include "log.h"
-#include "rconn.h"
+#include "redis_url.h"
 #include "util.h"
 
 enum key_type { KEY_STR, KEY_INT, KEY_DOUBLE, KEY_BOOL };

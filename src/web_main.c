@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "log.h"
-#include "rconn.h"
+#include "redis_url.h"
 #include "sdnotify.h"
 #include "util.h"
 #include "web.h"
