@@ -16,7 +16,7 @@
 
 #include "keys.h"
 #include "log.h"
-#include "rconn.h"
+#include "redis_url.h"
 #include "streams.h"
 #include "util.h"
 #include "web_auth.h"
@@ -456,9 +456,8 @@ static void validate(load_state *st) {
                 return fail(st, "redis", files[i].key, "%s", ferr);
         }
     }
-    if (!dtq_valid_name(cfg->ns, strlen(cfg->ns), 64))
-        return fail(st, "redis", "namespace", "must match [A-Za-z0-9._:-]{1,64}");
-    if (strchr(cfg->ns, ':')) return fail(st, "redis", "namespace", "must not contain ':'");
+    if (!dtq_namespace_valid(cfg->ns))
+        return fail(st, "redis", "namespace", "must match " DTQ_NAMESPACE_RULE);
     if (split_queues(st) != DTQ_OK) return;
     if (!*cfg->worker_id) {
         char uuid[37];
@@ -542,6 +541,11 @@ static void validate(load_state *st) {
         if (h->retry.base_delay_s > h->retry.max_delay_s)
             return fail(st, section, "base_delay", "must not exceed max_delay");
     }
+}
+
+int dtq_namespace_valid(const char *ns) {
+    /* dtq_valid_name allows ':', which would blur the key prefix <ns>:... */
+    return dtq_valid_name(ns, strlen(ns), 64) && !strchr(ns, ':');
 }
 
 dtq_config *dtq_config_load(const char *path, char *err, size_t errlen) {

@@ -106,6 +106,10 @@ typedef struct dtq_config {
  * "file: [section] key: reason" into err. The result is caller-owned (dtq_config_free). */
 dtq_config *dtq_config_load(const char *path, char *err, size_t errlen);
 void dtq_config_free(dtq_config *cfg);
+/* [redis] namespace (and dtqctl's and dtq-web's -n): 1 when ns matches
+ * DTQ_NAMESPACE_RULE. */
+#define DTQ_NAMESPACE_RULE "[A-Za-z0-9._-]{1,64}"
+int dtq_namespace_valid(const char *ns);
 
 /* Borrowed lookup; NULL when the task type has no section. */
 const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *task_type);

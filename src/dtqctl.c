@@ -1,27 +1,18 @@
 /* dtqctl: the admin and producer CLI. Synchronous; every action is one of the Functions
  * (so dtqctl and redis-cli do exactly the same thing) or a plain read. The connection is
- * its own blocking socket (plus OpenSSL for rediss://) with hiredis as the protocol only
- * (redisFormatCommandArgv, redisReader): hiredis 0.14 has no TLS, and one code path
- * for every transport is the one the plain-TCP and unix-socket tests exercise.
+ * rsync.c's blocking client (TCP, unix socket or TLS; Sentinel; the shared handshake).
  * The [redis] settings come from the daemon's loader (defaults, -c FILE, DTQ_REDIS_*),
  * then -u and -n; key and Function names come from keys.h, as the daemon's do.
  * Exit codes: 0 ok, 1 Redis refused / not found / unreachable, 2 usage or configuration. */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,7 +20,8 @@
 #include "acl.h"
 #include "config.h"
 #include "keys.h"
-#include "rconn.h"
+#include "redis_url.h"
+#include "rsync.h"
 #include "scripts.h"
 #include "task.h"
 #include "tls.h"
@@ -39,10 +31,7 @@
 #define EXIT_USAGE 2
 
 typedef struct ctl {
-    int fd;
-    SSL *ssl; /* rediss:// */
-    redisReader *reader;
-    char where[300]; /* the socket path or host:port, for messages (never the URL) */
+    dtq_rsync *conn;
     const char *ns;
     char *prefix;
     int json;
@@ -125,72 +114,20 @@ static void help(void) {
            "configuration (FILE or environment) that does not load.\n");
 }
 
-/* A broken connection ends the program (exit 1), as a NULL reply of hiredis did. */
-static void conn_failed(ctl *x, const char *op, int n) __attribute__((noreturn));
-
-static void conn_failed(ctl *x, const char *op, int n) {
-    char why[300];
-    if (x->ssl) {
-        int e = SSL_get_error(x->ssl, n);
-        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && n == 0 && !errno))
-            snprintf(why, sizeof(why), "Server closed the connection");
-        else if (e == SSL_ERROR_SYSCALL && errno)
-            snprintf(why, sizeof(why), "%s", strerror(errno));
-        else
-            dtq_tls_describe(x->ssl, 0, "TLS error", why, sizeof(why));
-    } else {
-        snprintf(why, sizeof(why), "%s", n == 0 ? "Server closed the connection" : strerror(errno));
-    }
-    refused("redis: %s failed: %s", op, why);
-}
-
-static void conn_write(ctl *x, const char *buf, size_t len) {
-    while (len > 0) {
-        int n;
-        errno = 0;
-        if (x->ssl) {
-            n = SSL_write(x->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-        } else {
-            ssize_t w = send(x->fd, buf, len, MSG_NOSIGNAL);
-            if (w < 0 && errno == EINTR) continue;
-            n = w > INT32_MAX ? INT32_MAX : (int)w;
-        }
-        if (n <= 0) conn_failed(x, "write", n < 0 ? -1 : 0);
-        buf += n;
-        len -= (size_t)n;
-    }
-}
-
-/* The next reply, reading as much as it takes (for ever for `events`). */
-static redisReply *conn_reply(ctl *x) {
-    char buf[16384];
-    for (;;) {
-        void *reply = NULL;
-        int n;
-        if (redisReaderGetReply(x->reader, &reply) != REDIS_OK)
-            refused("redis: protocol error: %s", x->reader->errstr);
-        if (reply) return reply;
-        errno = 0;
-        if (x->ssl) {
-            n = SSL_read(x->ssl, buf, (int)sizeof(buf));
-        } else {
-            ssize_t r = recv(x->fd, buf, sizeof(buf), 0);
-            if (r < 0 && errno == EINTR) continue;
-            n = (int)r;
-        }
-        if (n <= 0) conn_failed(x, "read", n);
-        redisReaderFeed(x->reader, buf, (size_t)n);
-    }
-}
-
 /* One command and its reply (an error reply included); a lost connection exits 1. */
 static redisReply *ctl_command(ctl *x, int argc, const char **argv) {
-    char *cmd = NULL;
-    int len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
-    if (len < 0) refused("redis: cannot format the command");
-    conn_write(x, cmd, (size_t)len);
-    redisFreeCommand(cmd);
-    return conn_reply(x);
+    char why[512];
+    redisReply *r = dtq_rsync_command(x->conn, argc, argv, NULL, why, sizeof(why));
+    if (!r) refused("redis: %s", why);
+    return r;
+}
+
+/* The next reply without a command (`events`); a lost connection exits 1. */
+static redisReply *conn_reply(ctl *x) {
+    char why[512];
+    redisReply *r = dtq_rsync_read(x->conn, why, sizeof(why));
+    if (!r) refused("redis: %s", why);
+    return r;
 }
 
 static redisReply *cmdv(ctl *x, int argc, const char **argv) {
@@ -220,59 +157,6 @@ static redisReply *fcall(ctl *x, const char *name, int argc, const char **args) 
     return r;
 }
 
-/* Waits until fd is ready for `events` or the deadline passes; 0 on time out. */
-static int wait_fd(int fd, short events, int64_t deadline_ms) {
-    for (;;) {
-        struct pollfd p = {fd, events, 0};
-        int64_t left = deadline_ms - dtq_monotonic_ms();
-        int r;
-        if (left <= 0) return 0;
-        r = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
-        if (r > 0) return 1;
-        if (r == 0) return 0;
-        if (errno != EINTR) return 1; /* the next call reports the error */
-    }
-}
-
-/* The TLS handshake within the connect deadline, then the server's certificate checked
- * (the handshake already fails on a certificate that does not verify). DTQ_ERR with why. */
-static int tls_handshake(ctl *x, const char *host, const dtq_tls *tls, int64_t deadline_ms,
-                         char *why, size_t whylen) {
-    char err[256];
-    x->ssl = dtq_tls_ssl_new(tls, host, err, sizeof(err));
-    if (!x->ssl) {
-        snprintf(why, whylen, "TLS setup for Redis at %s failed: %s", x->where, err);
-        return DTQ_ERR;
-    }
-    SSL_set_fd(x->ssl, x->fd);
-    for (;;) {
-        int r, e;
-        ERR_clear_error();
-        r = SSL_connect(x->ssl);
-        if (r == 1) break;
-        e = SSL_get_error(x->ssl, r);
-        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-            if (!wait_fd(x->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ms)) {
-                snprintf(why, whylen, "TLS handshake with Redis at %s failed: timed out", x->where);
-                return DTQ_ERR;
-            }
-            continue;
-        }
-        if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
-            snprintf(err, sizeof(err), "%s",
-                     errno ? strerror(errno) : "Server closed the connection");
-        else
-            dtq_tls_describe(x->ssl, 0, "TLS error", err, sizeof(err));
-        snprintf(why, whylen, "TLS handshake with Redis at %s failed: %s", x->where, err);
-        return DTQ_ERR;
-    }
-    if (dtq_tls_peer_ok(tls, x->ssl, err, sizeof(err)) != DTQ_OK) {
-        snprintf(why, whylen, "TLS handshake with Redis at %s failed: %s", x->where, err);
-        return DTQ_ERR;
-    }
-    return DTQ_OK;
-}
-
 /* The TLS settings of rediss:// and rediss-sentinel://, loaded once. */
 static dtq_tls *ctl_tls(const dtq_config *cfg) {
     static dtq_tls *tls;
@@ -286,245 +170,33 @@ static dtq_tls *ctl_tls(const dtq_config *cfg) {
     return tls;
 }
 
-static void set_where(ctl *x, const dtq_redis_url *url) {
-    if (url->is_unix)
-        snprintf(x->where, sizeof(x->where), "%s", url->path);
-    else if (strchr(url->host, ':')) /* IPv6 literal */
-        snprintf(x->where, sizeof(x->where), "[%s]:%d", url->host, url->port);
-    else
-        snprintf(x->where, sizeof(x->where), "%s:%d", url->host, url->port);
+static void note_cb(const char *line, void *arg) {
+    DTQ_UNUSED(arg);
+    fprintf(stderr, "dtqctl: %s\n", line);
 }
 
-/* Socket (and TLS) to the URL's host within the deadline; the link stays non-blocking.
- * DTQ_ERR with why ("cannot connect to Redis at ...: ..." or the TLS failure). */
-static int open_link(ctl *x, const dtq_redis_url *url, const dtq_config *cfg, int64_t deadline,
-                     char *why, size_t whylen) {
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    char err[256];
-    int one = 1, soerr = 0;
-    socklen_t len = sizeof(soerr);
-    /* A URL may carry a password: messages name the socket or host:port, never the URL. */
-    set_where(x, url);
-    if (dtq_redis_url_address(url, &ss, &sslen, err, sizeof(err)) != DTQ_OK) {
-        snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, err);
-        return DTQ_ERR;
-    }
-    x->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (x->fd < 0) {
-        snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, strerror(errno));
-        return DTQ_ERR;
-    }
-    if (connect(x->fd, (struct sockaddr *)&ss, sslen) != 0) {
-        if (errno != EINPROGRESS) {
-            snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, strerror(errno));
-            return DTQ_ERR;
-        }
-        if (!wait_fd(x->fd, POLLOUT, deadline)) {
-            snprintf(why, whylen, "cannot connect to Redis at %s: Connection timed out", x->where);
-            return DTQ_ERR;
-        }
-        if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0) soerr = errno;
-        if (soerr) {
-            snprintf(why, whylen, "cannot connect to Redis at %s: %s", x->where, strerror(soerr));
-            return DTQ_ERR;
-        }
-    }
-    if (!url->is_unix) setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (url->tls && tls_handshake(x, url->host, ctl_tls(cfg), deadline, why, whylen) != DTQ_OK)
-        return DTQ_ERR;
-    x->reader = redisReaderCreate();
-    if (!x->reader) abort();
-    return DTQ_OK;
-}
-
-/* One command on a non-blocking link, answered by the deadline (the sentinel questions).
- * NULL with why. */
-static redisReply *command_by(ctl *x, int argc, const char **argv, int64_t deadline, char *why,
-                              size_t whylen) {
-    char *cmd = NULL, buf[16384];
-    int len = redisFormatCommandArgv(&cmd, argc, argv, NULL), off = 0;
-    if (len < 0) abort();
-    while (off < len) {
-        int n, want = 0;
-        errno = 0;
-        if (x->ssl) {
-            n = SSL_write(x->ssl, cmd + off, len - off);
-            if (n <= 0) {
-                int e = SSL_get_error(x->ssl, n);
-                want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
-            }
-        } else {
-            ssize_t w = send(x->fd, cmd + off, (size_t)(len - off), MSG_NOSIGNAL);
-            n = (int)w;
-            if (w < 0 && (errno == EAGAIN || errno == EINTR)) want = POLLOUT;
-        }
-        if (n > 0) {
-            off += n;
-            continue;
-        }
-        if (!want || !wait_fd(x->fd, (short)want, deadline)) {
-            snprintf(why, whylen, "%s", want ? "no answer in time" : "write failed");
-            redisFreeCommand(cmd);
-            return NULL;
-        }
-    }
-    redisFreeCommand(cmd);
-    for (;;) {
-        void *reply = NULL;
-        int n, want = 0;
-        if (redisReaderGetReply(x->reader, &reply) != REDIS_OK) {
-            snprintf(why, whylen, "protocol error: %s", x->reader->errstr);
-            return NULL;
-        }
-        if (reply) return reply;
-        errno = 0;
-        if (x->ssl) {
-            n = SSL_read(x->ssl, buf, (int)sizeof(buf));
-            if (n <= 0) {
-                int e = SSL_get_error(x->ssl, n);
-                want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
-            }
-        } else {
-            ssize_t r = recv(x->fd, buf, sizeof(buf), 0);
-            n = (int)r;
-            if (r < 0 && (errno == EAGAIN || errno == EINTR)) want = POLLIN;
-        }
-        if (n > 0) {
-            redisReaderFeed(x->reader, buf, (size_t)n);
-            continue;
-        }
-        if (!want) {
-            snprintf(why, whylen, "%s", n == 0 ? "Server closed the connection" : strerror(errno));
-            return NULL;
-        }
-        if (!wait_fd(x->fd, (short)want, deadline)) {
-            snprintf(why, whylen, "no answer within %s", "connect_timeout_ms");
-            return NULL;
-        }
-    }
-}
-
-static void disconnect_ctl(ctl *x);
-
-/* redis-sentinel://: asks the sentinels in turn where the master is (each within
- * connect_timeout_ms; one that fails is reported on stderr and skipped) and sets
- * url->host and url->port. Exit 1 when none answers. */
-static void sentinel_lookup(dtq_redis_url *url, const dtq_config *cfg) {
-    int nil = 0;
-    for (int i = 0; i < url->nsentinels; i++) {
-        ctl s = {.fd = -1};
-        dtq_redis_url su;
-        char why[1024];
-        int64_t deadline = dtq_monotonic_ms() + cfg->connect_timeout_ms;
-        redisReply *r = NULL;
-        memset(&su, 0, sizeof(su));
-        su.tls = url->tls;
-        su.host = url->sentinels[i].host;
-        su.port = url->sentinels[i].port;
-        int ok = open_link(&s, &su, cfg, deadline, why, sizeof(why)) == DTQ_OK;
-        if (ok && *cfg->sentinel_password) {
-            const char *argv[3];
-            int argc = 0;
-            argv[argc++] = "AUTH";
-            if (*cfg->sentinel_user) argv[argc++] = cfg->sentinel_user;
-            argv[argc++] = cfg->sentinel_password;
-            r = command_by(&s, argc, argv, deadline, why, sizeof(why));
-            ok = r && r->type != REDIS_REPLY_ERROR;
-            if (r && !ok) snprintf(why, sizeof(why), "AUTH: %s", r->str);
-            if (r) freeReplyObject(r);
-            r = NULL;
-        }
-        if (ok) {
-            const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", url->master_name};
-            r = command_by(&s, 3, argv, deadline, why, sizeof(why));
-        }
-        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_STRING &&
-            r->element[1]->type == REDIS_REPLY_STRING) {
-            int64_t port;
-            if (dtq_parse_int64(r->element[1]->str, 1, 65535, &port) == DTQ_OK) {
-                url->host = dtq_xstrdup(r->element[0]->str);
-                url->port = (int)port;
-                freeReplyObject(r);
-                disconnect_ctl(&s);
-                return;
-            }
-        }
-        if (r && r->type == REDIS_REPLY_NIL) {
-            nil++;
-            snprintf(why, sizeof(why), "does not know master %s", url->master_name);
-        } else if (r) {
-            snprintf(why, sizeof(why), "unexpected answer: %s",
-                     r->type == REDIS_REPLY_ERROR ? r->str : "not an address");
-        }
-        if (r) freeReplyObject(r);
-        {
-            char where[300];
-            set_where(&s, &su);
-            snprintf(where, sizeof(where), "%s", s.where);
-            const char *msg = why, *pre = "cannot connect to Redis at ";
-            size_t pl = strlen(pre), wl = strlen(where);
-            if (!strncmp(why, pre, pl) && !strncmp(why + pl, where, wl) && why[pl + wl] == ':')
-                msg = why + pl + wl + 2; /* the sentinel is named already */
-            fprintf(stderr, "dtqctl: sentinel %s: %s%s\n", where, msg,
-                    i + 1 < url->nsentinels ? "; asking the next" : "");
-        }
-        disconnect_ctl(&s);
-    }
-    if (nil) refused("no sentinel knows master %s", url->master_name);
-    refused("none of the %d sentinel(s) answered for master %s", url->nsentinels, url->master_name);
-}
-
+/* The connection of rsync.c: connect_timeout_ms over connect, TLS and handshake; with a
+ * sentinel URL each sentinel asked in turn (one that fails is named on stderr). Exit 1
+ * when Redis cannot be reached, 2 for a bad URL. */
 static void connect_ctl(ctl *x, const char *url_s, const dtq_config *cfg) {
     dtq_redis_url url;
+    dtq_rsync_opts o;
     char err[1024];
-    int64_t deadline;
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
         usage_error("bad Redis URL: %s", err);
-    if (url.sentinel) sentinel_lookup(&url, cfg);
-    deadline = dtq_monotonic_ms() + cfg->connect_timeout_ms;
-    if (open_link(x, &url, cfg, deadline, err, sizeof(err)) != DTQ_OK) refused("%s", err);
-    /* blocking from here on: a command waits for its reply, `events` for ever */
-    fcntl(x->fd, F_SETFL, fcntl(x->fd, F_GETFL) & ~O_NONBLOCK);
-    if (url.password) {
-        const char *argv[3] = {"AUTH", url.user ? url.user : url.password, url.password};
-        redisReply *r = cmdv(x, url.user ? 3 : 2, argv);
-        if (r->type == REDIS_REPLY_ERROR) refused("redis AUTH: %s", r->str);
-        freeReplyObject(r);
-    }
-    if (url.sentinel) { /* what the sentinels named must be a master now */
-        const char *argv[1] = {"ROLE"};
-        redisReply *r = cmdv(x, 1, argv);
-        const char *role = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                                   r->element[0]->type == REDIS_REPLY_STRING
-                               ? r->element[0]->str
-                               : (r->type == REDIS_REPLY_ERROR ? r->str : "?");
-        if (strcmp(role, "master"))
-            refused("Redis at %s, named master %s by the sentinels, is not a master (ROLE: %s); "
-                    "a failover may be under way",
-                    x->where, url.master_name, role);
-        freeReplyObject(r);
-    }
-    if (url.db) {
-        char db[16];
-        const char *argv[2] = {"SELECT", db};
-        redisReply *r;
-        snprintf(db, sizeof(db), "%d", url.db);
-        r = cmdv(x, 2, argv);
-        if (r->type == REDIS_REPLY_ERROR) refused("redis SELECT: %s", r->str);
-        freeReplyObject(r);
-    }
+    memset(&o, 0, sizeof(o));
+    o.connect_timeout_ms = cfg->connect_timeout_ms;
+    o.tls = url.tls ? ctl_tls(cfg) : NULL;
+    o.sentinel_user = cfg->sentinel_user;
+    o.sentinel_password = cfg->sentinel_password;
+    o.note = note_cb;
+    x->conn = dtq_rsync_connect(&url, &o, err, sizeof(err));
     dtq_redis_url_deinit(&url);
+    if (!x->conn) refused("%s", err);
 }
 
 static void disconnect_ctl(ctl *x) {
-    if (x->ssl) {
-        SSL_shutdown(x->ssl); /* close_notify; the answer is not awaited */
-        SSL_free(x->ssl);
-    }
-    if (x->fd >= 0) close(x->fd);
-    if (x->reader) redisReaderFree(x->reader);
+    dtq_rsync_close(x->conn);
 }
 
 static void print_reply_json(const redisReply *r) {
@@ -1031,7 +703,7 @@ int main(int argc, char **argv) {
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    ctl x = {.fd = -1};
+    ctl x = {0};
     const char *path = NULL, *url = NULL, *ns = NULL;
     const char *cmd;
     dtq_config *cfg;
@@ -1088,8 +760,7 @@ int main(int argc, char **argv) {
     if (!cfg) config_error(err);
     x.ns = ns ? ns : cfg->ns;
     /* the loader's rule for [redis] namespace, so -n names what a daemon could use */
-    if (!dtq_valid_name(x.ns, strlen(x.ns), 64) || strchr(x.ns, ':'))
-        usage_error("bad namespace '%s'", x.ns);
+    if (!dtq_namespace_valid(x.ns)) usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
     x.wait_timeout_ms = cfg->wait_timeout_ms;
     if (!strcmp(cmd, "acl")) { /* printed, not applied: no connection */

@@ -1,12 +1,13 @@
-/* handler_builtin.c: noop, echo, sleep, fail and flaky, for demos, tests and benchmarks.
- * They use the plugin ABI; sleep waits on an evtimer so it never blocks the loop. */
+/* handler_builtin.c: see handler_builtin.h. sleep waits on an evtimer so it never blocks
+ * the loop. */
+#include "handler_builtin.h"
+
 #include <cjson/cJSON.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry.h"
 #include "util.h"
 
 static void builtin_noop(dtq_handler_call *call) {

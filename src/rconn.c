@@ -3,8 +3,8 @@
  * FIFO of callbacks answered in order.
  * Phases: idle -> [resolving (a resolver, i.e. Sentinel, is asked for the address)] ->
  * connecting (non-blocking connect) -> tls (rediss:// only: the TLS handshake) ->
- * handshake (AUTH/[ROLE]/SELECT/PING in flight) -> up -> (lost) -> idle, with a backoff
- * timer between idle and connecting, and one timeout over connecting..handshake.
+ * handshake (AUTH/[ROLE]/SELECT/PING in flight: redis_proto.c's plan) -> up -> (lost) -> idle, with
+ * a backoff timer between idle and connecting, and one timeout over connecting..handshake.
  *
  * Re-entrancy: replies are dispatched with `dispatching` raised. A callback may send
  * commands (appended to the FIFO), ask for the link to be dropped (READONLY, a refused
@@ -20,7 +20,6 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -28,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "redis_proto.h"
 #include "retry.h"
 #include "tls.h"
 #include "util.h"
@@ -40,13 +39,14 @@
 #define BACKOFF_MAX_MS 5000
 
 enum phase { PH_IDLE, PH_RESOLVING, PH_CONNECTING, PH_TLS, PH_HANDSHAKE, PH_UP };
-enum kind { K_USER, K_HANDSHAKE, K_ROLE, K_PING };
+enum kind { K_USER, K_HANDSHAKE, K_PING };
 
 /* One sent command waiting for its reply. */
 typedef struct pending {
     redisCallbackFn *cb;
     void *priv;
     enum kind kind;
+    dtq_hs_kind step; /* K_HANDSHAKE: which step of the handshake */
 } pending;
 
 typedef struct fifo {
@@ -97,244 +97,9 @@ static void rconn_connect(dtq_rconn *rc);
 static int link_down(dtq_rconn *rc, const char *why, int loud);
 static void destroy(dtq_rconn *rc);
 
-/* ----------------------------------------------------------------- URL parsing */
-
-static int url_fail(char *err, size_t errlen, const char *msg) {
-    snprintf(err, errlen, "%s", msg);
-    return DTQ_ERR;
-}
-
-/* host[:port] or [v6]:port of len bytes into *host and *port (defport without one). */
-static int parse_hostport(const char *s, size_t len, int defport, char **host, int *port, char *err,
-                          size_t errlen) {
-    char *hostport = dtq_xstrndup(s, len), *colon;
-    *host = NULL;
-    *port = defport;
-    if (hostport[0] == '[') { /* [::1]:6379 */
-        char *close = strchr(hostport, ']');
-        if (!close || (close[1] && close[1] != ':')) {
-            free(hostport);
-            return url_fail(err, errlen, "unterminated [ in host");
-        }
-        *close = '\0';
-        *host = dtq_xstrdup(hostport + 1);
-        colon = close[1] == ':' ? close + 1 : NULL;
-    } else {
-        colon = strrchr(hostport, ':');
-        if (colon) *colon = '\0';
-        *host = dtq_xstrdup(hostport);
-    }
-    if (colon) {
-        int64_t p;
-        if (dtq_parse_int64(colon + 1, 1, 65535, &p) != DTQ_OK) {
-            free(hostport);
-            free(*host);
-            *host = NULL;
-            return url_fail(err, errlen, "port must be an integer in [1, 65535]");
-        }
-        *port = (int)p;
-    }
-    free(hostport);
-    if (!**host) {
-        free(*host);
-        *host = NULL;
-        return url_fail(err, errlen, "URL has no host");
-    }
-    return DTQ_OK;
-}
-
-/* [user:password@] at the start of p (up to `end`); returns where the hosts start. */
-static const char *parse_userinfo(const char *p, const char *end, dtq_redis_url *out) {
-    const char *at = NULL;
-    for (const char *q = p; q < end; q++)
-        if (*q == '@') at = q;
-    if (!at) return p;
-    {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            if (colon > p) out->user = dtq_xstrndup(p, (size_t)(colon - p));
-            out->password = dtq_xstrndup(colon + 1, (size_t)(at - colon - 1));
-        } else {
-            out->password = dtq_xstrndup(p, (size_t)(at - p));
-        }
-    }
-    return at + 1;
-}
-
-static int parse_db(const char *s, dtq_redis_url *out, char *err, size_t errlen) {
-    int64_t db;
-    if (dtq_parse_int64(s, 0, 100000, &db) != DTQ_OK)
-        return url_fail(err, errlen, "database must be a non-negative integer");
-    out->db = (int)db;
-    return DTQ_OK;
-}
-
-/* After "redis-sentinel://": [user:password@]h[:p][,h[:p]...]/master_name[/db]. */
-static int parse_sentinel(const char *p, dtq_redis_url *out, char *err, size_t errlen) {
-    const char *slash, *hosts, *name, *name_end;
-    /* the master name may not hold '/', the password may: the hosts end at the first '/'
-     * after the last '@' before that name */
-    const char *first_slash = strchr(p, '/');
-    const char *at = NULL;
-    for (const char *q = p; *q; q++)
-        if (*q == '@') at = q;
-    if (at && first_slash && first_slash < at) first_slash = strchr(at, '/');
-    hosts = parse_userinfo(p, at ? at + 1 : p, out);
-    slash = first_slash;
-    if (!slash || !slash[1])
-        return url_fail(err, errlen, "sentinel URL needs /master_name after the sentinels");
-    for (const char *h = hosts; h < slash;) {
-        const char *comma = memchr(h, ',', (size_t)(slash - h));
-        const char *e = comma ? comma : slash;
-        dtq_redis_endpoint ep;
-        if (e == h) return url_fail(err, errlen, "empty sentinel address");
-        if (parse_hostport(h, (size_t)(e - h), DTQ_SENTINEL_DEFAULT_PORT, &ep.host, &ep.port, err,
-                           errlen) != DTQ_OK)
-            return DTQ_ERR;
-        out->sentinels =
-            dtq_xrealloc(out->sentinels, sizeof(*out->sentinels) * (size_t)(out->nsentinels + 1));
-        out->sentinels[out->nsentinels++] = ep;
-        h = comma ? comma + 1 : slash;
-        if (comma && h == slash) return url_fail(err, errlen, "empty sentinel address");
-    }
-    if (!out->nsentinels) return url_fail(err, errlen, "sentinel URL has no sentinel");
-    name = slash + 1;
-    name_end = strchr(name, '/');
-    if (!name_end) name_end = name + strlen(name);
-    if (name_end == name) return url_fail(err, errlen, "sentinel URL has an empty master name");
-    out->master_name = dtq_xstrndup(name, (size_t)(name_end - name));
-    if (*name_end && name_end[1] && parse_db(name_end + 1, out, err, errlen) != DTQ_OK)
-        return DTQ_ERR;
-    return DTQ_OK;
-}
-
-int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof(*out));
-    out->port = 6379;
-    if (!strncmp(url, "unix://", 7)) {
-        const char *path = url + 7, *q = strchr(path, '?');
-        if (*path != '/') return url_fail(err, errlen, "unix URL needs an absolute path");
-        out->is_unix = 1;
-        out->path = q ? dtq_xstrndup(path, (size_t)(q - path)) : dtq_xstrdup(path);
-        if (q) {
-            if (strncmp(q, "?db=", 4) || parse_db(q + 4, out, err, errlen) != DTQ_OK) {
-                dtq_redis_url_deinit(out);
-                return url_fail(err, errlen, "unix URL query must be ?db=N");
-            }
-        }
-        if (strlen(out->path) < 2) {
-            dtq_redis_url_deinit(out);
-            return url_fail(err, errlen, "unix URL has an empty path");
-        }
-        return DTQ_OK;
-    }
-    if (!strncmp(url, "redis-sentinel://", 17) || !strncmp(url, "rediss-sentinel://", 18)) {
-        out->tls = url[5] == 's';
-        out->sentinel = 1;
-        out->port = 0;
-        if (parse_sentinel(url + (out->tls ? 18 : 17), out, err, errlen) != DTQ_OK) {
-            dtq_redis_url_deinit(out);
-            return DTQ_ERR;
-        }
-        return DTQ_OK;
-    }
-    if (!strncmp(url, "rediss://", 9))
-        out->tls = 1;
-    else if (strncmp(url, "redis://", 8))
-        return url_fail(err, errlen,
-                        "URL must start with redis://, rediss://, unix://, redis-sentinel:// or "
-                        "rediss-sentinel://");
-    {
-        const char *p = url + (out->tls ? 9 : 8), *slash;
-        p = parse_userinfo(p, p + strlen(p), out);
-        slash = strchr(p, '/');
-        if (parse_hostport(p, slash ? (size_t)(slash - p) : strlen(p), 6379, &out->host, &out->port,
-                           err, errlen) != DTQ_OK) {
-            dtq_redis_url_deinit(out);
-            return DTQ_ERR;
-        }
-        if (slash && slash[1] && parse_db(slash + 1, out, err, errlen) != DTQ_OK) {
-            dtq_redis_url_deinit(out);
-            return DTQ_ERR;
-        }
-    }
-    return DTQ_OK;
-}
-
-void dtq_redis_url_deinit(dtq_redis_url *u) {
-    free(u->host);
-    free(u->path);
-    free(u->user);
-    free(u->password);
-    for (int i = 0; i < u->nsentinels; i++) free(u->sentinels[i].host);
-    free(u->sentinels);
-    free(u->master_name);
-    memset(u, 0, sizeof(*u));
-}
-
-static void url_copy(dtq_redis_url *dst, const dtq_redis_url *src) {
-    *dst = *src;
-    dst->host = src->host ? dtq_xstrdup(src->host) : NULL;
-    dst->path = src->path ? dtq_xstrdup(src->path) : NULL;
-    dst->user = src->user ? dtq_xstrdup(src->user) : NULL;
-    dst->password = src->password ? dtq_xstrdup(src->password) : NULL;
-    dst->master_name = src->master_name ? dtq_xstrdup(src->master_name) : NULL;
-    dst->sentinels = NULL;
-    if (src->nsentinels) {
-        dst->sentinels = dtq_xcalloc((size_t)src->nsentinels, sizeof(*dst->sentinels));
-        for (int i = 0; i < src->nsentinels; i++) {
-            dst->sentinels[i].host = dtq_xstrdup(src->sentinels[i].host);
-            dst->sentinels[i].port = src->sentinels[i].port;
-        }
-    }
-}
-
-int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
-                          char *why, size_t whylen) {
-    memset(ss, 0, sizeof(*ss));
-    if (u->is_unix) {
-        struct sockaddr_un *sun = (struct sockaddr_un *)ss;
-        if (strlen(u->path) >= sizeof(sun->sun_path)) {
-            snprintf(why, whylen, "connect failed: socket path too long");
-            return DTQ_ERR;
-        }
-        sun->sun_family = AF_UNIX;
-        memcpy(sun->sun_path, u->path, strlen(u->path) + 1);
-        *sslen = sizeof(*sun);
-        return DTQ_OK;
-    }
-    if (!u->host) {
-        snprintf(why, whylen, "connect failed: no address (a sentinel URL needs the sentinels)");
-        return DTQ_ERR;
-    }
-    {
-        struct addrinfo hints, *res = NULL;
-        char port[16];
-        int rv;
-        memset(&hints, 0, sizeof(hints));
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_family = AF_INET;
-        snprintf(port, sizeof(port), "%d", u->port);
-        rv = getaddrinfo(u->host, port, &hints, &res);
-        if (rv != 0) {
-            hints.ai_family = AF_INET6;
-            rv = getaddrinfo(u->host, port, &hints, &res);
-        }
-        if (rv != 0 || !res) {
-            snprintf(why, whylen, "connect failed: %s", rv ? gai_strerror(rv) : "no address");
-            if (res) freeaddrinfo(res);
-            return DTQ_ERR;
-        }
-        memcpy(ss, res->ai_addr, res->ai_addrlen);
-        *sslen = res->ai_addrlen;
-        freeaddrinfo(res);
-        return DTQ_OK;
-    }
-}
-
 /* ----------------------------------------------------------------- the FIFO */
 
-static void fifo_push(fifo *f, redisCallbackFn *cb, void *priv, enum kind kind) {
+static void fifo_push(fifo *f, redisCallbackFn *cb, void *priv, enum kind kind, dtq_hs_kind step) {
     if (f->len == f->cap) {
         size_t ncap = f->cap ? f->cap * 2 : 16;
         pending *nv = dtq_xcalloc(ncap, sizeof(*nv));
@@ -344,7 +109,7 @@ static void fifo_push(fifo *f, redisCallbackFn *cb, void *priv, enum kind kind) 
         f->cap = ncap;
         f->head = 0;
     }
-    f->v[(f->head + f->len) % f->cap] = (pending){cb, priv, kind};
+    f->v[(f->head + f->len) % f->cap] = (pending){cb, priv, kind, step};
     f->len++;
 }
 
@@ -475,8 +240,8 @@ static int request_drop(dtq_rconn *rc, const char *why, int loud) {
     return link_down(rc, why, loud);
 }
 
-static int send_argv(dtq_rconn *rc, enum kind kind, redisCallbackFn *cb, void *priv, int argc,
-                     const char **argv, const size_t *lens) {
+static int send_argv(dtq_rconn *rc, enum kind kind, dtq_hs_kind step, redisCallbackFn *cb,
+                     void *priv, int argc, const char **argv, const size_t *lens) {
     char *cmd = NULL;
     int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
     int r;
@@ -484,7 +249,7 @@ static int send_argv(dtq_rconn *rc, enum kind kind, redisCallbackFn *cb, void *p
     r = bufferevent_write(rc->bev, cmd, (size_t)len);
     redisFreeCommand(cmd);
     if (r != 0) return DTQ_ERR;
-    fifo_push(&rc->q, cb, priv, kind);
+    fifo_push(&rc->q, cb, priv, kind, step);
     return DTQ_OK;
 }
 
@@ -501,33 +266,25 @@ static void became_up(dtq_rconn *rc) {
     if (rc->fn) rc->fn(rc, 1, rc->arg);
 }
 
-static void handshake_reply(dtq_rconn *rc, redisReply *reply) {
+/* A reply to a step of the handshake, checked as redis_proto.c says; the last one brings
+ * the link up. */
+static void handshake_reply(dtq_rconn *rc, dtq_hs_kind step, redisReply *reply) {
+    char why[300], msg[400];
+    int r;
     if (rc->drop_why) return;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        dtq_error("redis %s: handshake refused: %s", rc->name, reply->str);
+    r = dtq_handshake_check(step, reply, why, sizeof(why));
+    if (r == DTQ_HS_REFUSED) {
+        dtq_error("redis %s: handshake refused: %s: %s", rc->name, dtq_handshake_step_name(step),
+                  why);
         request_drop(rc, "disconnected", 0);
         return;
     }
-    if (--rc->handshake_pending == 0) became_up(rc);
-}
-
-/* ROLE in the handshake (role_check): the first element must be "master". */
-static void role_reply(dtq_rconn *rc, redisReply *reply) {
-    const char *role;
-    if (rc->drop_why) return;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        handshake_reply(rc, reply);
-        return;
-    }
-    role = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-                   reply->element[0]->type == REDIS_REPLY_STRING
-               ? reply->element[0]->str
-               : "?";
-    if (strcmp(role, "master")) {
-        char why[300];
-        snprintf(why, sizeof(why), "%s:%d is not a master (ROLE: %s)", rc->url.host, rc->url.port,
-                 role);
-        request_drop(rc, why, 0);
+    if (r != DTQ_HS_OK) {
+        if (step == DTQ_HS_ROLE)
+            snprintf(msg, sizeof(msg), "%s:%d is %s", rc->url.host, rc->url.port, why);
+        else
+            snprintf(msg, sizeof(msg), "handshake failed: %s", why);
+        request_drop(rc, msg, 0);
         return;
     }
     if (--rc->handshake_pending == 0) became_up(rc);
@@ -591,9 +348,7 @@ static int process_input(dtq_rconn *rc) {
         if (p.kind == K_PING)
             rc->ping_sent_ms = 0;
         else if (p.kind == K_HANDSHAKE)
-            handshake_reply(rc, r);
-        else if (p.kind == K_ROLE)
-            role_reply(rc, r);
+            handshake_reply(rc, p.step, r);
         else
             user_reply(rc, &p, r);
         freeReplyObject(r);
@@ -606,33 +361,20 @@ static void read_cb(struct bufferevent *bev, void *arg) {
     process_input(arg);
 }
 
-/* Always finish with a PING so "up" is one code path with or without AUTH/SELECT. */
+/* The plan of redis_proto.c, always ending with a PING so "up" is one code path with or
+ * without AUTH/SELECT. */
 static void start_handshake(dtq_rconn *rc) {
+    dtq_handshake h;
+    dtq_hs_opts o = {rc->role_check, NULL, 1};
     rc->phase = PH_HANDSHAKE;
-    if (rc->url.password) {
-        const char *argv[3] = {"AUTH", rc->url.user ? rc->url.user : rc->url.password,
-                               rc->url.password};
-        int argc = rc->url.user ? 3 : 2;
-        if (send_argv(rc, K_HANDSHAKE, NULL, NULL, argc, argv, NULL) == DTQ_OK)
-            rc->handshake_pending++;
-    }
-    if (rc->role_check) {
-        const char *argv[1] = {"ROLE"};
-        if (send_argv(rc, K_ROLE, NULL, NULL, 1, argv, NULL) == DTQ_OK) rc->handshake_pending++;
-    }
-    if (rc->url.db) {
-        char db[16];
-        const char *argv[2] = {"SELECT", db};
-        snprintf(db, sizeof(db), "%d", rc->url.db);
-        if (send_argv(rc, K_HANDSHAKE, NULL, NULL, 2, argv, NULL) == DTQ_OK)
-            rc->handshake_pending++;
-    }
-    {
-        const char *argv[1] = {"PING"};
-        if (send_argv(rc, K_HANDSHAKE, NULL, NULL, 1, argv, NULL) == DTQ_OK)
-            rc->handshake_pending++;
-        else
+    dtq_handshake_plan(&h, &rc->url, &o);
+    for (int i = 0; i < h.n; i++) {
+        dtq_hs_step *st = &h.steps[i];
+        if (send_argv(rc, K_HANDSHAKE, st->kind, NULL, NULL, st->argc, st->argv, NULL) != DTQ_OK) {
             request_drop(rc, "cannot send the handshake", 0);
+            return;
+        }
+        rc->handshake_pending++;
     }
 }
 
@@ -862,7 +604,8 @@ static void liveness_cb(evutil_socket_t fd, short what, void *arg) {
     }
     if (!rc->ping_sent_ms) {
         const char *argv[1] = {"PING"};
-        if (send_argv(rc, K_PING, NULL, NULL, 1, argv, NULL) == DTQ_OK) rc->ping_sent_ms = now;
+        if (send_argv(rc, K_PING, DTQ_HS_PING, NULL, NULL, 1, argv, NULL) == DTQ_OK)
+            rc->ping_sent_ms = now;
     }
 }
 
@@ -892,7 +635,7 @@ dtq_rconn *dtq_rconn_new(struct event_base *base, const dtq_redis_url *url,
                          void *arg) {
     dtq_rconn *rc = dtq_xcalloc(1, sizeof(*rc));
     rc->base = base;
-    url_copy(&rc->url, url);
+    dtq_redis_url_copy(&rc->url, url);
     rc->connect_timeout_ms = connect_timeout_ms;
     rc->name = dtq_xstrdup(name);
     rc->fn = fn;
@@ -937,7 +680,7 @@ int dtq_rconn_error_is_unavailable(const char *err) {
 int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, const char **argv,
                       const size_t *lens) {
     if (!dtq_rconn_is_up(rc)) return DTQ_ERR;
-    return send_argv(rc, K_USER, cb, priv, argc, argv, lens);
+    return send_argv(rc, K_USER, DTQ_HS_PING, cb, priv, argc, argv, lens);
 }
 
 void dtq_rconn_serving(dtq_rconn *rc) {

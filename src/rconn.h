@@ -1,5 +1,5 @@
-/* rconn.h: one Redis connection on the event loop: URL parsing, connect with a timeout,
- * TLS for rediss://, AUTH and SELECT, liveness, and reconnect with capped backoff.
+/* rconn.h: one Redis connection on the event loop: connect with a timeout, TLS for
+ * rediss://, the handshake (redis_proto.h), liveness, and reconnect with capped backoff.
  * hiredis 0.14 has no TLS, so the transport is a libevent bufferevent (a socket one, or
  * an OpenSSL one over it) and hiredis is only the protocol: commands are formatted with
  * redisFormatCommandArgv and replies parsed by a redisReader, answered in order from a
@@ -12,45 +12,10 @@
 #include <stdint.h>
 
 #include <hiredis/async.h>
-#include <sys/socket.h>
+
+#include "redis_url.h"
 
 struct event_base;
-
-/* One host:port of a sentinel list. */
-typedef struct dtq_redis_endpoint {
-    char *host;
-    int port;
-} dtq_redis_endpoint;
-
-typedef struct dtq_redis_url {
-    int is_unix;
-    int tls;    /* rediss://, rediss-sentinel:// */
-    char *host; /* tcp host; NULL for a sentinel URL (the sentinels say where) */
-    int port;
-    char *path; /* unix socket path */
-    char *user; /* ACL user, NULL for the default user (of the data nodes) */
-    char *password;
-    int db;
-    /* redis-sentinel:// and rediss-sentinel:// */
-    int sentinel;
-    dtq_redis_endpoint *sentinels; /* in the URL's order */
-    int nsentinels;
-    char *master_name;
-} dtq_redis_url;
-
-#define DTQ_SENTINEL_DEFAULT_PORT 26379
-
-/* Parses redis://[user:password@]host[:port][/db], the same with rediss:// (TLS),
- * unix:///path.sock[?db=N], or
- * redis-sentinel://[user:password@]host[:port][,host[:port]...]/master_name[/db] (the
- * sentinels' addresses, port 26379 unless given; user and password are the data nodes'),
- * the same with rediss-sentinel:// (TLS to the sentinels and the data nodes). */
-int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen);
-void dtq_redis_url_deinit(dtq_redis_url *u);
-/* The socket address of a URL: the unix path, or the host resolved like hiredis does
- * (IPv4 first, IPv6 when the name has no IPv4 address; blocking). Shared with dtqctl. */
-int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
-                          char *why, size_t whylen);
 
 typedef struct dtq_rconn dtq_rconn;
 struct dtq_tls;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "handler_builtin.h"
 #include "handler_exec.h"
 #include "util.h"
 

@@ -31,7 +31,4 @@ dtq_handler_registry *dtq_handler_registry_new(const dtq_config *cfg, char *err,
 void dtq_handler_registry_free(dtq_handler_registry *reg, int close_libs);
 const dtq_handler_entry *dtq_handler_lookup(const dtq_handler_registry *reg, const char *task_type);
 
-/* The builtins, by name (handler_builtin.c). NULL for an unknown name. */
-dtq_handler_fn *dtq_handler_builtin(const char *name);
-
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "redis_proto.h"
 #include "tls.h"
 #include "util.h"
 
@@ -118,16 +119,8 @@ static query *query_new(dtq_sentinel *s, attached *a) {
     return q;
 }
 
-static const char *fmt_addr(char *buf, size_t len, const char *host, int port) {
-    if (strchr(host, ':'))
-        snprintf(buf, len, "[%s]:%d", host, port);
-    else
-        snprintf(buf, len, "%s:%d", host, port);
-    return buf;
-}
-
 static const char *sentinel_name(const dtq_sentinel *s, int i, char *buf, size_t len) {
-    return fmt_addr(buf, len, s->where[i].host, s->where[i].port);
+    return dtq_redis_hostport(buf, len, s->where[i].host, s->where[i].port);
 }
 
 /* An attached connection not at (or on its way to) host:port, and not asking, is dropped:
@@ -148,13 +141,13 @@ static void answered(query *q, const char *host, int port) {
     dtq_sentinel *s = q->s;
     char sn[300], now_at[300], was_at[300];
     s->preferred = q->cur;
-    fmt_addr(now_at, sizeof(now_at), host, port);
+    dtq_redis_hostport(now_at, sizeof(now_at), host, port);
     if (!s->last_host)
         dtq_info("sentinel: master %s is at %s (sentinel %s)", s->master, now_at,
                  sentinel_name(s, q->cur, sn, sizeof(sn)));
     else if (strcmp(s->last_host, host) || s->last_port != port)
         dtq_info("sentinel: master %s moved from %s to %s (sentinel %s)", s->master,
-                 fmt_addr(was_at, sizeof(was_at), s->last_host, s->last_port), now_at,
+                 dtq_redis_hostport(was_at, sizeof(was_at), s->last_host, s->last_port), now_at,
                  sentinel_name(s, q->cur, sn, sizeof(sn)));
     free(s->last_host);
     s->last_host = dtq_xstrdup(host);
@@ -206,26 +199,21 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *priv) {
     }
     if (!current) return; /* a sentinel the query already gave up on */
     q->sent = 0;
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-        reply->element[0]->type == REDIS_REPLY_STRING &&
-        reply->element[1]->type == REDIS_REPLY_STRING) {
-        int64_t port;
-        if (dtq_parse_int64(reply->element[1]->str, 1, 65535, &port) == DTQ_OK &&
-            reply->element[0]->len > 0) {
-            answered(q, reply->element[0]->str, (int)port);
+    if (reply) {
+        char sn[300], why[300], *host;
+        int port, a = dtq_sentinel_answer(reply, &host, &port, why, sizeof(why));
+        if (a == DTQ_SENTINEL_ADDR) {
+            answered(q, host, port);
+            free(host);
             return;
         }
-    }
-    {
-        char sn[300];
-        if (reply && reply->type == REDIS_REPLY_NIL) {
+        if (a == DTQ_SENTINEL_UNKNOWN) {
             q->nil_answers++;
             dtq_warn("sentinel %s does not know master %s",
                      sentinel_name(q->s, q->cur, sn, sizeof(sn)), q->s->master);
-        } else if (reply) {
+        } else {
             dtq_warn("sentinel %s: unexpected answer for master %s: %s",
-                     sentinel_name(q->s, q->cur, sn, sizeof(sn)), q->s->master,
-                     reply->type == REDIS_REPLY_ERROR ? reply->str : "not an address");
+                     sentinel_name(q->s, q->cur, sn, sizeof(sn)), q->s->master, why);
         }
     }
     q->cur = -1; /* next */
@@ -234,11 +222,13 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *priv) {
 
 static int send_question(query *q) {
     dtq_sentinel *s = q->s;
-    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master};
+    const char *argv[DTQ_SENTINEL_QUESTION_ARGC];
     ticket *t = dtq_xcalloc(1, sizeof(*t));
     t->q = q;
     t->step = q->step;
-    if (dtq_rconn_command(s->conns[q->cur], reply_cb, t, 3, argv, NULL) != DTQ_OK) {
+    dtq_sentinel_question(s->master, argv);
+    if (dtq_rconn_command(s->conns[q->cur], reply_cb, t, DTQ_SENTINEL_QUESTION_ARGC, argv, NULL) !=
+        DTQ_OK) {
         free(t);
         return DTQ_ERR;
     }

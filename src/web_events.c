@@ -1,16 +1,10 @@
 /* web_events.c: the event streams and their subscriber connection.
  *
- * rconn.c answers replies in order from a FIFO of callbacks and has no pub/sub mode: a
- * message published to a subscribed connection is a reply nobody asked for, and rconn
- * drops a link that sends one. So this module keeps spare callbacks of its own in the FIFO:
- * an empty request ("*0\r\n", which Redis reads and ignores, answering nothing) adds a
- * callback without a reply owed. With `owed` the replies Redis still owes (SUBSCRIBE, PING)
- * and `entries` this module's callbacks in the FIFO, entries - owed = SPARE always: a
- * message takes a spare callback and the callback sends one more empty request, a reply
- * owed takes its own. rconn's own liveness PING (a callback of rconn's in the same FIFO)
- * would break the count, so it is turned off for this connection and done here with
- * "PING dtq-web", which a subscribed connection answers ["pong", "dtq-web"].
- * TODO(web): replace with a push hook in rconn once the Sentinel work there has landed. */
+ * The subscriber is an rconn with a push handler (rconn.h): the messages published to
+ * <p>:events go to push_cb, not to the FIFO of command callbacks, where SUBSCRIBE's own
+ * reply and rconn's liveness PING (answered ["pong", ""] on a subscribed connection) are
+ * answered as on any connection. A lost link is made again by rconn, and the state
+ * callback subscribes again. */
 #include "web_events.h"
 
 #include <event2/buffer.h>
@@ -25,10 +19,6 @@
 
 #include "log.h"
 #include "util.h"
-
-#define SPARE 32                     /* callbacks kept in the FIFO for messages */
-#define LIVENESS_OFF_MS 315360000000 /* rconn's PING: once in ten years, i.e. never */
-#define PING_TOKEN "dtq-web"
 
 typedef struct client {
     struct client *prev, *next;
@@ -46,15 +36,8 @@ struct dtq_web_events {
     int nclients;
     char *channel;
     dtq_rconn *sub; /* while a stream is open */
-    int sub_up;
-    int owed;             /* replies Redis owes on sub */
-    int entries;          /* this module's callbacks in sub's FIFO */
-    int64_t ping_sent_ms; /* monotonic; 0: no PING outstanding */
-    int64_t last_keepalive_ms;
-    struct event *tick_ev;
+    struct event *keepalive_ev;
 };
-
-static void sub_open(dtq_web_events *ev);
 
 /* ----------------------------------------------------------------- streams */
 
@@ -88,7 +71,6 @@ static void client_end(client *c) {
     if (ev->nclients == 0 && ev->sub) { /* nobody listens: unsubscribe */
         dtq_rconn_free(ev->sub);
         ev->sub = NULL;
-        ev->sub_up = 0;
     }
 }
 
@@ -137,89 +119,48 @@ static void broadcast(dtq_web_events *ev, const char *json, size_t len) {
 
 /* ----------------------------------------------------------------- the subscriber */
 
-static void sub_cb(redisAsyncContext *ac, void *reply, void *priv);
-
-static int sub_send(dtq_web_events *ev, int argc, const char **argv, int owes) {
-    if (!ev->sub || dtq_rconn_command(ev->sub, sub_cb, ev, argc, argv, NULL) != DTQ_OK)
-        return DTQ_ERR;
-    ev->entries++;
-    ev->owed += owes;
-    return DTQ_OK;
+/* A message on <p>:events: ["message", channel, payload]. */
+static void push_cb(dtq_rconn *rc, const redisReply *msg, void *arg) {
+    dtq_web_events *ev = arg;
+    const redisReply *payload = msg->element[msg->elements - 1];
+    DTQ_UNUSED(rc);
+    if (payload->type == REDIS_REPLY_STRING) broadcast(ev, payload->str, payload->len);
 }
 
-static int is_word(const redisReply *r, const char *w) {
-    return r->type == REDIS_REPLY_STRING && !strcmp(r->str, w);
-}
-
-static void sub_cb(redisAsyncContext *ac, void *reply, void *priv) {
-    dtq_web_events *ev = priv;
+static void subscribed_cb(redisAsyncContext *ac, void *reply, void *priv) {
     redisReply *r = reply;
     DTQ_UNUSED(ac);
-    if (!r) return; /* the link went down; the state callback starts over */
-    ev->entries--;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && is_word(r->element[0], "message")) {
-        /* a spare callback was used: put one back, then deliver */
-        sub_send(ev, 0, NULL, 0);
-        if (r->element[2]->type == REDIS_REPLY_STRING)
-            broadcast(ev, r->element[2]->str, r->element[2]->len);
-        return;
-    }
-    ev->owed--;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && is_word(r->element[0], "pong")) {
-        ev->ping_sent_ms = 0;
-    } else if (r->type == REDIS_REPLY_ERROR) {
+    DTQ_UNUSED(priv);
+    if (r && r->type == REDIS_REPLY_ERROR)
         dtq_error("web: redis refused the events subscription: %s", r->str);
-    }
 }
 
 static void sub_state_cb(dtq_rconn *rc, int up, void *arg) {
     dtq_web_events *ev = arg;
-    DTQ_UNUSED(rc);
-    ev->sub_up = up;
-    ev->owed = ev->entries = 0;
-    ev->ping_sent_ms = 0;
-    if (up) {
-        const char *argv[2] = {"SUBSCRIBE", ev->channel};
-        sub_send(ev, 2, argv, 1);
-        for (int i = 0; i < SPARE; i++) sub_send(ev, 0, NULL, 0);
-        dtq_rconn_serving(ev->sub);
-    }
+    const char *argv[2] = {"SUBSCRIBE", ev->channel};
+    if (!up) return;
+    dtq_rconn_command(rc, subscribed_cb, ev, 2, argv, NULL);
+    dtq_rconn_serving(rc);
 }
 
 static void sub_open(dtq_web_events *ev) {
     dtq_web *w = ev->w;
     ev->sub =
         dtq_rconn_new(w->base, &w->url, w->cfg->connect_timeout_ms, "web-events", sub_state_cb, ev);
-    dtq_rconn_set_liveness(ev->sub, LIVENESS_OFF_MS);
+    dtq_rconn_set_liveness(ev->sub, w->cfg->liveness_timeout_ms);
     dtq_rconn_set_tls(ev->sub, w->tls);
+    dtq_rconn_set_push_handler(ev->sub, push_cb, ev);
     dtq_rconn_start(ev->sub);
 }
 
-/* Keep-alive comments on the streams, and the subscriber's own liveness PING. */
-static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+/* A comment line on every stream, so proxies and browsers keep idle ones open. */
+static void keepalive_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_web_events *ev = arg;
-    int64_t now = dtq_monotonic_ms();
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
-    if (ev->sub && ev->sub_up) {
-        if (ev->ping_sent_ms && now - ev->ping_sent_ms > ev->w->cfg->liveness_timeout_ms) {
-            dtq_warn("web: no reply on the events connection for %lld ms; reconnecting",
-                     (long long)(now - ev->ping_sent_ms));
-            dtq_rconn_free(ev->sub);
-            ev->sub = NULL;
-            ev->sub_up = 0;
-            sub_open(ev);
-        } else if (!ev->ping_sent_ms) {
-            const char *argv[2] = {"PING", PING_TOKEN};
-            if (sub_send(ev, 2, argv, 1) == DTQ_OK) ev->ping_sent_ms = now;
-        }
-    }
-    if (now - ev->last_keepalive_ms >= DTQ_WEB_EVENTS_KEEPALIVE_MS) {
-        ev->last_keepalive_ms = now;
-        for (client *c = ev->clients, *next; c; c = next) {
-            next = c->next;
-            if (!c->closed) client_write(c, ": keep-alive\n\n", 14);
-        }
+    for (client *c = ev->clients, *next; c; c = next) {
+        next = c->next;
+        if (!c->closed) client_write(c, ": keep-alive\n\n", 14);
     }
 }
 
@@ -321,16 +262,12 @@ int dtq_web_events_clients(const dtq_web_events *ev) {
 
 dtq_web_events *dtq_web_events_new(dtq_web *w) {
     dtq_web_events *ev = dtq_xcalloc(1, sizeof(*ev));
-    int64_t period = w->cfg->liveness_timeout_ms / 3;
-    struct timeval tv;
-    if (period > 5000) period = 5000;
-    tv.tv_sec = period / 1000;
-    tv.tv_usec = (period % 1000) * 1000;
+    struct timeval tv = {DTQ_WEB_EVENTS_KEEPALIVE_MS / 1000,
+                         (DTQ_WEB_EVENTS_KEEPALIVE_MS % 1000) * 1000};
     ev->w = w;
     ev->channel = dtq_web_key(w, "events");
-    ev->last_keepalive_ms = dtq_monotonic_ms();
-    ev->tick_ev = event_new(w->base, -1, EV_PERSIST, tick_cb, ev);
-    evtimer_add(ev->tick_ev, &tv);
+    ev->keepalive_ev = event_new(w->base, -1, EV_PERSIST, keepalive_cb, ev);
+    evtimer_add(ev->keepalive_ev, &tv);
     return ev;
 }
 
@@ -339,7 +276,7 @@ void dtq_web_events_free(dtq_web_events *ev) {
     /* dtq_web_free closed the command connection first: no backlog read is in flight */
     while (ev->clients) client_end(ev->clients);
     dtq_rconn_free(ev->sub);
-    event_free(ev->tick_ev);
+    event_free(ev->keepalive_ev);
     free(ev->channel);
     free(ev);
 }

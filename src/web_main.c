@@ -11,7 +11,7 @@
 
 #include "config.h"
 #include "log.h"
-#include "rconn.h"
+#include "redis_url.h"
 #include "sdnotify.h"
 #include "util.h"
 #include "web.h"
@@ -140,9 +140,9 @@ int main(int argc, char **argv) {
         cfg->redis_url = dtq_xstrdup(url);
     }
     if (ns) {
-        if (!dtq_valid_name(ns, strlen(ns), 64) || strchr(ns, ':')) {
+        if (!dtq_namespace_valid(ns)) {
             dtq_config_free(cfg);
-            return config_error("-n: a namespace matches [A-Za-z0-9._-]{1,64}");
+            return config_error("-n: a namespace matches " DTQ_NAMESPACE_RULE);
         }
         free(cfg->ns);
         cfg->ns = dtq_xstrdup(ns);

@@ -157,7 +157,7 @@ START_TEST(test_errors) {
     expect_error("[worker]\nqueues = a,a\n", "[worker] queues", "twice");
     expect_error("[worker]\nworker_id = has space\n", "[worker] worker_id", NULL);
     expect_error("[redis]\nurl = http://x\n", "[redis] url", "redis://");
-    expect_error("[redis]\nnamespace = a:b\n", "[redis] namespace", NULL);
+    expect_error("[redis]\nnamespace = a:b\n", "[redis] namespace", DTQ_NAMESPACE_RULE);
     expect_error("[redis]\ncluster_hash_tag = perhaps\n", "[redis] cluster_hash_tag", "boolean");
     expect_error("[redis]\ntls_ca_file = /nonexistent/ca.pem\n", "[redis] tls_ca_file",
                  "cannot read '/nonexistent/ca.pem': No such file or directory");
@@ -516,6 +516,22 @@ START_TEST(test_web_access_keys) {
 }
 END_TEST
 
+/* The one namespace rule the loader, dtqctl -n and dtq-web -n apply. */
+START_TEST(test_namespace_rule) {
+    const char *good[] = {"dtq", "a", "Jobs_2.prod-eu", NULL};
+    const char *bad[] = {"", "a:b", ":", "has space", "a/b", "{dtq}", "é", NULL};
+    char max[66];
+    for (const char **g = good; *g; g++) ck_assert_msg(dtq_namespace_valid(*g), "refused %s", *g);
+    for (const char **b = bad; *b; b++) ck_assert_msg(!dtq_namespace_valid(*b), "accepted %s", *b);
+    memset(max, 'n', 64);
+    max[64] = '\0';
+    ck_assert(dtq_namespace_valid(max));
+    max[64] = 'n';
+    max[65] = '\0';
+    ck_assert(!dtq_namespace_valid(max));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
@@ -531,6 +547,7 @@ int main(void) {
     tcase_add_test(tc, test_path_not_a_readable_file);
     tcase_add_test(tc, test_binary_refuses_directory);
     tcase_add_test(tc, test_web_access_keys);
+    tcase_add_test(tc, test_namespace_rule);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -1,179 +1,35 @@
-/* check_rconn.c: rconn.c: parsing of redis://, rediss://, unix://, redis-sentinel:// and
- * rediss-sentinel:// URLs. */
+/* check_rconn.c: rconn.c's pure part: which error replies mean the server cannot serve
+ * (the connection is dropped and made again) rather than an error of the command. */
 #include <check.h>
-#include <string.h>
 
 #include "harness.h"
 
 #include "rconn.h"
 
-START_TEST(test_url_tcp) {
-    dtq_redis_url u;
-    char err[128];
-    ck_assert_int_eq(dtq_redis_url_parse("redis://127.0.0.1:6380/3", &u, err, sizeof(err)), 0);
-    ck_assert(!u.is_unix);
-    ck_assert_str_eq(u.host, "127.0.0.1");
-    ck_assert_int_eq(u.port, 6380);
-    ck_assert_int_eq(u.db, 3);
-    ck_assert_ptr_null(u.password);
-    dtq_redis_url_deinit(&u);
-
-    ck_assert_int_eq(dtq_redis_url_parse("redis://alice:s3cr:et@h.example", &u, err, sizeof(err)),
-                     0);
-    ck_assert_str_eq(u.user, "alice");
-    ck_assert_str_eq(u.password, "s3cr:et");
-    ck_assert_str_eq(u.host, "h.example");
-    ck_assert_int_eq(u.port, 6379);
-    ck_assert_int_eq(u.db, 0);
-    dtq_redis_url_deinit(&u);
-
-    ck_assert_int_eq(dtq_redis_url_parse("redis://:pw@localhost:7000", &u, err, sizeof(err)), 0);
-    ck_assert_ptr_null(u.user);
-    ck_assert_str_eq(u.password, "pw");
-    dtq_redis_url_deinit(&u);
-
-    ck_assert_int_eq(dtq_redis_url_parse("redis://[::1]:6390/1", &u, err, sizeof(err)), 0);
-    ck_assert_str_eq(u.host, "::1");
-    ck_assert_int_eq(u.port, 6390);
-    ck_assert_int_eq(u.db, 1);
-    ck_assert(!u.tls);
-    dtq_redis_url_deinit(&u);
-}
-END_TEST
-
-START_TEST(test_url_tls) {
-    dtq_redis_url u;
-    char err[128];
-    ck_assert_int_eq(
-        dtq_redis_url_parse("rediss://alice:pw@redis.example.com:6380/2", &u, err, sizeof(err)), 0);
-    ck_assert(u.tls);
-    ck_assert(!u.is_unix);
-    ck_assert_str_eq(u.user, "alice");
-    ck_assert_str_eq(u.password, "pw");
-    ck_assert_str_eq(u.host, "redis.example.com");
-    ck_assert_int_eq(u.port, 6380);
-    ck_assert_int_eq(u.db, 2);
-    dtq_redis_url_deinit(&u);
-    ck_assert_int_eq(dtq_redis_url_parse("rediss://10.0.0.5", &u, err, sizeof(err)), 0);
-    ck_assert(u.tls);
-    ck_assert_str_eq(u.host, "10.0.0.5");
-    ck_assert_int_eq(u.port, 6379);
-    dtq_redis_url_deinit(&u);
-    ck_assert_int_eq(dtq_redis_url_parse("rediss://[::1]:7000", &u, err, sizeof(err)), 0);
-    ck_assert_str_eq(u.host, "::1");
-    ck_assert_int_eq(u.port, 7000);
-    dtq_redis_url_deinit(&u);
-    ck_assert_int_ne(dtq_redis_url_parse("rediss://", &u, err, sizeof(err)), 0);
-    ck_assert_int_ne(dtq_redis_url_parse("redisss://h", &u, err, sizeof(err)), 0);
-    ck_assert_ptr_nonnull(strstr(err, "rediss://"));
-}
-END_TEST
-
-START_TEST(test_url_unix) {
-    dtq_redis_url u;
-    char err[128];
-    ck_assert_int_eq(dtq_redis_url_parse("unix:///run/redis.sock?db=2", &u, err, sizeof(err)), 0);
-    ck_assert(u.is_unix);
-    ck_assert_str_eq(u.path, "/run/redis.sock");
-    ck_assert_int_eq(u.db, 2);
-    dtq_redis_url_deinit(&u);
-    ck_assert_int_eq(dtq_redis_url_parse("unix:///tmp/x.sock", &u, err, sizeof(err)), 0);
-    ck_assert_int_eq(u.db, 0);
-    dtq_redis_url_deinit(&u);
-}
-END_TEST
-
-START_TEST(test_url_sentinel) {
-    dtq_redis_url u;
-    char err[128];
-    ck_assert_int_eq(
-        dtq_redis_url_parse("redis-sentinel://127.0.0.1:26380,s2.example,[::1]:26390/m", &u, err,
-                            sizeof(err)),
-        0);
-    ck_assert(u.sentinel);
-    ck_assert(!u.tls);
-    ck_assert(!u.is_unix);
-    ck_assert_ptr_null(u.host);
-    ck_assert_int_eq(u.nsentinels, 3);
-    ck_assert_str_eq(u.sentinels[0].host, "127.0.0.1");
-    ck_assert_int_eq(u.sentinels[0].port, 26380);
-    ck_assert_str_eq(u.sentinels[1].host, "s2.example");
-    ck_assert_int_eq(u.sentinels[1].port, 26379);
-    ck_assert_str_eq(u.sentinels[2].host, "::1");
-    ck_assert_int_eq(u.sentinels[2].port, 26390);
-    ck_assert_str_eq(u.master_name, "m");
-    ck_assert_int_eq(u.db, 0);
-    ck_assert_ptr_null(u.password);
-    {
-        dtq_redis_url copy;
-        /* the parser is the only constructor; a round trip through deinit must be clean */
-        ck_assert_int_eq(dtq_redis_url_parse("redis-sentinel://h:1/m", &copy, err, sizeof(err)), 0);
-        dtq_redis_url_deinit(&copy);
-    }
-    dtq_redis_url_deinit(&u);
-
-    ck_assert_int_eq(dtq_redis_url_parse("rediss-sentinel://alice:p/w@d@h1:5000/mymaster/3", &u,
-                                         err, sizeof(err)),
-                     0);
-    ck_assert(u.sentinel);
-    ck_assert(u.tls);
-    ck_assert_str_eq(u.user, "alice");
-    ck_assert_str_eq(u.password, "p/w@d");
-    ck_assert_int_eq(u.nsentinels, 1);
-    ck_assert_str_eq(u.sentinels[0].host, "h1");
-    ck_assert_int_eq(u.sentinels[0].port, 5000);
-    ck_assert_str_eq(u.master_name, "mymaster");
-    ck_assert_int_eq(u.db, 3);
-    dtq_redis_url_deinit(&u);
-
-    ck_assert_int_eq(dtq_redis_url_parse("redis-sentinel://:pw@h1/m/", &u, err, sizeof(err)), 0);
-    ck_assert_ptr_null(u.user);
-    ck_assert_str_eq(u.password, "pw");
-    ck_assert_str_eq(u.master_name, "m");
-    dtq_redis_url_deinit(&u);
-    {
-        const char *bad[] = {"redis-sentinel://h1:26379", "redis-sentinel://h1:26379/",
-                             "redis-sentinel:///m",       "redis-sentinel://h1,,h2/m",
-                             "redis-sentinel://h1,/m",    "redis-sentinel://h1:0/m",
-                             "redis-sentinel://h1/m/x",   "redis-sentinel://[::1/m",
-                             "rediss-sentinel://",        NULL};
-        for (const char **b = bad; *b; b++) {
-            ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
-            ck_assert(strlen(err) > 0);
-        }
-    }
-}
-END_TEST
-
-START_TEST(test_url_errors) {
-    dtq_redis_url u;
-    char err[128];
-    const char *bad[] = {"http://x",
-                         "redis://",
-                         "redis://h:0",
-                         "redis://h:99999",
-                         "redis://h:p",
-                         "redis://h/x",
-                         "unix://relative.sock",
-                         "unix:///s.sock?db=x",
-                         "redis://[::1",
-                         "",
-                         NULL};
-    for (const char **b = bad; *b; b++) {
-        ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
-        ck_assert(strlen(err) > 0);
-    }
+START_TEST(test_unavailable) {
+    const char *yes[] = {"READONLY You can't write against a read only replica.",
+                         "LOADING Redis is loading the dataset in memory",
+                         "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set "
+                         "to 'no'.",
+                         "READONLY", NULL};
+    const char *no[] = {"ERR unknown command",
+                        "NOPERM this user has no permissions",
+                        "READONLYX not a word",
+                        "LOADINGS",
+                        "WRONGTYPE Operation against a key",
+                        "",
+                        NULL};
+    for (const char **e = yes; *e; e++)
+        ck_assert_msg(dtq_rconn_error_is_unavailable(*e), "not unavailable: %s", *e);
+    for (const char **e = no; *e; e++)
+        ck_assert_msg(!dtq_rconn_error_is_unavailable(*e), "unavailable: %s", *e);
 }
 END_TEST
 
 int main(void) {
     Suite *s = suite_create("rconn");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_url_tcp);
-    tcase_add_test(tc, test_url_tls);
-    tcase_add_test(tc, test_url_unix);
-    tcase_add_test(tc, test_url_sentinel);
-    tcase_add_test(tc, test_url_errors);
+    tcase_add_test(tc, test_unavailable);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
