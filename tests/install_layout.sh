@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The install layout under the default prefix and under /usr: every path the units name
+# (Documentation=, the configuration directory, the binaries) is where the install puts
+# things, and the example configuration lands in /etc/dtq as the README says.
+# Usage: tests/install_layout.sh SOURCE_DIR
+set -euo pipefail
+src=$1
+tmp=$(mktemp -d /tmp/dtq-install.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+checks=0
+
+for prefix in default /usr; do
+    b=$tmp/build-${prefix//\//_}
+    d=$tmp/root-${prefix//\//_}
+    args=(-DDTQ_BUILD_TESTS=OFF)
+    [ "$prefix" = default ] || args+=(-DCMAKE_INSTALL_PREFIX="$prefix")
+    cmake -S "$src" -B "$b" "${args[@]}" >/dev/null
+    DESTDIR=$d cmake --install "$b" --component data >/dev/null
+    bindir=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$b/CMakeCache.txt")/bin
+    [ -f "$d/etc/dtq/config.example.ini" ] || fail "$prefix: no /etc/dtq/config.example.ini"
+    checks=$((checks + 1))
+    units=$(find "$d" -path '*/lib/systemd/system/*.service' | sort)
+    [ "$(echo "$units" | wc -l)" -eq 3 ] || fail "$prefix: expected 3 units, got: $units"
+    for u in $units; do
+        doc=$(sed -n 's|^Documentation=file://||p' "$u")
+        if [ -z "$doc" ] || [ ! -f "$d$doc" ]; then
+            fail "$prefix: $(basename "$u") documents '$doc', not installed"
+        fi
+        while read -r exe; do
+            [ "$(dirname "$exe")" = "$bindir" ] || fail "$prefix: $(basename "$u") runs $exe, binaries go to $bindir"
+        done < <(grep -o '^Exec[A-Za-z]*=[^ ]*dtq-[a-z]*' "$u" | cut -d= -f2)
+        grep -q -- "-c /etc/dtq/" "$u" || fail "$prefix: $(basename "$u") reads no config from /etc/dtq"
+        checks=$((checks + 3))
+    done
+done
+echo "install layout: $checks checks passed"
