@@ -11,9 +11,11 @@
  * none of its features (bodies, keep-alive, chunked transfers), so the connections are
  * handled here, each limit in one place:
  *
- *  - at most DTQ_HTTP_MAX_CONNECTIONS at once (accept_cb). A connection over the cap is
- *    closed at accept, before anything is read: refusing costs nothing, nothing waits in a
- *    queue for a slot, and the count is exact (accept_cb adds, conn_free subtracts);
+ *  - at most DTQ_HTTP_MAX_CONNECTIONS at once (accept_cb). At the cap a new connection
+ *    takes the place of the oldest one that has not sent a whole request yet: a flood of
+ *    idle connections then cannot starve a health check, whose request comes at once. Only
+ *    when every open connection is being answered is the new one closed at accept. The
+ *    count is exact (accept_cb adds, conn_free subtracts);
  *  - one deadline per connection, DTQ_HTTP_TIMEOUT_MS from accept to close, whatever the
  *    client does: sends nothing, trickles bytes, or does not read the answer;
  *  - a request head (request line and headers) of at most DTQ_HTTP_MAX_HEAD bytes, else 431;
@@ -251,6 +253,14 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg) {
     conn_free(arg);
 }
 
+/* New connections are put at the head of the list, so the oldest is the last one there. */
+static http_conn *oldest_unanswered(dtq_http *h) {
+    http_conn *c, *found = NULL;
+    for (c = h->conns; c; c = c->next)
+        if (!c->answered) found = c;
+    return found;
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg) {
     dtq_http *h = arg;
@@ -262,9 +272,14 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     DTQ_UNUSED(salen);
     /* Debug only: a client that floods the port would otherwise flood the log too. */
     if (h->nconns >= DTQ_HTTP_MAX_CONNECTIONS) {
-        dtq_debug("http: %d connections open; closing a new one", h->nconns);
-        evutil_closesocket(fd);
-        return;
+        http_conn *idle = oldest_unanswered(h);
+        if (!idle) {
+            dtq_debug("http: %d connections open, all answering; closing a new one", h->nconns);
+            evutil_closesocket(fd);
+            return;
+        }
+        dtq_debug("http: %d connections open; closing the oldest that sent no request", h->nconns);
+        conn_free(idle);
     }
     bev = bufferevent_socket_new(h->ctx->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {

@@ -9,7 +9,7 @@
 #include "ctx.h"
 
 /* Limits of the endpoint, which is open to whatever reaches the port (http.c says why). */
-#define DTQ_HTTP_MAX_CONNECTIONS 64 /* open at once; one more is closed at accept */
+#define DTQ_HTTP_MAX_CONNECTIONS 64 /* open at once; one more evicts the oldest idle one */
 #define DTQ_HTTP_TIMEOUT_MS 5000    /* per connection, from accept to close */
 #define DTQ_HTTP_MAX_HEAD 8192      /* request line and headers, in bytes */
 
