@@ -201,6 +201,15 @@ static void backlog_cb(redisAsyncContext *ac, void *reply, void *priv) {
     }
 }
 
+/* Streams are put at the head of the list, so the oldest is the last one there. One whose
+ * backlog read is in flight is left alone (its reply callback owns it). */
+static client *oldest_stream(dtq_web_events *ev) {
+    client *found = NULL;
+    for (client *c = ev->clients; c; c = c->next)
+        if (!c->backlog_pending && !c->closed) found = c;
+    return found;
+}
+
 void dtq_web_events_serve(dtq_web_events *ev, struct evhttp_request *req,
                           const struct evkeyvalq *query) {
     const char *b = evhttp_find_header(query, "backlog");
@@ -213,9 +222,14 @@ void dtq_web_events_serve(dtq_web_events *ev, struct evhttp_request *req,
         return;
     }
     if (ev->nclients >= DTQ_WEB_EVENTS_CLIENTS_MAX) {
-        dtq_web_reply_error(req, 503, "too_many_streams", "%d event streams are open already",
-                            DTQ_WEB_EVENTS_CLIENTS_MAX);
-        return;
+        client *oldest = oldest_stream(ev);
+        if (!oldest) {
+            dtq_web_reply_error(req, 503, "too_many_streams", "%d event streams are open already",
+                                DTQ_WEB_EVENTS_CLIENTS_MAX);
+            return;
+        }
+        dtq_debug("web: %d event streams open; ending the oldest for a new one", ev->nclients);
+        client_end(oldest);
     }
     evhttp_add_header(out, "Content-Type", "text/event-stream; charset=utf-8");
     evhttp_add_header(out, "Cache-Control", "no-store");

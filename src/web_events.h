@@ -12,7 +12,7 @@
 struct evhttp_request;
 struct evkeyvalq;
 
-#define DTQ_WEB_EVENTS_CLIENTS_MAX 64         /* open streams; one more is 503 */
+#define DTQ_WEB_EVENTS_CLIENTS_MAX 64         /* open streams; one more ends the oldest */
 #define DTQ_WEB_EVENTS_BACKLOG_MAX 500        /* backlog=; more is 400 */
 #define DTQ_WEB_EVENTS_KEEPALIVE_MS 15000     /* a comment line this often on every stream */
 #define DTQ_WEB_EVENTS_BUFFERED_MAX (1 << 20) /* bytes a client has not read: it is dropped */

@@ -25,6 +25,7 @@
 
 #include "harness.h"
 #include "util.h"
+#include "web_events.h"
 
 #define TOKEN "it-web-token-0123456789abcdef"
 #define ALICE "alice-token-fedcba9876543210"
@@ -1125,7 +1126,7 @@ static void events_open(const char *host, const char *auth) {
 /* Starts dtq-web on listen with a config of its own: [redis] url and the [web] lines
  * given; read_tokens and tokens (NULL: none) are written to files named in it. The log
  * goes to log (a file in the test's directory). Waits until it accepts connections on
- * 127.0.0.1:PORT (listen must cover it). */
+ * 127.0.0.1:PORT (listen must cover it) and has connected to Redis. */
 static void start_web_cfg(const char *listen, const char *web_lines, const char *read_tokens,
                           const char *tokens, const char *log_name, char *log, size_t loglen) {
     char ini[400], rtok[400], wtok[400];
@@ -1154,10 +1155,12 @@ static void start_web_cfg(const char *listen, const char *web_lines, const char 
     th_process_start(&W, argv, log);
     for (int i = 0; i < 500; i++) {
         int fd = tcp_connect(PORT);
-        if (fd >= 0) {
+        /* listening, and connected to Redis (else reads answer 503) */
+        if (fd >= 0 && th_count_in_file(log, "web: connected to redis") > 0) {
             close(fd);
             return;
         }
+        if (fd >= 0) close(fd);
         ck_assert_msg(kill(W.pid, 0) == 0 && waitpid(W.pid, NULL, WNOHANG) == 0,
                       "dtq-web exited; see %s", log);
         th_sleep_ms(20);
@@ -1363,6 +1366,39 @@ START_TEST(test_non_loopback_bind_warns) {
 }
 END_TEST
 
+/* Held event streams cannot lock the dashboard out: with DTQ_WEB_EVENTS_CLIENTS_MAX streams
+ * open, one more is served and the oldest stream is ended (its client reconnects, as the
+ * page does), while the newer ones stay. */
+START_TEST(test_event_streams_evict_oldest) {
+    const char *req = "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    int fds[DTQ_WEB_EVENTS_CLIENTS_MAX + 1];
+    char buf[4096];
+    start_worker();
+    start_web(NULL);
+    for (int i = 0; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
+        fds[i] = tcp_connect(PORT);
+        ck_assert(fds[i] >= 0);
+        ck_assert_int_eq(send(fds[i], req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+        buf[0] = '\0';
+        ck_assert_msg(read_until(fds[i], "dtq-web events", 5000, buf, sizeof(buf)),
+                      "stream %d was not served: %s", i, buf);
+        ck_assert_msg(strstr(buf, "200") != NULL, "stream %d: %s", i, buf);
+    }
+    /* the oldest ends: the last chunk of its answer (its connection may stay for another
+     * request, as HTTP/1.1 allows) */
+    buf[0] = '\0';
+    ck_assert_msg(read_until(fds[0], "0\r\n\r\n", 5000, buf, sizeof(buf)),
+                  "the oldest stream was not ended: %s", buf);
+    for (int i = 1; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
+        struct pollfd p = {fds[i], POLLIN, 0};
+        while (poll(&p, 1, 0) == 1) /* the rest of its first chunk may still be there */
+            ck_assert_msg(recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT) > 0, "stream %d ended too",
+                          i);
+    }
+    for (int i = 0; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) close(fds[i]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("api");
@@ -1377,6 +1413,7 @@ int main(void) {
     tcase_add_test(tc, test_writes_with_the_token);
     tcase_add_test(tc, test_bad_input_and_methods);
     tcase_add_test(tc, test_event_stream);
+    tcase_add_test(tc, test_event_streams_evict_oldest);
     tcase_add_test(tc, test_command_line);
     tcase_add_test(tc, test_systemd_unit_and_ready);
     tcase_add_test(tc, test_host_check_refuses_foreign_names);
