@@ -348,9 +348,10 @@ START_TEST(test_tag_enqueue_show_cancel) {
     ck_assert_ptr_nonnull(strstr(out, "\"status\":\"succeeded\""));
     ck_assert_ptr_nonnull(strstr(out, "\"result\":{\"x\":1}"));
     free(out);
-    /* without the setting dtqctl looks at dtq:task:t1, which does not exist */
-    ck_assert_int_eq(ctl(&out, "show t1"), 1);
-    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
+    /* without the setting too: show reads through dtq_task_view, and the library the
+     * daemon loaded names {dtq}:task:t1 */
+    ck_assert_int_eq(ctl(&out, "show t1"), 0);
+    assert_shown(out, "id", "t1");
     free(out);
 
     ck_assert_int_eq(tag(&out, "enqueue default echo '{\"y\":2}' --id t2 --wait"), 0);
@@ -390,8 +391,8 @@ START_TEST(test_tag_dlq) {
     ck_assert_ptr_nonnull(strstr(out, "nope"));
     ck_assert_int_eq(count_lines(out), 1);
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq list"), 0); /* dtq:stream:dead-letter is empty */
-    ck_assert_str_eq(out, "");
+    ck_assert_int_eq(ctl(&out, "dlq list"), 0); /* dtq_dead_letters: the library's keys */
+    ck_assert_msg(!strncmp(out, "f1  fail  attempts=", 19), "%s", out);
     free(out);
     ck_assert_int_eq(tag(&out, "--json dlq list --count 5"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"f1\""));
@@ -470,8 +471,8 @@ START_TEST(test_tag_queues_workers_stats) {
     ck_assert_ptr_nonnull(strstr(out, "\"worker_id\":\"w-tag\""));
     ck_assert_ptr_nonnull(strstr(out, "\"status\":\"running\""));
     free(out);
-    ck_assert_int_eq(ctl(&out, "workers"), 0); /* dtq:workers is empty */
-    ck_assert_ptr_null(strstr(out, "w-tag"));
+    ck_assert_int_eq(ctl(&out, "workers"), 0); /* dtq_workers: the library's keys */
+    ck_assert_msg(strstr(out, "\nw-tag ") != NULL, "%s", out);
     free(out);
 
     ck_assert_int_eq(tag(&out, "stats"), 0);
@@ -578,10 +579,15 @@ START_TEST(test_config_file) {
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 1); /* {dtq}:task:j1 */
     ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
     free(out);
-    snprintf(args, sizeof(args), "-c '%s' show j1", d.cfg);
-    ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_CLUSTER_HASH_TAG=false", args),
-                     1); /* jobs:task:j1 */
-    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
+    /* the environment's cluster_hash_tag over the file's: the prefix dtqctl names keys
+     * with (its reads go through the library, whose prefix is the daemon's) */
+    snprintf(args, sizeof(args), "-c '%s' acl monitor", d.cfg);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_CLUSTER_HASH_TAG=false", args), 0);
+    ck_assert_msg(strstr(out, " %R~jobs:* ") != NULL, "%s", out);
+    ck_assert_ptr_null(strstr(out, "{jobs}"));
+    free(out);
+    ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 0);
+    ck_assert_msg(strstr(out, " %R~{jobs}:* ") != NULL, "%s", out);
     free(out);
     snprintf(args, sizeof(args), "-c '%s' -u unix:///nonexistent/redis.sock show j1", d.cfg);
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", args), 1);
@@ -620,6 +626,166 @@ START_TEST(test_enqueue_bulk_from_stdin) {
 }
 END_TEST
 
+/* --help lists exactly the verb table's rows, in its order; each listed verb is dispatched
+ * (a wrong argument count is its own usage line from the table, exit 2, not "unknown
+ * command"). */
+START_TEST(test_help_is_the_table) {
+    static const struct {
+        const char *verb, *wrong, *usage;
+    } want[] = {
+        {"enqueue", "enqueue q", "usage: dtqctl enqueue <queue> <task_type> <payload> [options]"},
+        {"enqueue-bulk", "enqueue-bulk q",
+         "usage: dtqctl enqueue-bulk <queue> <task_type> [options]"},
+        {"show", "show", "usage: dtqctl show <id>"},
+        {"cancel", "cancel a b", "usage: dtqctl cancel <id>"},
+        {"dlq list", NULL, NULL},
+        {"dlq requeue", "dlq requeue", "usage: dtqctl dlq requeue <id>"},
+        {"dlq requeue-all", "dlq requeue-all x", "usage: dtqctl dlq requeue-all"},
+        {"dlq discard", "dlq discard a b", "usage: dtqctl dlq discard <id>"},
+        {"dlq purge", "dlq purge x", "usage: dtqctl dlq purge"},
+        {"queues", "queues x", "usage: dtqctl queues"},
+        {"pause", "pause", "usage: dtqctl pause <queue>"},
+        {"resume", "resume a b", "usage: dtqctl resume <queue>"},
+        {"workers", "workers x", "usage: dtqctl workers"},
+        {"events", "events x", "usage: dtqctl events"},
+        {"stats", "stats x", "usage: dtqctl stats"},
+        {"functions install", "functions install x", "usage: dtqctl functions install"},
+        {"acl", "acl", "usage: dtqctl acl ROLE..."},
+    };
+    size_t n = sizeof(want) / sizeof(want[0]), i = 0;
+    char *out, *p, *end;
+    ck_assert_int_eq(ctl(&out, "--help"), 0);
+    p = strstr(out, "\ncommands:\n");
+    ck_assert_ptr_nonnull(p);
+    p += strlen("\ncommands:\n");
+    end = strstr(p, "\n\n");
+    ck_assert_ptr_nonnull(end);
+    /* a verb's line starts with two spaces and a letter; deeper lines continue it */
+    for (char *line = p; line < end; line = strchr(line, '\n') + 1) {
+        char verb[64], w1[32], w2[32];
+        if (strncmp(line, "  ", 2) || line[2] == ' ') continue;
+        ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
+        if (!strcmp(w1, "dlq") || !strcmp(w1, "functions"))
+            snprintf(verb, sizeof(verb), "%s %s", w1, w2);
+        else
+            snprintf(verb, sizeof(verb), "%s", w1);
+        ck_assert_msg(i < n, "--help lists more verbs than the table: %s", verb);
+        ck_assert_str_eq(verb, want[i].verb);
+        i++;
+    }
+    ck_assert_int_eq(i, n);
+    free(out);
+    for (i = 0; i < n; i++) {
+        char line[200];
+        if (!want[i].wrong) continue; /* dlq list takes any count of words (its options) */
+        ck_assert_int_eq(ctl(&out, want[i].wrong), 2);
+        snprintf(line, sizeof(line), "dtqctl: %s\nTry 'dtqctl --help'.\n", want[i].usage);
+        ck_assert_str_eq(out, line);
+        free(out);
+    }
+    ck_assert_int_eq(ctl(&out, "dlq"), 2);
+    ck_assert_str_eq(out, "dtqctl: usage: dtqctl dlq list|requeue|requeue-all|discard|purge\n"
+                          "Try 'dtqctl --help'.\n");
+    free(out);
+    ck_assert_int_eq(ctl(&out, "dlq requeue-al"), 2);
+    ck_assert_ptr_nonnull(strstr(out, "dtqctl: unknown dlq command 'requeue-al'\n"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "dlq list --count 0"), 2);
+    ck_assert_ptr_nonnull(strstr(out, "dtqctl: dlq list: bad argument '--count'\n"));
+    free(out);
+}
+END_TEST
+
+/* dlq list pages through <ns>_dead_letters (500 per call at most), oldest first, with
+ * whole values (field_max 0), the same lines and --json array as one XRANGE gave. */
+START_TEST(test_dlq_list_pages) {
+    char *out, *big = malloc(3001), line[200];
+    cJSON *arr, *e;
+    redisReply *r;
+    memset(big, 'x', 3000);
+    big[3000] = 0;
+    for (int i = 1; i <= 1203; i++)
+        redisAppendCommand(C,
+                           "XADD dtq:stream:dead-letter 1-%d task_id dl%d task_type echo "
+                           "attempts_made %d last_error e%d payload %s",
+                           i, i, i % 7, i, big);
+    for (int i = 1; i <= 1203; i++) {
+        ck_assert_int_eq(redisGetReply(C, (void **)&r), REDIS_OK);
+        ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(ctl(&out, "dlq list"), 0);
+    ck_assert_int_eq(count_lines(out), 20);
+    ck_assert_msg(!strncmp(out, "dl1  echo  attempts=1  e1\n", 26), "%s", out);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "dlq list --count 1100"), 0);
+    ck_assert_int_eq(count_lines(out), 1100);
+    ck_assert_msg(!strncmp(out, "dl1  echo  attempts=1  e1\n", 26), "%.200s", out);
+    snprintf(line, sizeof(line), "\ndl501  echo  attempts=%d  e501\n", 501 % 7);
+    ck_assert_ptr_nonnull(strstr(out, line));
+    snprintf(line, sizeof(line), "\ndl1100  echo  attempts=%d  e1100\n", 1100 % 7);
+    ck_assert_ptr_nonnull(strstr(out, line));
+    ck_assert_ptr_null(strstr(out, "dl1101 "));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json dlq list --count 1000000"), 0);
+    arr = cJSON_Parse(out);
+    ck_assert_msg(cJSON_IsArray(arr), "%.300s", out);
+    ck_assert_int_eq(cJSON_GetArraySize(arr), 1203);
+    for (int i = 0; i < 1203; i++) {
+        char id[32], tid[32];
+        e = cJSON_GetArrayItem(arr, i);
+        snprintf(id, sizeof(id), "1-%d", i + 1);
+        snprintf(tid, sizeof(tid), "dl%d", i + 1);
+        ck_assert_str_eq(cJSON_GetObjectItem(e, "entry_id")->valuestring, id);
+        ck_assert_str_eq(cJSON_GetObjectItem(e, "task_id")->valuestring, tid);
+        ck_assert_int_eq(strlen(cJSON_GetObjectItem(e, "payload")->valuestring), 3000);
+        ck_assert_ptr_null(cJSON_GetObjectItem(e, "payload_truncated"));
+        ck_assert_ptr_null(cJSON_GetObjectItem(e, "entry_ms"));
+    }
+    cJSON_Delete(arr);
+    free(out);
+    free(big);
+}
+END_TEST
+
+/* show renders dtq_task_view: the fields in the order of the reference's table, a JSON
+ * result as stored (text) or parsed (--json), a text result as it is (text) or null
+ * (--json), no result as null. */
+START_TEST(test_show_renders_task_view) {
+    char *out;
+    ck_assert_int_eq(
+        ctl(&out, "enqueue default echo '{\"a\": [1, 2],  \"n\": 12345678901234567890}' --id s1 "
+                  "--wait"),
+        0);
+    {
+        const char *head = "s1 created\nid                 s1\nqueue              default\n"
+                           "task_type          echo\n";
+        ck_assert_msg(!strncmp(out, head, strlen(head)), "%s", out);
+    }
+    assert_shown(out, "result", "{\"a\": [1, 2],  \"n\": 12345678901234567890}");
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json show s1"), 0);
+    ck_assert_msg(strstr(out, "\"result\":{\"a\":[1,2],\"n\":") != NULL, "%s", out);
+    ck_assert_msg(!strncmp(out, "{\"id\":\"s1\",\"queue\":\"default\",", 29), "%s", out);
+    free(out);
+    freeReplyObject(th_cmd(C, "HSET dtq:task:s2 id s2 queue default status succeeded zz 1"));
+    freeReplyObject(th_cmd(C, "SET dtq:result:s2 %s", "not json"));
+    ck_assert_int_eq(ctl(&out, "show s2"), 0);
+    ck_assert_str_eq(out, "id                 s2\nqueue              default\n"
+                          "status             succeeded\nzz                 1\n"
+                          "result             not json\n");
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json show s2"), 0);
+    ck_assert_str_eq(out, "{\"id\":\"s2\",\"queue\":\"default\",\"status\":\"succeeded\","
+                          "\"zz\":\"1\",\"result\":null}\n");
+    free(out);
+    freeReplyObject(th_cmd(C, "DEL dtq:result:s2"));
+    ck_assert_int_eq(ctl(&out, "show s2"), 0);
+    assert_shown(out, "result", "null");
+    free(out);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
@@ -632,6 +798,9 @@ int main(void) {
     tcase_add_test(tc, test_events_follow);
     tcase_add_test(tc, test_enqueue_bulk_from_stdin);
     tcase_add_test(tc, test_bad_config_and_secrets);
+    tcase_add_test(tc, test_help_is_the_table);
+    tcase_add_test(tc, test_dlq_list_pages);
+    tcase_add_test(tc, test_show_renders_task_view);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);

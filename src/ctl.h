@@ -1,0 +1,76 @@
+/* ctl.h: what dtqctl's files share: the connection state, the verb table's row, the ways
+ * out (usage error, refusal), the calls to Redis and the verbs. dtqctl.c holds the table
+ * and dispatches; the read verbs (which render the read Functions) are in ctl_read.c, the
+ * write verbs in ctl_write.c. Exit codes: 0 ok, 1 refused / not found / unreachable,
+ * 2 usage or configuration. */
+#ifndef DTQ_CTL_H
+#define DTQ_CTL_H
+
+#include <cjson/cJSON.h>
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+
+#include "rsync.h"
+
+#define CTL_EXIT_REFUSED 1
+#define CTL_EXIT_USAGE 2
+#define CTL_ACTOR "dtqctl" /* the actor of every admin Function dtqctl calls */
+
+typedef struct ctl {
+    dtq_rsync *conn; /* NULL for the verbs that do not connect */
+    const char *ns;
+    char *prefix;
+    int json;
+    int64_t wait_timeout_ms; /* [redis] wait_timeout_ms, for --wait-replicas */
+} ctl;
+
+typedef struct ctl_verb ctl_verb;
+
+/* A verb's handler: argv are the words after the verb (and its sub-verb), argc of them
+ * within the row's arity. Returns the exit code. */
+typedef int ctl_run_fn(ctl *x, const ctl_verb *v, int argc, char **argv);
+
+/* One row of dtqctl's verb table (dtqctl.c): --help, the unknown-command check, the arity
+ * errors and the dispatch all come from it. */
+struct ctl_verb {
+    const char *name;
+    const char *sub;  /* the sub-verb (dlq list, functions install), or NULL */
+    const char *args; /* the positional arguments ("<queue>"), or NULL */
+    const char *opts; /* the options, or NULL; '\n' goes on with a new line */
+    const char *help; /* what it does, or NULL; '\n' goes on with a new line */
+    int min, max;     /* argument count; max -1: any (the handler parses the options) */
+    ctl_run_fn *run;
+    int connects;   /* 0: no Redis connection (acl) */
+    const char *fn; /* the Function of the one-word verbs (ctl_simple), or NULL */
+};
+
+/* "dtqctl: <message>" and "Try 'dtqctl --help'." on stderr, exit 2. */
+void ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* "dtqctl: <message>" on stderr, exit 1. */
+void ctl_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* One command and its reply (an error reply included); a lost connection exits 1. */
+redisReply *ctl_command(ctl *x, int argc, const char **argv);
+/* The next reply without a command (a subscriber's messages); a lost connection exits 1. */
+redisReply *ctl_read(ctl *x);
+/* FCALL (ro: FCALL_RO) <ns>_<name> 0 args...; error replies are returned, but for Functions
+ * that are not loaded (exit 1 naming `dtqctl functions install`). */
+redisReply *ctl_fcall_reply(ctl *x, int ro, const char *name, int argc, const char **args);
+/* ctl_fcall_reply with any error reply ending the program: exit 1, the error on stderr. */
+redisReply *ctl_fcall(ctl *x, int ro, const char *name, int argc, const char **args);
+/* A read Function's reply (FCALL_RO, one JSON text) parsed; exit 1 on an error reply or
+ * a reply that is not JSON. Caller-owned. */
+cJSON *ctl_read_model(ctl *x, const char *name, int argc, const char **args);
+/* The value unformatted on one line of stdout. */
+void ctl_print_json(const cJSON *v);
+
+/* Read verbs (ctl_read.c). */
+ctl_run_fn ctl_show, ctl_queues, ctl_workers, ctl_stats, ctl_dlq_list, ctl_events;
+/* A <ns>_task_view reply (its JSON text) as `show` prints it; enqueue --wait ends with it. */
+void ctl_show_task(ctl *x, const char *text, size_t len);
+
+/* Write verbs (ctl_write.c). ctl_simple calls the row's Function with the arguments and
+ * the actor, and prints its one-word reply. */
+ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_requeue_all, ctl_functions_install;
+
+#endif

@@ -1,0 +1,302 @@
+/* ctl_write.c: dtqctl's write verbs, each one a Function: enqueue, enqueue-bulk, cancel,
+ * pause, resume, dlq requeue | requeue-all | discard | purge, and functions install (the
+ * library itself). The admin Functions get the actor "dtqctl". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "scripts.h"
+#include "task.h"
+#include "util.h"
+
+/* A flag of enqueue / enqueue-bulk and the Function option it becomes. */
+typedef struct flag_opt {
+    const char *flag, *opt;
+} flag_opt;
+
+static const flag_opt task_opts[] = {{"--priority", "priority"},
+                                     {"--delay-ms", "delay_ms"},
+                                     {"--max-attempts", "max_attempts"},
+                                     {"--timeout-ms", "timeout_ms"},
+                                     {"--ttl-seconds", "ttl_seconds"},
+                                     /* enqueue only: */
+                                     {"--idempotency-key", "idempotency_key"},
+                                     {"--id", "task_id"}};
+#define NBULK_OPTS 5 /* enqueue-bulk takes the first five */
+#define NTASK_OPTS (sizeof(task_opts) / sizeof(task_opts[0]))
+
+/* The option of a flag among the first n, or NULL. */
+static const char *flag_option(const char *flag, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        if (!strcmp(flag, task_opts[j].flag)) return task_opts[j].opt;
+    return NULL;
+}
+
+/* The one-word replies (queued, cancelled, paused, counts...). */
+static void print_simple(ctl *x, const redisReply *r) {
+    if (r->type == REDIS_REPLY_INTEGER) {
+        printf("%lld\n", r->integer);
+    } else if (x->json) {
+        cJSON *s = cJSON_CreateString(r->str ? r->str : "");
+        ctl_print_json(s);
+        cJSON_Delete(s);
+    } else {
+        printf("%s\n", r->str ? r->str : "");
+    }
+}
+
+int ctl_simple(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char *a[2];
+    redisReply *r;
+    if (argc) a[0] = argv[0]; /* the id or queue; purge takes the actor alone */
+    a[argc] = CTL_ACTOR;
+    r = ctl_fcall(x, 0, v->fn, argc + 1, a);
+    print_simple(x, r);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* dlq requeue-all: <ns>_requeue_dlq's cursor loop ([requeued, next_cursor|nil, skipped]),
+ * over the entries the stream held when it began (a task that fails again at once is
+ * left for the next loop). */
+int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    char *cursor = dtq_xstrdup("-");
+    long long total = 0;
+    DTQ_UNUSED(v);
+    DTQ_UNUSED(argc);
+    DTQ_UNUSED(argv);
+    while (cursor) {
+        const char *a[3] = {"", CTL_ACTOR, cursor};
+        redisReply *r = ctl_fcall(x, 0, "requeue_dlq", 3, a);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER)
+            ctl_refused("requeue_dlq: unexpected reply");
+        total += r->element[0]->integer;
+        free(cursor);
+        cursor = r->element[1]->type == REDIS_REPLY_STRING ? dtq_xstrdup(r->element[1]->str) : NULL;
+        freeReplyObject(r);
+    }
+    printf("%lld\n", total);
+    return 0;
+}
+
+/* WAIT n after a write: how many replicas have it (timeout: [redis] wait_timeout_ms). */
+static long long wait_replicas(ctl *x, long long n, int64_t timeout_ms) {
+    char ns[32], ts[32];
+    const char *argv[3] = {"WAIT", ns, ts};
+    redisReply *r;
+    long long got;
+    snprintf(ns, sizeof(ns), "%lld", n);
+    snprintf(ts, sizeof(ts), "%lld", (long long)timeout_ms);
+    r = ctl_command(x, 3, argv);
+    if (r->type != REDIS_REPLY_INTEGER)
+        ctl_refused("WAIT: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    got = r->integer;
+    freeReplyObject(r);
+    return got;
+}
+
+/* enqueue --wait: <ns>_task_view (no events) until the task is terminal, then printed as
+ * `show` prints it. Exit 1 unless it succeeded. */
+static int wait_task(ctl *x, const char *id) {
+    const char *a[2] = {id, "0"};
+    for (;;) {
+        redisReply *r = ctl_fcall_reply(x, 1, "task_view", 2, a);
+        cJSON *view, *st;
+        if (r->type == REDIS_REPLY_ERROR) {
+            if (!strncmp(r->str, "NOT_FOUND", 9)) ctl_refused("task %s disappeared", id);
+            ctl_refused("%s", r->str);
+        }
+        view = r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len) : NULL;
+        st = cJSON_GetObjectItemCaseSensitive(view, "status");
+        if (!cJSON_IsString(st)) ctl_refused("unexpected reply to %s_task_view", x->ns);
+        if (dtq_task_status_is_terminal(st->valuestring)) {
+            int failed = strcmp(st->valuestring, "succeeded") != 0;
+            ctl_show_task(x, r->str, r->len);
+            cJSON_Delete(view);
+            freeReplyObject(r);
+            return failed;
+        }
+        cJSON_Delete(view);
+        freeReplyObject(r);
+        usleep(50000);
+    }
+}
+
+int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
+    char uuid[37];
+    int n = 0, wait = 0, have_id = 0, short_of_replicas = 0, failed = 0;
+    int64_t want_replicas = 0;
+    long long replicas = -1;
+    redisReply *r;
+    DTQ_UNUSED(v);
+    args[n++] = argv[0];
+    args[n++] = argv[1];
+    args[n++] = argv[2];
+    for (int i = 3; i < argc; i++) {
+        const char *opt;
+        if (!strcmp(argv[i], "--wait")) {
+            wait = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--wait-replicas")) {
+            if (i + 1 >= argc || dtq_parse_int64(argv[i + 1], 1, 64, &want_replicas) != DTQ_OK)
+                ctl_usage_error("enqueue: --wait-replicas needs a number of replicas in [1, 64]");
+            i++;
+            continue;
+        }
+        opt = flag_option(argv[i], NTASK_OPTS);
+        if (!opt) ctl_usage_error("enqueue: unknown option '%s'", argv[i]);
+        if (i + 1 >= argc) ctl_usage_error("enqueue: %s needs a value", argv[i]);
+        if (!strcmp(opt, "task_id")) have_id = 1;
+        args[n++] = opt;
+        args[n++] = argv[++i];
+    }
+    if (!have_id) { /* ids minted by dtqctl are UUIDv4 (SPEC 3) */
+        dtq_uuid4(uuid);
+        args[n++] = "task_id";
+        args[n++] = uuid;
+    }
+    r = ctl_fcall(x, 0, "enqueue", n, args);
+    free(args);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        ctl_refused("unexpected reply to enqueue");
+    if (want_replicas) { /* on the same connection, right after the FCALL */
+        replicas = wait_replicas(x, want_replicas, x->wait_timeout_ms);
+        short_of_replicas = replicas < want_replicas;
+    }
+    if (x->json && !wait) {
+        if (replicas >= 0)
+            printf("{\"task_id\":\"%s\",\"result\":\"%s\",\"replicas\":%lld}\n", r->element[0]->str,
+                   r->element[1]->str, replicas);
+        else
+            printf("{\"task_id\":\"%s\",\"result\":\"%s\"}\n", r->element[0]->str,
+                   r->element[1]->str);
+    } else if (!x->json) {
+        printf("%s %s\n", r->element[0]->str, r->element[1]->str);
+    }
+    if (short_of_replicas) {
+        fflush(stdout);
+        fprintf(stderr,
+                "dtqctl: the enqueue reached %lld of %lld replica(s) within %lld ms: a failover "
+                "now could lose it\n",
+                replicas, (long long)want_replicas, (long long)x->wait_timeout_ms);
+    }
+    if (wait) failed = wait_task(x, r->element[0]->str);
+    freeReplyObject(r);
+    return failed || short_of_replicas ? CTL_EXIT_REFUSED : 0;
+}
+
+#define BULK_CHUNK 1000
+
+/* Sends one chunk of payloads with <ns>_enqueue_bulk and prints a line per task; returns
+ * how many were refused. lines[i] is the input line number of payloads[i]. */
+static int bulk_chunk(ctl *x, const char **args, int nopts, char **payloads, const long *lines,
+                      int n, cJSON *json_out) {
+    const char **a = dtq_xcalloc((size_t)(3 + n + nopts), sizeof(char *));
+    char count[16];
+    int refusedn = 0;
+    redisReply *r;
+    snprintf(count, sizeof(count), "%d", n);
+    a[0] = args[0];
+    a[1] = args[1];
+    a[2] = count;
+    for (int i = 0; i < n; i++) a[3 + i] = payloads[i];
+    for (int i = 0; i < nopts; i++) a[3 + n + i] = args[2 + i];
+    r = ctl_fcall(x, 0, "enqueue_bulk", 3 + n + nopts, a);
+    free(a);
+    if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n)
+        ctl_refused("unexpected reply to enqueue_bulk");
+    for (int i = 0; i < n; i++) {
+        const redisReply *e = r->element[i];
+        int ok = e->type == REDIS_REPLY_ARRAY && e->elements == 2;
+        if (!ok) refusedn++;
+        if (json_out) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "line", (double)lines[i]);
+            if (ok) {
+                cJSON_AddStringToObject(o, "task_id", e->element[0]->str);
+                cJSON_AddStringToObject(o, "result", e->element[1]->str);
+            } else {
+                cJSON_AddStringToObject(o, "error", e->str ? e->str : "?");
+            }
+            cJSON_AddItemToArray(json_out, o);
+        } else if (ok) {
+            printf("%s %s\n", e->element[0]->str, e->element[1]->str);
+        } else {
+            fprintf(stderr, "dtqctl: line %ld: %s\n", lines[i], e->str ? e->str : "?");
+        }
+    }
+    freeReplyObject(r);
+    return refusedn;
+}
+
+/* enqueue-bulk <queue> <task_type> [options]: one JSON payload per line of stdin, sent in
+ * chunks of BULK_CHUNK through <ns>_enqueue_bulk (one Function call per chunk). */
+int ctl_enqueue_bulk(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char **args = dtq_xcalloc((size_t)argc * 2 + 2, sizeof(char *));
+    char **payloads = dtq_xcalloc(BULK_CHUNK, sizeof(char *));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0, lines[BULK_CHUNK];
+    int nargs = 2, n = 0, refusedn = 0;
+    cJSON *json_out = x->json ? cJSON_CreateArray() : NULL;
+    DTQ_UNUSED(v);
+    args[0] = argv[0];
+    args[1] = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *opt = flag_option(argv[i], NBULK_OPTS);
+        if (!opt) ctl_usage_error("enqueue-bulk: unknown option '%s'", argv[i]);
+        if (i + 1 >= argc) ctl_usage_error("enqueue-bulk: %s needs a value", argv[i]);
+        args[nargs++] = opt;
+        args[nargs++] = argv[++i];
+    }
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue; /* blank lines separate nothing */
+        lines[n] = lineno;
+        payloads[n++] = dtq_xstrdup(line);
+        if (n == BULK_CHUNK) {
+            refusedn += bulk_chunk(x, args, nargs - 2, payloads, lines, n, json_out);
+            for (int i = 0; i < n; i++) free(payloads[i]);
+            n = 0;
+        }
+    }
+    if (n) refusedn += bulk_chunk(x, args, nargs - 2, payloads, lines, n, json_out);
+    for (int i = 0; i < n; i++) free(payloads[i]);
+    if (json_out) {
+        ctl_print_json(json_out);
+        cJSON_Delete(json_out);
+    }
+    free(line);
+    free(payloads);
+    free(args);
+    return refusedn ? CTL_EXIT_REFUSED : 0;
+}
+
+/* functions install: the library the daemon would load, for this namespace and key prefix.
+ * For deployments whose workers may not FUNCTION LOAD (dtqctl acl worker): they check that
+ * the installed library's <ns>_version is their own. */
+int ctl_functions_install(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    size_t len;
+    char *lib = dtq_scripts_library(x->ns, x->prefix, &len);
+    const char *a[4] = {"FUNCTION", "LOAD", "REPLACE", lib};
+    redisReply *r = ctl_command(x, 4, a); /* the library text holds no NUL */
+    DTQ_UNUSED(v);
+    DTQ_UNUSED(argc);
+    DTQ_UNUSED(argv);
+    DTQ_UNUSED(len);
+    free(lib);
+    if (r->type == REDIS_REPLY_ERROR) ctl_refused("FUNCTION LOAD: %s", r->str);
+    freeReplyObject(r);
+    if (x->json)
+        printf("{\"library\":\"%s\",\"version\":\"%s\"}\n", x->ns, dtq_scripts_version());
+    else
+        printf("installed library %s version %s\n", x->ns, dtq_scripts_version());
+    return 0;
+}
