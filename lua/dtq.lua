@@ -255,10 +255,36 @@ local function in_cancelled(tid)
 end
 
 -- A fresh value of <prefix>:seq. The first one a call takes also numbers its events.
+--[[ <p>:seq after INCRBY by; a value that is not an integer, or a key of another type
+(what a producer, who holds SET on it, could leave there) is replaced, so no producer can
+stop the others' enqueues. ]]
+local function seq_incr(by)
+  local n = by == 1 and redis.pcall('INCR', k('seq')) or redis.pcall('INCRBY', k('seq'), by)
+  if type(n) == 'table' then
+    redis.call('SET', k('seq'), by)
+    n = by
+  end
+  return n
+end
+
 local function next_seq()
-  local n = fmt(redis.call('INCR', k('seq')))
+  local n = fmt(seq_incr(1))
   if not call_seq then call_seq = n end
   return n
+end
+
+--[[ A minted task id that no task holds. <p>:seq only grows through INCR/INCRBY, but a
+producer holds those (a Function runs with its caller's permissions) and INCRBY takes a
+negative step: a rewound counter would mint an id that is taken and overwrite that task.
+So a taken id is never used: the counter is stepped on until a free id comes (a bounded
+number of times; after that the enqueue is refused with ID_EXISTS, nothing overwritten). ]]
+local MINT_TRIES = 1000
+local function free_task_id(ms, tid)
+  for _ = 1, MINT_TRIES do
+    if redis.call('EXISTS', k('task', tid)) == 0 then return tid end
+    tid = fmt(ms) .. '-' .. next_seq()
+  end
+  return nil
 end
 
 -- '1' .. '1024', made once (by the first call that emits: the standard library is out of
@@ -1227,7 +1253,8 @@ local function enqueue(keys, args)
   if depth >= c.max_queue_depth then return queue_full(c, queue, depth) end
 
   local ms = now_ms()
-  local tid = o.task_id or (fmt(ms) .. '-' .. next_seq())
+  local tid = o.task_id or free_task_id(ms, fmt(ms) .. '-' .. next_seq())
+  if not tid then return redis.error_reply('ID_EXISTS every id minted was taken (<p>:seq rewound?)') end
   create_task(c, ms, tid, queue, ttype, payload, o)
   queue_known(queue)
   if ikey then
@@ -1263,7 +1290,7 @@ local function enqueue_bulk(keys, args)
   if not o then return opt_error(oerr) end
   local ms = now_ms()
   local depth = queue_depth(queue)
-  local seq = redis.call('INCRBY', k('seq'), n) - n
+  local seq = seq_incr(n) - n
   local out = {}
   for i = 1, n do
     local payload = args[3 + i]
@@ -1273,10 +1300,14 @@ local function enqueue_bulk(keys, args)
     elseif depth >= c.max_queue_depth then
       out[i] = queue_full(c, queue, depth)
     else
-      local tid = fmt(ms) .. '-' .. fmt(seq + i)
-      create_task(c, ms, tid, queue, ttype, payload, o)
-      if not (o.delay_ms and o.delay_ms > 0) then depth = depth + 1 end
-      out[i] = {tid, 'created'}
+      local tid = free_task_id(ms, fmt(ms) .. '-' .. fmt(seq + i))
+      if tid then
+        create_task(c, ms, tid, queue, ttype, payload, o)
+        if not (o.delay_ms and o.delay_ms > 0) then depth = depth + 1 end
+        out[i] = {tid, 'created'}
+      else
+        out[i] = redis.error_reply('ID_EXISTS every id minted was taken (<p>:seq rewound?)')
+      end
     end
   end
   queue_known(queue)

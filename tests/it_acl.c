@@ -397,6 +397,56 @@ START_TEST(test_producer) {
 }
 END_TEST
 
+/* A producer holds SET and INCRBY on <p>:seq (its enqueues need them). Neither can make an
+ * enqueue overwrite a task or stop the others' enqueues: a rewound counter that mints an id
+ * already taken skips it, and a counter left as text (or as a key of another type) is
+ * replaced. The taken ids are laid for every millisecond of the next seconds, so the
+ * enqueue's own clock reading lands on one of them. */
+START_TEST(test_producer_cannot_rewind_ids) {
+    redisContext *p;
+    redisReply *r;
+    long long now_ms;
+    char *id, taken[64];
+    free(ctl_expect(0, NULL, "functions install"));
+    apply_role("prod", "producer");
+    p = connect_as("prod");
+    r = th_cmd(C, "TIME");
+    now_ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    for (long long ms = now_ms; ms < now_ms + 3000; ms++)
+        redisAppendCommand(C, "HSET dtq:task:%lld-77 id %lld-77 payload mine", ms, ms);
+    for (long long ms = now_ms; ms < now_ms + 3000; ms++) {
+        ck_assert_int_eq(redisGetReply(C, (void **)&r), REDIS_OK);
+        freeReplyObject(r);
+    }
+    freeReplyObject(redisCommand(p, "SET dtq:seq 76")); /* the next id minted is <ms>-77 */
+    id = enqueue_as(p, "default echo {\"new\":1}");
+    ck_assert_msg(strstr(id, "-77") == NULL, "minted a taken id: %s", id);
+    th_assert_field(C, id, "payload", "{\"new\":1}");
+    snprintf(taken, sizeof(taken), "%.*s-77", (int)(strchr(id, '-') - id), id);
+    th_assert_field(C, taken, "payload", "mine"); /* the task at the taken id is untouched */
+    free(id);
+    /* the same through enqueue_bulk, and a counter rewound by INCRBY */
+    freeReplyObject(redisCommand(p, "INCRBY dtq:seq -2")); /* 78 - 2: the next is <ms>-77 */
+    r = redisCommand(p, "FCALL dtq_enqueue_bulk 0 default echo 2 {\"b\":1} {\"b\":2}");
+    ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "enqueue_bulk: %s",
+                  r && r->str ? r->str : "?");
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(r->element[i]->type, REDIS_REPLY_ARRAY);
+        ck_assert_msg(strstr(r->element[i]->element[0]->str, "-77") == NULL, "bulk minted %s",
+                      r->element[i]->element[0]->str);
+    }
+    freeReplyObject(r);
+    /* a counter that is not a number does not stop enqueues */
+    freeReplyObject(redisCommand(p, "SET dtq:seq not-a-number"));
+    id = enqueue_as(p, "default echo {}");
+    th_assert_field(C, id, "status", "queued");
+    free(id);
+    assert_no_denials("prod");
+    redisFree(p);
+}
+END_TEST
+
 /* A Function refused a command midway: the error text the docs quote. */
 START_TEST(test_denial_inside_a_function) {
     redisContext *p;
@@ -949,6 +999,7 @@ int main(void) {
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_acl_output_and_hash_tag);
     tcase_add_test(tc, test_producer);
+    tcase_add_test(tc, test_producer_cannot_rewind_ids);
     tcase_add_test(tc, test_denial_inside_a_function);
     tcase_add_test(tc, test_producer_raw_and_forged_entries);
     tcase_add_test(tc, test_worker_role_end_to_end);
