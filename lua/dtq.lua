@@ -852,12 +852,42 @@ examined every call whatever the free slots, the ones beyond run_slots requeued.
 cursors (0-0 to start) carry each stream's scan across calls, so live entries at the
 head of a pending list cannot hide lost ones behind them. Returns {claimed-tasks,
 next-cursors}, one cursor per stream. ]]
+--[[ Whether reaps may adopt yet, as Redis saw the fleet: every reap (each daemon calls one
+every visibility_timeout / 2) leaves its time in <p>:reaper. A reap that finds the last one
+longer ago than that plus 2 s (or none) follows a time in which no daemon reached Redis: an
+outage, or no daemon running. Running attempts of live daemons then look idle for as long
+as it lasted, and their daemons may not have reconnected yet, so nothing is adopted until
+min_idle after that reap (`up_since`), whichever daemon asks and however new it is. ]]
+local REAP_GAP_SLACK_MS = 2000
+local function reap_may_adopt(ms, min_idle)
+  local key = k('reaper')
+  local st = redis.pcall('HMGET', key, 'last_reap', 'up_since')
+  if st.err then
+    redis.call('DEL', key) -- a key of another type: start over, as after an outage
+    st = {}
+  end
+  local last, up = tonumber(st[1]), tonumber(st[2])
+  if not last or not up or ms - last > min_idle / 2 + REAP_GAP_SLACK_MS then
+    up = ms
+    redis.call('HSET', key, 'last_reap', fmt(ms), 'up_since', fmt(ms))
+  else
+    redis.call('HSET', key, 'last_reap', fmt(ms))
+  end
+  return ms - up >= min_idle
+end
+
 local function reap(keys, args)
   local worker, min_idle = args[1], args[2]
   local run_slots, min_count = tonumber(args[3]), tonumber(args[4])
   local policy = decode_policy(args[5])
   local c = load_config()
   local ms = now_ms()
+  if not reap_may_adopt(ms, tonumber(min_idle) or 0) then
+    local cursors = {}
+    for i = 1, #keys do cursors[i] = args[5 + (i - 1) * 3 + 3] end
+    prune_consumers(keys, worker, tonumber(min_idle) or 0)
+    return {{}, cursors}
+  end
   local claimed, cursors, taken = {}, {}, 0
   local budget = math.max(run_slots, min_count)
   for i, stream in ipairs(keys) do

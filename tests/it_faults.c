@@ -498,6 +498,36 @@ START_TEST(test_redis_outage_does_not_make_live_workers_look_lost) {
 }
 END_TEST
 
+/* An outage in which Redis kept its clock running (here Redis itself held with SIGSTOP
+ * for longer than visibility_timeout_s, as in a network partition; a restart would reset
+ * the idle times as the file is loaded), and the daemon that reaps first is a fresh
+ * process started as Redis came back, with no reconnect of its own to wait after. Redis's
+ * view decides: its first reap finds no reap for longer than visibility_timeout_s / 2 +
+ * 2 s, so no reap adopts anything until visibility_timeout_s after it, whichever daemon
+ * sends it; w-late (held back too) renews its claim when it is back within that time. The
+ * task (max_attempts = 1) succeeds at attempt 1 on w-late; before, w-fresh adopted it at
+ * its first reap and it was dead-lettered worker_lost. */
+START_TEST(test_fresh_daemon_after_an_outage_does_not_take_live_work) {
+    th_daemon a, b;
+    start(&a, "w-late", NULL, NULL, 1);
+    enqueue("default", "outlived2", "sleep", "{\"ms\":9000}", "max_attempts 1");
+    wait_status("outlived2", "running", 5000);
+    kill(a.pid, SIGSTOP);
+    kill(R.pid, SIGSTOP);
+    th_sleep_ms(4500); /* deliberate: longer than visibility_timeout_s (3) */
+    kill(R.pid, SIGCONT);
+    start(&b, "w-fresh", NULL, NULL, 1);
+    th_sleep_ms(2000); /* deliberate: w-fresh's first reaps (1 s, then every 1.5 s) */
+    kill(a.pid, SIGCONT);
+    wait_status("outlived2", "succeeded", 20000);
+    th_assert_field(C, "outlived2", "attempt", "1");
+    th_assert_field(C, "outlived2", "worker_id", "w-late");
+    ck_assert_int_eq(pending_count_of("default"), 0);
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
 /* Redis refusing writes while a daemon starts (OOM under noeviction): its setup is
  * refused command by command (Functions, config, one XGROUP CREATE per stream), and that
  * is one log line per try, not one per command. It serves once writes are accepted. */
@@ -531,6 +561,7 @@ int main(void) {
     tcase_add_test(tc, test_workers_and_consumers_do_not_accumulate);
     tcase_add_test(tc, test_wait_for_a_replica_after_each_finish_batch);
     tcase_add_test(tc, test_redis_outage_does_not_make_live_workers_look_lost);
+    tcase_add_test(tc, test_fresh_daemon_after_an_outage_does_not_take_live_work);
     tcase_add_test(tc, test_refused_setup_is_logged_once_per_try);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
