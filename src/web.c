@@ -1,6 +1,6 @@
 /* web.c: dtq-web's server: listener, routing, the Host check, the read and write gates,
  * bodies, answers, the page's static files and the sampling timer. The handlers are in
- * web_api.c and web_events.c. */
+ * web_read.c, web_write.c, web_sampler.c (web_api.h) and web_events.c. */
 #include "web.h"
 
 #include <event2/buffer.h>
@@ -389,14 +389,7 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     w->read_tokens = read_tokens;
     w->started_ms = dtq_now_ms();
     w->prefix = dtq_config_prefix(cfg);
-    w->fn.requeue = dtq_keys_function(cfg->ns, "requeue");
-    w->fn.requeue_dlq = dtq_keys_function(cfg->ns, "requeue_dlq");
-    w->fn.discard = dtq_keys_function(cfg->ns, "discard");
-    w->fn.purge_dlq = dtq_keys_function(cfg->ns, "purge_dlq");
-    w->fn.cancel = dtq_keys_function(cfg->ns, "cancel");
-    w->fn.pause = dtq_keys_function(cfg->ns, "pause");
-    w->fn.resume = dtq_keys_function(cfg->ns, "resume");
-    w->fn.stats = dtq_keys_function(cfg->ns, "stats");
+    dtq_web_functions_init(&w->fn, cfg->ns);
     w->history = dtq_web_history_new(DTQ_WEB_HISTORY_SAMPLES);
     {
         char herr[256];
@@ -488,14 +481,7 @@ void dtq_web_free(dtq_web *w) {
     dtq_web_tokens_free(w->tokens);
     dtq_web_tokens_free(w->read_tokens);
     dtq_web_hosts_free(w->hosts);
-    free(w->fn.requeue);
-    free(w->fn.requeue_dlq);
-    free(w->fn.discard);
-    free(w->fn.purge_dlq);
-    free(w->fn.cancel);
-    free(w->fn.pause);
-    free(w->fn.resume);
-    free(w->fn.stats);
+    dtq_web_functions_deinit(&w->fn);
     free(w->prefix);
     free(w->listen);
     dtq_config_free(w->cfg);

@@ -1,14 +1,17 @@
 /* web_api.h: the JSON API behind dtq-web's page, and the sampler. Every handler answers
- * its request itself, now (bad input) or once its Redis replies are in; the reads follow
- * known keys only (<p>:queues, <p>:workers, the streams of a queue, one task), never a
- * keyspace SCAN, and page with COUNT; the writes are the admin Functions with the token's
- * actor, so they are audited like redis-cli's. Shapes and error codes: docs/reference.md,
- * "dtq-web". */
+ * its request itself, now (bad input) or once its Redis replies are in. The reads
+ * (web_read.c) are the library's read Functions (FCALL_RO, docs/reference.md 5.5) with
+ * what only dtq-web knows added; the writes (web_write.c) are the admin Functions with the
+ * token's actor, so they are audited like redis-cli's; the sampler (web_sampler.c) feeds
+ * the history (web_history.h). Each request that needs Redis is a job of steps (rsteps.h)
+ * on the one connection; web_api.c holds what they share. Shapes and error codes:
+ * docs/reference.md, "dtq-web". */
 #ifndef DTQ_WEB_API_H
 #define DTQ_WEB_API_H
 
 #include <cjson/cJSON.h>
 
+#include "rsteps.h"
 #include "web_core.h"
 
 struct evhttp_request;
@@ -42,8 +45,31 @@ void dtq_web_api_task_write(dtq_web *w, struct evhttp_request *req, const dtq_we
 void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq_purge(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 
-/* One sample for the history (web_history.h): <ns>_stats and every live worker's hash.
- * Sets w->sampling until its replies are in. */
+/* One sample for the history (web_history.h): <ns>_stats and <ns>_workers. Sets
+ * w->sampling until its replies are in. */
 void dtq_web_api_sample(dtq_web *w);
+
+/* ------------------------------------------------- shared by the handlers (web_api.c) */
+
+/* What every job of the API keeps first in its state. */
+typedef struct dtq_web_job {
+    dtq_web *w;
+    struct evhttp_request *req; /* NULL: the sampler */
+} dtq_web_job;
+
+/* A job (rsteps.h) on w->redis whose state is `state`, a struct that starts with h (freed
+ * with state_free). A lost link answers the request 503 redis_unavailable (the sampler:
+ * the sample is dropped). */
+dtq_rsteps *dtq_web_job_new(dtq_web_job *h, void *state, void (*state_free)(void *));
+/* 1 when Redis is connected; else 0 after answering 503. */
+int dtq_web_redis_up(dtq_web *w, struct evhttp_request *req);
+/* The query parameter `name`, NULL when absent. */
+const char *dtq_web_query(const dtq_web_args *a, const char *name);
+/* The integer parameter `name` (def when absent or empty) in [min, max]: 0, or -1 after
+ * answering 400. */
+int dtq_web_query_int(struct evhttp_request *req, const dtq_web_args *a, const char *name,
+                      int64_t def, int64_t min, int64_t max, int64_t *out);
+/* A task id as a path may carry it (derived ids of raw entries included). */
+int dtq_web_valid_task_id(const char *s);
 
 #endif

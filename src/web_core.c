@@ -6,6 +6,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,22 +89,62 @@ void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error
 int dtq_web_function_error(const char *err, const char **error_word) {
     static const struct {
         const char *prefix;
+        int word; /* the prefix is the reply's first word */
         int code;
-        const char *word;
-    } map[] = {{"NOT_FOUND", 404, "not_found"},
-               {"WRONG_STATE", 409, "wrong_state"},
-               {"INVALID_ARGUMENT", 400, "bad_request"},
-               {"ERR Function not found", 503, "functions_not_loaded"},
-               {"NOPERM", 403, "redis_permission"}};
+        const char *word_name;
+    } map[] = {{"NOT_FOUND", 1, 404, "not_found"},
+               {"WRONG_STATE", 1, 409, "wrong_state"},
+               {"INVALID_ARGUMENT", 1, 400, "bad_request"},
+               {"ERR Function not found", 1, 503, "functions_not_loaded"},
+               {"NOPERM", 1, 403, "redis_permission"},
+               /* a command of a Function refused to its caller (ACL) */
+               {"ERR The user executing the script can't", 0, 403, "redis_permission"}};
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         size_t n = strlen(map[i].prefix);
-        if (!strncmp(err, map[i].prefix, n) && (err[n] == ' ' || err[n] == '\0')) {
-            *error_word = map[i].word;
+        if (!strncmp(err, map[i].prefix, n) && (!map[i].word || err[n] == ' ' || err[n] == '\0')) {
+            *error_word = map[i].word_name;
             return map[i].code;
         }
     }
     *error_word = "redis_error";
     return 502;
+}
+
+void dtq_web_reply_redis_error(struct evhttp_request *req, const char *err) {
+    const char *word;
+    int code = dtq_web_function_error(err, &word);
+    if (code == 403)
+        dtq_web_reply_error(req, code, word,
+                            "permission denied: the Redis user of dtq-web may not do this "
+                            "(ACL): %s",
+                            err);
+    else
+        dtq_web_reply_error(req, code, word, "%s", err);
+}
+
+/* ----------------------------------------------------------------- Function names */
+
+#define FN(name)                                                                                   \
+    { #name, offsetof(dtq_web_functions, name) }
+static const struct {
+    const char *name;
+    size_t off;
+} FUNCTIONS[] = {FN(requeue),    FN(requeue_dlq), FN(discard),      FN(purge_dlq), FN(cancel),
+                 FN(pause),      FN(resume),      FN(stats),        FN(overview),  FN(workers),
+                 FN(queue_view), FN(task_view),   FN(dead_letters), FN(audit_page)};
+#undef FN
+
+void dtq_web_functions_init(dtq_web_functions *f, const char *ns) {
+    for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++)
+        *(char **)((char *)f + FUNCTIONS[i].off) = dtq_keys_function(ns, FUNCTIONS[i].name);
+}
+
+void dtq_web_functions_deinit(dtq_web_functions *f) {
+    for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++) {
+        char **p = (char **)((char *)f + FUNCTIONS[i].off);
+        free(*p);
+        *p = NULL;
+    }
 }
 
 char *dtq_web_key(const dtq_web *w, const char *fmt, ...) {

@@ -1,12 +1,13 @@
-/* web_core.h: what dtq-web's server (web.c) and its handlers (web_api.c, web_events.c)
- * share, below all three: struct dtq_web, key names and the answer helpers (web_core.c).
+/* web_core.h: what dtq-web's server (web.c) and its handlers (web_api.h, web_events.c)
+ * share, below them all: struct dtq_web, the Function names, the answer helpers and the
+ * map of Redis error replies to HTTP statuses (web_core.c).
  *
  * dtq-web, the operator's dashboard: one evhttp server on the event loop that
  * serves the page (web/, embedded at build time) and the JSON API behind it, over one
  * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects).
  *
  * This module owns the server: listening, routing (method and path to a handler of
- * web_api.c or web_events.c, 404 and 405 answered here), the Host check of every request
+ * web_api.h or web_events.c, 404 and 405 answered here), the Host check of every request
  * (421), the bearer-token gate of every write and, with read tokens, of every read
  * (web_auth.h), request bodies, the answer helpers, the static files and the
  * sampling timer. Reads never write; writes are the admin Functions, nothing else.
@@ -38,10 +39,14 @@ struct dtq_web_events;
 #define DTQ_WEB_HISTORY_SAMPLES 720 /* samples kept: an hour at the default 5 s */
 #define DTQ_WEB_ACTOR_READONLY NULL
 
-/* Function names "<ns>_<name>" of the admin calls. */
+/* Function names "<ns>_<name>": the admin calls, and the reads (docs/reference.md 5.5). */
 typedef struct dtq_web_functions {
-    char *requeue, *requeue_dlq, *discard, *purge_dlq, *cancel, *pause, *resume, *stats;
+    char *requeue, *requeue_dlq, *discard, *purge_dlq, *cancel, *pause, *resume;
+    char *stats, *overview, *workers, *queue_view, *task_view, *dead_letters, *audit_page;
 } dtq_web_functions;
+
+void dtq_web_functions_init(dtq_web_functions *f, const char *ns);
+void dtq_web_functions_deinit(dtq_web_functions *f);
 
 typedef struct dtq_web {
     struct event_base *base;
@@ -66,7 +71,7 @@ typedef struct dtq_web {
     int64_t started_ms;
 } dtq_web;
 
-/* "<prefix>:<suffix>", caller-owned. */
+/* "<prefix>:<suffix>", caller-owned (web_events.c; the others build keys with keys.h). */
 char *dtq_web_key(const dtq_web *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------- answers (web_api, events) */
@@ -82,9 +87,13 @@ void dtq_web_send(struct evhttp_request *req, int code, const char *body, size_t
 /* Answers {"error": error, "message": <fmt...>} with code. */
 void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error, const char *fmt,
                          ...) __attribute__((format(printf, 4, 5)));
-/* The HTTP status and error word for an error reply of an admin Function (its first word:
- * NOT_FOUND 404, WRONG_STATE 409, INVALID_ARGUMENT 400, a missing Function 503, others
- * 502). */
+/* The HTTP status and error word for an error reply of Redis, a Function's or a command's
+ * (the one place that maps them): NOT_FOUND 404, WRONG_STATE 409, INVALID_ARGUMENT 400, a
+ * missing Function 503, an ACL refusal (NOPERM, or a Function's command refused to its
+ * caller) 403 redis_permission, others 502 redis_error. */
 int dtq_web_function_error(const char *err, const char **error_word);
+/* Answers the error reply err as dtq_web_function_error maps it; the message is the reply,
+ * and says it is a permission error for a 403. */
+void dtq_web_reply_redis_error(struct evhttp_request *req, const char *err);
 
 #endif

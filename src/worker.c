@@ -21,6 +21,7 @@
 #include "lease.h"
 #include "log.h"
 #include "reaper.h"
+#include "rsteps.h"
 #include "scheduler.h"
 #include "scripts.h"
 #include "sdnotify.h"
@@ -40,8 +41,7 @@ enum dtq_worker_state {
 struct dtq_worker {
     dtq_ctx *ctx;
     enum dtq_worker_state state;
-    int setup_pending; /* setup replies outstanding after a (re)connect */
-    int setup_failed;  /* this setup round gave up: its other replies are ignored */
+    unsigned setup_gen; /* the current setup round's number: older rounds are ignored */
     int ever_ready;
     int policy_warned;         /* the volatile-* eviction warning was logged */
     char library_why[256];     /* why the loaded library cannot be used, if it cannot */
@@ -133,28 +133,48 @@ static void setup_retry_cb(evutil_socket_t fd, short what, void *arg) {
     if (dtq_rconn_is_up(w->ctx->cmd) && !w->ctx->ready) setup_redis(w);
 }
 
-/* Gives up this setup round (its other replies are ignored) and tries again in 5 s. */
-static void setup_retry_later(dtq_worker *w) {
-    struct timeval tv = {5, 0};
-    w->setup_failed = 1;
-    evtimer_add(w->setup_retry_timer, &tv);
+/* A setup round: one step of commands (rsteps.h) after a (re)connect; setup_done once its
+ * replies are in, unless it gave up. A round that a newer one replaced is ignored. */
+typedef struct setup_round {
+    dtq_worker *w;
+    unsigned gen;
+    int failed; /* this round gave up: its other replies are ignored */
+} setup_round;
+
+/* The round's state while it is the current one, else NULL (its replies are ignored). */
+static setup_round *current_round(dtq_rsteps *j) {
+    setup_round *s = dtq_rsteps_state(j);
+    return s->gen == s->w->setup_gen ? s : NULL;
 }
 
-static void setup_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_worker *w = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    if (!reply) return; /* lost again; the next connect restarts the setup */
+/* Gives up this setup round (its other replies are ignored) and tries again in 5 s. */
+static void setup_retry_later(setup_round *s) {
+    struct timeval tv = {5, 0};
+    s->failed = 1;
+    evtimer_add(s->w->setup_retry_timer, &tv);
+}
+
+static void setup_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    DTQ_UNUSED(a);
+    DTQ_UNUSED(b);
+    if (!s) return;
     if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         /* One line per try: the other setup commands of the try are refused alike (OOM
          * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
-        if (!w->setup_failed && !dtq_rconn_error_is_unavailable(reply->str))
+        if (!s->failed && !dtq_rconn_error_is_unavailable(reply->str))
             dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
                       reply->str);
-        setup_retry_later(w);
-        return;
+        setup_retry_later(s);
     }
-    if (--w->setup_pending == 0 && !w->setup_failed) setup_done(w);
+}
+
+/* Every reply of the round is in. */
+static void setup_end(dtq_rsteps *j) {
+    setup_round *s = current_round(j);
+    dtq_worker *w = s && !s->failed ? s->w : NULL;
+    dtq_rsteps_end(j);
+    if (w) setup_done(w);
 }
 
 /* Evicted task hashes are silently lost tasks, so a policy that may evict any key
@@ -187,14 +207,13 @@ static int check_eviction_policy(dtq_worker *w, const redisReply *reply) {
     return 0;
 }
 
-static void policy_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_worker *w = priv;
-    redisReply *reply = r;
-    if (reply && check_eviction_policy(w, reply) != 0) {
-        setup_retry_later(w);
+static void policy_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    if (s && check_eviction_policy(s->w, reply) != 0) {
+        setup_retry_later(s);
         return;
     }
-    setup_cb(ac, r, priv);
+    setup_reply(j, reply, a, b);
 }
 
 /* The Functions library. First FCALL_RO <ns>_version: when the library of this build is
@@ -203,13 +222,16 @@ static void policy_cb(redisAsyncContext *ac, void *r, void *priv) {
  * Otherwise FUNCTION LOAD REPLACE; when the ACL refuses that (NOPERM), the worker says once
  * what is missing, does not serve, and checks again every 5 s, so that the install is all
  * it takes. */
-static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_worker *w = priv;
-    redisReply *reply = r;
-    const char *ns = w->ctx->cfg->ns;
-    char msg[sizeof(w->library_problem)];
-    if (!reply || reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
-        setup_cb(ac, r, priv);
+static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    dtq_worker *w;
+    const char *ns;
+    char msg[sizeof(s->w->library_problem)];
+    if (!s) return;
+    w = s->w;
+    ns = w->ctx->cfg->ns;
+    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
+        setup_reply(j, reply, a, b);
         return;
     }
     snprintf(msg, sizeof(msg),
@@ -222,25 +244,27 @@ static void load_cb(redisAsyncContext *ac, void *r, void *priv) {
         dtq_sdnotify("STATUS=waiting for the dtq Functions library (dtqctl functions install)");
         snprintf(w->library_problem, sizeof(w->library_problem), "%s", msg);
     }
-    setup_retry_later(w);
+    setup_retry_later(s);
 }
 
-static void version_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_worker *w = priv;
-    redisReply *reply = r;
-    const char *ns = w->ctx->cfg->ns, *want = dtq_scripts_version();
-    dtq_argv a;
+static void version_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    dtq_worker *w;
+    const char *ns, *want = dtq_scripts_version();
+    dtq_argv argv;
     size_t len;
     char *lib;
-    if (!reply) return; /* lost again; the next connect restarts the setup */
+    if (!s) return;
+    w = s->w;
+    ns = w->ctx->cfg->ns;
     if (reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, want)) {
         if (w->library_problem[0])
             dtq_info("the Functions library %s version %s is installed; serving", ns, want);
         w->library_problem[0] = '\0';
-        setup_cb(ac, r, priv);
+        setup_reply(j, reply, a, b);
         return;
     }
-    /* why the loaded library cannot be used, for load_cb's message */
+    /* why the loaded library cannot be used, for load_reply's message */
     if (reply->type == REDIS_REPLY_STRING)
         snprintf(w->library_why, sizeof(w->library_why),
                  "the installed Functions library is version %.64s, not %s", reply->str, want);
@@ -256,28 +280,27 @@ static void version_cb(redisAsyncContext *ac, void *r, void *priv) {
         snprintf(w->library_why, sizeof(w->library_why), "%s_version failed: %.120s", ns,
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
     lib = dtq_scripts_library(ns, w->ctx->prefix, &len);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FUNCTION");
-    dtq_argv_adds(&a, "LOAD");
-    dtq_argv_adds(&a, "REPLACE");
-    dtq_argv_add(&a, lib, len);
+    dtq_argv_init(&argv);
+    dtq_argv_adds(&argv, "FUNCTION");
+    dtq_argv_adds(&argv, "LOAD");
+    dtq_argv_adds(&argv, "REPLACE");
+    dtq_argv_add(&argv, lib, len);
     free(lib);
-    /* still counted in setup_pending: load_cb answers for it */
-    dtq_rconn_command(w->ctx->cmd, load_cb, w, a.argc, (const char **)a.argv, a.lens);
-    dtq_argv_deinit(&a);
+    /* a command of this step: the round waits for it too, load_reply answers for it */
+    dtq_rsteps_send(j, load_reply, 0, 0, &argv);
+    dtq_argv_deinit(&argv);
 }
 
-/* Setup commands bypass the gate: they are what opens it. */
-static void setup_command(dtq_worker *w, dtq_argv *a) {
-    if (dtq_rconn_command(w->ctx->cmd, setup_cb, w, a->argc, (const char **)a->argv, a->lens) ==
-        DTQ_OK)
-        w->setup_pending++;
+/* A command of the setup round (setup commands bypass the gate: they are what opens it). */
+static void setup_command(dtq_rsteps *j, dtq_rsteps_reply_fn *fn, dtq_argv *a) {
+    dtq_rsteps_send(j, fn, 0, 0, a);
     dtq_argv_deinit(a);
 }
 
 /* <prefix>:config: the limits the Functions enforce, as this daemon's config says (the
- * fields are config.c's, dtq_config_each_field). */
-static void publish_config(dtq_worker *w, int counted) {
+ * fields are config.c's, dtq_config_each_field); a command of setup round j, or on its
+ * own with j NULL. */
+static void publish_config(dtq_worker *w, dtq_rsteps *j) {
     dtq_argv a;
     char *key = dtq_key_config(w->ctx->prefix);
     dtq_argv_init(&a);
@@ -285,8 +308,8 @@ static void publish_config(dtq_worker *w, int counted) {
     dtq_argv_adds(&a, key);
     dtq_config_publish_args(w->ctx->cfg, &a);
     free(key);
-    if (counted) {
-        setup_command(w, &a);
+    if (j) {
+        setup_command(j, setup_reply, &a);
     } else {
         dtq_rconn_command(w->ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
         dtq_argv_deinit(&a);
@@ -295,23 +318,24 @@ static void publish_config(dtq_worker *w, int counted) {
 
 static void setup_redis(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
+    setup_round *s = dtq_xcalloc(1, sizeof(*s));
+    dtq_rsteps *j;
     dtq_argv a;
     ctx->ready = 0;
-    w->setup_pending = 0;
-    w->setup_failed = 0;
+    s->w = w;
+    s->gen = ++w->setup_gen; /* a round still in flight is ignored from here on */
+    /* a lost link ends the round: the next connect starts another */
+    j = dtq_rsteps_new(ctx->cmd, s, free, NULL);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "INFO");
     dtq_argv_adds(&a, "memory");
-    if (dtq_rconn_command(ctx->cmd, policy_cb, w, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
-        w->setup_pending++;
-    dtq_argv_deinit(&a);
+    setup_command(j, policy_reply, &a);
     {
         char *fn = dtq_keys_function(ctx->cfg->ns, "version");
-        const char *argv[3] = {"FCALL_RO", fn, "0"};
-        if (dtq_rconn_command(ctx->cmd, version_cb, w, 3, argv, NULL) == DTQ_OK) w->setup_pending++;
+        dtq_rsteps_sendl(j, version_reply, 0, 0, "FCALL_RO", fn, "0", NULL);
         free(fn);
     }
-    publish_config(w, 1);
+    publish_config(w, j);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {
         char *key = dtq_key_queues(ctx->prefix);
@@ -331,8 +355,9 @@ static void setup_redis(dtq_worker *w) {
         dtq_argv_adds(&a, DTQ_GROUP);
         dtq_argv_adds(&a, "0");
         dtq_argv_adds(&a, "MKSTREAM");
-        setup_command(w, &a);
+        setup_command(j, setup_reply, &a);
     }
+    dtq_rsteps_wait(j, setup_end);
 }
 
 static void cmd_state_cb(dtq_rconn *rc, int up, void *arg) {
@@ -489,7 +514,7 @@ static void reload(dtq_worker *w) {
         dtq_scheduler_stop(w->scheduler);
     else if (w->state == DTQ_WORKER_RUNNING && ctx->ready)
         dtq_scheduler_start(w->scheduler);
-    if (dtq_rconn_is_up(ctx->cmd)) publish_config(w, 0);
+    if (dtq_rconn_is_up(ctx->cmd)) publish_config(w, NULL);
     dtq_consumer_reset(w->consumer);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);
 }

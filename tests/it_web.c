@@ -1126,7 +1126,7 @@ static void events_open(const char *host, const char *auth) {
 /* Starts dtq-web on listen with a config of its own: [redis] url and the [web] lines
  * given; read_tokens and tokens (NULL: none) are written to files named in it. The log
  * goes to log (a file in the test's directory). Waits until it accepts connections on
- * 127.0.0.1:PORT (listen must cover it) and has connected to Redis. */
+ * 127.0.0.1:PORT (listen must cover it) and is connected to Redis. */
 static void start_web_cfg(const char *listen, const char *web_lines, const char *read_tokens,
                           const char *tokens, const char *log_name, char *log, size_t loglen) {
     char ini[400], rtok[400], wtok[400];
@@ -1155,12 +1155,13 @@ static void start_web_cfg(const char *listen, const char *web_lines, const char 
     th_process_start(&W, argv, log);
     for (int i = 0; i < 500; i++) {
         int fd = tcp_connect(PORT);
-        /* listening, and connected to Redis (else reads answer 503) */
-        if (fd >= 0 && th_count_in_file(log, "web: connected to redis") > 0) {
+        if (fd >= 0) {
             close(fd);
+            /* it listens before it connects: a read before that would answer 503 */
+            ck_assert_msg(th_wait_log(log, "web: connected to redis", 1, 10000),
+                          "dtq-web does not connect to Redis; see %s", log);
             return;
         }
-        if (fd >= 0) close(fd);
         ck_assert_msg(kill(W.pid, 0) == 0 && waitpid(W.pid, NULL, WNOHANG) == 0,
                       "dtq-web exited; see %s", log);
         th_sleep_ms(20);
@@ -1366,36 +1367,78 @@ START_TEST(test_non_loopback_bind_warns) {
 }
 END_TEST
 
-/* Held event streams cannot lock the dashboard out: with DTQ_WEB_EVENTS_CLIENTS_MAX streams
- * open, one more is served and the oldest stream is ended (its client reconnects, as the
- * page does), while the newer ones stay. */
-START_TEST(test_event_streams_evict_oldest) {
-    const char *req = "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-    int fds[DTQ_WEB_EVENTS_CLIENTS_MAX + 1];
-    char buf[4096];
-    start_worker();
-    start_web(NULL);
-    for (int i = 0; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
-        fds[i] = tcp_connect(PORT);
-        ck_assert(fds[i] >= 0);
-        ck_assert_int_eq(send(fds[i], req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
-        buf[0] = '\0';
-        ck_assert_msg(read_until(fds[i], "dtq-web events", 5000, buf, sizeof(buf)),
-                      "stream %d was not served: %s", i, buf);
-        ck_assert_msg(strstr(buf, "200") != NULL, "stream %d: %s", i, buf);
+/* ----------------------------------------------------------------- ACL refusals */
+
+#define BLIND_PW "blind-password-0123456789"
+
+static void setup_tcp(void) {
+    th_fixture_start(&R, &C, TH_LIBRARY, "");
+    memset(&W, 0, sizeof(W));
+    memset(&D, 0, sizeof(D));
+}
+
+/* dtq-web listens and is connected to Redis. */
+static int web_connected(void *arg) {
+    int fd = tcp_connect(PORT), up;
+    resp r;
+    DTQ_UNUSED(arg);
+    if (fd < 0) return 0;
+    close(fd);
+    r = http("GET", "/api/info", NULL, NULL);
+    up = r.status == 200 && cJSON_IsTrue(cJSON_GetObjectItem(r.json, "redis_connected"));
+    resp_free(&r);
+    return up;
+}
+
+/* dtq-web as a Redis user that may connect and nothing else: its reads and writes are
+ * refused by the ACL, and each answers 403 redis_permission saying it is a permission
+ * error, never 404 (which would say the task or queue does not exist). */
+START_TEST(test_acl_refusal_is_403_not_404) {
+    static const char *const paths[][2] = {
+        {"GET", "/api/tasks/t1"},        {"GET", "/api/queues/default"},
+        {"GET", "/api/overview"},        {"GET", "/api/dlq"},
+        {"GET", "/api/audit?task=t1"},   {"POST", "/api/queues/default/pause"},
+        {"POST", "/api/tasks/t1/cancel"}};
+    char ini[400], tok[400], log[400], listen[64];
+    char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-c", ini, (char *)"--listen", listen, NULL};
+    redisReply *x;
+    FILE *f;
+    x = th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id t1");
+    ck_assert_int_eq(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    x = th_cmd(C, "ACL SETUSER blind reset on >" BLIND_PW " +ping");
+    ck_assert_int_eq(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    PORT = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
+    th_path(&R, "blind.ini", ini, sizeof(ini));
+    th_path(&R, "blind.token", tok, sizeof(tok));
+    th_path(&R, "blind.log", log, sizeof(log));
+    f = fopen(tok, "w");
+    ck_assert(f != NULL);
+    fputs(TOKEN "\n", f);
+    fclose(f);
+    chmod(tok, 0600);
+    f = fopen(ini, "w");
+    ck_assert(f != NULL);
+    fprintf(f, "[redis]\nurl = redis://blind:" BLIND_PW "@127.0.0.1:%d\n[web]\ntoken_file = %s\n",
+            R.port, tok);
+    fclose(f);
+    th_process_start(&W, argv, log);
+    ck_assert_msg(th_wait_until(web_connected, NULL, 10000), "dtq-web never connected; see %s",
+                  log);
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        resp r = http(paths[i][0], paths[i][1], "Bearer " TOKEN, NULL);
+        const cJSON *e = cJSON_GetObjectItem(r.json, "error");
+        const cJSON *m = cJSON_GetObjectItem(r.json, "message");
+        ck_assert_msg(r.status == 403, "%s %s: %d %s", paths[i][0], paths[i][1], r.status, r.body);
+        ck_assert_msg(cJSON_IsString(e) && !strcmp(e->valuestring, "redis_permission"), "%s",
+                      r.body);
+        ck_assert_msg(cJSON_IsString(m) && strstr(m->valuestring, "permission"), "%s", r.body);
+        resp_free(&r);
     }
-    /* the oldest ends: the last chunk of its answer (its connection may stay for another
-     * request, as HTTP/1.1 allows) */
-    buf[0] = '\0';
-    ck_assert_msg(read_until(fds[0], "0\r\n\r\n", 5000, buf, sizeof(buf)),
-                  "the oldest stream was not ended: %s", buf);
-    for (int i = 1; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
-        struct pollfd p = {fds[i], POLLIN, 0};
-        while (poll(&p, 1, 0) == 1) /* the rest of its first chunk may still be there */
-            ck_assert_msg(recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT) > 0, "stream %d ended too",
-                          i);
-    }
-    for (int i = 0; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) close(fds[i]);
+    th_assert_field(C, "t1", "status", "queued");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:default:paused")), 0);
 }
 END_TEST
 
@@ -1420,6 +1463,11 @@ int main(void) {
     tcase_add_test(tc, test_allowed_hosts);
     tcase_add_test(tc, test_read_token);
     tcase_add_test(tc, test_non_loopback_bind_warns);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("acl"); /* a TCP server: an ACL user is named in the URL */
+    tcase_add_checked_fixture(tc, setup_tcp, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_acl_refusal_is_403_not_404);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

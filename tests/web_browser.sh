@@ -143,7 +143,7 @@ check "$tmp/task.html" "'succeeded' in dom and '\"n\": 3' in dom and 'TASK_SUCCE
 browse "$base/#/queue/mail" "$tmp/queue.html"
 check "$tmp/queue.html" "'mail-waiting' in row('task', 'mail-waiting') and 'p7' in row('task', 'mail-waiting')"
 browse "$base/#/task/no-such-task" "$tmp/missing.html"
-check "$tmp/missing.html" "'data-state=\"notfound\"' in dom and 'no task no-such-task' in dom"
+check "$tmp/missing.html" "'data-state=\"notfound\"' in dom and 'task no-such-task' in dom"
 
 echo "== screenshot"
 timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
