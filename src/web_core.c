@@ -146,12 +146,3 @@ void dtq_web_functions_deinit(dtq_web_functions *f) {
         *p = NULL;
     }
 }
-
-char *dtq_web_key(const dtq_web *w, const char *fmt, ...) {
-    va_list ap;
-    char *key;
-    va_start(ap, fmt);
-    key = dtq_keyv(w->prefix, fmt, ap);
-    va_end(ap);
-    return key;
-}

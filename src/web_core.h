@@ -71,9 +71,6 @@ typedef struct dtq_web {
     int64_t started_ms;
 } dtq_web;
 
-/* "<prefix>:<suffix>", caller-owned (web_events.c; the others build keys with keys.h). */
-char *dtq_web_key(const dtq_web *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* ------------------------------------------------------------- answers (web_api, events) */
 
 /* Answers with the JSON of body (taken and freed) and the API's headers. */

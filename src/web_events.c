@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keys.h"
 #include "log.h"
 #include "util.h"
 
@@ -261,7 +262,7 @@ void dtq_web_events_serve(dtq_web_events *ev, struct evhttp_request *req,
     client_write(c, "retry: 3000\n: dtq-web events\n\n", 30);
     if (!ev->sub) sub_open(ev);
     if (backlog > 0 && ev->w->redis_up) {
-        char *k = dtq_web_key(ev->w, "stream:events"), count[32];
+        char *k = dtq_key_events_stream(ev->w->prefix), count[32];
         const char *argv[6] = {"XREVRANGE", k, "+", "-", "COUNT", count};
         snprintf(count, sizeof(count), "%lld", (long long)backlog);
         if (dtq_rconn_command(ev->w->redis, backlog_cb, c, 6, argv, NULL) == DTQ_OK)
@@ -279,7 +280,7 @@ dtq_web_events *dtq_web_events_new(dtq_web *w) {
     struct timeval tv = {DTQ_WEB_EVENTS_KEEPALIVE_MS / 1000,
                          (DTQ_WEB_EVENTS_KEEPALIVE_MS % 1000) * 1000};
     ev->w = w;
-    ev->channel = dtq_web_key(w, "events");
+    ev->channel = dtq_key_events_channel(w->prefix);
     ev->keepalive_ev = event_new(w->base, -1, EV_PERSIST, keepalive_cb, ev);
     evtimer_add(ev->keepalive_ev, &tv);
     return ev;

@@ -1442,6 +1442,39 @@ START_TEST(test_acl_refusal_is_403_not_404) {
 }
 END_TEST
 
+/* Held event streams cannot lock the dashboard out: with DTQ_WEB_EVENTS_CLIENTS_MAX streams
+ * open, one more is served and the oldest stream is ended (its client reconnects, as the
+ * page does), while the newer ones stay. */
+START_TEST(test_event_streams_evict_oldest) {
+    const char *req = "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    int fds[DTQ_WEB_EVENTS_CLIENTS_MAX + 1];
+    char buf[4096];
+    start_worker();
+    start_web(NULL);
+    for (int i = 0; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
+        fds[i] = tcp_connect(PORT);
+        ck_assert(fds[i] >= 0);
+        ck_assert_int_eq(send(fds[i], req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+        buf[0] = '\0';
+        ck_assert_msg(read_until(fds[i], "dtq-web events", 5000, buf, sizeof(buf)),
+                      "stream %d was not served: %s", i, buf);
+        ck_assert_msg(strstr(buf, "200") != NULL, "stream %d: %s", i, buf);
+    }
+    /* the oldest ends: the last chunk of its answer (its connection may stay for another
+     * request, as HTTP/1.1 allows) */
+    buf[0] = '\0';
+    ck_assert_msg(read_until(fds[0], "0\r\n\r\n", 5000, buf, sizeof(buf)),
+                  "the oldest stream was not ended: %s", buf);
+    for (int i = 1; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
+        struct pollfd p = {fds[i], POLLIN, 0};
+        while (poll(&p, 1, 0) == 1) /* the rest of its first chunk may still be there */
+            ck_assert_msg(recv(fds[i], buf, sizeof(buf), MSG_DONTWAIT) > 0, "stream %d ended too",
+                          i);
+    }
+    for (int i = 0; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) close(fds[i]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("api");
