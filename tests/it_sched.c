@@ -718,6 +718,21 @@ START_TEST(test_history) {
     ck_assert_int_eq(num(o, "attempts.9.attempt"), 12);
     cJSON_Delete(o);
 
+    /* the attempt of a lost worker, adopted and requeued by a recovery (mode crashed) */
+    enqueue("lost", "l1", NULL);
+    groups("lost");
+    freeReplyObject(th_fetch(C, "w9", 1, "lost", POLICY));
+    freeReplyObject(
+        th_cmd(C, "FCALL dtq_recover 1 dtq:stream:lost:p5 w9 crashed %s 0 lost 5", POLICY));
+    th_assert_field(C, "l1", "status", "queued");
+    th_assert_field(C, "l1", "attempt", "2");
+    o = read_json("dtq_task_view 0 l1");
+    ck_assert_int_eq(size(o, "attempts"), 1);
+    ck_assert_int_eq(num(o, "attempts.0.attempt"), 1);
+    ck_assert_str_eq(str(o, "attempts.0.class"), "worker_lost");
+    ck_assert_str_eq(str(o, "attempts.0.worker"), "w9");
+    cJSON_Delete(o);
+
     /* a cancelled outcome is recorded too; a damaged field starts a new history */
     enqueue("cancels", "c1", NULL);
     freeReplyObject(th_cmd(C, "HSET dtq:task:c1 history %s", "{\"not\": \"an array\"}"));
