@@ -439,6 +439,52 @@ local function ack(stream, entry_id)
   redis.call('XDEL', stream, entry_id)
 end
 
+--[[ The attempt history: the task hash's `history` field, a JSON array of the last
+HISTORY_MAX attempts that ended other than in success (retried, dead-lettered or failed,
+cancelled, handed back, lost with their worker), oldest first, each {attempt, ended_at,
+class, error, worker}: the error's first line, at most HISTORY_ERROR_MAX bytes. Written
+only on those paths (a success writes nothing here), so a task's history needs no events
+stream. ]]
+local HISTORY_MAX, HISTORY_ERROR_MAX = 10, 200
+
+-- The first line of `s`, at most `max` bytes (not cutting a UTF-8 character), and whether
+-- anything was cut.
+local function first_line(s, max)
+  s = type(s) == 'string' and s or ''
+  local cut = false
+  local nl = s:find('[\r\n]')
+  if nl then s, cut = s:sub(1, nl - 1), true end
+  if #s > max then
+    s, cut = s:sub(1, max), true
+    if s:byte(#s) >= 128 then s = s:gsub('[\192-\255][\128-\191]*$', '') end
+  end
+  return s, cut
+end
+
+-- The history `old` (the field's value; nil or false: none) with one more record, as
+-- JSON text. A value that is not a JSON array of records starts a new history.
+local function history_json(old, attempt, ms, class, err, worker)
+  local list = {}
+  if type(old) == 'string' and old:sub(1, 1) == '[' then
+    local ok, v = pcall(cjson.decode, old)
+    if ok and type(v) == 'table' then
+      for i = math.max(1, #v - HISTORY_MAX + 2), #v do
+        if type(v[i]) == 'table' then list[#list + 1] = v[i] end
+      end
+    end
+  end
+  list[#list + 1] = {attempt = tonumber(attempt) or 0, ended_at = ms, class = class or '',
+                     error = (first_line(err, HISTORY_ERROR_MAX)), worker = worker or ''}
+  return cjson.encode(list)
+end
+
+-- Appends one record to the history of task `tkey`. `old` is the field's value when the
+-- caller holds the hash (false: none), nil to read it here.
+local function history_add(tkey, old, attempt, ms, class, err, worker)
+  if old == nil then old = redis.pcall('HGET', tkey, 'history') end
+  redis.call('HSET', tkey, 'history', history_json(old, attempt, ms, class, err, worker))
+end
+
 -- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
 local function finish_terminal(c, tkey, h, status, ms, extra)
   local args = {'status', status, 'updated_at', fmt(ms), 'finished_at', fmt(ms)}
@@ -455,8 +501,10 @@ end
 -- Permanent failure: dead_lettered + DLQ entry, or failed when the DLQ is disabled. The
 -- one place that applies [limits] dlq_enabled (as published in <prefix>:config).
 local function dead_letter(c, tkey, h, ms, err, class, worker_id)
+  local history = history_json(h.history, h.attempt, ms, class, err, worker_id)
   if c.dlq_enabled == 0 then
-    finish_terminal(c, tkey, h, 'failed', ms, {last_error = err, last_error_class = class})
+    finish_terminal(c, tkey, h, 'failed', ms, {last_error = err, last_error_class = class,
+                                               history = history})
     emit(c, ms, 'TASK_FAILED', h, worker_id)
     return 'failed'
   end
@@ -469,8 +517,8 @@ local function dead_letter(c, tkey, h, ms, err, class, worker_id)
     'failed_at_ms', fmt(ms), 'attempts_made', h.attempt or '1', 'last_error', err,
     'last_error_class', class, 'retryable', '0', 'worker_id', worker_id or '',
     'original_queue', h.queue or '')
-  finish_terminal(c, tkey, h, 'dead_lettered', ms,
-                  {last_error = err, last_error_class = class, dlq_entry = dlq_id})
+  finish_terminal(c, tkey, h, 'dead_lettered', ms, {last_error = err, last_error_class = class,
+                                                    dlq_entry = dlq_id, history = history})
   emit(c, ms, 'TASK_DEAD_LETTERED', h, worker_id, {last_error = err})
   return 'dead_lettered'
 end
@@ -642,6 +690,7 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
   local ma, to = resolve(h, policy)
   local now = fmt(ms)
   if adopt then
+    history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
     redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
                'started_at', now, 'updated_at', now, 'max_attempts', fmt(ma),
                'timeout_ms', fmt(to), 'carrier', source)
@@ -659,7 +708,10 @@ end
 at once, as a fresh entry, instead of waiting in this worker's pending list. `adopt`
 bumps the attempt (the lost worker's attempt counts, as for any crash). ]]
 local function requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, adopt)
-  if adopt then h.attempt = fmt(tonumber(h.attempt) + 1) end
+  if adopt then
+    history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
+    h.attempt = fmt(tonumber(h.attempt) + 1)
+  end
   redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
   redis.call('HDEL', tkey, 'worker_id', 'carrier')
   add_entry(h, h.id)
@@ -784,6 +836,7 @@ local function fetch(keys, args)
           -- error goes back to the daemon, which logs it and backs off.
           if string.find(res.err, 'NOGROUP', 1, true) then
             ensure_group(stream)
+            queue_known(queue) -- a removed queue (<ns>_queue_remove) a daemon serves again
             created = true
           elseif not string.find(res.err, 'WRONGTYPE', 1, true) then
             -- What was claimed already must reach the daemon; the error can wait a call.
@@ -1067,12 +1120,14 @@ local function finish_one(c, ms, worker, args, b)
   local err, class = args[b + 8], args[b + 9]
   if outcome == 'retry' then
     local delay = tonumber(args[b + 10])
+    history_add(tkey, nil, v[7], ms, class, err, worker)
     redis.call('HSET', tkey, 'status', 'retrying', 'updated_at', fmt(ms), 'last_error', err,
                'last_error_class', class)
     emit(c, ms, 'TASK_RETRY_SCHEDULED', h, worker, {delay_ms = delay})
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + delay), tid)
     return 'retrying'
   elseif outcome == 'cancelled' then
+    history_add(tkey, nil, v[7], ms, 'cancelled', err, worker)
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, worker)
     return 'cancelled'
@@ -1144,6 +1199,7 @@ local function handback(keys, args)
       -- Even on its last attempt: a stop is the infrastructure's doing, never the task's,
       -- so the task runs once more (a new attempt number: none runs twice) and only its
       -- own outcome there can end it.
+      history_add(tkey, h.history or false, attempt, ms, 'interrupted', args[b + 5], worker)
       h.attempt = fmt(attempt + 1)
       redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms),
                  'last_error', args[b + 5], 'last_error_class', 'interrupted')
@@ -1367,12 +1423,54 @@ local function sched_claim(keys, args)
   return due
 end
 
---[[ FCALL <ns>_sched_promote 1 <claimed> <worker_id> id... — enqueues claimed tasks:
+--[[ One task the scheduler (or <ns>_sched_run_now) takes out of the schedule, by its hash:
 gone/terminal -> drop; cancelled -> cancelled; TTL passed -> expired; already queued ->
 drop without XADD (an earlier pass got that far); retrying -> attempt+1, queued, XADD,
-TASK_RETRIED; pending -> queued, XADD, TASK_QUEUED. The XADD precedes the claim removal.
-A hash task_poison() refuses is dead-lettered; a task key of another type is quarantined
-(source: the Function's name). Returns the number of entries written. ]]
+TASK_RETRIED; pending -> queued, XADD, TASK_QUEUED (`meta`: the event's metadata). A hash
+task_poison() refuses is dead-lettered; a task key of another type is quarantined (source:
+`source`). Returns 'queued', the terminal status it ended in, or 'gone', 'quarantined',
+'dropped'. A queued task's queue is added to <prefix>:queues again (it may have been
+removed while the task waited). ]]
+local function promote_one(c, ms, worker, tid, source, meta)
+  local tkey = k('task', tid)
+  local h, bad = read_task(tkey, tid)
+  if bad then
+    quarantine(bad, tkey, source, ms)
+    return 'quarantined'
+  end
+  if not h then return 'gone' end
+  if TERMINAL[h.status] then return 'dropped' end
+  local why = task_poison(h)
+  if why then return dead_letter_poisoned(c, tkey, h, ms, why, worker) end
+  local ttl = tonumber(h.ttl_seconds)
+  if in_cancelled(tid) then
+    redis.pcall('SREM', k('cancelled'), tid)
+    finish_terminal(c, tkey, h, 'cancelled', ms)
+    emit(c, ms, 'TASK_CANCELLED', h, worker)
+    return 'cancelled'
+  elseif (h.status == 'pending' or h.status == 'queued') and ttl and
+         ms >= tonumber(h.created_at) + ttl * 1000 then
+    finish_terminal(c, tkey, h, 'expired', ms)
+    emit(c, ms, 'TASK_EXPIRED', h, worker)
+    return 'expired'
+  elseif h.status == 'retrying' or h.status == 'pending' then
+    local etype = 'TASK_QUEUED'
+    if h.status == 'retrying' then
+      h.attempt = fmt(tonumber(h.attempt) + 1)
+      etype = 'TASK_RETRIED'
+    end
+    redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
+    add_entry(h, tid)
+    queue_known(h.queue)
+    emit(c, ms, etype, h, worker, meta)
+    return 'queued'
+  end
+  return 'dropped'
+end
+
+--[[ FCALL <ns>_sched_promote 1 <claimed> <worker_id> id... — enqueues claimed tasks
+(promote_one), each claim removed after its entry is written. Returns the number of
+entries written. ]]
 local function sched_promote(keys, args)
   local worker = args[1]
   local c = load_config()
@@ -1380,34 +1478,8 @@ local function sched_promote(keys, args)
   local moved = 0
   for i = 2, #args do
     local tid = args[i]
-    local tkey = k('task', tid)
-    local h, bad = read_task(tkey, tid)
-    local why = h and not TERMINAL[h.status] and task_poison(h)
-    if bad then
-      quarantine(bad, tkey, NS .. '_sched_promote', ms)
-    elseif why then
-      dead_letter_poisoned(c, tkey, h, ms, why, worker)
-    elseif h and not TERMINAL[h.status] then
-      local ttl = tonumber(h.ttl_seconds)
-      if in_cancelled(tid) then
-        redis.pcall('SREM', k('cancelled'), tid)
-        finish_terminal(c, tkey, h, 'cancelled', ms)
-        emit(c, ms, 'TASK_CANCELLED', h, worker)
-      elseif (h.status == 'pending' or h.status == 'queued') and ttl and
-             ms >= tonumber(h.created_at) + ttl * 1000 then
-        finish_terminal(c, tkey, h, 'expired', ms)
-        emit(c, ms, 'TASK_EXPIRED', h, worker)
-      elseif h.status == 'retrying' or h.status == 'pending' then
-        local etype = 'TASK_QUEUED'
-        if h.status == 'retrying' then
-          h.attempt = fmt(tonumber(h.attempt) + 1)
-          etype = 'TASK_RETRIED'
-        end
-        redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
-        add_entry(h, tid)
-        emit(c, ms, etype, h, worker)
-        moved = moved + 1
-      end
+    if promote_one(c, ms, worker, tid, NS .. '_sched_promote') == 'queued' then
+      moved = moved + 1
     end
     redis.call('ZREM', keys[1], tid)
   end
@@ -1434,9 +1506,10 @@ end
 
 ------------------------------------------------------------------------------ admin
 
-local function audit(action, tid, actor, ms)
+-- `...`: more field/value pairs of the entry, after the four every entry has.
+local function audit(action, tid, actor, ms, ...)
   redis.call('XADD', k('stream', 'audit'), 'MAXLEN', '~', '10000', '*', 'actor',
-             actor or 'redis-cli', 'action', action, 'task_id', tid or '', 'ts', fmt(ms))
+             actor or 'redis-cli', 'action', action, 'task_id', tid or '', 'ts', fmt(ms), ...)
 end
 
 local function dlq_remove(h)
@@ -1473,6 +1546,7 @@ local function requeue_one(c, tid, ms)
   redis.call('PERSIST', tkey)
   idem_set(h, 'processing', ms)
   add_entry(h, tid)
+  queue_known(h.queue)
   emit(c, ms, 'TASK_QUEUED', h, '', {requeued = true})
   return 'queued'
 end
@@ -2019,6 +2093,14 @@ local function task_view(keys, args)
   local events = {}
   for i = #found, 1, -1 do events[#events + 1] = found[i] end -- oldest first
   o.events, o.events_stream, o.events_scanned = arr(events), events_stream, scanned
+  -- the attempt history (history_json), from the hash alone: [] when there is none
+  local attempts, hist = {}, type(h.history) == 'string' and json_decode(h.history)
+  if type(hist) == 'table' then
+    for i = 1, #hist do
+      if type(hist[i]) == 'table' then attempts[#attempts + 1] = hist[i] end
+    end
+  end
+  o.attempts = arr(attempts)
   o.events_complete = not events_stream or not full or
                       (cursor ~= nil and id_ms(cursor) < created)
   return json_encode(o, raws)
@@ -2117,6 +2199,368 @@ local function audit_page(keys, args)
                      a.cap)
 end
 
+------------------------------------------------------------------------------ the schedule
+
+--[[ Scheduled tasks, and what an admin does with them and with a queue (docs/reference.md
+5.6). <prefix>:retry:schedule is one sorted set per namespace (member = task id, score =
+due ms), so a page filtered by queue, task type or class examines members one by one: at
+most SCHED_SCAN_MAX per call, with a cursor to go on from. ]]
+local SCHED_SCAN_MAX = 1000    -- schedule members one scheduled page examines
+local SCHED_RANGE = 100        -- members read per ZRANGE by a filtered page
+local SCHED_IDS_MAX = 500      -- ids per sched_run_now or sched_delete call
+local QUEUE_CLEAR_MAX = 1000   -- waiting entries one queue_clear takes
+local QUEUE_REMOVE_SCAN = 10000 -- schedule (and claimed) members queue_remove examines
+local SCHED_KINDS = {pending = 'delayed', retrying = 'retrying'}
+local SCHED_FILTER_MAX = {queue = 128, id_prefix = 256, task_type = 128, class = 64}
+local SCHED_FIELDS = {'status', 'queue', 'task_type', 'attempt', 'max_attempts',
+                      'own_max_attempts', 'last_error', 'last_error_class', 'priority'}
+
+-- a < b bytewise, the order of members of equal score (Lua's < follows the locale).
+local function bytes_less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = a:byte(i), b:byte(i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- The rank in `key` of the first member after (score s, member m) in the set's order.
+local function sched_start(key, s, m)
+  local cur = redis.pcall('ZSCORE', key, m)
+  if type(cur) == 'string' and tonumber(cur) == tonumber(s) then
+    return redis.call('ZRANK', key, m) + 1
+  end
+  -- m left (or moved): among the members scored s, the first that sorts after it
+  local lo, hi = count_of('ZCOUNT', key, '-inf', '(' .. s), count_of('ZCOUNT', key, '-inf', s)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local x = redis.call('ZRANGE', key, mid, mid)[1]
+    if x and bytes_less(m, x) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+local function or_null(v) if v == nil or v == false then return cjson.null end return v end
+
+-- A schedule member as the scheduled page lists it, from the HMGET of SCHED_FIELDS.
+local function sched_item(tid, score, v)
+  local kind = SCHED_KINDS[v[1]] or 'other'
+  local o = {task_id = tid, due_ms = tonumber(score), status = or_null(v[1]), kind = kind,
+             queue = or_null(v[2]), task_type = or_null(v[3]),
+             attempt = v[4] and int_of(v[4]) or cjson.null, next_attempt = cjson.null,
+             max_attempts = cjson.null, last_error = cjson.null,
+             last_error_class = or_null(v[8]), priority = v[9] and int_of(v[9]) or cjson.null}
+  if v[4] and kind ~= 'other' then
+    o.next_attempt = int_of(v[4]) + (kind == 'retrying' and 1 or 0)
+  end
+  local ma = (kind == 'retrying' and v[5]) or v[6] or v[5]
+  if ma then o.max_attempts = int_of(ma) end
+  if v[7] then
+    local line, cut = first_line(v[7], HISTORY_ERROR_MAX)
+    o.last_error = line
+    if cut then o.last_error_truncated = true end
+  end
+  return o
+end
+
+--[[ FCALL_RO <ns>_scheduled 0 <cursor|-> [count [filter value]...]: a page of
+<prefix>:retry:schedule, soonest due first. Filters: queue, kind (delayed, retrying, all),
+id_prefix, task_type, class (last_error_class); an empty value is no filter. The cursor is
+<score>:<member> of the last member examined. ]]
+local function scheduled(keys, args)
+  local cursor, count, f = args[1], 50, {kind = 'all'}
+  local cs, cm
+  if cursor ~= nil and cursor ~= '' and cursor ~= '-' then
+    cs, cm = cursor:match('^([^:]+):(.+)$')
+    if not cs or not tonumber(cs) or not valid_name(cm, 256) then
+      return opt_error('cursor must be <score>:<task_id> from next_cursor, or -')
+    end
+  end
+  if args[2] and args[2] ~= '' then
+    count = parse_int(args[2], 1, READ_PAGE_MAX)
+    if not count then return opt_error('count must be an integer in [1, 500]') end
+  end
+  if #args > 2 and #args % 2 ~= 0 then return opt_error('filters come in name value pairs') end
+  for i = 3, #args, 2 do
+    local name, v = args[i], args[i + 1]
+    if name == 'kind' then
+      if v ~= '' and v ~= 'delayed' and v ~= 'retrying' and v ~= 'all' then
+        return opt_error('kind must be delayed, retrying or all')
+      end
+      f.kind = v ~= '' and v or 'all'
+    elseif SCHED_FILTER_MAX[name] then
+      if v ~= '' and not valid_name(v, SCHED_FILTER_MAX[name]) then
+        return opt_error(name .. ' must match [A-Za-z0-9._:-]{1,' ..
+                         fmt(SCHED_FILTER_MAX[name]) .. '}')
+      end
+      if v ~= '' then f[name] = v end
+    else
+      return opt_error('unknown filter ' .. name)
+    end
+  end
+  local filtered = f.kind ~= 'all' or f.queue or f.id_prefix or f.task_type or f.class
+  local key, now = k('retry', 'schedule'), now_ms()
+  local total = count_of('ZCARD', key)
+  local pos = cs and sched_start(key, cs, cm) or 0
+  local entries, scanned, last = {}, 0, nil
+  while #entries < count and scanned < SCHED_SCAN_MAX and pos < total do
+    local want = filtered and math.min(SCHED_RANGE, SCHED_SCAN_MAX - scanned) or
+                 count - #entries
+    local page = redis.pcall('ZRANGE', key, pos, pos + want - 1, 'WITHSCORES')
+    if page.err or #page == 0 then break end
+    for i = 1, #page - 1, 2 do
+      local tid, score = page[i], page[i + 1]
+      scanned, pos, last = scanned + 1, pos + 1, score .. ':' .. tid
+      if not f.id_prefix or tid:sub(1, #f.id_prefix) == f.id_prefix then
+        local v = redis.pcall('HMGET', k('task', tid), unpack(SCHED_FIELDS))
+        if v.err then v = {} end
+        local it = sched_item(tid, score, v)
+        if (f.kind == 'all' or it.kind == f.kind) and (not f.queue or v[2] == f.queue) and
+            (not f.task_type or v[3] == f.task_type) and (not f.class or v[8] == f.class) then
+          entries[#entries + 1] = it
+          if #entries == count then break end
+        end
+      end
+      if scanned == SCHED_SCAN_MAX then break end
+    end
+  end
+  local filter = {}
+  for name in pairs(SCHED_FILTER_MAX) do filter[name] = or_null(f[name]) end
+  filter.kind = f.kind
+  return json_encode({time_ms = now, total = total,
+                      claimed = count_of('ZCARD', k('retry', 'claimed')), count = count,
+                      filter = filter, scanned = scanned, entries = arr(entries),
+                      next_cursor = (pos < total and last) or cjson.null})
+end
+
+-- The task ids of a sched_run_now or sched_delete call (args[2..]), or nil and the error.
+local function sched_ids(args)
+  local ids = {}
+  for i = 2, #args do
+    if not valid_name(args[i], 256) then
+      return nil, opt_error('task_id must match [A-Za-z0-9._:-]{1,256}')
+    end
+    ids[#ids + 1] = args[i]
+  end
+  if #ids == 0 or #ids > SCHED_IDS_MAX then
+    return nil, opt_error('give 1 to ' .. fmt(SCHED_IDS_MAX) .. ' task ids after the actor')
+  end
+  return ids
+end
+
+local function actor_of(a)
+  if a == nil or a == '' then return 'redis-cli' end
+  return a
+end
+
+-- Takes `tid` out of the schedule and of the scheduler's claims; whether it was in either.
+local function unschedule(tid)
+  return redis.call('ZREM', k('retry', 'schedule'), tid) +
+         redis.call('ZREM', k('retry', 'claimed'), tid) > 0
+end
+
+-- Ends a task an admin deleted: `cancelled`, metadata.deleted = true, TASK_CANCELLED.
+local function end_deleted(c, tkey, h, ms)
+  local ok, meta = pcall(cjson.decode, h.metadata or '{}')
+  if not ok or type(meta) ~= 'table' then meta = {} end
+  meta.deleted = true
+  finish_terminal(c, tkey, h, 'cancelled', ms, {metadata = cjson.encode(meta)})
+  emit(c, ms, 'TASK_CANCELLED', h, '', {deleted = true})
+end
+
+--[[ FCALL <ns>_sched_run_now 0 <actor> <task_id>...: each task leaves the schedule (or
+the scheduler's claims) and is promoted at once, as the scheduler would (promote_one), in
+this call: the scheduler cannot promote it again. One reply word per id: done (queued in
+its stream), cancelled/expired/dead_lettered/failed (promotion ended it instead),
+not_scheduled, not_found. ]]
+local RUN_NOW_META = {reason = 'run_now'}
+local function sched_run_now(keys, args)
+  local ids, err = sched_ids(args)
+  if not ids then return err end
+  local actor, c, ms, out = actor_of(args[1]), load_config(), now_ms(), {}
+  for i, tid in ipairs(ids) do
+    local r
+    if unschedule(tid) then
+      r = promote_one(c, ms, '', tid, NS .. '_sched_run_now', RUN_NOW_META)
+      if r == 'queued' then
+        r = 'done'
+      elseif r == 'gone' or r == 'quarantined' then
+        r = 'not_found'
+      elseif r == 'dropped' then
+        r = 'not_scheduled'
+      end
+    else
+      r = redis.call('TYPE', k('task', tid)).ok == 'hash' and 'not_scheduled' or 'not_found'
+    end
+    if r ~= 'not_found' and r ~= 'not_scheduled' then audit('sched_run_now', tid, actor, ms) end
+    out[i] = r
+  end
+  return out
+end
+
+--[[ FCALL <ns>_sched_delete 0 <actor> <task_id>...: each delayed or retrying task leaves
+the schedule and ends `cancelled` with metadata.deleted = true. One reply word per id:
+done, not_scheduled (not in the schedule, or not pending/retrying: a stale member is
+removed all the same), not_found; dead_lettered/failed for a poisoned hash. ]]
+local function sched_delete(keys, args)
+  local ids, err = sched_ids(args)
+  if not ids then return err end
+  local actor, c, ms, out = actor_of(args[1]), load_config(), now_ms(), {}
+  for i, tid in ipairs(ids) do
+    local was = unschedule(tid)
+    local tkey = k('task', tid)
+    local h, bad = read_task(tkey, tid)
+    local r
+    if bad then
+      if was then quarantine(bad, tkey, NS .. '_sched_delete', ms) end
+      r = 'not_found'
+    elseif not h then
+      r = 'not_found'
+    elseif not was or (h.status ~= 'pending' and h.status ~= 'retrying') then
+      r = 'not_scheduled'
+    else
+      local why = task_poison(h)
+      if why then
+        r = dead_letter_poisoned(c, tkey, h, ms, why, '')
+      else
+        end_deleted(c, tkey, h, ms)
+        r = 'done'
+      end
+      audit('sched_delete', tid, actor, ms)
+    end
+    out[i] = r
+  end
+  return out
+end
+
+-- One waiting entry of queue `q`, band `band` (stream `s`), taken by queue_clear: its task
+-- dead-lettered with class `cleared` (or, `delete`, ended as end_deleted does), and the
+-- entry deleted. Returns whether a task was cleared (false: the entry was stale, or
+-- settled as fetch would settle it, and only deleted).
+local function clear_entry(c, ms, actor, s, q, band, e, delete)
+  local entry_id, fields, f = e[1], e[2], {}
+  local source = s .. '/' .. entry_id
+  for i = 1, #fields - 1, 2 do f[fields[i]] = fields[i + 1] end
+  local tid, tkey, h, bad, attempt
+  if f.task_type ~= nil or f.attempt == nil or f.task_id == nil then
+    tid, tkey, h = materialize_raw(c, ms, '', s, q, band, entry_id, f, source)
+    if not h then return false end -- absorbed, invalid (dead-lettered) or quarantined
+    attempt = 1
+  else
+    tid, attempt = f.task_id, tonumber(f.attempt)
+    tkey = k('task', tid)
+    h, bad = read_task(tkey, tid)
+    if bad then quarantine(bad, tkey, source, ms) end
+  end
+  if not h or h.status ~= 'queued' or tonumber(h.attempt) ~= attempt or h.queue ~= q or
+      (tonumber(h.priority) or 5) ~= band then
+    redis.call('XDEL', s, entry_id) -- gone, stale, or not this stream's: fetch drops it too
+    return false
+  end
+  if in_cancelled(tid) then redis.pcall('SREM', k('cancelled'), tid) end
+  local why = task_poison(h)
+  if why then
+    dead_letter_poisoned(c, tkey, h, ms, why, '')
+  elseif delete then
+    end_deleted(c, tkey, h, ms)
+  else
+    dead_letter(c, tkey, h, ms, 'cleared: queue ' .. q .. ' cleared by ' .. actor, 'cleared', '')
+  end
+  redis.call('XDEL', s, entry_id)
+  return true
+end
+
+-- The first `n` waiting entries of stream `s` (after the group's last-delivered id).
+local function waiting_page(s, n)
+  local from = last_delivered(s)
+  local page = redis.pcall('XRANGE', s, from and ('(' .. from) or '-', '+', 'COUNT', n)
+  if page.err then return {} end
+  return page
+end
+
+--[[ FCALL <ns>_queue_clear 0 <actor> <queue> [delete]: the queue's waiting entries (not
+yet delivered; pending ones stay with their workers), p9 first, at most QUEUE_CLEAR_MAX per
+call. Replies {cleared, dropped, more}: more = 1 while waiting entries are left (call
+again). One audit entry per call, with queue, mode and count. ]]
+local function queue_clear(keys, args)
+  local actor, q, mode = actor_of(args[1]), args[2], args[3]
+  if not valid_name(q, 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if mode ~= nil and mode ~= '' and mode ~= 'delete' then
+    return opt_error('the third argument must be delete, or nothing')
+  end
+  local delete = mode == 'delete'
+  local c, ms = load_config(), now_ms()
+  local cleared, dropped, left = 0, 0, QUEUE_CLEAR_MAX
+  for band = BANDS - 1, 0, -1 do
+    if left == 0 then break end
+    local s = stream_key(q, band)
+    if redis.call('EXISTS', s) == 1 then
+      for _, e in ipairs(waiting_page(s, left)) do
+        left = left - 1
+        if clear_entry(c, ms, actor, s, q, band, e, delete) then
+          cleared = cleared + 1
+        else
+          dropped = dropped + 1
+        end
+      end
+    end
+  end
+  local more = 0
+  if left == 0 then
+    for band = BANDS - 1, 0, -1 do
+      local s = stream_key(q, band)
+      if more == 0 and redis.call('EXISTS', s) == 1 and #waiting_page(s, 1) > 0 then more = 1 end
+    end
+  end
+  audit('queue_clear', '', actor, ms, 'queue', q, 'mode', delete and 'delete' or 'dead_letter',
+        'count', fmt(cleared))
+  return {cleared, dropped, more}
+end
+
+-- The non-terminal tasks of queue `q` among the first QUEUE_REMOVE_SCAN members of the
+-- schedule and of the claims.
+local function scheduled_for(q)
+  local n = 0
+  for _, key in ipairs({k('retry', 'schedule'), k('retry', 'claimed')}) do
+    local ids = redis.pcall('ZRANGE', key, 0, QUEUE_REMOVE_SCAN - 1)
+    if ids.err then ids = {} end
+    for _, tid in ipairs(ids) do
+      local v = redis.pcall('HMGET', k('task', tid), 'queue', 'status')
+      if not v.err and v[1] == q and v[2] and not TERMINAL[v[2]] then n = n + 1 end
+    end
+  end
+  return n
+end
+
+--[[ FCALL <ns>_queue_remove 0 <actor> <queue>: the queue leaves <prefix>:queues, and its
+streams and paused flag are deleted, only when it holds nothing: no waiting entry, no
+pending one, no task scheduled for it. Else NOT_EMPTY with the counts. ]]
+local function queue_remove(keys, args)
+  local actor, q = actor_of(args[1]), args[2]
+  if not valid_name(q, 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if redis.pcall('SISMEMBER', k('queues'), q) ~= 1 then
+    return redis.error_reply('NOT_FOUND queue ' .. q .. ' is not in ' .. k('queues'))
+  end
+  local n, sched = queue_counts(q), scheduled_for(q)
+  if n.depth + n.pending + sched > 0 then
+    return redis.error_reply('NOT_EMPTY queue ' .. q .. ' holds ' .. fmt(n.depth) ..
+                             ' waiting, ' .. fmt(n.pending) .. ' pending, ' .. fmt(sched) ..
+                             ' scheduled')
+  end
+  for band = 0, BANDS - 1 do
+    local s = stream_key(q, band)
+    if redis.call('TYPE', s).ok == 'stream' then redis.call('DEL', s) end
+  end
+  redis.call('DEL', k('queue', q, 'paused'))
+  redis.call('SREM', k('queues'), q)
+  audit('queue_remove', '', actor, now_ms(), 'queue', q)
+  return 'removed'
+end
+
 --[[ FCALL <ns>_worker_event 0 <worker_id> <type>: publishes WORKER_STARTED or
 WORKER_STOPPED through the one event builder. ]]
 local WORKER_EVENTS = {WORKER_STARTED = true, WORKER_STOPPED = true}
@@ -2174,3 +2618,8 @@ reg('queue_view', queue_view, true)
 reg('task_view', task_view, true)
 reg('dead_letters', dead_letters, true)
 reg('audit_page', audit_page, true)
+reg('scheduled', scheduled, true)
+reg('sched_run_now', sched_run_now)
+reg('sched_delete', sched_delete)
+reg('queue_clear', queue_clear)
+reg('queue_remove', queue_remove)

@@ -22,8 +22,9 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
  * through it hold for nothing else. */
 #define READ_FUNCTIONS                                                                  \
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
-    "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page"
-#define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl"
+    "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
+    "+fcall_ro|<ns>_scheduled"
+#define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
 /* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set
  * are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the producer
@@ -59,16 +60,19 @@ static const char *const worker[] = {
 
 /* The admin Functions, FUNCTION LOAD (dtqctl functions install), the commands the
  * Functions run, and dtqctl's reads (show, dlq list, dlq requeue-all, queues, workers,
- * events). */
+ * events). The schedule and queue Functions also run SREM (the cancelled set, the queue
+ * set) and XACK (a producer's raw entry that queue_clear materializes and settles). */
 static const char *const admin[] = {
     "+fcall|<ns>_requeue", "+fcall|<ns>_requeue_dlq", "+fcall|<ns>_discard",
     "+fcall|<ns>_purge_dlq", "+fcall|<ns>_cancel", "+fcall|<ns>_pause", "+fcall|<ns>_resume",
+    "+fcall|<ns>_sched_run_now", "+fcall|<ns>_sched_delete", "+fcall|<ns>_queue_clear",
+    "+fcall|<ns>_queue_remove",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",
     "+exists", "+expire", "+persist", "+type", "+incr", "+publish", "+xadd", "+xdel", "+xlen",
     "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
-    "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd",
+    "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd", "+srem", "+xack",
     READ_COMMANDS,
     "~<p>:*", "&<p>:events", NULL};
 

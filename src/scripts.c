@@ -173,7 +173,8 @@ enum dtq_script_error dtq_scripts_error_code(const char *e) {
                  {"IDEMPOTENCY_IN_PROGRESS", DTQ_SCRIPT_ERR_IDEMPOTENCY_IN_PROGRESS},
                  {"ID_EXISTS", DTQ_SCRIPT_ERR_ID_EXISTS},
                  {"NOT_FOUND", DTQ_SCRIPT_ERR_NOT_FOUND},
-                 {"WRONG_STATE", DTQ_SCRIPT_ERR_WRONG_STATE}};
+                 {"WRONG_STATE", DTQ_SCRIPT_ERR_WRONG_STATE},
+                 {"NOT_EMPTY", DTQ_SCRIPT_ERR_NOT_EMPTY}};
     size_t n;
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         n = strlen(codes[i].word);

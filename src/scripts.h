@@ -21,6 +21,7 @@ enum dtq_script_error {
     DTQ_SCRIPT_ERR_ID_EXISTS,
     DTQ_SCRIPT_ERR_NOT_FOUND,
     DTQ_SCRIPT_ERR_WRONG_STATE,
+    DTQ_SCRIPT_ERR_NOT_EMPTY,  /* <ns>_queue_remove: the queue holds tasks */
     DTQ_SCRIPT_ERR_NO_FUNCTION /* the library is not loaded */
 };
 

@@ -102,6 +102,9 @@ START_TEST(test_error_codes) {
     ck_assert_int_eq(dtq_scripts_error_code("QUEUE_FULL queue x"), DTQ_SCRIPT_ERR_QUEUE_FULL);
     ck_assert_int_eq(dtq_scripts_error_code("ID_EXISTS"), DTQ_SCRIPT_ERR_ID_EXISTS);
     ck_assert_int_eq(dtq_scripts_error_code("NOT_FOUNDX"), DTQ_SCRIPT_ERR_OTHER);
+    ck_assert_int_eq(dtq_scripts_error_code("NOT_EMPTY queue q holds 1 waiting, 0 pending, 0 "
+                                            "scheduled"),
+                     DTQ_SCRIPT_ERR_NOT_EMPTY);
     ck_assert_int_eq(dtq_scripts_error_code("ERR Function not found"), DTQ_SCRIPT_ERR_NO_FUNCTION);
 }
 END_TEST

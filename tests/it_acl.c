@@ -244,6 +244,10 @@ static void admin_functions_refused(redisContext *c) {
     refused(c, "FCALL dtq_cancel 0 t-1");
     refused(c, "FCALL dtq_pause 0 default");
     refused(c, "FCALL dtq_resume 0 default");
+    refused(c, "FCALL dtq_sched_run_now 0 x t-1");
+    refused(c, "FCALL dtq_sched_delete 0 x t-1");
+    refused(c, "FCALL dtq_queue_clear 0 x default");
+    refused(c, "FCALL dtq_queue_remove 0 x default");
 }
 
 /* FCALL dtq_enqueue 0 <args> (blank-separated words without '%'). */
@@ -748,6 +752,8 @@ static const char *const READS[] = {"dtq_overview 0",
                                     "dtq_dead_letters 0 - 5",
                                     "dtq_dead_letters 0 - 5 oldest worker_lost",
                                     "dtq_audit_page 0 - 5",
+                                    "dtq_scheduled 0 - 5",
+                                    "dtq_scheduled 0 - 5 kind delayed queue default id_prefix e-",
                                     NULL};
 
 /* A daemon running as the worker role (no FUNCTION LOAD) on the library an admin
@@ -796,7 +802,8 @@ START_TEST(test_worker_role_end_to_end) {
     {
         const char *want[] = {"w-acl",          "w-acl",           "\"name\":\"default\"",
                               "TASK_SUCCEEDED", "dead_letter\":{", "e-dead",
-                              "entries",        "entries"};
+                              "entries",        "entries",         "e-cancel",
+                              "e-cancel"};
         read_model_as("mon", READS, want);
         read_model_as("adm", READS, want);
     }
@@ -825,6 +832,36 @@ START_TEST(test_worker_role_end_to_end) {
     ck_assert_str_eq((out = ctl_expect(0, "adm", "dlq discard e-dead")), "discarded\n");
     free(out);
     free(ctl_expect(0, "adm", "dlq purge"));
+    /* the schedule and queue Functions (dtqctl scheduled, queue clear/remove) */
+    free(ctl_expect(0, "prod", "enqueue default echo 4 --id e-s1 --delay-ms 600000"));
+    free(ctl_expect(0, "prod", "enqueue default echo 5 --id e-s2 --delay-ms 600000"));
+    free(ctl_expect(0, "prod", "enqueue spare echo 6 --id e-sp1"));
+    free(ctl_expect(0, "prod", "enqueue spare echo 7 --id e-sp2 --priority 9"));
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:spare:p2 * task_type echo payload 8 task_id e-sp3"));
+    {
+        redisContext *a = connect_as("adm");
+        r = redisCommand(a, "FCALL dtq_sched_run_now 0 tester e-s1");
+        ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && !strcmp(r->element[0]->str, "done"),
+                      "sched_run_now: %s", r ? r->str : a->errstr);
+        freeReplyObject(r);
+        r = redisCommand(a, "FCALL dtq_sched_delete 0 tester e-s2");
+        ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && !strcmp(r->element[0]->str, "done"),
+                      "sched_delete: %s", r ? r->str : a->errstr);
+        freeReplyObject(r);
+        r = redisCommand(a, "FCALL dtq_queue_clear 0 tester spare");
+        ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 3,
+                      "queue_clear: %s", r ? r->str : a->errstr);
+        freeReplyObject(r);
+        r = redisCommand(a, "FCALL dtq_queue_remove 0 tester spare");
+        ck_assert_msg(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "removed"),
+                      "queue_remove: %s", r ? r->str : a->errstr);
+        freeReplyObject(r);
+        redisFree(a);
+    }
+    wait_status("e-s1", "succeeded");
+    th_assert_field(C, "e-s2", "status", "cancelled");
+    th_assert_field(C, "e-sp1", "last_error_class", "cleared");
+    th_assert_field(C, "e-sp3", "last_error_class", "cleared");
     free(ctl_expect(0, "adm", "stats"));
     free(ctl_expect(0, "adm", "queues"));
     free(ctl_expect(0, "adm", "workers"));

@@ -701,9 +701,9 @@ END_TEST
 
 /* The read Functions are registered no-writes (FCALL_RO takes them). */
 START_TEST(test_read_functions_are_no_writes) {
-    static const char *const names[] = {
-        "dtq_overview",     "dtq_workers",    "dtq_queue_view", "dtq_task_view",
-        "dtq_dead_letters", "dtq_audit_page", "dtq_stats",      NULL};
+    static const char *const names[] = {"dtq_overview",  "dtq_workers",      "dtq_queue_view",
+                                        "dtq_task_view", "dtq_dead_letters", "dtq_audit_page",
+                                        "dtq_stats",     "dtq_scheduled",    NULL};
     redisReply *r = th_cmd(C, "FUNCTION LIST LIBRARYNAME dtq");
     const redisReply *fns = NULL;
     int found = 0;
@@ -729,7 +729,7 @@ START_TEST(test_read_functions_are_no_writes) {
                 found++;
             }
     }
-    ck_assert_int_eq(found, 7);
+    ck_assert_int_eq(found, 8);
     freeReplyObject(r);
 }
 END_TEST
