@@ -551,7 +551,7 @@ START_TEST(test_finish_refuses_malformed_records) {
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 1);
     /* an unknown outcome word (the old one-letter code), a short record, a bad attempt */
-    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 1 s dtq:stream:default:p5 %s {} full '' '' 0",
+    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 1 s dtq:stream:default:p5 %s {} full '' '' 0 0",
                r->element[0]->element[0]->element[1]->str);
     ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
     ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT record 1: unknown outcome s"));
@@ -560,7 +560,8 @@ START_TEST(test_finish_refuses_malformed_records) {
     ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
     ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT"));
     freeReplyObject(f);
-    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 x succeeded dtq:stream:default:p5 %s {} full '' '' 0",
+    f = th_cmd(C,
+               "FCALL dtq_finish 0 w1 1 m1 x succeeded dtq:stream:default:p5 %s {} full '' '' 0 0",
                r->element[0]->element[0]->element[1]->str);
     ck_assert_ptr_nonnull(strstr(f->str, "attempt is not a number"));
     freeReplyObject(f);
