@@ -1052,8 +1052,9 @@ end
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
 for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/it_scripts.c
 pins the two sides together. ]]
-local FINISH_RECORD_FIELDS = 10
-local FINISH_OUTCOMES = {succeeded = true, retry = true, dead_letter = true, cancelled = true}
+local FINISH_RECORD_FIELDS = 11
+local FINISH_OUTCOMES = {succeeded = true, retry = true, dead_letter = true, cancelled = true,
+                         defer = true}
 local RESULT_STATES = {none = true, full = true, truncated = true}
 
 -- A record is read where it stands in ARGV (from index b + 1): a table per record cost
@@ -1064,9 +1065,10 @@ local function finish_record_error(args, b)
   if not tonumber(args[b + 2]) then return 'attempt is not a number' end
   if not FINISH_OUTCOMES[outcome] then return 'unknown outcome ' .. tostring(outcome) end
   if not RESULT_STATES[rstate] then return 'unknown result_state ' .. tostring(rstate) end
-  if outcome == 'retry' and not tonumber(args[b + 10]) then
+  if (outcome == 'retry' or outcome == 'defer') and not tonumber(args[b + 10]) then
     return 'delay_ms is not a number'
   end
+  if outcome == 'defer' and not tonumber(args[b + 11]) then return 'grace_ms is not a number' end
   return nil
 end
 
@@ -1126,6 +1128,19 @@ local function finish_one(c, ms, worker, args, b)
     emit(c, ms, 'TASK_RETRY_SCHEDULED', h, worker, {delay_ms = delay})
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + delay), tid)
     return 'retrying'
+  elseif outcome == 'defer' then
+    -- Not run here (no handler for its type): back to the schedule at the same attempt, for
+    -- a worker that knows the type, while the grace since its enqueue lasts (Redis's clock,
+    -- so every worker agrees); after that, dead-lettered like the record's error says.
+    local created = tonumber(redis.call('HGET', tkey, 'created_at'))
+    if created and ms < created + tonumber(args[b + 11]) then
+      local delay = tonumber(args[b + 10])
+      redis.call('HSET', tkey, 'status', 'pending', 'updated_at', fmt(ms), 'last_error', err,
+                 'last_error_class', class)
+      emit(c, ms, 'TASK_DEFERRED', h, worker, {delay_ms = delay})
+      redis.call('ZADD', k('retry', 'schedule'), fmt(ms + delay), tid)
+      return 'pending'
+    end
   elseif outcome == 'cancelled' then
     history_add(tkey, nil, v[7], ms, 'cancelled', err, worker)
     finish_terminal(c, tkey, h, 'cancelled', ms)

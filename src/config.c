@@ -79,6 +79,13 @@ static const config_key config_keys[] = {
      "an entry idle this long is taken from a worker presumed dead"},
     {"worker", "drain_timeout_s", KEY_INT, OFF(drain_timeout_s), "30", 0, 86400,
      "on SIGTERM, how long running tasks may finish"},
+    {"worker", "unknown_task_type", KEY_STR, OFF(unknown_task_type_raw), "dead_letter", 0, 0,
+     "a task whose type has no handler here: dead_letter (at once) | hand_back (given back "
+     "without using an attempt, for a worker that knows the type)"},
+    {"worker", "unknown_task_type_grace_s", KEY_INT, OFF(unknown_task_type_grace_s), "600", 1,
+     31536000,
+     "hand_back: for this long after a task's enqueue; then it is dead-lettered as with "
+     "dead_letter"},
     {"retry", "base_delay", KEY_DOUBLE, OFF(retry.base_delay_s), "1.0", 0, 1e9,
      "seconds before the first retry"},
     {"retry", "max_delay", KEY_DOUBLE, OFF(retry.max_delay_s), "60.0", 0, 1e9,
@@ -167,6 +174,8 @@ static const dtq_config_field config_fields[] = {
 #define DTQ_OVR_MAX 2u
 #define DTQ_OVR_JITTER 4u
 #define DTQ_OVR_MODE 8u
+#define DTQ_OVR_EXIT_CODES 16u /* exec-only keys, refused in other sections */
+#define DTQ_OVR_RESULT 32u
 
 typedef struct load_state {
     dtq_config *cfg;
@@ -254,7 +263,59 @@ static dtq_handler_conf *handler_for(dtq_config *cfg, const char *task_type) {
     h->task_type = dtq_xstrdup(task_type);
     h->timeout_ms = DTQ_DEFAULT_TIMEOUT_MS;
     h->kill_grace_ms = 5000;
+    h->retry_exit_codes[DTQ_EXEC_TEMPFAIL / 8] |= (unsigned char)(1u << (DTQ_EXEC_TEMPFAIL % 8));
     return h;
+}
+
+int dtq_handler_retries_exit(const dtq_handler_conf *h, int code) {
+    return code > 0 && code < 256 && (h->retry_exit_codes[code / 8] >> (code % 8)) & 1u;
+}
+
+/* retry_exit_codes = any | <code> [<code>...]: codes 1-255, separated by blanks or commas,
+ * each once; the list replaces the default (75) rather than adding to it. */
+static int parse_exit_codes(load_state *st, const char *section, dtq_handler_conf *h,
+                            const char *value) {
+    static const char *const key = "retry_exit_codes";
+    unsigned char codes[32] = {0};
+    char *copy = dtq_xstrdup(value), *save = NULL, *tok;
+    int n = 0, rc = DTQ_ERR;
+    for (tok = strtok_r(copy, " \t,", &save); tok; tok = strtok_r(NULL, " \t,", &save)) {
+        int64_t code;
+        if (!strcmp(tok, "any")) {
+            if (n || strtok_r(NULL, " \t,", &save)) {
+                fail(st, section, key, "'any' stands alone, without exit codes");
+                goto out;
+            }
+            memset(codes, 0xff, sizeof(codes));
+            codes[0] &= (unsigned char)~1u; /* exit 0 is a success, never a failure */
+            n = 255;
+            break;
+        }
+        if (dtq_parse_int64(tok, 1, 255, &code) != DTQ_OK) {
+            fail(st, section, key, "'%s' is not an exit code in [1, 255] (or any)", tok);
+            goto out;
+        }
+        if ((codes[code / 8] >> (code % 8)) & 1u) {
+            fail(st, section, key, "exit code %lld is listed twice", (long long)code);
+            goto out;
+        }
+        if (++n > DTQ_RETRY_EXIT_CODES_MAX) {
+            fail(st, section, key, "more than %d exit codes; write any to retry every one",
+                 DTQ_RETRY_EXIT_CODES_MAX);
+            goto out;
+        }
+        codes[code / 8] |= (unsigned char)(1u << (code % 8));
+    }
+    if (!n) {
+        fail(st, section, key, "empty value: give exit codes in [1, 255], or any");
+        goto out;
+    }
+    memcpy(h->retry_exit_codes, codes, sizeof(codes));
+    h->overrides |= DTQ_OVR_EXIT_CODES;
+    rc = DTQ_OK;
+out:
+    free(copy);
+    return rc;
 }
 
 static int set_handler_key(load_state *st, const char *section, const char *task_type,
@@ -319,6 +380,20 @@ static int set_handler_key(load_state *st, const char *section, const char *task
             return DTQ_ERR;
         }
         h->overrides |= DTQ_OVR_MODE;
+    } else if (!strcmp(key, "retry_exit_codes")) {
+        return parse_exit_codes(st, section, h, value);
+    } else if (!strcmp(key, "result")) {
+        if (!strcmp(value, "json"))
+            h->result_mode = DTQ_RESULT_MODE_JSON;
+        else if (!strcmp(value, "text"))
+            h->result_mode = DTQ_RESULT_MODE_TEXT;
+        else if (!strcmp(value, "ignore"))
+            h->result_mode = DTQ_RESULT_MODE_IGNORE;
+        else {
+            fail(st, section, key, "'%s' is not one of json, text, ignore", value);
+            return DTQ_ERR;
+        }
+        h->overrides |= DTQ_OVR_RESULT;
     } else {
         fail(st, section, key, "unknown key");
         return DTQ_ERR;
@@ -474,6 +549,11 @@ static void validate(load_state *st) {
     if (dtq_retry_jitter_mode_from_string(cfg->jitter_mode_raw, &cfg->retry.jitter_mode))
         return fail(st, "retry", "jitter_mode", "'%s' is not one of spread, full, none",
                     cfg->jitter_mode_raw);
+    if (!strcmp(cfg->unknown_task_type_raw, "hand_back"))
+        cfg->unknown_hand_back = 1;
+    else if (strcmp(cfg->unknown_task_type_raw, "dead_letter"))
+        return fail(st, "worker", "unknown_task_type", "'%s' is not one of dead_letter, hand_back",
+                    cfg->unknown_task_type_raw);
     if (cfg->retry.base_delay_s > cfg->retry.max_delay_s)
         return fail(st, "retry", "base_delay", "must not exceed max_delay");
     if (cfg->scheduler_interval_ms >= cfg->leader_lock_ms)
@@ -533,6 +613,12 @@ static void validate(load_state *st) {
         if (h->kind != DTQ_HANDLER_KIND_EXEC && (h->env || h->workdir))
             return fail(st, section, h->env ? "env" : "workdir",
                         "only an exec handler takes this key");
+        if (h->kind != DTQ_HANDLER_KIND_EXEC &&
+            (h->overrides & (DTQ_OVR_EXIT_CODES | DTQ_OVR_RESULT)))
+            return fail(st, section,
+                        h->overrides & DTQ_OVR_EXIT_CODES ? "retry_exit_codes" : "result",
+                        "only an exec handler takes this key (a builtin or plugin says "
+                        "DTQ_HANDLER_RETRY and returns JSON)");
         h->retry = cfg->retry;
         if (h->overrides & DTQ_OVR_BASE) h->retry.base_delay_s = own.base_delay_s;
         if (h->overrides & DTQ_OVR_MAX) h->retry.max_delay_s = own.max_delay_s;

@@ -22,6 +22,18 @@
 
 enum dtq_handler_kind { DTQ_HANDLER_KIND_BUILTIN, DTQ_HANDLER_KIND_EXEC, DTQ_HANDLER_KIND_PLUGIN };
 
+/* [handler:*] result: what an exec program's stdout becomes. */
+enum dtq_result_mode {
+    DTQ_RESULT_MODE_JSON,  /* a JSON text, the result as it is (the default) */
+    DTQ_RESULT_MODE_TEXT,  /* UTF-8 text, recorded as a JSON string */
+    DTQ_RESULT_MODE_IGNORE /* read and dropped: no result */
+};
+
+/* [handler:*] retry_exit_codes: its default (EX_TEMPFAIL), and at most this many codes in a
+ * list. */
+#define DTQ_EXEC_TEMPFAIL 75
+#define DTQ_RETRY_EXIT_CODES_MAX 32
+
 /* One [handler:<task_type>] section. Retry keys that are absent inherit [retry]. */
 typedef struct dtq_handler_conf {
     char *task_type;
@@ -36,6 +48,10 @@ typedef struct dtq_handler_conf {
     dtq_retry_policy retry; /* effective policy: [retry] overlaid with this section */
     int seen_kind;          /* how many of builtin/exec/plugin were given */
     unsigned overrides;     /* which retry keys this section set (bits of DTQ_OVR_*) */
+    /* exec: bit N set = exit code N is a retryable failure (default: 75 alone) */
+    unsigned char retry_exit_codes[32];
+    /* exec: what stdout becomes */
+    enum dtq_result_mode result_mode;
 } dtq_handler_conf;
 
 typedef struct dtq_config {
@@ -64,6 +80,9 @@ typedef struct dtq_config {
     int64_t heartbeat_interval_s;
     int64_t visibility_timeout_s;
     int64_t drain_timeout_s;
+    char *unknown_task_type_raw;       /* dead_letter | hand_back */
+    int unknown_hand_back;             /* ... parsed: 1 = hand_back */
+    int64_t unknown_task_type_grace_s; /* hand_back only this long after created_at */
     /* [retry] */
     dtq_retry_policy retry;
     char *jitter_mode_raw;
@@ -110,6 +129,9 @@ void dtq_config_free(dtq_config *cfg);
  * DTQ_NAMESPACE_RULE. */
 #define DTQ_NAMESPACE_RULE "[A-Za-z0-9._-]{1,64}"
 int dtq_namespace_valid(const char *ns);
+
+/* Whether exit `code` of an exec handler of section h is a retryable failure. */
+int dtq_handler_retries_exit(const dtq_handler_conf *h, int code);
 
 /* Borrowed lookup; NULL when the task type has no section. */
 const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *task_type);

@@ -89,7 +89,9 @@ static void run_free(run *r) {
 /* The process's counters and the queue's (written by the heartbeat, never per task). */
 static void count_outcome(dtq_ctx *ctx, const char *queue, enum dtq_outcome_kind kind) {
     dtq_counters *c = &ctx->counters;
-    dtq_queue_counters *q = dtq_ctx_queue_counters(ctx, queue);
+    dtq_queue_counters *q;
+    if (kind == DTQ_OUTCOME_DEFER) return; /* not run: nothing was processed */
+    q = dtq_ctx_queue_counters(ctx, queue);
     c->processed++;
     if (kind == DTQ_OUTCOME_SUCCEEDED) c->succeeded++, q->succeeded++;
     if (kind == DTQ_OUTCOME_RETRY) c->retried++, q->retried++;
@@ -128,9 +130,11 @@ static void run_end(run *r) {
                            r->result_len,
                            r->error,
                            t->attempt,
-                           t->max_attempts};
+                           t->max_attempts,
+                           r->is_exec && hc ? hc->result_mode : DTQ_RESULT_MODE_JSON};
     dtq_outcome_limits lim = {hc ? &hc->retry : &cfg->retry, cfg->result_max_bytes,
-                              cfg->error_max_bytes};
+                              cfg->error_max_bytes, cfg->unknown_hand_back,
+                              cfg->unknown_task_type_grace_s * 1000};
     dtq_outcome o;
     dtq_finish_record *rec;
 
@@ -153,14 +157,22 @@ static void run_end(run *r) {
     rec->outcome = o.kind;
     rec->result_state = o.result_state;
     if (o.result_state != DTQ_RESULT_NONE) {
-        /* NULL: output cut to a result_max_bytes of 0 */
-        rec->result = dtq_xstrndup(r->result ? r->result : "", o.result_len);
+        /* o.result: made from the output (result = text); NULL output: cut to a
+         * result_max_bytes of 0 */
+        rec->result = o.result ? o.result : dtq_xstrndup(r->result ? r->result : "", o.result_len);
         rec->result_len = o.result_len;
+        o.result = NULL;
     }
     rec->error = o.error; /* ownership moves to the record */
     rec->error_class = o.error_class;
     rec->delay_ms = o.delay_ms;
-    if (o.error_class)
+    rec->grace_ms = o.grace_ms;
+    free(o.result); /* a text result with nothing to record */
+    if (o.kind == DTQ_OUTCOME_DEFER)
+        dtq_debug("task %s attempt %lld: no handler for task type %s here; handed back for "
+                  "%lld ms (unknown_task_type = hand_back)",
+                  t->id, (long long)t->attempt, t->task_type, (long long)o.delay_ms);
+    else if (o.error_class)
         dtq_debug("task %s attempt %lld failed (%s): %s", t->id, (long long)t->attempt,
                   o.error_class, o.error);
     count_outcome(ctx, t->queue, o.kind);

@@ -55,6 +55,7 @@ void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
     dtq_argv_adds(a, rec->error ? rec->error : "");
     dtq_argv_adds(a, rec->error_class ? rec->error_class : "");
     dtq_argv_addll(a, rec->delay_ms);
+    dtq_argv_addll(a, rec->grace_ms);
 }
 
 void dtq_handback_record_encode(dtq_argv *a, const dtq_finish_record *rec) {

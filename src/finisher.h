@@ -15,7 +15,7 @@
 
 /* The values of one record of <ns>_finish, in the order lua/dtq.lua's
  * decode_finish_record() reads them. */
-#define DTQ_FINISH_RECORD_FIELDS 10
+#define DTQ_FINISH_RECORD_FIELDS 11
 
 typedef struct dtq_finish_record {
     struct dtq_finish_record *next;
@@ -31,6 +31,7 @@ typedef struct dtq_finish_record {
     char *error;             /* owned; the reason for a hand-back */
     const char *error_class; /* static */
     int64_t delay_ms;
+    int64_t grace_ms; /* defer only */
 } dtq_finish_record;
 
 /* Appends the DTQ_FINISH_RECORD_FIELDS values of a finish record. */

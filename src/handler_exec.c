@@ -39,6 +39,7 @@ typedef struct job {
     size_t err_len;
     int reaped, status;
     int64_t kill_grace_ms;
+    unsigned char retry_exit_codes[32]; /* the spec's: a reload may free it meanwhile */
 } job;
 
 struct dtq_exec {
@@ -115,6 +116,8 @@ dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t er
     spec->env = split_blanks(h->env ? h->env : "");
     spec->workdir = h->workdir ? dtq_xstrdup(h->workdir) : NULL;
     spec->kill_grace_ms = h->kill_grace_ms;
+    memcpy(spec->retry_exit_codes, h->retry_exit_codes, sizeof(spec->retry_exit_codes));
+    spec->keep_stdout = h->result_mode != DTQ_RESULT_MODE_IGNORE;
     if (!spec->argv[0] || spec->argv[0][0] != '/') {
         snprintf(err, errlen, "[handler:%s] exec: needs an absolute program path", h->task_type);
         dtq_exec_spec_free(spec);
@@ -200,8 +203,8 @@ static void job_maybe_done(job *j) {
             snprintf(msg, sizeof(msg), "exit %d", code);
             text = msg;
         }
-        call->complete(call, code == DTQ_EXEC_TEMPFAIL ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL, NULL,
-                       0, text);
+        int retry = (j->retry_exit_codes[code / 8] >> (code % 8)) & 1u;
+        call->complete(call, retry ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL, NULL, 0, text);
     }
     job_free(j);
 }
@@ -451,10 +454,11 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     j->in_fd = p[0][1];
     j->out_fd = p[1][0];
     j->err_fd = p[2][0];
-    j->out_max = (size_t)ex->result_max_bytes;
+    j->out_max = spec->keep_stdout ? (size_t)ex->result_max_bytes : 0;
     j->payload = call->payload;
     j->payload_len = call->payload_len;
     j->kill_grace_ms = spec->kill_grace_ms;
+    memcpy(j->retry_exit_codes, spec->retry_exit_codes, sizeof(j->retry_exit_codes));
     set_nonblock(j->in_fd);
     set_nonblock(j->out_fd);
     set_nonblock(j->err_fd);

@@ -2,9 +2,11 @@
  * a shell in its own process group, with default signal dispositions, an empty signal
  * mask and only descriptors 0-2: payload JSON on stdin, DTQ_TASK_ID, DTQ_TASK_TYPE,
  * DTQ_QUEUE, DTQ_ATTEMPT, DTQ_MAX_ATTEMPTS in its environment, stdout is the result (at
- * most result_max_bytes of it kept). Exit 0 succeeds, 75 (EX_TEMPFAIL) is a retryable
- * failure, any other exit is permanent, and death by a signal the daemon did not send is
- * reported as DTQ_HANDLER_FAIL_SIGNAL `signal:<N>`. Cancelling (timeout, dtq_cancel,
+ * most result_max_bytes of it kept, none with `result = ignore`; outcome.c reads it as the
+ * section's `result` says). Exit 0 succeeds, an exit code of the section's
+ * retry_exit_codes (75, EX_TEMPFAIL, by default) is a retryable failure, any other exit is
+ * permanent, and death by a signal the daemon did not send is reported as
+ * DTQ_HANDLER_FAIL_SIGNAL `signal:<N>`. Cancelling (timeout, dtq_cancel,
  * shutdown) sends SIGTERM to the group, then SIGKILL after kill_grace_ms, and the job
  * reports nothing after that. Nothing of the task reaches a command line. */
 #ifndef DTQ_HANDLER_EXEC_H
@@ -24,7 +26,6 @@ struct event_base;
  * its first result_max_bytes bytes. */
 #define DTQ_HANDLER_FAIL_SIGNAL 64
 #define DTQ_HANDLER_OK_TRUNCATED 65
-#define DTQ_EXEC_TEMPFAIL 75
 
 typedef struct dtq_exec_spec {
     char **argv;           /* split on blanks; argv[0] is the program path */
@@ -32,6 +33,10 @@ typedef struct dtq_exec_spec {
     char **base_env;       /* every child's environment but its DTQ_ task variables */
     char *workdir;         /* NULL = the daemon's */
     int64_t kill_grace_ms; /* SIGTERM -> SIGKILL */
+    /* bit N: exit N is retryable (the section's retry_exit_codes) */
+    unsigned char retry_exit_codes[32];
+    /* 0 with result = ignore: stdout is read and dropped */
+    int keep_stdout;
 } dtq_exec_spec;
 
 /* Parses the section's exec, env and workdir; NULL with err filled when invalid. */

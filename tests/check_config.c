@@ -532,6 +532,85 @@ START_TEST(test_namespace_rule) {
 }
 END_TEST
 
+/* [handler:*] retry_exit_codes and result (exec only), and [worker] unknown_task_type. */
+START_TEST(test_exec_retry_and_result_keys) {
+    char err[256];
+    dtq_config *cfg;
+    const dtq_handler_conf *h;
+    write_ini("[handler:plain]\nexec = /bin/true\n"
+              "[handler:curl]\nexec = /bin/true\nretry_exit_codes = 75 7,28\nresult = text\n"
+              "[handler:all]\nexec = /bin/true\nretry_exit_codes = any\nresult = ignore\n"
+              "[handler:json]\nexec = /bin/true\nretry_exit_codes = 255\nresult = json\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    h = dtq_config_handler(cfg, "plain"); /* the default: 75 alone, JSON */
+    ck_assert(dtq_handler_retries_exit(h, 75));
+    ck_assert(!dtq_handler_retries_exit(h, 7));
+    ck_assert(!dtq_handler_retries_exit(h, 1));
+    ck_assert(!dtq_handler_retries_exit(h, 0));
+    ck_assert_int_eq(h->result_mode, DTQ_RESULT_MODE_JSON);
+    h = dtq_config_handler(cfg, "curl");
+    ck_assert(dtq_handler_retries_exit(h, 75));
+    ck_assert(dtq_handler_retries_exit(h, 7));
+    ck_assert(dtq_handler_retries_exit(h, 28));
+    ck_assert(!dtq_handler_retries_exit(h, 1));
+    ck_assert_int_eq(h->result_mode, DTQ_RESULT_MODE_TEXT);
+    h = dtq_config_handler(cfg, "all");
+    for (int code = 1; code < 256; code++) ck_assert(dtq_handler_retries_exit(h, code));
+    ck_assert(!dtq_handler_retries_exit(h, 0));
+    ck_assert_int_eq(h->result_mode, DTQ_RESULT_MODE_IGNORE);
+    h = dtq_config_handler(cfg, "json"); /* a list replaces the default */
+    ck_assert(dtq_handler_retries_exit(h, 255));
+    ck_assert(!dtq_handler_retries_exit(h, 75));
+    ck_assert_int_eq(h->result_mode, DTQ_RESULT_MODE_JSON);
+    ck_assert_int_eq(cfg->unknown_hand_back, 0); /* [worker] unknown_task_type default */
+    ck_assert_str_eq(cfg->unknown_task_type_raw, "dead_letter");
+    ck_assert_int_eq(cfg->unknown_task_type_grace_s, 600);
+    dtq_config_free(cfg);
+
+    write_ini("[worker]\nunknown_task_type = hand_back\nunknown_task_type_grace_s = 2\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->unknown_hand_back, 1);
+    ck_assert_int_eq(cfg->unknown_task_type_grace_s, 2);
+    dtq_config_free(cfg);
+
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = 0\n",
+                 "[handler:x] retry_exit_codes", "'0' is not an exit code in [1, 255] (or any)");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = 256\n",
+                 "[handler:x] retry_exit_codes", "'256' is not an exit code");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = 7 seven\n",
+                 "[handler:x] retry_exit_codes", "'seven' is not an exit code");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = 7 7\n",
+                 "[handler:x] retry_exit_codes", "exit code 7 is listed twice");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = 75 any\n",
+                 "[handler:x] retry_exit_codes", "'any' stands alone");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = any 75\n",
+                 "[handler:x] retry_exit_codes", "'any' stands alone");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes =\n",
+                 "[handler:x] retry_exit_codes", "empty value");
+    expect_error("[handler:x]\nexec = /bin/true\nretry_exit_codes = ,\n",
+                 "[handler:x] retry_exit_codes", "empty value");
+    {
+        char text[512] = "[handler:x]\nexec = /bin/true\nretry_exit_codes =";
+        for (int code = 1; code <= DTQ_RETRY_EXIT_CODES_MAX + 1; code++)
+            snprintf(text + strlen(text), sizeof(text) - strlen(text), " %d", code);
+        strcat(text, "\n");
+        expect_error(text, "[handler:x] retry_exit_codes", "more than 32 exit codes; write any");
+    }
+    expect_error("[handler:x]\nexec = /bin/true\nresult = yaml\n", "[handler:x] result",
+                 "'yaml' is not one of json, text, ignore");
+    expect_error("[handler:x]\nbuiltin = echo\nresult = text\n", "[handler:x] result",
+                 "only an exec handler takes this key");
+    expect_error("[handler:x]\nplugin = /x.so\nsymbol = f\nretry_exit_codes = 7\n",
+                 "[handler:x] retry_exit_codes", "only an exec handler takes this key");
+    expect_error("[worker]\nunknown_task_type = retry\n", "[worker] unknown_task_type",
+                 "'retry' is not one of dead_letter, hand_back");
+    expect_error("[worker]\nunknown_task_type_grace_s = 0\n", "[worker] unknown_task_type_grace_s",
+                 "not an integer");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
@@ -548,6 +627,7 @@ int main(void) {
     tcase_add_test(tc, test_binary_refuses_directory);
     tcase_add_test(tc, test_web_access_keys);
     tcase_add_test(tc, test_namespace_rule);
+    tcase_add_test(tc, test_exec_retry_and_result_keys);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

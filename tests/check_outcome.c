@@ -9,7 +9,7 @@
 #include "outcome.h"
 
 static const dtq_retry_policy policy = {1.0, 60.0, 0.2, DTQ_JITTER_NONE};
-static const dtq_outcome_limits limits = {&policy, 8, 24};
+static const dtq_outcome_limits limits = {&policy, 8, 24, 0, 0};
 
 /* A known handler's attempt 1 of 3 that ended with `status`. */
 static dtq_attempt_end ended(int status) {
@@ -171,6 +171,144 @@ START_TEST(test_record_words) {
 }
 END_TEST
 
+/* result = text: stdout as a JSON string, escaped, cut at a character to fit
+ * result_max_bytes (8 here) with its quotes; invalid UTF-8 is a bad_result. */
+START_TEST(test_text_result) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_OK);
+    dtq_outcome o;
+    e.result_mode = DTQ_RESULT_MODE_TEXT;
+    e.result = "done\n";
+    e.result_len = 5;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_FULL);
+    ck_assert_int_eq(o.result_len, 8);
+    ck_assert_str_eq(o.result, "\"done\\n\"");
+    dtq_outcome_deinit(&o);
+    e.result = NULL; /* no output at all: the empty string, not null */
+    e.result_len = 0;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_FULL);
+    ck_assert_str_eq(o.result, "\"\"");
+    dtq_outcome_deinit(&o);
+    e.result = "a\"\x01\xc3\xa9"; /* quote, control character, é */
+    e.result_len = 5;
+    {
+        static const dtq_outcome_limits wide = {&policy, 64, 24, 0, 0};
+        dtq_outcome_decide(&e, &wide, 0.5, &o);
+    }
+    ck_assert_str_eq(o.result, "\"a\\\"\\u0001\xc3\xa9\"");
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_FULL);
+    dtq_outcome_deinit(&o);
+    e.result = "abcde\xc3\xa9"; /* é would need 9 bytes with the quotes: not cut in half */
+    e.result_len = 7;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_TRUNCATED);
+    ck_assert_str_eq(o.result, "\"abcde\"");
+    ck_assert_int_eq(o.result_len, 7);
+    dtq_outcome_deinit(&o);
+    e.result = "abcde\\"; /* nor is an escape */
+    e.result_len = 6;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.result, "\"abcde\"");
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_TRUNCATED);
+    dtq_outcome_deinit(&o);
+    e.result = "abcdef"; /* exactly 8 with the quotes: whole */
+    e.result_len = 6;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.result, "\"abcdef\"");
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_FULL);
+    dtq_outcome_deinit(&o);
+    /* cut while it was read, inside é: the partial character is dropped, not refused */
+    e = ended(DTQ_HANDLER_OK_TRUNCATED);
+    e.result_mode = DTQ_RESULT_MODE_TEXT;
+    e.result = "ab\xc3";
+    e.result_len = 3;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_TRUNCATED);
+    ck_assert_str_eq(o.result, "\"ab\"");
+    dtq_outcome_deinit(&o);
+    /* not UTF-8: a lone continuation byte, an overlong '/', a surrogate, a partial
+     * character at the end of output that was not cut */
+    {
+        static const char *const bad[] = {"ok\x80", "\xc0\xaf", "\xed\xa0\x80", "ab\xc3"};
+        static const size_t len[] = {3, 2, 3, 3};
+        for (int i = 0; i < 4; i++) {
+            e = ended(DTQ_HANDLER_OK);
+            e.result_mode = DTQ_RESULT_MODE_TEXT;
+            e.result = bad[i];
+            e.result_len = len[i];
+            dtq_outcome_decide(&e, &limits, 0.5, &o);
+            ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+            ck_assert_str_eq(o.error_class, "bad_result");
+            ck_assert_ptr_null(o.result);
+            dtq_outcome_deinit(&o);
+        }
+    }
+    e.result = "ok\x80";
+    e.result_len = 3;
+    {
+        static const dtq_outcome_limits wide = {&policy, 64, 256, 0, 0};
+        dtq_outcome_decide(&e, &wide, 0.5, &o);
+    }
+    ck_assert_str_eq(o.error, "result is not UTF-8 text (byte 3 of stdout)");
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
+/* result = ignore: success without a result, whatever was printed (even no JSON). */
+START_TEST(test_ignored_result) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_OK);
+    dtq_outcome o;
+    e.result_mode = DTQ_RESULT_MODE_IGNORE;
+    e.result = "{oops";
+    e.result_len = 5;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_NONE);
+    e.status = DTQ_HANDLER_OK_TRUNCATED;
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_NONE);
+    e.status = DTQ_HANDLER_FAIL; /* a failure is still one */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
+/* unknown_task_type = hand_back: a task type without a handler is deferred (the Function
+ * applies the grace), with a short spread delay; a known type's failure is not. */
+START_TEST(test_unknown_type_hand_back) {
+    static const dtq_outcome_limits back = {&policy, 8, 64, 1, 5000};
+    dtq_attempt_end e = ended(DTQ_HANDLER_FAIL);
+    dtq_outcome o;
+    e.handler_known = 0;
+    e.error = "unknown_task_type:resize";
+    dtq_outcome_decide(&e, &back, 0.0, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEFER);
+    ck_assert_str_eq(o.error_class, "unknown_task_type");
+    ck_assert_str_eq(o.error, "unknown_task_type:resize");
+    ck_assert_int_eq(o.delay_ms, DTQ_DEFER_DELAY_MS * 8 / 10);
+    ck_assert_int_eq(o.grace_ms, 5000);
+    dtq_outcome_deinit(&o);
+    dtq_outcome_decide(&e, &back, 0.999, &o);
+    ck_assert_int_le(o.delay_ms, DTQ_DEFER_DELAY_MS * 12 / 10);
+    ck_assert_int_gt(o.delay_ms, DTQ_DEFER_DELAY_MS);
+    dtq_outcome_deinit(&o);
+    e.attempt = e.max_attempts = 1; /* uses no attempt, so the last one too */
+    dtq_outcome_decide(&e, &back, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEFER);
+    dtq_outcome_deinit(&o);
+    e = ended(DTQ_HANDLER_FAIL); /* known type: dead-lettered as ever */
+    dtq_outcome_decide(&e, &back, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    ck_assert_str_eq(o.error_class, "permanent");
+    dtq_outcome_deinit(&o);
+    ck_assert_str_eq(dtq_outcome_kind_name(DTQ_OUTCOME_DEFER), "defer");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("outcome");
     TCase *tc = tcase_create("decide");
@@ -181,6 +319,9 @@ int main(void) {
     tcase_add_test(tc, test_failure_classes);
     tcase_add_test(tc, test_error_keeps_its_tail_and_cancel_wins);
     tcase_add_test(tc, test_record_words);
+    tcase_add_test(tc, test_text_result);
+    tcase_add_test(tc, test_ignored_result);
+    tcase_add_test(tc, test_unknown_type_hand_back);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -474,6 +474,168 @@ START_TEST(test_section_env_overrides_inherited) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- retry and result choices */
+
+/* The lifecycle events of task `id` in the events stream, as "TYPE:attempt TYPE:attempt...",
+ * caller-owned. Needs [limits] events_stream_maxlen > 0. */
+static char *trail_of(const char *id) {
+    redisReply *r = th_cmd(C, "XRANGE dtq:stream:events - +");
+    size_t cap = 64, len = 0;
+    char *out = calloc(1, cap);
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *json = r->element[i]->element[1]->element[1]->str;
+        char want[96], type[64] = "";
+        const char *t, *a;
+        snprintf(want, sizeof(want), "\"task_id\":\"%s\"", id);
+        if (!strstr(json, want) || !(t = strstr(json, "\"type\":\"")) ||
+            !(a = strstr(json, "\"attempt\":")))
+            continue;
+        sscanf(t + 8, "%63[^\"]", type);
+        while (len + strlen(type) + 24 > cap) out = realloc(out, cap *= 2);
+        len += (size_t)sprintf(out + len, "%s%s:%d", len ? " " : "", type, atoi(a + 10));
+    }
+    freeReplyObject(r);
+    return out;
+}
+
+/* retry_exit_codes: a listed exit code is retried (curl's 7, "cannot connect"), the
+ * default retries 75 alone, so the same program's exit 7 is dead-lettered at once, and
+ * `any` retries every non-zero exit. */
+START_TEST(test_retry_exit_codes) {
+    th_daemon d;
+    char curl[400], one[400], ini[2048];
+    script("curl7.sh",
+           "[ \"$DTQ_ATTEMPT\" -ge 2 ] && { printf '\"fetched\"'; exit 0; }\n"
+           "echo 'curl: (7) Failed to connect' >&2\nexit 7",
+           curl, sizeof(curl));
+    script("one.sh", "[ \"$DTQ_ATTEMPT\" -ge 2 ] && exit 0\nexit 1", one, sizeof(one));
+    snprintf(ini, sizeof(ini),
+             "[handler:listed]\nexec = %s\nretry_exit_codes = 75 7\nmax_attempts = 3\n"
+             "[handler:plain]\nexec = %s\nmax_attempts = 3\n"
+             "[handler:anyexit]\nexec = %s\nretry_exit_codes = any\nmax_attempts = 3\n",
+             curl, curl, one);
+    start(&d, "w-codes", NULL, ini);
+    enqueue("c1", "listed");
+    enqueue("c2", "plain");
+    enqueue("c3", "anyexit");
+    wait_status("c1", "succeeded", 10000);
+    th_assert_field(C, "c1", "attempt", "2");
+    th_assert_field(C, "c1", "last_error", "curl: (7) Failed to connect");
+    th_assert_field(C, "c1", "last_error_class", "retryable");
+    wait_status("c2", "dead_lettered", 10000);
+    th_assert_field(C, "c2", "attempt", "1"); /* not retried: 7 is not in the default */
+    th_assert_field(C, "c2", "last_error_class", "permanent");
+    wait_status("c3", "succeeded", 10000);
+    th_assert_field(C, "c3", "attempt", "2");
+    th_assert_field(C, "c3", "last_error", "exit 1");
+    th_assert_field(C, "c3", "last_error_class", "retryable");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* result = text stores stdout as a JSON string, result = ignore stores nothing (and the
+ * task succeeds, though "done" is no JSON), and text that is not UTF-8 is a bad_result. */
+START_TEST(test_result_text_and_ignore) {
+    th_daemon d;
+    char done[400], latin1[400], ini[2048], *res;
+    script("done.sh", "echo done", done, sizeof(done));
+    script("latin1.sh", "printf 'caf\\351\\n'", latin1, sizeof(latin1));
+    snprintf(ini, sizeof(ini),
+             "[handler:text]\nexec = %s\nresult = text\n"
+             "[handler:ignore]\nexec = %s\nresult = ignore\n"
+             "[handler:latin1]\nexec = %s\nresult = text\nmax_attempts = 3\n",
+             done, done, latin1);
+    start(&d, "w-text", NULL, ini);
+    enqueue("t1", "text");
+    enqueue("t2", "ignore");
+    enqueue("t3", "latin1");
+    wait_status("t1", "succeeded", 10000);
+    res = result_of("t1");
+    ck_assert_str_eq(res, "\"done\\n\"");
+    free(res);
+    {
+        char *trunc = th_task_field(C, "t1", "result_truncated");
+        ck_assert_ptr_null(trunc);
+    }
+    wait_status("t2", "succeeded", 10000);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:t2")), 0);
+    wait_status("t3", "dead_lettered", 10000);
+    th_assert_field(C, "t3", "attempt", "1");
+    th_assert_field(C, "t3", "last_error_class", "bad_result");
+    th_assert_field(C, "t3", "last_error", "result is not UTF-8 text (byte 4 of stdout)");
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* unknown_task_type = hand_back: a worker without a handler for the task's type gives it
+ * back without using an attempt (max_attempts = 1 here, so one used attempt would have
+ * ended it), again and again; a worker that knows the type then runs it at attempt 1. */
+START_TEST(test_unknown_type_handed_back) {
+    th_daemon a, b;
+    char *trail;
+    redisReply *r;
+    start(&a, "w-old", "unknown_task_type = hand_back",
+          "[limits]\nevents_stream_maxlen = 10000\n[handler:echo]\nbuiltin = echo\n");
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default newtype {} task_id u1 max_attempts 1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    th_sleep_ms(3000); /* two or more hand-backs, about a second apart */
+    trail = trail_of("u1");
+    ck_assert_msg(strstr(trail, "TASK_STARTED:1 TASK_DEFERRED:1 TASK_QUEUED:1 TASK_STARTED:1 "
+                                "TASK_DEFERRED:1") == trail + strlen("TASK_QUEUED:1 "),
+                  "trail: %s", trail);
+    ck_assert_ptr_null(strstr(trail, "DEAD_LETTERED"));
+    free(trail);
+    th_assert_field(C, "u1", "attempt", "1");
+    th_assert_field(C, "u1", "last_error", "unknown_task_type:newtype");
+    th_assert_field(C, "u1", "last_error_class", "unknown_task_type");
+    {
+        char *st = th_task_field(C, "u1", "status");
+        ck_assert_msg(!strcmp(st, "pending") || !strcmp(st, "queued") || !strcmp(st, "running"),
+                      "status %s", st);
+        free(st);
+    }
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    start(&b, "w-new", NULL, "[handler:newtype]\nbuiltin = echo\n");
+    wait_status("u1", "succeeded", 30000);
+    th_assert_field(C, "u1", "attempt", "1");
+    th_assert_field(C, "u1", "worker_id", "w-new");
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
+/* Past unknown_task_type_grace_s since its enqueue (Redis's clock), a task no worker knows
+ * is dead-lettered as with unknown_task_type = dead_letter, still at attempt 1. */
+START_TEST(test_unknown_type_grace_over) {
+    th_daemon a;
+    char *trail, *created, *finished;
+    start(&a, "w-old", "unknown_task_type = hand_back\nunknown_task_type_grace_s = 2",
+          "[limits]\nevents_stream_maxlen = 10000\n");
+    enqueue("u2", "newtype");
+    wait_status("u2", "dead_lettered", 10000);
+    th_assert_field(C, "u2", "attempt", "1");
+    th_assert_field(C, "u2", "last_error", "unknown_task_type:newtype");
+    th_assert_field(C, "u2", "last_error_class", "unknown_task_type");
+    created = th_task_field(C, "u2", "created_at");
+    finished = th_task_field(C, "u2", "finished_at");
+    ck_assert_int_ge(atoll(finished) - atoll(created), 2000);
+    free(created);
+    free(finished);
+    trail = trail_of("u2");
+    ck_assert_msg(!strncmp(trail, "TASK_QUEUED:1 TASK_STARTED:1 TASK_DEFERRED:1 ", 45), "trail: %s",
+                  trail);
+    ck_assert_msg(strstr(trail, "TASK_STARTED:1 TASK_DEAD_LETTERED:1") ==
+                      trail + strlen(trail) - strlen("TASK_STARTED:1 TASK_DEAD_LETTERED:1"),
+                  "trail: %s", trail);
+    free(trail);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("exec_faults");
     TCase *tc = tcase_create("signals");
@@ -493,6 +655,14 @@ int main(void) {
     tcase_add_test(tc, test_child_sees_only_0_1_2);
     tcase_add_test(tc, test_child_signals_default);
     tcase_add_test(tc, test_section_env_overrides_inherited);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("choices");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_retry_exit_codes);
+    tcase_add_test(tc, test_result_text_and_ignore);
+    tcase_add_test(tc, test_unknown_type_handed_back);
+    tcase_add_test(tc, test_unknown_type_grace_over);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

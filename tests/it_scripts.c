@@ -551,7 +551,7 @@ START_TEST(test_finish_refuses_malformed_records) {
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 1);
     /* an unknown outcome word (the old one-letter code), a short record, a bad attempt */
-    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 1 s dtq:stream:default:p5 %s {} full '' '' 0",
+    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 1 s dtq:stream:default:p5 %s {} full '' '' 0 0",
                r->element[0]->element[0]->element[1]->str);
     ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
     ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT record 1: unknown outcome s"));
@@ -560,7 +560,8 @@ START_TEST(test_finish_refuses_malformed_records) {
     ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
     ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT"));
     freeReplyObject(f);
-    f = th_cmd(C, "FCALL dtq_finish 0 w1 1 m1 x succeeded dtq:stream:default:p5 %s {} full '' '' 0",
+    f = th_cmd(C,
+               "FCALL dtq_finish 0 w1 1 m1 x succeeded dtq:stream:default:p5 %s {} full '' '' 0 0",
                r->element[0]->element[0]->element[1]->str);
     ck_assert_ptr_nonnull(strstr(f->str, "attempt is not a number"));
     freeReplyObject(f);
@@ -1614,6 +1615,71 @@ START_TEST(test_fetch_and_sched_claim_caps) {
 }
 END_TEST
 
+/* Outcome defer: within grace_ms of created_at the task goes back to the schedule as
+ * pending at the same attempt (a promotion queues that attempt again); past it, the task is
+ * dead-lettered with the record's error. A defer record needs a numeric grace_ms. */
+START_TEST(test_finish_defer) {
+    redisReply *r, *f;
+    dtq_finish_record rec;
+    create_groups("default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default newtype 1 task_id df1 max_attempts 1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default newtype 1 task_id df2"));
+    r = fetch("w1", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 2);
+    rec = th_finish_record(r->element[0]->element[0]);
+    rec.outcome = DTQ_OUTCOME_DEFER;
+    rec.error = (char *)"unknown_task_type:newtype";
+    rec.error_class = "unknown_task_type";
+    rec.delay_ms = 60000;
+    rec.grace_ms = 600000;
+    f = th_finish(C, "w1", &rec, 1);
+    ck_assert_str_eq(f->element[0]->str, "pending");
+    freeReplyObject(f);
+    th_assert_field(C, "df1", "status", "pending");
+    th_assert_field(C, "df1", "attempt", "1");
+    th_assert_field(C, "df1", "last_error_class", "unknown_task_type");
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 1);
+    {
+        redisReply *p = th_cmd(C, "XPENDING dtq:stream:default:p5 workers");
+        ck_assert_int_eq(p->element[0]->integer, 1); /* df1's entry acknowledged, df2's not */
+        freeReplyObject(p);
+    }
+    /* promoted: queued at attempt 1 again, claimable at attempt 1 (max_attempts 1) */
+    freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 0 df1"));
+    freeReplyObject(
+        th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 10 60000"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_sched_promote 1 dtq:retry:claimed w1 df1"));
+    th_assert_field(C, "df1", "status", "queued");
+    th_assert_field(C, "df1", "attempt", "1");
+    {
+        redisReply *again = fetch("w2", 10, "default");
+        ck_assert_int_eq(again->element[0]->elements, 1);
+        ck_assert_str_eq(again->element[0]->element[0]->element[2]->str, "df1");
+        ck_assert_int_eq(again->element[0]->element[0]->element[6]->integer, 1);
+        freeReplyObject(again);
+    }
+    /* past the grace (0 ms after created_at): dead-lettered with the record's error */
+    rec = th_finish_record(r->element[0]->element[1]);
+    rec.outcome = DTQ_OUTCOME_DEFER;
+    rec.error = (char *)"unknown_task_type:newtype";
+    rec.error_class = "unknown_task_type";
+    rec.delay_ms = 1000;
+    rec.grace_ms = 0;
+    f = th_finish(C, "w1", &rec, 1);
+    ck_assert_str_eq(f->element[0]->str, "dead_lettered");
+    freeReplyObject(f);
+    th_assert_field(C, "df2", "attempt", "1");
+    th_assert_field(C, "df2", "last_error", "unknown_task_type:newtype");
+    th_assert_field(C, "df2", "last_error_class", "unknown_task_type");
+    /* grace_ms must be a number for defer */
+    f = th_cmd(C, "FCALL dtq_finish 0 w2 1 df1 1 defer dtq:stream:default:p5 0-1 '' none e c 5 x");
+    ck_assert_int_eq(f->type, REDIS_REPLY_ERROR);
+    ck_assert_ptr_nonnull(strstr(f->str, "INVALID_ARGUMENT record 1: grace_ms is not a number"));
+    freeReplyObject(f);
+    freeReplyObject(r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -1653,6 +1719,7 @@ int main(void) {
     tcase_add_test(tc, test_c_key_names_are_the_functions_keys);
     tcase_add_test(tc, test_requeue_dlq_in_chunks);
     tcase_add_test(tc, test_fetch_and_sched_claim_caps);
+    tcase_add_test(tc, test_finish_defer);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
