@@ -1521,10 +1521,22 @@ end
 
 ------------------------------------------------------------------------------ admin
 
--- `...`: more field/value pairs of the entry, after the four every entry has.
-local function audit(action, tid, actor, ms, ...)
-  redis.call('XADD', k('stream', 'audit'), 'MAXLEN', '~', '10000', '*', 'actor',
-             actor or 'redis-cli', 'action', action, 'task_id', tid or '', 'ts', fmt(ms), ...)
+--[[ One entry of <prefix>:stream:audit: who (`actor`; none or empty: redis-cli) did what
+(`action`) to which task (`task_id`, and `queue`, the task's queue) or queue (`queue`, an
+empty `task_id`), when (`ts`); `more` adds field/value pairs (purge_dlq's `removed`). ]]
+local function audit(action, tid, actor, ms, queue, more)
+  if actor == nil or actor == '' then actor = 'redis-cli' end
+  local cmd = {'XADD', k('stream', 'audit'), 'MAXLEN', '~', '10000', '*', 'actor', actor,
+               'action', action, 'task_id', tid or '', 'queue', queue or '', 'ts', fmt(ms)}
+  for _, v in ipairs(more or {}) do cmd[#cmd + 1] = v end
+  redis.call(unpack(cmd))
+end
+
+-- The queue named in a task hash, for the audit entry of an action on the task ('' when
+-- the hash is gone or of another type).
+local function task_queue(tid)
+  local q = redis.pcall('HGET', k('task', tid), 'queue')
+  return type(q) == 'string' and q or ''
 end
 
 local function dlq_remove(h)
@@ -1572,7 +1584,7 @@ local function requeue(keys, args)
   local ms = now_ms()
   local r, err = requeue_one(load_config(), args[1], ms)
   if not r then return redis.error_reply(err) end
-  audit('requeue', args[1], args[2], ms)
+  audit('requeue', args[1], args[2], ms, task_queue(args[1]))
   return r
 end
 
@@ -1636,7 +1648,7 @@ local function requeue_dlq(keys, args)
         if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
         if r == 'queued' then
           done, used = done + 1, used + 1
-          audit('requeue_dlq', f.task_id, args[2], ms)
+          audit('requeue_dlq', f.task_id, args[2], ms, task_queue(f.task_id))
         else
           -- Poisoned: dead-lettered again. Otherwise the task is gone, moved on, or its key
           -- holds another type: drop the stale record.
@@ -1669,7 +1681,7 @@ local function discard(keys, args)
   dlq_remove(h)
   redis.call('HSET', tkey, 'metadata', cjson.encode(meta), 'updated_at', fmt(ms), 'dlq_entry', '')
   redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
-  audit('discard', args[1], args[2], ms)
+  audit('discard', args[1], args[2], ms, h.queue)
   return 'discarded'
 end
 
@@ -1677,7 +1689,7 @@ end
 local function purge_dlq(keys, args)
   local n = redis.call('XLEN', k('stream', 'dead-letter'))
   redis.call('DEL', k('stream', 'dead-letter'))
-  audit('purge_dlq', '', args[1], now_ms())
+  audit('purge_dlq', '', args[1], now_ms(), '', {'removed', fmt(n)})
   return n
 end
 
@@ -1701,20 +1713,35 @@ local function cancel(keys, args)
   else
     return redis.error_reply('WRONG_STATE ' .. h.status)
   end
-  audit('cancel', args[1], args[2], ms)
+  audit('cancel', args[1], args[2], ms, h.queue)
   return reply
 end
 
+-- FCALL <ns>_pause|<ns>_resume 0 <queue> [actor [create]]. A queue nobody has used (not in
+-- <prefix>:queues, and not paused) is refused with NOT_FOUND unless `create` is given, which
+-- adds it to <prefix>:queues: a mistyped name must not pass for a pause.
 local function pause_resume(action, args)
-  if not valid_name(args[1], 128) then
+  local q = args[1]
+  if not valid_name(q, 128) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
-  if action == 'pause' then
-    redis.call('SET', k('queue', args[1], 'paused'), '1')
-  else
-    redis.call('DEL', k('queue', args[1], 'paused'))
+  local create = args[3]
+  if create ~= nil and create ~= '' and create ~= 'create' then
+    return opt_error('the argument after the actor must be create or empty')
   end
-  audit(action, '', args[2], now_ms())
+  local pkey = k('queue', q, 'paused')
+  if create == 'create' then
+    queue_known(q)
+  elseif redis.pcall('SISMEMBER', k('queues'), q) ~= 1 and redis.call('EXISTS', pkey) == 0 then
+    return redis.error_reply('NOT_FOUND queue ' .. q .. ' is not in ' .. k('queues') ..
+                             ' (pass create to ' .. action .. ' it anyway)')
+  end
+  if action == 'pause' then
+    redis.call('SET', pkey, '1')
+  else
+    redis.call('DEL', pkey)
+  end
+  audit(action, '', args[2], now_ms(), q)
   return action == 'pause' and 'paused' or 'resumed'
 end
 
@@ -2035,7 +2062,8 @@ local function queue_view(keys, args)
 end
 
 --[[ FCALL_RO <ns>_task_view 0 <task_id> [events_max]: the task hash (its fields as Redis
-holds them, strings), its result, its dead-letter entry, and its events from
+holds them, strings), its due time (schedule or claimed set), its result, its dead-letter
+entry, and its events from
 <prefix>:stream:events, searched from the newest back to its creation, at most events_max
 entries (0-10000, default 10000). NOT_FOUND when there is no task hash. ]]
 local function task_view(keys, args)
@@ -2056,7 +2084,15 @@ local function task_view(keys, args)
   if not h then return redis.error_reply('NOT_FOUND task ' .. tid) end
   local raws = {}
   local o = {id = tid, status = h.status or '', fields = h, result = cjson.null,
-             ttl_ms = redis.call('PTTL', tkey), dead_letter = cjson.null}
+             ttl_ms = redis.call('PTTL', tkey), dead_letter = cjson.null, due_ms = cjson.null,
+             due_claimed = false}
+  -- due: its score in the schedule; once a scheduler pass took it, the claim time
+  local due = redis.pcall('ZSCORE', k('retry', 'schedule'), tid)
+  if type(due) ~= 'string' then
+    due = redis.pcall('ZSCORE', k('retry', 'claimed'), tid)
+    o.due_claimed = type(due) == 'string'
+  end
+  if type(due) == 'string' then o.due_ms = tonumber(due) end
   local res = redis.pcall('GET', k('result', tid))
   if type(res) == 'string' then
     local v = json_decode(res)
@@ -2407,7 +2443,9 @@ local function sched_run_now(keys, args)
     else
       r = redis.call('TYPE', k('task', tid)).ok == 'hash' and 'not_scheduled' or 'not_found'
     end
-    if r ~= 'not_found' and r ~= 'not_scheduled' then audit('sched_run_now', tid, actor, ms) end
+    if r ~= 'not_found' and r ~= 'not_scheduled' then
+      audit('sched_run_now', tid, actor, ms, task_queue(tid))
+    end
     out[i] = r
   end
   return out
@@ -2441,7 +2479,7 @@ local function sched_delete(keys, args)
         end_deleted(c, tkey, h, ms)
         r = 'done'
       end
-      audit('sched_delete', tid, actor, ms)
+      audit('sched_delete', tid, actor, ms, task_queue(tid))
     end
     out[i] = r
   end
@@ -2529,8 +2567,8 @@ local function queue_clear(keys, args)
       if more == 0 and redis.call('EXISTS', s) == 1 and #waiting_page(s, 1) > 0 then more = 1 end
     end
   end
-  audit('queue_clear', '', actor, ms, 'queue', q, 'mode', delete and 'delete' or 'dead_letter',
-        'count', fmt(cleared))
+  audit('queue_clear', '', actor, ms, q,
+        {'mode', delete and 'delete' or 'dead_letter', 'count', fmt(cleared)})
   return {cleared, dropped, more}
 end
 
@@ -2572,7 +2610,7 @@ local function queue_remove(keys, args)
   end
   redis.call('DEL', k('queue', q, 'paused'))
   redis.call('SREM', k('queues'), q)
-  audit('queue_remove', '', actor, now_ms(), 'queue', q)
+  audit('queue_remove', '', actor, now_ms(), q)
   return 'removed'
 end
 

@@ -2,7 +2,7 @@
  * out (usage error, refusal), the calls to Redis and the verbs. dtqctl.c holds the table
  * and dispatches; the read verbs (which render the read Functions) are in ctl_read.c, the
  * write verbs in ctl_write.c. Exit codes: 0 ok, 1 refused / not found / unreachable,
- * 2 usage or configuration. */
+ * 2 usage or configuration, 3 enqueue --wait --timeout ran out. */
 #ifndef DTQ_CTL_H
 #define DTQ_CTL_H
 
@@ -14,6 +14,7 @@
 
 #define CTL_EXIT_REFUSED 1
 #define CTL_EXIT_USAGE 2
+#define CTL_EXIT_TIMEOUT 3
 #define CTL_ACTOR "dtqctl" /* the actor of every admin Function dtqctl calls */
 
 typedef struct ctl {
@@ -71,6 +72,7 @@ void ctl_show_task(ctl *x, const char *text, size_t len);
 
 /* Write verbs (ctl_write.c). ctl_simple calls the row's Function with the arguments and
  * the actor, and prints its one-word reply. */
-ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_requeue_all, ctl_functions_install;
+ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_pause_resume, ctl_requeue_all,
+    ctl_functions_install;
 
 #endif

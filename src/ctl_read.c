@@ -1,11 +1,13 @@
 /* ctl_read.c: dtqctl's read verbs. Each renders a read Function's reply (one JSON text,
  * docs/reference.md 5.5), called with FCALL_RO: show (<ns>_task_view), queues
  * (<ns>_overview), workers (<ns>_workers), dlq list (<ns>_dead_letters, page by page);
- * stats renders <ns>_stats and events follows the events channel. The text and --json
- * outputs are those dtqctl printed when it read the keys itself. */
+ * stats renders <ns>_stats and events follows the events channel. --json prints numbers
+ * as JSON numbers (docs/reference.md 14 gives the shapes); show's text gives times in
+ * ISO 8601 UTC and indents the continuation lines of a value. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctl.h"
 #include "keys.h"
@@ -120,12 +122,107 @@ static int known_field(const char *name) {
     return 0;
 }
 
-/* One field of the task: a "field value" line, or a member of `out` (--json). */
+static int in_list(const char *const *list, const char *name) {
+    for (; *list; list++)
+        if (!strcmp(*list, name)) return 1;
+    return 0;
+}
+
+/* The task fields that hold integers (reference 3.2): JSON numbers in show --json. */
+static const char *const task_numbers[] = {
+    "attempt",          "max_attempts",     "timeout_ms",     "priority",    "created_at",
+    "updated_at",       "started_at",       "finished_at",    "ttl_seconds", "cancel_requested",
+    "result_truncated", "own_max_attempts", "own_timeout_ms", NULL};
+
+/* The task fields that hold times (epoch ms): ISO 8601 UTC in show's text. */
+static const char *const task_times[] = {"created_at", "updated_at", "started_at", "finished_at",
+                                         NULL};
+
+/* The dead-letter entry fields that hold integers (reference 8). */
+static const char *const dlq_numbers[] = {
+    "attempt",      "max_attempts",  "priority",  "timeout_ms",
+    "failed_at_ms", "attempts_made", "retryable", NULL};
+
+#define MAX_SAFE_INT 9007199254740992.0 /* 2^53: every integer up to it is exact in JSON */
+
+/* Whether s is an integer as JSON writes it (no sign but '-', no leading zero) whose
+ * magnitude is at most 2^53; *v its value. */
+static int plain_int(const char *s, long long *v) {
+    const char *p = s + (*s == '-');
+    size_t n = strspn(p, "0123456789");
+    if (n == 0 || n > 16 || p[n] || (p[0] == '0' && n > 1)) return 0;
+    *v = strtoll(s, NULL, 10);
+    return (double)llabs(*v) <= MAX_SAFE_INT;
+}
+
+/* A stored value of an integer field as JSON: the number, null when empty, else the
+ * string as it is (a value dtq did not write). */
+static cJSON *json_int_field(const char *value) {
+    long long v;
+    if (plain_int(value, &v)) return cJSON_CreateRaw(value);
+    if (!*value) return cJSON_CreateNull();
+    return cJSON_CreateString(value);
+}
+
+/* "2026-12-01T21:14:14.123Z (1796159654123)" for epoch ms; NULL for another value. */
+static const char *iso_time(const char *value, char *buf, size_t size) {
+    long long ms;
+    struct tm tm;
+    time_t secs;
+    char date[32];
+    if (!plain_int(value, &ms) || ms < 0) return NULL;
+    secs = (time_t)(ms / 1000);
+    if (!gmtime_r(&secs, &tm) || !strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm))
+        return NULL;
+    snprintf(buf, size, "%s.%03lldZ (%lld)", date, ms % 1000, ms);
+    return buf;
+}
+
+#define SHOW_COLUMN 19 /* where show's values start */
+
+/* "name  value": a value of several lines goes on under its first (continuation lines
+ * indented to the value's column). */
+static void show_line(const char *name, const char *value, size_t len) {
+    printf("%-18s ", name);
+    for (size_t i = 0; i < len; i++) {
+        putchar(value[i]);
+        if (value[i] == '\n' && i + 1 < len && value[i + 1] != '\n') printf("%*s", SHOW_COLUMN, "");
+    }
+    putchar('\n');
+}
+
+/* One field of the task: a "field value" line (times as ISO 8601 UTC and epoch ms), or a
+ * member of `out` (--json; the integer fields as numbers). */
 static void show_field(cJSON *out, const char *name, const char *value) {
-    if (out)
-        cJSON_AddStringToObject(out, name, value);
-    else
-        printf("%-18s %s\n", name, value);
+    char buf[96];
+    const char *t;
+    if (out) {
+        cJSON_AddItemToObject(out, name,
+                              in_list(task_numbers, name) ? json_int_field(value)
+                                                          : cJSON_CreateString(value));
+        return;
+    }
+    t = in_list(task_times, name) ? iso_time(value, buf, sizeof(buf)) : NULL;
+    show_line(name, t ? t : value, strlen(t ? t : value));
+}
+
+/* due_at: when a delayed (pending) or retrying task is due, from the view's due_ms (in
+ * the schedule; due_claimed: a scheduler pass is enqueueing it, due_ms the claim time). */
+static void show_due(cJSON *out, const cJSON *view) {
+    const cJSON *due = member(view, "due_ms");
+    int claimed = cJSON_IsTrue(member(view, "due_claimed"));
+    char ms[32], buf[160];
+    if (!cJSON_IsNumber(due)) return;
+    snprintf(ms, sizeof(ms), "%lld", (long long)due->valuedouble);
+    if (out) {
+        cJSON_AddItemToObject(out, "due_at", cJSON_CreateRaw(ms));
+        cJSON_AddBoolToObject(out, "due_claimed", claimed);
+        return;
+    }
+    if (!iso_time(ms, buf, sizeof(buf))) snprintf(buf, sizeof(buf), "%s", ms);
+    if (claimed)
+        snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ", claimed by the scheduler");
+    show_line("due_at", buf, strlen(buf));
 }
 
 void ctl_show_task(ctl *x, const char *text, size_t len) {
@@ -137,6 +234,7 @@ void ctl_show_task(ctl *x, const char *text, size_t len) {
     for (const char *const *k = task_fields; *k; k++) {
         const char *v = str_of(fields, *k, NULL);
         if (v) show_field(out, *k, v);
+        if (!strcmp(*k, "status")) show_due(out, view);
     }
     cJSON_ArrayForEach(f, fields) {
         if (cJSON_IsString(f) && !known_field(f->string))
@@ -154,9 +252,10 @@ void ctl_show_task(ctl *x, const char *text, size_t len) {
         size_t vlen;
         const char *v = member_text(text, len, "result", &vlen);
         if (!v) ctl_refused("unexpected reply to %s_task_view", x->ns);
-        printf("%-18s %.*s\n", "result", (int)vlen, v);
+        show_line("result", v, vlen);
     } else {
-        printf("%-18s %s\n", "result", cJSON_IsString(result) ? result->valuestring : "null");
+        const char *v = cJSON_IsString(result) ? result->valuestring : "null";
+        show_line("result", v, strlen(v));
     }
     cJSON_Delete(view);
 }
@@ -216,35 +315,38 @@ int ctl_queues(ctl *x, const ctl_verb *v, int argc, char **argv) {
     return 0;
 }
 
-/* A worker object of the read model as dtqctl --json has shown workers: the hash as it is
- * in Redis (every value a string, the per-queue counters as q:<queue>:<counter> fields)
- * plus heartbeat_age_s. */
-static cJSON *worker_hash(const cJSON *w) {
-    cJSON *o = cJSON_CreateObject(), *f, *q, *c;
-    const cJSON *age = member(w, "heartbeat_age_ms");
+/* The members of a worker object in the order workers --json gives them; others follow,
+ * then queues. */
+static const char *const worker_order[] = {"hostname",
+                                           "pid",
+                                           "status",
+                                           "version",
+                                           "started_at",
+                                           "last_heartbeat",
+                                           "heartbeat_age_ms",
+                                           "concurrency",
+                                           "active_tasks",
+                                           "tasks_processed",
+                                           "tasks_failed",
+                                           "tasks_retried",
+                                           NULL};
+
+/* A worker object of the read model as workers --json prints it: worker_id (the model's
+ * id), the members in worker_order (numbers stay numbers), any others, then queues
+ * ({"<queue>": {"succeeded": n, ...}}). */
+static cJSON *worker_json(const cJSON *w) {
+    cJSON *o = cJSON_CreateObject(), *f;
+    const cJSON *q = member(w, "queues");
     cJSON_AddStringToObject(o, "worker_id", str_of(w, "id", ""));
+    for (const char *const *k = worker_order; *k; k++)
+        if (member(w, *k)) cJSON_AddItemToObject(o, *k, cJSON_Duplicate(member(w, *k), 1));
     cJSON_ArrayForEach(f, w) {
-        char num[32];
-        if (!strcmp(f->string, "id") || !strcmp(f->string, "queues") ||
-            !strcmp(f->string, "heartbeat_age_ms"))
-            continue;
-        if (cJSON_IsString(f)) {
-            cJSON_AddStringToObject(o, f->string, f->valuestring);
-        } else if (cJSON_IsNumber(f)) {
-            snprintf(num, sizeof(num), "%lld", (long long)f->valuedouble);
-            cJSON_AddStringToObject(o, f->string, num);
-        }
+        if (strcmp(f->string, "id") && strcmp(f->string, "queues") &&
+            !in_list(worker_order, f->string))
+            cJSON_AddItemToObject(o, f->string, cJSON_Duplicate(f, 1));
     }
-    cJSON_ArrayForEach(q, member(w, "queues")) {
-        cJSON_ArrayForEach(c, q) {
-            char name[512], num[32];
-            snprintf(name, sizeof(name), "q:%s:%s", q->string, c->string);
-            snprintf(num, sizeof(num), "%lld", (long long)c->valuedouble);
-            cJSON_AddStringToObject(o, name, num);
-        }
-    }
-    cJSON_AddNumberToObject(o, "heartbeat_age_s",
-                            cJSON_IsNumber(age) ? age->valuedouble / 1000.0 : -1);
+    cJSON_AddItemToObject(o, "queues",
+                          cJSON_IsObject(q) ? cJSON_Duplicate(q, 1) : cJSON_CreateObject());
     return o;
 }
 
@@ -259,15 +361,18 @@ int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
         printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S",
                "STATUS");
     cJSON_ArrayForEach(w, member(ws, "workers")) {
-        cJSON *o = worker_hash(w);
+        const cJSON *age = member(w, "heartbeat_age_ms");
+        char pid[32] = "?", active[32] = "?";
         if (arr) {
-            cJSON_AddItemToArray(arr, o);
+            cJSON_AddItemToArray(arr, worker_json(w));
             continue;
         }
-        printf("%-28s %-20s %8s %8s %10.1f %s\n", str_of(o, "worker_id", "?"),
-               str_of(o, "hostname", "?"), str_of(o, "pid", "?"), str_of(o, "active_tasks", "?"),
-               member(o, "heartbeat_age_s")->valuedouble, str_of(o, "status", "?"));
-        cJSON_Delete(o);
+        if (cJSON_IsNumber(member(w, "pid"))) snprintf(pid, sizeof(pid), "%lld", num_of(w, "pid"));
+        if (cJSON_IsNumber(member(w, "active_tasks")))
+            snprintf(active, sizeof(active), "%lld", num_of(w, "active_tasks"));
+        printf("%-28s %-20s %8s %8s %10.1f %s\n", str_of(w, "id", "?"), str_of(w, "hostname", "?"),
+               pid, active, cJSON_IsNumber(age) ? age->valuedouble / 1000.0 : -1.0,
+               str_of(w, "status", "?"));
     }
     if (arr) {
         ctl_print_json(arr);
@@ -334,7 +439,12 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         cJSON_ArrayForEach(e, member(page, "entries")) {
             if (x->json) {
                 char *out;
-                cJSON_DeleteItemFromObjectCaseSensitive(e, "entry_ms");
+                for (cJSON *f = e->child, *after; f; f = after) { /* integers as numbers */
+                    after = f->next;
+                    if (cJSON_IsString(f) && in_list(dlq_numbers, f->string))
+                        cJSON_ReplaceItemInObjectCaseSensitive(e, f->string,
+                                                               json_int_field(f->valuestring));
+                }
                 out = cJSON_PrintUnformatted(e);
                 printf("%s%s", listed ? "," : "", out);
                 free(out);

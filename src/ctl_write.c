@@ -1,6 +1,7 @@
 /* ctl_write.c: dtqctl's write verbs, each one a Function: enqueue, enqueue-bulk, cancel,
  * pause, resume, dlq requeue | requeue-all | discard | purge, and functions install (the
  * library itself). The admin Functions get the actor "dtqctl". */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,35 @@ int ctl_simple(ctl *x, const ctl_verb *v, int argc, char **argv) {
     return 0;
 }
 
+/* pause|resume <queue> [--create]: <ns>_pause / <ns>_resume with the actor, and `create`
+ * with --create (a queue no task has used is refused without it: NOT_FOUND, exit 1). */
+int ctl_pause_resume(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char *a[3] = {NULL, CTL_ACTOR, "create"}, *queue = NULL;
+    int create = 0;
+    redisReply *r;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--create"))
+            create = 1;
+        else if (!queue && argv[i][0] != '-')
+            queue = argv[i];
+        else
+            ctl_usage_error("%s: bad argument '%s'", v->name, argv[i]);
+    }
+    if (!queue) ctl_usage_error("usage: dtqctl %s <queue> [options]", v->name);
+    a[0] = queue;
+    r = ctl_fcall_reply(x, 0, v->fn, create ? 3 : 2, a);
+    if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOT_FOUND queue ", 16)) {
+        const char *cut = strstr(r->str, " (pass create");
+        ctl_refused("%.*s: no task has used it; 'dtqctl %s --create %s' %ss it anyway",
+                    cut ? (int)(cut - r->str) : (int)strlen(r->str), r->str, v->name, queue,
+                    v->name);
+    }
+    if (r->type == REDIS_REPLY_ERROR) ctl_refused("%s", r->str);
+    print_simple(x, r);
+    freeReplyObject(r);
+    return 0;
+}
+
 /* dlq requeue-all: <ns>_requeue_dlq's cursor loop ([requeued, next_cursor|nil, skipped]),
  * over the entries the stream held when it began (a task that fails again at once is
  * left for the next loop). */
@@ -99,9 +129,11 @@ static long long wait_replicas(ctl *x, long long n, int64_t timeout_ms) {
 }
 
 /* enqueue --wait: <ns>_task_view (no events) until the task is terminal, then printed as
- * `show` prints it. Exit 1 unless it succeeded. */
-static int wait_task(ctl *x, const char *id) {
+ * `show` prints it. Exit 1 unless it succeeded; with a timeout (timeout_ms > 0) that runs
+ * out first, a line on stderr and CTL_EXIT_TIMEOUT. */
+static int wait_task(ctl *x, const char *id, int64_t timeout_ms, const char *timeout_s) {
     const char *a[2] = {id, "0"};
+    int64_t end = timeout_ms > 0 ? dtq_monotonic_ms() + timeout_ms : 0;
     for (;;) {
         redisReply *r = ctl_fcall_reply(x, 1, "task_view", 2, a);
         cJSON *view, *st;
@@ -119,17 +151,37 @@ static int wait_task(ctl *x, const char *id) {
             freeReplyObject(r);
             return failed;
         }
+        if (end && dtq_monotonic_ms() >= end) {
+            fflush(stdout);
+            fprintf(stderr, "dtqctl: task %s is still %s after --timeout %s s\n", id,
+                    st->valuestring, timeout_s);
+            cJSON_Delete(view);
+            freeReplyObject(r);
+            return CTL_EXIT_TIMEOUT;
+        }
         cJSON_Delete(view);
         freeReplyObject(r);
         usleep(50000);
     }
 }
 
+/* --timeout S: seconds (a decimal number, fractions too) in (0, 1 year], as ms. */
+static int64_t parse_timeout(const char *s) {
+    char *end;
+    double d;
+    errno = 0;
+    d = strtod(s, &end);
+    if (errno || end == s || *end || !(d > 0) || d > 31536000.0)
+        ctl_usage_error("enqueue: --timeout needs seconds in (0, 31536000], not '%s'", s);
+    return (int64_t)(d * 1000.0 + 0.5) > 0 ? (int64_t)(d * 1000.0 + 0.5) : 1;
+}
+
 int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
     char uuid[37];
     int n = 0, wait = 0, have_id = 0, short_of_replicas = 0, failed = 0;
-    int64_t want_replicas = 0;
+    int64_t want_replicas = 0, timeout_ms = 0;
+    const char *timeout_s = NULL;
     long long replicas = -1;
     redisReply *r;
     DTQ_UNUSED(v);
@@ -140,6 +192,12 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
         const char *opt;
         if (!strcmp(argv[i], "--wait")) {
             wait = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--timeout")) {
+            if (i + 1 >= argc) ctl_usage_error("enqueue: --timeout needs a value");
+            timeout_s = argv[++i];
+            timeout_ms = parse_timeout(timeout_s);
             continue;
         }
         if (!strcmp(argv[i], "--wait-replicas")) {
@@ -155,6 +213,7 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
         args[n++] = opt;
         args[n++] = argv[++i];
     }
+    if (timeout_s && !wait) ctl_usage_error("enqueue: --timeout goes with --wait");
     if (!have_id) { /* ids minted by dtqctl are UUIDv4 (SPEC 3) */
         dtq_uuid4(uuid);
         args[n++] = "task_id";
@@ -168,25 +227,27 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
         replicas = wait_replicas(x, want_replicas, x->wait_timeout_ms);
         short_of_replicas = replicas < want_replicas;
     }
-    if (x->json && !wait) {
+    /* the id at once, --wait or not, and flushed: a pipe sees it before the wait ends */
+    if (x->json) {
         if (replicas >= 0)
             printf("{\"task_id\":\"%s\",\"result\":\"%s\",\"replicas\":%lld}\n", r->element[0]->str,
                    r->element[1]->str, replicas);
         else
             printf("{\"task_id\":\"%s\",\"result\":\"%s\"}\n", r->element[0]->str,
                    r->element[1]->str);
-    } else if (!x->json) {
+    } else {
         printf("%s %s\n", r->element[0]->str, r->element[1]->str);
     }
+    fflush(stdout);
     if (short_of_replicas) {
-        fflush(stdout);
         fprintf(stderr,
                 "dtqctl: the enqueue reached %lld of %lld replica(s) within %lld ms: a failover "
                 "now could lose it\n",
                 replicas, (long long)want_replicas, (long long)x->wait_timeout_ms);
     }
-    if (wait) failed = wait_task(x, r->element[0]->str);
+    if (wait) failed = wait_task(x, r->element[0]->str, timeout_ms, timeout_s);
     freeReplyObject(r);
+    if (failed == CTL_EXIT_TIMEOUT) return CTL_EXIT_TIMEOUT;
     return failed || short_of_replicas ? CTL_EXIT_REFUSED : 0;
 }
 

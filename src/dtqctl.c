@@ -111,7 +111,8 @@ static const ctl_verb verbs[] = {
     {.name = "enqueue", .args = "<queue> <task_type> <payload>",
      .opts = "[--priority N] [--delay-ms N]\n"
              "[--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
-             "[--idempotency-key K] [--id ID] [--wait] [--wait-replicas N]",
+             "[--idempotency-key K] [--id ID] [--wait [--timeout S]]\n"
+             "[--wait-replicas N]",
      .min = 3, .max = ANY, .run = ctl_enqueue, .connects = 1},
     {.name = "enqueue-bulk", .args = "<queue> <task_type>",
      .opts = "[--priority N] [--delay-ms N]\n"
@@ -135,10 +136,11 @@ static const ctl_verb verbs[] = {
      .min = 0, .max = 0, .run = ctl_simple, .connects = 1, .fn = "purge_dlq"},
     {.name = "queues", .help = "depth, pending and scheduled per queue",
      .min = 0, .max = 0, .run = ctl_queues, .connects = 1},
-    {.name = "pause", .args = "<queue>",
-     .min = 1, .max = 1, .run = ctl_simple, .connects = 1, .fn = "pause"},
-    {.name = "resume", .args = "<queue>",
-     .min = 1, .max = 1, .run = ctl_simple, .connects = 1, .fn = "resume"},
+    {.name = "pause", .args = "<queue>", .opts = "[--create]",
+     .help = "--create: also a queue no task has used",
+     .min = 1, .max = 2, .run = ctl_pause_resume, .connects = 1, .fn = "pause"},
+    {.name = "resume", .args = "<queue>", .opts = "[--create]",
+     .min = 1, .max = 2, .run = ctl_pause_resume, .connects = 1, .fn = "resume"},
     {.name = "workers", .help = "live workers with heartbeat age",
      .min = 0, .max = 0, .run = ctl_workers, .connects = 1},
     {.name = "events", .help = "follow the event channel",
@@ -204,7 +206,8 @@ static void help_verb(const ctl_verb *v) {
 }
 
 static void help(void) {
-    printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n\n"
+    printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n"
+           "       dtqctl --help | --version\n\n"
            "options:\n"
            "  -c, --config FILE     the daemon's INI file: dtqctl uses its [redis] url,\n"
            "                        namespace, cluster_hash_tag, connect_timeout_ms,\n"
@@ -213,7 +216,9 @@ static void help(void) {
            "                        TLS, unix://, redis-sentinel://h:p[,h:p...]/master[/db],\n"
            "                        rediss-sentinel://...)\n"
            "  -n, --namespace NS    overrides the configured namespace\n"
-           "  -j, --json            machine-readable output\n\n"
+           "  -j, --json            machine-readable output\n"
+           "  -h, --help            this text\n"
+           "  -V, --version         print dtqctl's version\n\n"
            "commands:\n");
     for (size_t i = 0; i < NVERBS; i++) help_verb(&verbs[i]);
     printf("\nSettings are loaded as dtq-worker loads them: defaults (redis://127.0.0.1:6379/0,\n"
@@ -222,7 +227,8 @@ static void help(void) {
            "DTQ_REDIS_TLS_CA_FILE, ...), then\n"
            "-u and -n.\n\n"
            "exit codes: 0 ok; 1 Redis refused, not found or unreachable; 2 usage error, or a\n"
-           "configuration (FILE or environment) that does not load.\n");
+           "configuration (FILE or environment) that does not load; 3 enqueue --wait\n"
+           "--timeout S ran out before the task ended.\n");
 }
 
 /* The row of `cmd` and its sub-verb (taken from the arguments), or a usage error (exit 2):
@@ -319,6 +325,7 @@ int main(int argc, char **argv) {
                                          {"namespace", required_argument, NULL, 'n'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
     ctl x = {0};
     const char *path = NULL, *url = NULL, *ns = NULL;
@@ -326,13 +333,14 @@ int main(int argc, char **argv) {
     dtq_config *cfg;
     char err[1024];
     int opt, rc;
-    while ((opt = getopt_long(argc, argv, "+c:u:n:jh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+c:u:n:jhV", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
         case 'u': url = optarg; break;
         case 'n': ns = optarg; break;
         case 'j': x.json = 1; break;
         case 'h': help(); return 0;
+        case 'V': printf("dtqctl %s\n", DTQ_VERSION); return 0;
         default: fprintf(stderr, "Try 'dtqctl --help'.\n"); return CTL_EXIT_USAGE;
         }
     }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -607,7 +608,8 @@ START_TEST(test_enqueue_bulk_from_stdin) {
     for (int i = 1; i <= 2500; i++)
         len +=
             (size_t)snprintf(input + len, cap - len, i == 1234 ? "{broken\n" : "{\"n\":%d}\n", i);
-    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 bulk"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 bulk tester create"));
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:bulk:paused")), 1);
     rc = run_bulk(&out, &err, input, "enqueue-bulk bulk echo --priority 3");
     ck_assert_int_eq(rc, 1);
     ck_assert_int_eq(count_lines(out), 2499);
@@ -644,8 +646,8 @@ START_TEST(test_help_is_the_table) {
         {"dlq discard", "dlq discard a b", "usage: dtqctl dlq discard <id>"},
         {"dlq purge", "dlq purge x", "usage: dtqctl dlq purge"},
         {"queues", "queues x", "usage: dtqctl queues"},
-        {"pause", "pause", "usage: dtqctl pause <queue>"},
-        {"resume", "resume a b", "usage: dtqctl resume <queue>"},
+        {"pause", "pause", "usage: dtqctl pause <queue> [options]"},
+        {"resume", "resume a b c", "usage: dtqctl resume <queue> [options]"},
         {"workers", "workers x", "usage: dtqctl workers"},
         {"events", "events x", "usage: dtqctl events"},
         {"stats", "stats x", "usage: dtqctl stats"},
@@ -740,7 +742,8 @@ START_TEST(test_dlq_list_pages) {
         ck_assert_str_eq(cJSON_GetObjectItem(e, "task_id")->valuestring, tid);
         ck_assert_int_eq(strlen(cJSON_GetObjectItem(e, "payload")->valuestring), 3000);
         ck_assert_ptr_null(cJSON_GetObjectItem(e, "payload_truncated"));
-        ck_assert_ptr_null(cJSON_GetObjectItem(e, "entry_ms"));
+        ck_assert_int_eq(cJSON_GetObjectItem(e, "entry_ms")->valuedouble, 1); /* 1-<n> */
+        ck_assert_int_eq(cJSON_GetObjectItem(e, "attempts_made")->valuedouble, (i + 1) % 7);
     }
     cJSON_Delete(arr);
     free(out);
@@ -786,6 +789,325 @@ START_TEST(test_show_renders_task_view) {
 }
 END_TEST
 
+/* --version: "dtqctl <version>", exit 0, without a configuration; --help names it. */
+START_TEST(test_version) {
+    char *out, want[64];
+    snprintf(want, sizeof(want), "dtqctl %s\n", DTQ_VERSION);
+    ck_assert_int_eq(ctl(&out, "--version"), 0);
+    ck_assert_str_eq(out, want);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "-c /nonexistent/worker.ini -V"), 0);
+    ck_assert_str_eq(out, want);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--help"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--version"));
+    ck_assert_ptr_nonnull(strstr(out, "\n  -V, --version "));
+    ck_assert_ptr_nonnull(strstr(out, " 3 enqueue --wait\n--timeout S ran out"));
+    free(out);
+}
+END_TEST
+
+/* The member `name` of the JSON object text `out`, which must parse. */
+static const cJSON *json_member(cJSON *o, const char *name, const char *out) {
+    const cJSON *v;
+    ck_assert_msg(o != NULL, "not JSON: %s", out);
+    v = cJSON_GetObjectItemCaseSensitive(o, name);
+    ck_assert_msg(v != NULL, "no %s in %s", name, out);
+    return v;
+}
+
+static void assert_json_num(cJSON *o, const char *name, long long want, const char *out) {
+    const cJSON *v = json_member(o, name, out);
+    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number in %s", name, out);
+    if (want >= 0) ck_assert_msg((long long)v->valuedouble == want, "%s in %s", name, out);
+}
+
+/* --json gives numbers as JSON numbers: show's integer task fields (a value dtq did not
+ * write stays a string), workers (the read model's worker object, per-queue counters as
+ * an object), dlq list (entry_ms kept), queues and stats. */
+START_TEST(test_json_numbers) {
+    char *out, *created;
+    cJSON *o, *w;
+    const cJSON *v;
+    ck_assert_int_eq(ctl(&out, "enqueue default echo '{\"x\":1}' --id n1 --priority 7 --wait"), 0);
+    free(out);
+    created = hget("dtq:task:n1", "created_at");
+    ck_assert_int_eq(ctl(&out, "--json show n1"), 0);
+    o = cJSON_Parse(out);
+    assert_json_num(o, "attempt", 1, out);
+    assert_json_num(o, "priority", 7, out);
+    assert_json_num(o, "max_attempts", -1, out);
+    assert_json_num(o, "timeout_ms", -1, out);
+    assert_json_num(o, "cancel_requested", 0, out);
+    assert_json_num(o, "created_at", atoll(created), out);
+    assert_json_num(o, "started_at", -1, out);
+    assert_json_num(o, "finished_at", -1, out);
+    ck_assert(cJSON_IsString(json_member(o, "payload", out)));
+    ck_assert(cJSON_IsString(json_member(o, "worker_id", out)));
+    ck_assert(cJSON_IsString(json_member(o, "metadata", out)));
+    ck_assert_ptr_nonnull(strstr(out, ",\"created_at\":"));
+    cJSON_Delete(o);
+    free(out);
+    free(created);
+    /* a value dtq did not write stays as it is; an empty one is null */
+    freeReplyObject(th_cmd(C,
+                           "HSET dtq:task:n2 id n2 queue default status queued attempt 2x "
+                           "priority %s created_at 1796159654123 zz 7",
+                           ""));
+    ck_assert_int_eq(ctl(&out, "--json show n2"), 0);
+    ck_assert_str_eq(out, "{\"id\":\"n2\",\"queue\":\"default\",\"status\":\"queued\","
+                          "\"attempt\":\"2x\",\"priority\":null,\"created_at\":1796159654123,"
+                          "\"zz\":\"7\",\"result\":null}\n");
+    free(out);
+
+    ck_assert_int_eq(ctl(&out, "--json workers"), 0);
+    o = cJSON_Parse(out);
+    ck_assert_msg(cJSON_IsArray(o) && cJSON_GetArraySize(o) == 1, "%s", out);
+    w = cJSON_GetArrayItem(o, 0);
+    ck_assert_str_eq(json_member(w, "worker_id", out)->valuestring, "w-ctl");
+    assert_json_num(w, "pid", D.pid, out);
+    assert_json_num(w, "started_at", -1, out);
+    assert_json_num(w, "last_heartbeat", -1, out);
+    assert_json_num(w, "heartbeat_age_ms", -1, out);
+    assert_json_num(w, "active_tasks", -1, out);
+    assert_json_num(w, "concurrency", -1, out);
+    assert_json_num(w, "tasks_processed", -1, out);
+    ck_assert(cJSON_IsString(json_member(w, "status", out)));
+    ck_assert(cJSON_IsObject(json_member(w, "queues", out)));
+    ck_assert_ptr_null(cJSON_GetObjectItem(w, "heartbeat_age_s"));
+    ck_assert_ptr_null(strstr(out, "\"q:"));
+    {
+        const char *head = "[{\"worker_id\":\"w-ctl\",\"hostname\":";
+        ck_assert_msg(!strncmp(out, head, strlen(head)), "%s", out);
+    }
+    cJSON_Delete(o);
+    free(out);
+    /* the per-queue counters, once a beat carries them */
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w-ctl q:default:succeeded 4 q:default:failed 1"));
+    ck_assert_int_eq(ctl(&out, "--json workers"), 0);
+    ck_assert_msg(strstr(out, "\"queues\":{\"default\":{") != NULL, "%s", out);
+    o = cJSON_Parse(out);
+    v = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(o, 0), "queues"), "default"),
+        "failed");
+    ck_assert(cJSON_IsNumber(v));
+    cJSON_Delete(o);
+    free(out);
+
+    ck_assert_int_eq(ctl(&out, "enqueue default fail '{\"message\":\"no\"}' --id n3 --wait"), 1);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json dlq list"), 0);
+    o = cJSON_Parse(out);
+    ck_assert_msg(cJSON_IsArray(o) && cJSON_GetArraySize(o) == 1, "%s", out);
+    w = cJSON_GetArrayItem(o, 0);
+    {
+        char *entry = hget("dtq:task:n3", "dlq_entry");
+        assert_json_num(w, "entry_ms", atoll(entry), out);
+        free(entry);
+    }
+    assert_json_num(w, "attempts_made", -1, out);
+    assert_json_num(w, "attempt", -1, out);
+    assert_json_num(w, "failed_at_ms", -1, out);
+    assert_json_num(w, "priority", 5, out);
+    assert_json_num(w, "retryable", 0, out);
+    ck_assert(cJSON_IsString(json_member(w, "task_id", out)));
+    ck_assert(cJSON_IsString(json_member(w, "last_error", out)));
+    cJSON_Delete(o);
+    free(out);
+
+    ck_assert_int_eq(ctl(&out, "--json queues"), 0);
+    o = cJSON_Parse(out);
+    assert_json_num(cJSON_GetArrayItem(o, 0), "depth", 0, out);
+    assert_json_num(cJSON_GetArrayItem(o, 0), "scheduled", 0, out);
+    cJSON_Delete(o);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json stats"), 0);
+    o = cJSON_Parse(out);
+    assert_json_num(o, "workers", 1, out);
+    cJSON_Delete(o);
+    free(out);
+}
+END_TEST
+
+/* "2026-12-01T21:14:14.123Z (1796159654123)" for a time field of show. */
+static void iso_of(const char *ms_text, char *buf, size_t size) {
+    long long ms = atoll(ms_text);
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    char date[32];
+    gmtime_r(&secs, &tm);
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, size, "%s.%03lldZ (%lld)", date, ms % 1000, ms);
+}
+
+/* show (text): times in ISO 8601 UTC with their epoch ms, the due time of a delayed task
+ * after its status, continuation lines of a multi-line value indented under it. */
+START_TEST(test_show_times_due_and_errors) {
+    char *out, *ms, iso[96];
+    redisReply *r;
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id d1 --delay-ms 600000"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "show d1"), 0);
+    ms = hget("dtq:task:d1", "created_at");
+    iso_of(ms, iso, sizeof(iso));
+    assert_shown(out, "created_at", iso);
+    free(ms);
+    ms = hget("dtq:task:d1", "updated_at");
+    iso_of(ms, iso, sizeof(iso));
+    assert_shown(out, "updated_at", iso);
+    free(ms);
+    r = th_cmd(C, "ZSCORE dtq:retry:schedule d1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    iso_of(r->str, iso, sizeof(iso));
+    {
+        char line[256];
+        /* right after the status, in the fixed order */
+        snprintf(line, sizeof(line),
+                 "\nstatus             pending\ndue_at             %s\n"
+                 "attempt            1\n",
+                 iso);
+        ck_assert_msg(strstr(out, line) != NULL, "no '%s' in: %s", line, out);
+    }
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json show d1"), 0);
+    {
+        cJSON *o = cJSON_Parse(out);
+        assert_json_num(o, "due_at", atoll(r->str), out);
+        ck_assert(cJSON_IsFalse(json_member(o, "due_claimed", out)));
+        cJSON_Delete(o);
+    }
+    freeReplyObject(r);
+    free(out);
+    /* a task that is not scheduled has no due time */
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id d2 --wait"), 0);
+    ck_assert_ptr_null(strstr(out, "due_at"));
+    ms = hget("dtq:task:d2", "finished_at");
+    iso_of(ms, iso, sizeof(iso));
+    assert_shown(out, "finished_at", iso);
+    free(ms);
+    free(out);
+    /* a multi-line last_error: its continuation lines under its first */
+    freeReplyObject(th_cmd(C, "HSET dtq:task:d2 last_error %s", "Traceback:\n  at f()\nboom"));
+    ck_assert_int_eq(ctl(&out, "show d2"), 0);
+    ck_assert_msg(strstr(out, "\nlast_error         Traceback:\n"
+                              "                     at f()\n"
+                              "                   boom\n") != NULL,
+                  "%s", out);
+    free(out);
+}
+END_TEST
+
+/* pause / resume of a queue no task has used (not in dtq:queues) is refused, NOT_FOUND
+ * and exit 1, nothing written; --create pauses it (and lists it). */
+START_TEST(test_pause_unknown_queue) {
+    char *out;
+    ck_assert_int_eq(ctl(&out, "pause nosuch"), 1);
+    ck_assert_msg(strstr(out, "NOT_FOUND queue nosuch") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "--create") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:nosuch:paused")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues nosuch")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:audit")), 0);
+    ck_assert_int_eq(ctl(&out, "resume nosuch"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "pause nosuch --create"), 0);
+    ck_assert_str_eq(out, "paused\n");
+    free(out);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:nosuch:paused")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues nosuch")), 1);
+    ck_assert_int_eq(ctl(&out, "--json queues"), 0);
+    ck_assert_msg(strstr(out, "{\"queue\":\"nosuch\",\"depth\":0,\"pending\":0,\"scheduled\":0,"
+                              "\"paused\":true}") != NULL,
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "resume nosuch"), 0); /* known now */
+    ck_assert_str_eq(out, "resumed\n");
+    free(out);
+    ck_assert_int_eq(ctl(&out, "resume --create other"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "pause default"), 0); /* the daemon's queue is known */
+    free(out);
+    ck_assert_int_eq(ctl(&out, "pause default --bogus"), 2);
+    free(out);
+}
+END_TEST
+
+/* enqueue --wait prints the id at once, into a pipe too (it is flushed before the wait),
+ * and ends with the task; --timeout S: exit 3 when the task is not done by then. */
+START_TEST(test_enqueue_wait_pipe_and_timeout) {
+    int fds[2], status;
+    pid_t pid;
+    struct pollfd pfd;
+    char buf[4096];
+    ssize_t n;
+    size_t len = 0;
+    char *out;
+    int64_t t0;
+    ck_assert_int_eq(ctl(&out, "pause default"), 0);
+    free(out);
+    ck_assert_int_eq(pipe(fds), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        unsetenv("DTQ_REDIS_NAMESPACE");
+        unsetenv("DTQ_REDIS_CLUSTER_HASH_TAG");
+        setenv("DTQ_REDIS_URL", R.url, 1);
+        execl(DTQCTL_BIN, "dtqctl", "enqueue", "default", "echo", "5", "--id", "p1", "--wait",
+              (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    pfd.fd = fds[0];
+    pfd.events = POLLIN;
+    ck_assert_msg(poll(&pfd, 1, 5000) == 1, "no id on the pipe within 5 s");
+    n = read(fds[0], buf, sizeof(buf) - 1);
+    ck_assert_int_gt(n, 0);
+    buf[n] = 0;
+    ck_assert_str_eq(buf, "p1 created\n");
+    len = (size_t)n;
+    ck_assert_int_eq(waitpid(pid, &status, WNOHANG), 0); /* still waiting: the queue is paused */
+    ck_assert_int_eq(ctl(&out, "resume default"), 0);
+    free(out);
+    while (len < sizeof(buf) - 1 && (n = read(fds[0], buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)n;
+    buf[len] = 0;
+    close(fds[0]);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_msg(strstr(buf, "\nstatus             succeeded\n") != NULL, "%s", buf);
+
+    /* --timeout: exit 3, after about S seconds, the id printed, the reason on stderr */
+    ck_assert_int_eq(ctl(&out, "pause default"), 0);
+    free(out);
+    t0 = th_now_ms();
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id p2 --wait --timeout 0.6"), 3);
+    ck_assert_int_ge(th_now_ms() - t0, 600);
+    ck_assert_str_eq(out, "p2 created\ndtqctl: task p2 is still queued after --timeout 0.6 s\n");
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json enqueue default echo 1 --id p3 --wait --timeout 0.2"), 3);
+    {
+        const char *head = "{\"task_id\":\"p3\",\"result\":\"created\"}\n";
+        ck_assert_msg(!strncmp(out, head, strlen(head)), "%s", out);
+    }
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --timeout 1"), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--timeout goes with --wait"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --wait --timeout 0"), 2);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --wait --timeout soon"), 2);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "resume default"), 0);
+    free(out);
+    ck_assert(th_wait_status(C, "p2", "succeeded", 5000));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
@@ -801,6 +1123,11 @@ int main(void) {
     tcase_add_test(tc, test_help_is_the_table);
     tcase_add_test(tc, test_dlq_list_pages);
     tcase_add_test(tc, test_show_renders_task_view);
+    tcase_add_test(tc, test_version);
+    tcase_add_test(tc, test_json_numbers);
+    tcase_add_test(tc, test_show_times_due_and_errors);
+    tcase_add_test(tc, test_pause_unknown_queue);
+    tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);

@@ -697,6 +697,142 @@ START_TEST(test_requeue_dlq_cursor) {
 }
 END_TEST
 
+/* task_view's due_ms: the task's score in the schedule (due_claimed false), its claim time
+ * once a scheduler pass took it (due_claimed true), null otherwise. */
+START_TEST(test_task_view_due) {
+    cJSON *o;
+    redisReply *r;
+    long long due;
+    enqueue("default", "later1", "delay_ms 600000");
+    enqueue("default", "now1", NULL);
+    r = th_cmd(C, "ZSCORE dtq:retry:schedule later1");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    due = atoll(r->str);
+    freeReplyObject(r);
+    ck_assert(due > dtq_now_ms() + 500000);
+    o = read_json("dtq_task_view 0 later1 0");
+    ck_assert_int_eq(num(o, "due_ms"), due);
+    ck_assert(!is_true(o, "due_claimed"));
+    ck_assert(cJSON_IsFalse(at(o, "due_claimed")));
+    cJSON_Delete(o);
+    /* taken by a scheduler pass: the claimed set's score */
+    freeReplyObject(th_cmd(C, "ZREM dtq:retry:schedule later1"));
+    freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed 1796159654123 later1"));
+    o = read_json("dtq_task_view 0 later1 0");
+    ck_assert_int_eq(num(o, "due_ms"), 1796159654123LL);
+    ck_assert(is_true(o, "due_claimed"));
+    cJSON_Delete(o);
+    o = read_json("dtq_task_view 0 now1 0");
+    ck_assert(cJSON_IsNull(at(o, "due_ms")));
+    ck_assert(cJSON_IsFalse(at(o, "due_claimed")));
+    cJSON_Delete(o);
+    /* a schedule of another type reads as none */
+    freeReplyObject(th_cmd(C, "DEL dtq:retry:claimed"));
+    freeReplyObject(th_cmd(C, "SET dtq:retry:claimed x"));
+    o = read_json("dtq_task_view 0 later1 0");
+    ck_assert(cJSON_IsNull(at(o, "due_ms")));
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- audit */
+
+/* A field of a stream entry (its flat field/value reply), or NULL. */
+static const char *entry_field(const redisReply *e, const char *name) {
+    const redisReply *f = e->element[1];
+    for (size_t i = 0; i + 1 < f->elements; i += 2)
+        if (!strcmp(f->element[i]->str, name)) return f->element[i + 1]->str;
+    return NULL;
+}
+
+static void expect_reply(redisReply *r, const char *want) {
+    ck_assert_msg(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS,
+                  "want %s, got type %d %s", want, r->type, r->str ? r->str : "");
+    ck_assert_str_eq(r->str, want);
+    freeReplyObject(r);
+}
+
+static void expect_refused(redisReply *r, const char *prefix) {
+    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "not refused (want %s)", prefix);
+    ck_assert_msg(!strncmp(r->str, prefix, strlen(prefix)), "%s, want %s", r->str, prefix);
+    freeReplyObject(r);
+}
+
+/* Every admin Function's audit entry names its actor (redis-cli when none or empty is
+ * given) and the task (with the task's queue) or the queue it acted on; purge_dlq, which
+ * acts on the dead-letter stream, says how many entries it removed. pause / resume refuse
+ * a queue nobody has used unless given `create`, and a refusal writes no audit entry. */
+START_TEST(test_audit_names_target_and_actor) {
+    static const struct {
+        const char *action, *task, *queue, *actor;
+    } want[] = {
+        {"requeue", "m1", "mail", "tester"}, {"requeue_dlq", "m2", "mail", "redis-cli"},
+        {"discard", "m3", "mail", "tester"}, {"cancel", "c1", "mail", "redis-cli"},
+        {"purge_dlq", "", "", "tester"},     {"pause", "", "ghost", "tester"},
+        {"resume", "", "ghost", "tester"},   {"resume", "", "legacy", "redis-cli"},
+        {"pause", "", "mail", "ops"},
+    };
+    size_t n = sizeof(want) / sizeof(want[0]);
+    redisReply *r;
+    for (int i = 1; i <= 4; i++) {
+        char id[8];
+        snprintf(id, sizeof(id), "m%d", i);
+        enqueue("mail", id, NULL);
+    }
+    work("w1", "mail", 4, NULL, NULL, "m1 m2 m3 m4", "permanent");
+    enqueue("mail", "c1", "delay_ms 600000");
+    expect_reply(th_cmd(C, "FCALL dtq_requeue 0 m1 tester"), "queued");
+    r = th_cmd(C, "FCALL dtq_requeue_dlq 0 1 %s", "");
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    expect_reply(th_cmd(C, "FCALL dtq_discard 0 m3 tester"), "discarded");
+    expect_reply(th_cmd(C, "FCALL dtq_cancel 0 c1"), "cancelled");
+    r = th_cmd(C, "FCALL dtq_purge_dlq 0 tester");
+    ck_assert_int_eq(r->integer, 1); /* m4 */
+    freeReplyObject(r);
+    /* a queue nobody has used: refused without `create`, nothing written */
+    expect_refused(th_cmd(C, "FCALL dtq_pause 0 ghost tester"),
+                   "NOT_FOUND queue ghost is not in dtq:queues");
+    expect_refused(th_cmd(C, "FCALL dtq_resume 0 ghost"), "NOT_FOUND queue ghost");
+    expect_refused(th_cmd(C, "FCALL dtq_pause 0 ghost tester yes"), "INVALID_ARGUMENT");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:ghost:paused")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues ghost")), 0);
+    expect_reply(th_cmd(C, "FCALL dtq_pause 0 ghost tester create"), "paused");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:ghost:paused")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues ghost")), 1);
+    expect_reply(th_cmd(C, "FCALL dtq_resume 0 ghost tester"), "resumed");
+    /* paused by hand (the documented key), never used: it can be resumed */
+    freeReplyObject(th_cmd(C, "SET dtq:queue:legacy:paused 1"));
+    expect_reply(th_cmd(C, "FCALL dtq_resume 0 legacy"), "resumed");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:legacy:paused")), 0);
+    expect_reply(th_cmd(C, "FCALL dtq_pause 0 mail ops"), "paused"); /* enqueue made it known */
+
+    r = th_cmd(C, "XRANGE dtq:stream:audit - +");
+    ck_assert_int_eq(r->elements, n);
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = r->element[i];
+        const char *ts = entry_field(e, "ts");
+        ck_assert_str_eq(entry_field(e, "action"), want[i].action);
+        ck_assert_str_eq(entry_field(e, "task_id"), want[i].task);
+        ck_assert_msg(entry_field(e, "queue") != NULL, "%s: no queue field", want[i].action);
+        ck_assert_str_eq(entry_field(e, "queue"), want[i].queue);
+        ck_assert_str_eq(entry_field(e, "actor"), want[i].actor);
+        ck_assert(ts && atoll(ts) > 0);
+        if (!strcmp(want[i].action, "purge_dlq"))
+            ck_assert_str_eq(entry_field(e, "removed"), "1");
+        else
+            ck_assert_ptr_null(entry_field(e, "removed"));
+    }
+    freeReplyObject(r);
+    /* audit_page gives the queue too */
+    {
+        cJSON *o = read_json("dtq_audit_page 0 - 1");
+        ck_assert_str_eq(str(o, "entries.0.queue"), "mail");
+        cJSON_Delete(o);
+    }
+}
+END_TEST
+
 /* ----------------------------------------------------------------- flags */
 
 /* The read Functions are registered no-writes (FCALL_RO takes them). */
@@ -746,6 +882,8 @@ int main(void) {
     tcase_add_test(tc, test_dead_letter_pages);
     tcase_add_test(tc, test_requeue_dlq_cursor);
     tcase_add_test(tc, test_read_functions_are_no_writes);
+    tcase_add_test(tc, test_task_view_due);
+    tcase_add_test(tc, test_audit_names_target_and_actor);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

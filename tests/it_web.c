@@ -647,7 +647,7 @@ static char *last_audit(void) {
     const redisReply *f;
     ck_assert_int_eq((int)r->elements, 1);
     f = r->element[0]->element[1];
-    ck_assert_int_eq((int)f->elements, 8);
+    ck_assert_int_ge((int)f->elements, 10); /* actor action task_id queue ts [removed] */
     if (asprintf(&out, "%s %s %s", f->element[1]->str, f->element[3]->str, f->element[5]->str) < 0)
         abort();
     freeReplyObject(r);
