@@ -130,23 +130,24 @@ static void one(dtq_tasklog *tl, const dtq_finish_record *rec, const char *word)
         if (o == DTQ_MO_RETRIED || o == DTQ_MO_DEAD_LETTERED || o == DTQ_MO_FAILED)
             c->failures[dtq_metrics_class_index(rec->error_class)]++;
     }
-    key = dtq_metrics_class_index(rec->error_class);
     switch ((enum dtq_metric_outcome)o) {
     case DTQ_MO_SUCCEEDED:
         level = DTQ_LOG_DEBUG;
         msg = "task succeeded";
+        key = -1; /* not limited */
         break;
     case DTQ_MO_RETRIED:
         level = DTQ_LOG_INFO;
         msg = "task attempt failed; retry scheduled";
+        key = dtq_metrics_class_index(rec->error_class);
         break;
     case DTQ_MO_DEAD_LETTERED:
         level = DTQ_LOG_WARN;
         msg = "task dead-lettered";
-        key += DTQ_LIMIT_PERMANENT;
+        key = DTQ_LIMIT_PERMANENT + dtq_metrics_class_index(rec->error_class);
         break;
     case DTQ_MO_FAILED:
-        key += DTQ_LIMIT_PERMANENT;
+        key = DTQ_LIMIT_PERMANENT + dtq_metrics_class_index(rec->error_class);
         level = DTQ_LOG_WARN;
         msg = "task failed permanently (dlq_enabled = false: no dead-letter entry)";
         break;
@@ -172,7 +173,7 @@ static void one(dtq_tasklog *tl, const dtq_finish_record *rec, const char *word)
     }
     /* A success at debug costs nothing more than this test when debug is off. */
     if (!dtq_log_enabled((enum dtq_log_level)level)) return;
-    if (o != DTQ_MO_SUCCEEDED && c) {
+    if (key >= 0 && c) {
         ok = dtq_line_limit_admit(&c->limits[key], dtq_monotonic_ms(),
                                   tl->ctx->cfg->log_task_lines_per_s, level, &summary,
                                   &summary_level);

@@ -576,12 +576,12 @@ START_TEST(test_text_lines) {
 END_TEST
 
 START_TEST(test_rate_limit) {
-    enum { N = 40 };
+    enum { N = 40, R_N = 10 };
     th_daemon d;
     int64_t t0;
     cJSON *lines;
     const cJSON *l;
-    int logged = 0, summaries = 0;
+    int logged = 0, summaries = 0, retry_dead = 0;
     double suppressed = 0, elapsed_s;
     char id[32];
     /* A poisoned burst: N tasks that all fail the same way, there before the worker is. */
@@ -589,10 +589,19 @@ START_TEST(test_rate_limit) {
         snprintf(id, sizeof(id), "p%d", i);
         enqueue(id, "fail", "{\"message\": \"poison\"}", NULL);
     }
+    /* and R that fail twice, retryable: their retries must not hide their dead letters */
+    for (int i = 0; i < R_N; i++) {
+        snprintf(id, sizeof(id), "r%d", i);
+        enqueue(id, "fail", "{\"message\": \"again\", \"retryable\": true}", "max_attempts 2");
+    }
     t0 = th_now_ms();
     start(&d, "w-burst", 0, "[log]\nformat = json\ntask_lines_per_s = 3\n");
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof(id), "p%d", i);
+        wait_status(id, "dead_lettered", 10000);
+    }
+    for (int i = 0; i < R_N; i++) {
+        snprintf(id, sizeof(id), "r%d", i);
         wait_status(id, "dead_lettered", 10000);
     }
     elapsed_s = (double)(th_now_ms() - t0) / 1000.0;
@@ -603,8 +612,12 @@ START_TEST(test_rate_limit) {
     lines = json_lines(d.log);
     cJSON_ArrayForEach(l, lines) {
         const char *msg = jstr(l, "msg");
-        if (!strcmp(msg, "task dead-lettered")) logged++;
-        if (!strcmp(msg, "task lines suppressed by the rate limit")) {
+        const cJSON *cls = cJSON_GetObjectItem(l, "class");
+        if (!strcmp(msg, "task dead-lettered") && !strcmp(cls->valuestring, "retryable"))
+            retry_dead++;
+        if (!strcmp(msg, "task dead-lettered") && !strcmp(cls->valuestring, "permanent")) logged++;
+        if (!strcmp(msg, "task lines suppressed by the rate limit") &&
+            !strcmp(cls->valuestring, "permanent")) {
             ck_assert_str_eq(jstr(l, "queue"), "default");
             ck_assert_str_eq(jstr(l, "task_type"), "fail");
             ck_assert_str_eq(jstr(l, "class"), "permanent");
@@ -620,6 +633,7 @@ START_TEST(test_rate_limit) {
     ck_assert_int_ge(logged, 3);
     ck_assert_int_ge(summaries, 1);
     ck_assert_int_eq(logged + (int)suppressed, N);
+    ck_assert_msg(retry_dead >= 3, "%d dead-letter lines after a burst of retries", retry_dead);
 }
 END_TEST
 
