@@ -142,6 +142,8 @@ static const config_key config_keys[] = {
      "dtq-web: seconds between the samples behind rates and plots"},
     {"log", "level", KEY_STR, OFF(log_level), "info", 0, 0, "debug | info | warn | error"},
     {"log", "format", KEY_STR, OFF(log_format), "text", 0, 0, "text | json"},
+    {"log", "task_lines_per_s", KEY_INT, OFF(log_task_lines_per_s), "5", 0, 1000000,
+     "task outcome lines per second per (queue, task_type, class), then a summary; 0 = all"},
 };
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 

@@ -116,6 +116,7 @@ typedef struct dtq_config {
     /* [log] */
     char *log_level;
     char *log_format;
+    int64_t log_task_lines_per_s; /* task outcome lines per (queue, type, class); 0 = all */
     /* [handler:*] */
     dtq_handler_conf *handlers;
     int nhandlers;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "keys.h"
+#include "metrics.h"
 #include "util.h"
 
 /* The table <ns>_fetch and <ns>_reap resolve max_attempts and timeout_ms from at claim:
@@ -39,6 +40,7 @@ static void derive(dtq_ctx *ctx) {
     ctx->policy_json = build_policy_json(ctx->cfg);
     dtq_streams_build(&ctx->streams, ctx->prefix, ctx->cfg->queues, ctx->cfg->nqueues);
     ctx->streams_gen++;
+    dtq_metrics_configure(ctx->metrics, ctx->cfg, ctx->handlers);
 }
 
 dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base) {
@@ -62,6 +64,7 @@ dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_ba
     ctx->started_at_ms = dtq_now_ms();
     if (gethostname(ctx->hostname, sizeof(ctx->hostname) - 1) != 0)
         strcpy(ctx->hostname, "unknown");
+    ctx->metrics = dtq_metrics_new();
     derive(ctx);
     return ctx;
 }
@@ -96,6 +99,7 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     free(f->lock_release);
     for (int i = 0; i < ctx->nqcounters; i++) free(ctx->qcounters[i].queue);
     free(ctx->qcounters);
+    dtq_metrics_free(ctx->metrics);
     dtq_handler_registry_free(ctx->handlers, 1);
     dtq_config_free(ctx->cfg);
     free(ctx);

@@ -17,6 +17,7 @@
 #include "streams.h"
 
 struct event_base;
+struct dtq_metrics;
 
 typedef struct dtq_counters {
     uint64_t processed; /* attempts finished, any outcome */
@@ -75,6 +76,7 @@ typedef struct dtq_ctx {
     dtq_counters counters;
     dtq_queue_counters *qcounters; /* per queue, in the order they were first counted */
     int nqcounters;
+    struct dtq_metrics *metrics; /* labelled task metrics for /metrics (metrics.h) */
     dtq_gauges gauges;
     dtq_hooks hooks;
     char hostname[256];

@@ -6,9 +6,11 @@
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "handler_exec.h"
 #include "log.h"
+#include "metrics.h"
 #include "outcome.h"
 #include "util.h"
 
@@ -41,6 +43,8 @@ typedef struct run {
     char *error;
     int is_exec;  /* the private DTQ_HANDLER_* statuses are accepted from exec jobs only */
     char *config; /* the handler's target, owned: a reload may free the registry */
+    dtq_metrics_cell *cell; /* the task's (queue, task_type) metrics, found at claim */
+    int64_t started_us;     /* monotonic, when the handler was called; 0: never called */
 } run;
 
 struct dtq_executor {
@@ -86,6 +90,36 @@ static void run_free(run *r) {
     free(r);
 }
 
+static int64_t monotonic_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The handler's run time so far, -1 when it was never called. */
+static int64_t run_duration_us(const run *r) {
+    return r->started_us ? monotonic_us() - r->started_us : -1;
+}
+
+/* Moves what tasklog.c needs once Redis answered into the record: the task (without its
+ * payload, which can be large and is never logged), its cell, the handler's run time. */
+static void record_task(run *r, dtq_finish_record *rec, int64_t duration_us) {
+    rec->task = r->task;
+    r->task = NULL;
+    free(rec->task->payload);
+    rec->task->payload = NULL;
+    rec->task->payload_len = 0;
+    rec->cell = r->cell;
+    rec->duration_us = duration_us;
+}
+
+/* The time from the entry's creation (its id's milliseconds, Redis's clock: the enqueue,
+ * or the promotion of a delayed task or retry once due) to now, on this host's clock. */
+static void observe_wait(dtq_metrics_cell *c, const char *entry_id) {
+    int64_t entry_ms = strtoll(entry_id, NULL, 10), wait_ms = dtq_now_ms() - entry_ms;
+    if (entry_ms > 0) dtq_histogram_observe(c->wait, (wait_ms > 0 ? wait_ms : 0) * 1000);
+}
+
 /* The process's counters and the queue's (written by the heartbeat, never per task). */
 static void count_outcome(dtq_ctx *ctx, const char *queue, enum dtq_outcome_kind kind) {
     dtq_counters *c = &ctx->counters;
@@ -108,8 +142,7 @@ static void run_handback(run *r, const char *reason) {
     rec->stream = dtq_xstrdup(r->task->stream);
     rec->entry_id = dtq_xstrdup(r->task->entry_id);
     rec->error = dtq_xstrdup(reason);
-    dtq_warn("task %s attempt %lld: interrupted (%s), handed back", r->task->id,
-             (long long)r->task->attempt, reason);
+    record_task(r, rec, run_duration_us(r));
     run_unlink(r);
     run_free(r);
     dtq_finisher_add(ex->fin, rec);
@@ -137,6 +170,7 @@ static void run_end(run *r) {
                               cfg->unknown_task_type_grace_s * 1000};
     dtq_outcome o;
     dtq_finish_record *rec;
+    int64_t duration_us = run_duration_us(r);
 
     /* A child killed by a signal we did not send while the daemon stops: the stop of the
      * whole unit killed it (systemd's KillMode=control-group, a container runtime), not its
@@ -168,14 +202,9 @@ static void run_end(run *r) {
     rec->delay_ms = o.delay_ms;
     rec->grace_ms = o.grace_ms;
     free(o.result); /* a text result with nothing to record */
-    if (o.kind == DTQ_OUTCOME_DEFER)
-        dtq_debug("task %s attempt %lld: no handler for task type %s here; handed back for "
-                  "%lld ms (unknown_task_type = hand_back)",
-                  t->id, (long long)t->attempt, t->task_type, (long long)o.delay_ms);
-    else if (o.error_class)
-        dtq_debug("task %s attempt %lld failed (%s): %s", t->id, (long long)t->attempt,
-                  o.error_class, o.error);
     count_outcome(ctx, t->queue, o.kind);
+    if (duration_us >= 0) dtq_histogram_observe(&r->cell->duration, duration_us);
+    record_task(r, rec, duration_us);
     run_unlink(r);
     run_free(r);
     dtq_finisher_add(ex->fin, rec);
@@ -230,12 +259,15 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
 
     r->ex = ex;
     r->task = t;
+    r->cell =
+        dtq_metrics_cell_for(ctx->metrics, t->queue, h ? (int)(h - ctx->handlers->entries) : -1);
     run_link(ex, r);
     if (ex->abandon_reason) { /* handed over by a fetch whose reply came after the drain */
         r->state = RUN_ABANDONED;
         run_handback(r, ex->abandon_reason);
         return;
     }
+    observe_wait(r->cell, t->entry_id);
     if (!h) {
         r->state = RUN_NO_HANDLER;
         r->status = DTQ_HANDLER_FAIL;
@@ -264,6 +296,7 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
 
     r->state = RUN_CALLING;
     r->is_exec = h->exec_spec != NULL;
+    r->started_us = monotonic_us();
     if (h->exec_spec)
         dtq_exec_start(ex->children, h->exec_spec, &r->call);
     else

@@ -7,6 +7,7 @@
 
 #include "calls.h"
 #include "log.h"
+#include "tasklog.h"
 #include "util.h"
 
 #define FINISH_BATCH_MAX 256
@@ -26,6 +27,7 @@ struct dtq_finisher {
     batch *batches; /* batches awaiting replies, so their entries' claims can be kept */
     int refused;    /* the last batch came back with an error: Redis refuses writes */
     struct event *retry_ev;
+    dtq_tasklog *log; /* counts and logs each end once Redis answered */
 };
 
 static void batch_link(dtq_finisher *f, batch *b) {
@@ -73,6 +75,7 @@ void dtq_finish_record_free(dtq_finish_record *rec) {
     free(rec->entry_id);
     free(rec->result);
     free(rec->error);
+    dtq_task_free(rec->task);
     free(rec);
 }
 
@@ -97,21 +100,6 @@ static void prepend_list(dtq_finisher *f, dtq_finish_record *list) {
     if (!f->pending) f->pending_tail = tail;
     f->pending = list;
     f->npending += n;
-}
-
-static void log_verdicts(const dtq_finish_record *rec, const redisReply *reply) {
-    for (size_t i = 0; i < reply->elements && rec; i++, rec = rec->next) {
-        const redisReply *v = reply->element[i];
-        if (v->type != REDIS_REPLY_STRING) continue;
-        if (!strcmp(v->str, "stale"))
-            dtq_warn("task %s attempt %lld: finished after its task moved on (adopted by "
-                     "another worker?); result not recorded",
-                     rec->task_id, (long long)rec->attempt);
-        else if (!strcmp(v->str, "failed") && !rec->handback)
-            dtq_warn("task %s failed permanently; dlq_enabled = false, so it ends 'failed' "
-                     "without a dead-letter entry",
-                     rec->task_id);
-    }
 }
 
 /* A batch is over: the next one may leave. */
@@ -153,7 +141,7 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
         free(b);
         return; /* sent again after the reconnect (flush from setup) or the retry timer */
     }
-    if (reply->type == REDIS_REPLY_ARRAY) log_verdicts(b->list, reply);
+    if (reply->type == REDIS_REPLY_ARRAY) dtq_tasklog_verdicts(f->log, b->list, reply);
     free_list(b->list);
     b->list = NULL;
     f->ctx->counters.finish_batches++;
@@ -276,6 +264,7 @@ dtq_finisher *dtq_finisher_new(dtq_ctx *ctx) {
     dtq_finisher *f = dtq_xcalloc(1, sizeof(*f));
     f->ctx = ctx;
     f->retry_ev = evtimer_new(ctx->base, retry_cb, f);
+    f->log = dtq_tasklog_new(ctx);
     return f;
 }
 
@@ -283,5 +272,6 @@ void dtq_finisher_free(dtq_finisher *f) {
     if (!f) return;
     free_list(f->pending);
     event_free(f->retry_ev);
+    dtq_tasklog_free(f->log);
     free(f);
 }

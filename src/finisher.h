@@ -12,6 +12,9 @@
 
 #include "ctx.h"
 #include "outcome.h"
+#include "task.h"
+
+struct dtq_metrics_cell;
 
 /* The values of one record of <ns>_finish, in the order lua/dtq.lua's
  * decode_finish_record() reads them. */
@@ -32,6 +35,11 @@ typedef struct dtq_finish_record {
     const char *error_class; /* static */
     int64_t delay_ms;
     int64_t grace_ms; /* defer only */
+    /* For counting and logging the end once Redis answered (tasklog.c); NULL and -1 when
+     * the record comes from elsewhere (tests). */
+    dtq_task *task;                /* owned: the claimed task, without its payload */
+    struct dtq_metrics_cell *cell; /* its metrics cell */
+    int64_t duration_us;           /* handler run time; -1: no handler ran */
 } dtq_finish_record;
 
 /* Appends the DTQ_FINISH_RECORD_FIELDS values of a finish record. */

@@ -38,6 +38,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "util.h"
 
 typedef struct http_conn http_conn;
@@ -64,40 +65,50 @@ struct http_conn {
     int peer_closed; /* the client closed its side while the answer was being written */
 };
 
+/* One unlabelled series with its HELP and TYPE lines. */
+static void put_series(FILE *out, const char *name, const char *type, const char *help,
+                       long long value) {
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, value);
+}
+
 char *dtq_http_render_metrics(const dtq_ctx *ctx) {
     const dtq_counters *c = &ctx->counters;
     const dtq_gauges *g = &ctx->gauges;
-    return dtq_xasprintf("# HELP dtq_tasks_processed_total Attempts finished by this worker.\n"
-                         "# TYPE dtq_tasks_processed_total counter\n"
-                         "dtq_tasks_processed_total %llu\n"
-                         "# TYPE dtq_tasks_succeeded_total counter\n"
-                         "dtq_tasks_succeeded_total %llu\n"
-                         "# TYPE dtq_tasks_failed_total counter\n"
-                         "dtq_tasks_failed_total %llu\n"
-                         "# TYPE dtq_tasks_retried_total counter\n"
-                         "dtq_tasks_retried_total %llu\n"
-                         "# TYPE dtq_finish_batches_total counter\n"
-                         "dtq_finish_batches_total %llu\n"
-                         "# TYPE dtq_active_tasks gauge\n"
-                         "dtq_active_tasks %d\n"
-                         "# TYPE dtq_concurrency gauge\n"
-                         "dtq_concurrency %lld\n"
-                         "# TYPE dtq_redis_connected gauge\n"
-                         "dtq_redis_connected %d\n"
-                         "# TYPE dtq_scheduler_leader gauge\n"
-                         "dtq_scheduler_leader %d\n"
-                         "# TYPE dtq_scheduler_scheduled gauge\n"
-                         "dtq_scheduler_scheduled %lld\n"
-                         "# TYPE dtq_scheduler_claimed gauge\n"
-                         "dtq_scheduler_claimed %lld\n"
-                         "# TYPE dtq_scheduler_promoted_total counter\n"
-                         "dtq_scheduler_promoted_total %llu\n",
-                         (unsigned long long)c->processed, (unsigned long long)c->succeeded,
-                         (unsigned long long)c->failed, (unsigned long long)c->retried,
-                         (unsigned long long)c->finish_batches, g->active_tasks,
-                         (long long)ctx->cfg->concurrency, dtq_ctx_is_up(ctx), g->scheduler_leader,
-                         (long long)g->scheduled, (long long)g->claimed,
-                         (unsigned long long)g->promoted);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    if (!out) abort();
+    put_series(out, "dtq_tasks_processed_total", "counter",
+               "Attempts finished by this worker, any outcome (counted when decided).",
+               (long long)c->processed);
+    put_series(out, "dtq_tasks_succeeded_total", "counter", "Attempts that succeeded.",
+               (long long)c->succeeded);
+    put_series(out, "dtq_tasks_failed_total", "counter",
+               "Attempts that failed permanently (dead-lettered, or failed without a DLQ).",
+               (long long)c->failed);
+    put_series(out, "dtq_tasks_retried_total", "counter", "Attempts that failed with a retry.",
+               (long long)c->retried);
+    put_series(out, "dtq_finish_batches_total", "counter",
+               "Finish and handback batches Redis accepted.", (long long)c->finish_batches);
+    put_series(out, "dtq_active_tasks", "gauge", "Attempts running now.", g->active_tasks);
+    put_series(out, "dtq_concurrency", "gauge", "Attempts this worker runs at most at once.",
+               (long long)ctx->cfg->concurrency);
+    put_series(out, "dtq_redis_connected", "gauge", "1 when Redis is connected and set up, else 0.",
+               dtq_ctx_is_up(ctx));
+    put_series(out, "dtq_scheduler_leader", "gauge",
+               "1 while this worker holds the scheduler's leader lock, else 0.",
+               g->scheduler_leader);
+    put_series(out, "dtq_scheduler_scheduled", "gauge",
+               "Entries of the schedule (delayed tasks and retries) at the last pass.",
+               (long long)g->scheduled);
+    put_series(out, "dtq_scheduler_claimed", "gauge",
+               "Entries of the scheduler's claimed set at the last pass.", (long long)g->claimed);
+    put_series(out, "dtq_scheduler_promoted_total", "counter",
+               "Due entries this worker's scheduler passes moved to their queues.",
+               (long long)g->promoted);
+    dtq_metrics_render(ctx->metrics, out);
+    if (fclose(out) != 0 || !buf) abort();
+    return buf;
 }
 
 static void conn_free(http_conn *c) {

@@ -940,18 +940,22 @@ static const char *log_str(const cJSON *j, const char *name, const char *line) {
     return v->valuestring;
 }
 
-/* Every line is one JSON object {ts, level, msg}; known lines decode to their exact text,
- * newline and quotes included; the payload appears nowhere. */
+/* Every line is one JSON object {ts, level, msg, then a task line's fields (strings or
+ * numbers)}; known lines decode to their exact text, quotes included; the error field holds
+ * the error's first line; the payload appears nowhere. */
 START_TEST(test_json_logs) {
     th_daemon d;
     FILE *f;
     char line[8192];
     int lines = 0, failed = 0, ready = 0, shutdown = 0, debug = 0;
     start(&d, "w-json", "[log]\nformat = json\nlevel = debug\n");
-    /* the error text (logged at debug) has a newline and quotes; "secret" is payload only */
-    enqueue("j1", "fail", "{\"message\":\"line1\\n\\\"line2\\\"\",\"secret\":\"pay-load-only\"}",
+    /* the error text has quotes and a second line; "secret" is payload only */
+    enqueue("j1", "fail", "{\"message\":\"line1 \\\"q\\\"\\nline2\",\"secret\":\"pay-load-only\"}",
             NULL);
+    enqueue("j0", "noop", "{}", NULL); /* a success: logged at debug */
     wait_status("j1", "dead_lettered", 5000);
+    wait_status("j0", "succeeded", 5000);
+    ck_assert(th_wait_log(d.log, "\"task_id\":\"j0\"", 1, 5000));
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     f = fopen(d.log, "r");
     ck_assert_ptr_nonnull(f);
@@ -962,7 +966,19 @@ START_TEST(test_json_logs) {
         ck_assert_msg(n > 0 && line[n - 1] == '\n', "unterminated or overlong line: %s", line);
         j = cJSON_Parse(line);
         ck_assert_msg(cJSON_IsObject(j), "not a JSON object: %s", line);
-        ck_assert_msg(cJSON_GetArraySize(j) == 3, "want ts, level, msg only: %s", line);
+        {
+            const cJSON *m;
+            int i = 0;
+            cJSON_ArrayForEach(m, j) {
+                static const char *const first[] = {"ts", "level", "msg"};
+                if (i < 3)
+                    ck_assert_msg(!strcmp(m->string, first[i]), "not ts, level, msg first: %s",
+                                  line);
+                ck_assert_msg(cJSON_IsString(m) || cJSON_IsNumber(m),
+                              "%s is not a string or number: %s", m->string, line);
+                i++;
+            }
+        }
         ts = log_str(j, "ts", line);
         level = log_str(j, "level", line);
         msg = log_str(j, "msg", line);
@@ -975,8 +991,12 @@ START_TEST(test_json_logs) {
         ck_assert_msg(!strstr(line, "pay-load-only") && !strstr(msg, "pay-load-only"),
                       "payload logged: %s", line);
         debug += !strcmp(level, "debug");
-        if (!strcmp(msg, "task j1 attempt 1 failed (permanent): line1\n\"line2\"")) {
-            ck_assert_str_eq(level, "debug");
+        if (!strcmp(msg, "task succeeded")) ck_assert_str_eq(level, "debug");
+        if (!strcmp(msg, "task dead-lettered")) {
+            ck_assert_str_eq(level, "warn");
+            ck_assert_str_eq(log_str(j, "task_id", line), "j1");
+            ck_assert_str_eq(log_str(j, "class", line), "permanent");
+            ck_assert_str_eq(log_str(j, "error", line), "line1 \"q\"");
             failed++;
         }
         if (!strncmp(msg, "worker w-json ready: ", 21)) {
@@ -993,7 +1013,7 @@ START_TEST(test_json_logs) {
     fclose(f);
     ck_assert_int_ge(lines, 4);
     ck_assert_int_ge(debug, 1);
-    ck_assert_msg(failed == 1, "the failure line, decoded, appeared %d times", failed);
+    ck_assert_msg(failed == 1, "the dead-letter line appeared %d times", failed);
     ck_assert_int_eq(ready, 1);
     ck_assert_int_eq(shutdown, 1);
 }
