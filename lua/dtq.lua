@@ -1748,6 +1748,19 @@ end
 local function pause(keys, args) return pause_resume('pause', args) end
 local function resume(keys, args) return pause_resume('resume', args) end
 
+-- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
+local function reg(name, fn, ro)
+  local wrapped = function(keys, args)
+    call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
+    call_eid_prefix = nil
+    fmt_memo = {}
+    return fn(keys, args)
+  end
+  local spec = {function_name = NS .. '_' .. name, callback = wrapped}
+  if ro then spec.flags = {'no-writes'} end
+  redis.register_function(spec)
+end
+
 ------------------------------------------------------------------------------ read model
 
 --[[ The counts of a queue's ten streams, the one definition every reader uses (stats,
@@ -1804,14 +1817,16 @@ end
 --[[ The read model: FCALL_RO Functions that answer what dtq-web and dtqctl show as one JSON
 text, so that its shape is spelled here alone and clients parse and render it
 (docs/reference.md 5.5). Every one is bounded per call and reads no keyspace SCAN. ]]
-local READ_QUEUES_MAX = 1000    -- queues, and workers, that one overview or workers reports
-local READ_SCHEDULE_SCAN = 1000 -- schedule members an overview counts per queue
-local READ_LIST_MAX = 200       -- waiting, and running, entries of a queue_view
-local READ_PAGE_MAX = 500       -- entries of a dead_letters or audit_page page
-local READ_SCAN_MAX = 10000     -- entries a filtered page or a task's event search examines
-local READ_FIELD_MAX = 2048     -- bytes of a value a page shows, by default
-local READ_FILTER_PAGE = 500    -- entries read per XRANGE by a filtered page
-local READ_EVENTS_PAGE = 1000   -- events read per XREVRANGE by task_view
+local READ = { -- the bounds of the read model
+  QUEUES_MAX = 1000,    -- queues, and workers, that one overview or workers reports
+  SCHEDULE_SCAN = 1000, -- schedule members an overview counts per queue
+  LIST_MAX = 200,       -- waiting, and running, entries of a queue_view
+  PAGE_MAX = 500,       -- entries of a dead_letters or audit_page page
+  SCAN_MAX = 10000,     -- entries a filtered page or a task's event search examines
+  FIELD_MAX = 2048,     -- bytes of a value a page shows, by default
+  FILTER_PAGE = 500,    -- entries read per XRANGE by a filtered page
+  EVENTS_PAGE = 1000,   -- events read per XREVRANGE by task_view
+}
 
 --[[ cjson (Redis 7.0) encodes an empty table as {} and cannot embed JSON text as it is.
 Both are marked by a one-key object whose key begins with a NUL byte, put in place in the
@@ -1911,18 +1926,18 @@ local function worker_object(id, h, now)
   return o
 end
 
--- The members of <prefix>:workers, sorted, at most READ_QUEUES_MAX: the live ones as
+-- The members of <prefix>:workers, sorted, at most READ.QUEUES_MAX: the live ones as
 -- worker objects, how many were left out, and how many have no hash any more (expired).
 local function live_workers(now)
   local ids = redis.pcall('SMEMBERS', k('workers'))
   if ids.err then ids = {} end
   table.sort(ids)
   local list, gone = {}, 0
-  for i = 1, math.min(#ids, READ_QUEUES_MAX) do
+  for i = 1, math.min(#ids, READ.QUEUES_MAX) do
     local h = hgetall_map(k('worker', ids[i])) -- another type reads as gone
     if h then list[#list + 1] = worker_object(ids[i], h, now) else gone = gone + 1 end
   end
-  return arr(list), #ids > READ_QUEUES_MAX, gone
+  return arr(list), #ids > READ.QUEUES_MAX, gone
 end
 
 -- The integer reply of a read, 0 for a key of another type.
@@ -1931,24 +1946,40 @@ local function count_of(...)
   return type(n) == 'number' and n or 0
 end
 
---[[ FCALL_RO <ns>_overview 0: the queues (sorted, at most READ_QUEUES_MAX) with their
+-- The group's last-delivered id of a stream, nil when it has no group.
+local function last_delivered(s)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', s)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local f = {}
+    for i = 1, #g - 1, 2 do f[g[i]] = g[i + 1] end
+    if f.name == GROUP then return f['last-delivered-id'] end
+  end
+  return nil
+end
+
+-- The read Functions, in a block of their own: Lua allows a function (the library's main
+-- chunk included) 200 local variables, so each group of Functions keeps its locals to
+-- itself and registers what it defines; what others share stays above.
+do
+--[[ FCALL_RO <ns>_overview 0: the queues (sorted, at most READ.QUEUES_MAX) with their
 counts, the live workers, the scheduler, the dead letters and the events settings. ]]
 local function overview(keys, args)
   local now, c = now_ms(), load_config()
   local names = redis.pcall('SMEMBERS', k('queues'))
   if names.err then names = {} end
   table.sort(names)
-  -- scheduled per queue: the READ_SCHEDULE_SCAN soonest due members, by their task's queue
+  -- scheduled per queue: the READ.SCHEDULE_SCAN soonest due members, by their task's queue
   local skey = k('retry', 'schedule')
   local scheduled, per = count_of('ZCARD', skey), {}
-  local due = redis.pcall('ZRANGE', skey, 0, READ_SCHEDULE_SCAN - 1)
+  local due = redis.pcall('ZRANGE', skey, 0, READ.SCHEDULE_SCAN - 1)
   if due.err then due = {} end
   for _, tid in ipairs(due) do
     local q = redis.pcall('HGET', k('task', tid), 'queue')
     if type(q) == 'string' then per[q] = (per[q] or 0) + 1 end
   end
   local queues = {}
-  for i = 1, math.min(#names, READ_QUEUES_MAX) do
+  for i = 1, math.min(#names, READ.QUEUES_MAX) do
     local q = names[i]
     local n = queue_counts(q)
     local d, p = {}, {}
@@ -1960,11 +1991,11 @@ local function overview(keys, args)
   local wlist, wmore, gone = live_workers(now)
   local leader = redis.pcall('GET', k('lock', 'scheduler'))
   return json_encode({
-    time_ms = now, queues = arr(queues), queues_truncated = #names > READ_QUEUES_MAX,
+    time_ms = now, queues = arr(queues), queues_truncated = #names > READ.QUEUES_MAX,
     workers = wlist, workers_truncated = wmore, workers_gone = gone,
     scheduler = {leader = type(leader) == 'string' and leader or cjson.null,
                  scheduled = scheduled, claimed = count_of('ZCARD', k('retry', 'claimed')),
-                 by_queue_complete = scheduled <= READ_SCHEDULE_SCAN},
+                 by_queue_complete = scheduled <= READ.SCHEDULE_SCAN},
     dlq = {length = count_of('XLEN', k('stream', 'dead-letter'))},
     events = {level = c.events, stream = c.events_stream_maxlen > 0 or
                                          redis.call('EXISTS', k('stream', 'events')) == 1}})
@@ -1999,18 +2030,6 @@ local function item_task(o)
   if v[3] then o.attempt = int_of(v[3]) end
 end
 
--- The group's last-delivered id of a stream, nil when it has no group.
-local function last_delivered(s)
-  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', s)
-  if not ok then return nil end
-  for _, g in ipairs(groups) do
-    local f = {}
-    for i = 1, #g - 1, 2 do f[g[i]] = g[i + 1] end
-    if f.name == GROUP then return f['last-delivered-id'] end
-  end
-  return nil
-end
-
 --[[ FCALL_RO <ns>_queue_view 0 <queue> [limit]: a queue's bands (p9 first), what workers
 will read next (waiting) and what they hold (running), at most `limit` of each (1-200,
 default 20). NOT_FOUND when the queue is not in <prefix>:queues. ]]
@@ -2021,7 +2040,7 @@ local function queue_view(keys, args)
   end
   local limit = 20
   if args[2] and args[2] ~= '' then
-    limit = parse_int(args[2], 1, READ_LIST_MAX)
+    limit = parse_int(args[2], 1, READ.LIST_MAX)
     if not limit then return opt_error('limit must be an integer in [1, 200]') end
   end
   if redis.pcall('SISMEMBER', k('queues'), q) ~= 1 then
@@ -2071,9 +2090,9 @@ local function task_view(keys, args)
   if not valid_name(tid, 256) then
     return opt_error('task_id must match [A-Za-z0-9._:-]{1,256}')
   end
-  local scan_max = READ_SCAN_MAX
+  local scan_max = READ.SCAN_MAX
   if args[2] and args[2] ~= '' then
-    scan_max = parse_int(args[2], 0, READ_SCAN_MAX)
+    scan_max = parse_int(args[2], 0, READ.SCAN_MAX)
     if not scan_max then return opt_error('events_max must be an integer in [0, 10000]') end
   end
   local tkey = k('task', tid)
@@ -2119,7 +2138,7 @@ local function task_view(keys, args)
   local needle = '"task_id":' .. cjson.encode(tid)
   while events_stream and full and scanned < scan_max and
         not (cursor and id_ms(cursor) < created) do
-    local want = math.min(READ_EVENTS_PAGE, scan_max - scanned)
+    local want = math.min(READ.EVENTS_PAGE, scan_max - scanned)
     local page = redis.pcall('XREVRANGE', ekey, cursor and ('(' .. cursor) or '+', '-',
                              'COUNT', want)
     if page.err then page = {} end
@@ -2160,13 +2179,13 @@ end
 --[[ One page of a stream for the pagers below, newest or oldest first, after `cursor`
 (exclusive; nil: from the end or the start), optionally only the entries whose `field`
 equals `value`: pages are read until `count` entries matched, the stream ended, or
-READ_SCAN_MAX entries were examined. next_cursor is set only when more may follow. ]]
+READ.SCAN_MAX entries were examined. next_cursor is set only when more may follow. ]]
 local function stream_page(key, cursor, count, newest, field, value, cap)
-  local size = value and READ_FILTER_PAGE or count + 1 -- one more: is there a next page?
+  local size = value and READ.FILTER_PAGE or count + 1 -- one more: is there a next page?
   local entries, matched, scanned, last, next_cursor, done = {}, 0, 0, nil, nil, false
   while not done do
     local from = last or cursor
-    local want = math.min(size, READ_SCAN_MAX - scanned + 1)
+    local want = math.min(size, READ.SCAN_MAX - scanned + 1)
     local page
     if newest then
       page = redis.pcall('XREVRANGE', key, from and ('(' .. from) or '+', '-', 'COUNT', want)
@@ -2175,7 +2194,7 @@ local function stream_page(key, cursor, count, newest, field, value, cap)
     end
     if page.err then page = {} end
     for _, e in ipairs(page) do
-      if matched == count or scanned == READ_SCAN_MAX then -- more follow: go on from here
+      if matched == count or scanned == READ.SCAN_MAX then -- more follow: go on from here
         next_cursor, done = last, true
         break
       end
@@ -2206,14 +2225,14 @@ end
 
 -- The arguments of the pagers: <cursor|-> [count [order [filter [field_max]]]].
 local function page_args(args, filter_name)
-  local cursor, count, newest, value, cap = args[1], 50, true, args[4], READ_FIELD_MAX
+  local cursor, count, newest, value, cap = args[1], 50, true, args[4], READ.FIELD_MAX
   if cursor == nil or cursor == '' or cursor == '-' then
     cursor = nil
   elseif not valid_stream_id(cursor) then
     return nil, opt_error('cursor must be a stream id (<ms>-<seq>) from next_cursor, or -')
   end
   if args[2] and args[2] ~= '' then
-    count = parse_int(args[2], 1, READ_PAGE_MAX)
+    count = parse_int(args[2], 1, READ.PAGE_MAX)
     if not count then return nil, opt_error('count must be an integer in [1, 500]') end
   end
   if args[3] and args[3] ~= '' then
@@ -2250,17 +2269,28 @@ local function audit_page(keys, args)
                      a.cap)
 end
 
+reg('overview', overview, true)
+reg('workers', workers, true)
+reg('queue_view', queue_view, true)
+reg('task_view', task_view, true)
+reg('dead_letters', dead_letters, true)
+reg('audit_page', audit_page, true)
+end
+
 ------------------------------------------------------------------------------ the schedule
+do
 
 --[[ Scheduled tasks, and what an admin does with them and with a queue (docs/reference.md
 5.6). <prefix>:retry:schedule is one sorted set per namespace (member = task id, score =
 due ms), so a page filtered by queue, task type or class examines members one by one: at
-most SCHED_SCAN_MAX per call, with a cursor to go on from. ]]
-local SCHED_SCAN_MAX = 1000    -- schedule members one scheduled page examines
-local SCHED_RANGE = 100        -- members read per ZRANGE by a filtered page
-local SCHED_IDS_MAX = 500      -- ids per sched_run_now or sched_delete call
-local QUEUE_CLEAR_MAX = 1000   -- waiting entries one queue_clear takes
-local QUEUE_REMOVE_SCAN = 10000 -- schedule (and claimed) members queue_remove examines
+most SCHED.SCAN_MAX per call, with a cursor to go on from. ]]
+local SCHED = { -- the bounds of the schedule and queue admin Functions
+  SCAN_MAX = 1000,    -- schedule members one scheduled page examines
+  RANGE = 100,        -- members read per ZRANGE by a filtered page
+  IDS_MAX = 500,      -- ids per sched_run_now or sched_delete call
+  CLEAR_MAX = 1000,   -- waiting entries one queue_clear takes
+  REMOVE_SCAN = 10000, -- schedule (and claimed) members queue_remove examines
+}
 local SCHED_KINDS = {pending = 'delayed', retrying = 'retrying'}
 local SCHED_FILTER_MAX = {queue = 128, id_prefix = 256, task_type = 128, class = 64}
 local SCHED_FIELDS = {'status', 'queue', 'task_type', 'attempt', 'max_attempts',
@@ -2328,7 +2358,7 @@ local function scheduled(keys, args)
     end
   end
   if args[2] and args[2] ~= '' then
-    count = parse_int(args[2], 1, READ_PAGE_MAX)
+    count = parse_int(args[2], 1, READ.PAGE_MAX)
     if not count then return opt_error('count must be an integer in [1, 500]') end
   end
   if #args > 2 and #args % 2 ~= 0 then return opt_error('filters come in name value pairs') end
@@ -2354,8 +2384,8 @@ local function scheduled(keys, args)
   local total = count_of('ZCARD', key)
   local pos = cs and sched_start(key, cs, cm) or 0
   local entries, scanned, last = {}, 0, nil
-  while #entries < count and scanned < SCHED_SCAN_MAX and pos < total do
-    local want = filtered and math.min(SCHED_RANGE, SCHED_SCAN_MAX - scanned) or
+  while #entries < count and scanned < SCHED.SCAN_MAX and pos < total do
+    local want = filtered and math.min(SCHED.RANGE, SCHED.SCAN_MAX - scanned) or
                  count - #entries
     local page = redis.pcall('ZRANGE', key, pos, pos + want - 1, 'WITHSCORES')
     if page.err or #page == 0 then break end
@@ -2372,7 +2402,7 @@ local function scheduled(keys, args)
           if #entries == count then break end
         end
       end
-      if scanned == SCHED_SCAN_MAX then break end
+      if scanned == SCHED.SCAN_MAX then break end
     end
   end
   local filter = {}
@@ -2393,8 +2423,8 @@ local function sched_ids(args)
     end
     ids[#ids + 1] = args[i]
   end
-  if #ids == 0 or #ids > SCHED_IDS_MAX then
-    return nil, opt_error('give 1 to ' .. fmt(SCHED_IDS_MAX) .. ' task ids after the actor')
+  if #ids == 0 or #ids > SCHED.IDS_MAX then
+    return nil, opt_error('give 1 to ' .. fmt(SCHED.IDS_MAX) .. ' task ids after the actor')
   end
   return ids
 end
@@ -2532,7 +2562,7 @@ local function waiting_page(s, n)
 end
 
 --[[ FCALL <ns>_queue_clear 0 <actor> <queue> [delete]: the queue's waiting entries (not
-yet delivered; pending ones stay with their workers), p9 first, at most QUEUE_CLEAR_MAX per
+yet delivered; pending ones stay with their workers), p9 first, at most SCHED.CLEAR_MAX per
 call. Replies {cleared, dropped, more}: more = 1 while waiting entries are left (call
 again). One audit entry per call, with queue, mode and count. ]]
 local function queue_clear(keys, args)
@@ -2545,7 +2575,7 @@ local function queue_clear(keys, args)
   end
   local delete = mode == 'delete'
   local c, ms = load_config(), now_ms()
-  local cleared, dropped, left = 0, 0, QUEUE_CLEAR_MAX
+  local cleared, dropped, left = 0, 0, SCHED.CLEAR_MAX
   for band = BANDS - 1, 0, -1 do
     if left == 0 then break end
     local s = stream_key(q, band)
@@ -2572,12 +2602,12 @@ local function queue_clear(keys, args)
   return {cleared, dropped, more}
 end
 
--- The non-terminal tasks of queue `q` among the first QUEUE_REMOVE_SCAN members of the
+-- The non-terminal tasks of queue `q` among the first SCHED.REMOVE_SCAN members of the
 -- schedule and of the claims.
 local function scheduled_for(q)
   local n = 0
   for _, key in ipairs({k('retry', 'schedule'), k('retry', 'claimed')}) do
-    local ids = redis.pcall('ZRANGE', key, 0, QUEUE_REMOVE_SCAN - 1)
+    local ids = redis.pcall('ZRANGE', key, 0, SCHED.REMOVE_SCAN - 1)
     if ids.err then ids = {} end
     for _, tid in ipairs(ids) do
       local v = redis.pcall('HMGET', k('task', tid), 'queue', 'status')
@@ -2614,6 +2644,13 @@ local function queue_remove(keys, args)
   return 'removed'
 end
 
+reg('scheduled', scheduled, true)
+reg('sched_run_now', sched_run_now)
+reg('sched_delete', sched_delete)
+reg('queue_clear', queue_clear)
+reg('queue_remove', queue_remove)
+end
+
 --[[ FCALL <ns>_worker_event 0 <worker_id> <type>: publishes WORKER_STARTED or
 WORKER_STOPPED through the one event builder. ]]
 local WORKER_EVENTS = {WORKER_STARTED = true, WORKER_STOPPED = true}
@@ -2629,19 +2666,6 @@ end
 library text> (scripts.c). A worker that may not FUNCTION LOAD checks it against its own
 before serving on a library an admin installed (dtqctl functions install). ]]
 local function version(keys, args) return VERSION end
-
--- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
-local function reg(name, fn, ro)
-  local wrapped = function(keys, args)
-    call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
-    call_eid_prefix = nil
-    fmt_memo = {}
-    return fn(keys, args)
-  end
-  local spec = {function_name = NS .. '_' .. name, callback = wrapped}
-  if ro then spec.flags = {'no-writes'} end
-  redis.register_function(spec)
-end
 
 reg('enqueue', enqueue)
 reg('enqueue_bulk', enqueue_bulk)
@@ -2665,14 +2689,3 @@ reg('pause', pause)
 reg('resume', resume)
 reg('stats', stats, true)
 reg('version', version, true)
-reg('overview', overview, true)
-reg('workers', workers, true)
-reg('queue_view', queue_view, true)
-reg('task_view', task_view, true)
-reg('dead_letters', dead_letters, true)
-reg('audit_page', audit_page, true)
-reg('scheduled', scheduled, true)
-reg('sched_run_now', sched_run_now)
-reg('sched_delete', sched_delete)
-reg('queue_clear', queue_clear)
-reg('queue_remove', queue_remove)
