@@ -34,7 +34,9 @@ help_row_options() {
 }
 
 # help_global_options HELP_TEXT: the options of dtqctl's "options:" section, sorted.
+# An option line starts with at most six blanks and a dash; its options end at two blanks.
 help_global_options() {
-    awk '/^options:$/ { on = 1; next } /^$/ { on = 0 } on' <<<"$1" |
-        grep -oE '^  -[A-Za-z], --[a-z][a-z-]*' | tr -d ',' | tr ' ' '\n' | grep . | sort -u
+    awk '/^options:$/ { on = 1; next } /^$/ { on = 0 }
+         on && match($0, /^ +-/) && RLENGTH <= 7 { syn = $0; sub(/^ +/, "", syn); sub(/  .*/, "", syn); print syn }' <<<"$1" |
+        tr ' ' '\n' | tr -d ',' | grep -E '^-' | sort -u
 }
