@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The install layout under the default prefix and under /usr: every path the units name
 # (Documentation=, the configuration directory, the binaries) is where the install puts
-# things, and the example configuration lands in /etc/dtq as the README says.
+# things, the example and the ready configuration land in /etc/dtq as the README says (a
+# second install keeps an edited worker.ini), and dtqctl's completion is installed.
 # Usage: tests/install_layout.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -19,7 +20,15 @@ for prefix in default /usr; do
     DESTDIR=$d cmake --install "$b" --component data >/dev/null
     bindir=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$b/CMakeCache.txt")/bin
     [ -f "$d/etc/dtq/config.example.ini" ] || fail "$prefix: no /etc/dtq/config.example.ini"
-    checks=$((checks + 1))
+    [ -f "$d/etc/dtq/worker.ini" ] || fail "$prefix: no /etc/dtq/worker.ini"
+    # a second install keeps the operator's worker.ini
+    echo "; edited" >>"$d/etc/dtq/worker.ini"
+    DESTDIR=$d cmake --install "$b" --component data >/dev/null
+    [ "$(tail -n 1 "$d/etc/dtq/worker.ini")" = "; edited" ] ||
+        fail "$prefix: a second install replaced /etc/dtq/worker.ini"
+    [ -f "$d${bindir%/bin}/share/bash-completion/completions/dtqctl" ] ||
+        fail "$prefix: no bash completion in ${bindir%/bin}/share/bash-completion/completions"
+    checks=$((checks + 4))
     units=$(find "$d" -path '*/lib/systemd/system/*.service' | sort)
     [ "$(echo "$units" | wc -l)" -eq 3 ] || fail "$prefix: expected 3 units, got: $units"
     for u in $units; do
