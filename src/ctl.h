@@ -65,6 +65,10 @@ cJSON *ctl_read_model(ctl *x, const char *name, int argc, const char **args);
 /* The value unformatted on one line of stdout. */
 void ctl_print_json(const cJSON *v);
 
+/* "2026-12-01T21:14:14.123Z (1796159654123)" for epoch ms (a plain integer text); NULL for
+ * another value. */
+const char *ctl_iso_time(const char *value, char *buf, size_t size);
+
 /* Read verbs (ctl_read.c). */
 ctl_run_fn ctl_show, ctl_queues, ctl_workers, ctl_stats, ctl_dlq_list, ctl_events;
 /* A <ns>_task_view reply (its JSON text) as `show` prints it; enqueue --wait ends with it. */
@@ -74,5 +78,9 @@ void ctl_show_task(ctl *x, const char *text, size_t len);
  * the actor, and prints its one-word reply. */
 ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_pause_resume, ctl_requeue_all,
     ctl_functions_install;
+
+/* The schedule and the queue as a whole (ctl_sched.c): scheduled list, run-now and delete
+ * (<ns>_scheduled, <ns>_sched_run_now, <ns>_sched_delete), queue clear and remove. */
+ctl_run_fn ctl_scheduled_list, ctl_scheduled_act, ctl_queue_clear, ctl_queue_remove;
 
 #endif

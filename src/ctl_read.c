@@ -164,8 +164,7 @@ static cJSON *json_int_field(const char *value) {
     return cJSON_CreateString(value);
 }
 
-/* "2026-12-01T21:14:14.123Z (1796159654123)" for epoch ms; NULL for another value. */
-static const char *iso_time(const char *value, char *buf, size_t size) {
+const char *ctl_iso_time(const char *value, char *buf, size_t size) {
     long long ms;
     struct tm tm;
     time_t secs;
@@ -202,7 +201,7 @@ static void show_field(cJSON *out, const char *name, const char *value) {
                                                           : cJSON_CreateString(value));
         return;
     }
-    t = in_list(task_times, name) ? iso_time(value, buf, sizeof(buf)) : NULL;
+    t = in_list(task_times, name) ? ctl_iso_time(value, buf, sizeof(buf)) : NULL;
     show_line(name, t ? t : value, strlen(t ? t : value));
 }
 
@@ -219,7 +218,7 @@ static void show_due(cJSON *out, const cJSON *view) {
         cJSON_AddBoolToObject(out, "due_claimed", claimed);
         return;
     }
-    if (!iso_time(ms, buf, sizeof(buf))) snprintf(buf, sizeof(buf), "%s", ms);
+    if (!ctl_iso_time(ms, buf, sizeof(buf))) snprintf(buf, sizeof(buf), "%s", ms);
     if (claimed)
         snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ", claimed by the scheduler");
     show_line("due_at", buf, strlen(buf));

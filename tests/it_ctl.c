@@ -645,7 +645,12 @@ START_TEST(test_help_is_the_table) {
         {"dlq requeue-all", "dlq requeue-all x", "usage: dtqctl dlq requeue-all"},
         {"dlq discard", "dlq discard a b", "usage: dtqctl dlq discard <id>"},
         {"dlq purge", "dlq purge x", "usage: dtqctl dlq purge"},
+        {"scheduled list", NULL, NULL},
+        {"scheduled run-now", "scheduled run-now", "usage: dtqctl scheduled run-now <id>"},
+        {"scheduled delete", "scheduled delete a b", "usage: dtqctl scheduled delete <id>"},
         {"queues", "queues x", "usage: dtqctl queues"},
+        {"queue clear", "queue clear", "usage: dtqctl queue clear <queue> [options]"},
+        {"queue remove", "queue remove", "usage: dtqctl queue remove <queue>"},
         {"pause", "pause", "usage: dtqctl pause <queue> [options]"},
         {"resume", "resume a b c", "usage: dtqctl resume <queue> [options]"},
         {"workers", "workers x", "usage: dtqctl workers"},
@@ -667,7 +672,8 @@ START_TEST(test_help_is_the_table) {
         char verb[64], w1[32], w2[32];
         if (strncmp(line, "  ", 2) || line[2] == ' ') continue;
         ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
-        if (!strcmp(w1, "dlq") || !strcmp(w1, "functions"))
+        if (!strcmp(w1, "dlq") || !strcmp(w1, "functions") || !strcmp(w1, "scheduled") ||
+            !strcmp(w1, "queue"))
             snprintf(verb, sizeof(verb), "%s %s", w1, w2);
         else
             snprintf(verb, sizeof(verb), "%s", w1);
@@ -1108,6 +1114,72 @@ START_TEST(test_enqueue_wait_pipe_and_timeout) {
 }
 END_TEST
 
+/* The schedule and a queue as a whole: scheduled list (filtered by queue, as JSON),
+ * run-now and delete by id, queue clear (dead letters of class cleared, or deleted) and
+ * queue remove (refused while the queue holds anything). */
+START_TEST(test_scheduled_and_queue_verbs) {
+    char *out, args[200];
+    cJSON *list;
+    ck_assert_int_eq(ctl(&out, "pause qs --create"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue qs echo {} --id s1 --delay-ms 600000"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue qs echo {} --id s2 --delay-ms 700000"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue qt echo {} --id t1 --delay-ms 650000"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "scheduled list"), 0);
+    ck_assert_int_eq(count_lines(out), 3);
+    ck_assert_msg(strstr(out, "s1  qs  echo  delayed  due=") == out, "%s", out);
+    ck_assert_msg(strstr(out, "\nt1  qt") < strstr(out, "\ns2  qs"), "not by due time: %s", out);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "--json scheduled list --queue qs"), 0);
+    list = cJSON_Parse(out);
+    ck_assert_msg(cJSON_IsArray(list) && cJSON_GetArraySize(list) == 2, "%s", out);
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "task_id")->valuestring,
+                     "s1");
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "due_ms")));
+    cJSON_Delete(list);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "scheduled run-now s1"), 0);
+    ck_assert_str_eq(out, "s1 done\n");
+    free(out);
+    th_assert_field(C, "s1", "status", "queued"); /* its queue is paused: it waits there */
+    ck_assert_int_eq(ctl(&out, "scheduled delete s2"), 0);
+    free(out);
+    th_assert_field(C, "s2", "status", "cancelled");
+    ck_assert_int_eq(ctl(&out, "scheduled run-now s2"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "not in the schedule"));
+    free(out);
+    ck_assert_int_eq(ctl(&out, "scheduled delete nope"), 1);
+    free(out);
+    /* queue remove is refused while qs holds s1 */
+    ck_assert_int_eq(ctl(&out, "queue remove qs"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "NOT_EMPTY"));
+    free(out);
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof(args), "enqueue qs echo {} --id c%d", i);
+        ck_assert_int_eq(ctl(&out, args), 0);
+        free(out);
+    }
+    ck_assert_int_eq(ctl(&out, "queue clear qs"), 0);
+    ck_assert_str_eq(out, "4 dead-lettered (class cleared)\n"); /* s1 and c0..c2 */
+    free(out);
+    th_assert_field(C, "c1", "status", "dead_lettered");
+    th_assert_field(C, "c1", "last_error_class", "cleared");
+    ck_assert_int_eq(ctl(&out, "queue remove qs"), 0);
+    ck_assert_str_eq(out, "qs removed\n");
+    free(out);
+    ck_assert_int_eq(ctl(&out, "enqueue qt echo {} --id d1"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "queue clear qt --delete"), 0);
+    ck_assert_str_eq(out, "1 deleted\n");
+    free(out);
+    th_assert_field(C, "d1", "status", "cancelled");
+    th_assert_field(C, "t1", "status", "pending"); /* scheduled, not waiting: not cleared */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("dtqctl");
@@ -1128,6 +1200,7 @@ int main(void) {
     tcase_add_test(tc, test_show_times_due_and_errors);
     tcase_add_test(tc, test_pause_unknown_queue);
     tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
+    tcase_add_test(tc, test_scheduled_and_queue_verbs);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);
