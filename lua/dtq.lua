@@ -1840,6 +1840,8 @@ local READ = { -- the bounds of the read model
   FIELD_MAX = 2048,     -- bytes of a value a page shows, by default
   FILTER_PAGE = 500,    -- entries read per XRANGE by a filtered page
   EVENTS_PAGE = 1000,   -- events read per XREVRANGE by task_view
+  DLQ_SCAN = 1000,      -- dead letters (the newest) a metrics call counts by queue and class
+  DLQ_PAGE = 100,       -- dead letters read per XREVRANGE by metrics
 }
 
 --[[ cjson (Redis 7.0) encodes an empty table as {} and cannot embed JSON text as it is.
@@ -2283,12 +2285,94 @@ local function audit_page(keys, args)
                      a.cap)
 end
 
+--[[ FCALL_RO <ns>_metrics 0: what a Prometheus scrape of dtq-web shows, in one bounded
+call (docs/reference.md 5.5): per queue (at most READ.QUEUES_MAX) the depth per band, the
+pending count, whether it is paused, the age of its oldest waiting entry and its scheduled
+tasks (among the READ.SCHEDULE_SCAN soonest due, as the overview counts them); the dead
+letters of the READ.DLQ_SCAN newest entries by queue and class; the live workers by
+status; the scheduler's leader. ]]
+local function metrics(keys, args)
+  local now = now_ms()
+  local names = redis.pcall('SMEMBERS', k('queues'))
+  if names.err then names = {} end
+  table.sort(names)
+  local skey = k('retry', 'schedule')
+  local scheduled, per = count_of('ZCARD', skey), {}
+  local due = redis.pcall('ZRANGE', skey, 0, READ.SCHEDULE_SCAN - 1)
+  if due.err then due = {} end
+  for _, tid in ipairs(due) do
+    local q = redis.pcall('HGET', k('task', tid), 'queue')
+    if type(q) == 'string' then per[q] = (per[q] or 0) + 1 end
+  end
+  local queues = {}
+  for i = 1, math.min(#names, READ.QUEUES_MAX) do
+    local q = names[i]
+    local n = queue_counts(q)
+    local d, oldest = {}, nil
+    for band = 0, BANDS - 1 do
+      d[band + 1] = n.depth_by_band[band]
+      if n.depth_by_band[band] > 0 then -- the first entry after the group's last-delivered id
+        local s = stream_key(q, band)
+        local from = last_delivered(s)
+        local e = redis.pcall('XRANGE', s, from and ('(' .. from) or '-', '+', 'COUNT', 1)
+        if not e.err and e[1] then
+          local ms = id_ms(e[1][1])
+          if not oldest or ms < oldest then oldest = ms end
+        end
+      end
+    end
+    queues[i] = {name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
+                 depth_by_band = d, pending = n.pending, scheduled = per[q] or 0,
+                 oldest_waiting_ms = oldest and math.max(0, now - oldest) or 0}
+  end
+  -- dead letters: the newest READ.DLQ_SCAN entries, read a page at a time
+  local dkey, by, dl, scanned, from = k('stream', 'dead-letter'), {}, {}, 0, '+'
+  local dlen = count_of('XLEN', dkey)
+  while scanned < READ.DLQ_SCAN do
+    local page = redis.pcall('XREVRANGE', dkey, from, '-', 'COUNT',
+                             math.min(READ.DLQ_PAGE, READ.DLQ_SCAN - scanned))
+    if page.err or #page == 0 then break end
+    for _, e in ipairs(page) do
+      local f = fields_object(e[2])
+      local q, c = f.queue or '', f.last_error_class or ''
+      local key = q .. '\0' .. c
+      if not by[key] then
+        by[key] = {queue = q, class = c, count = 0}
+        dl[#dl + 1] = by[key]
+      end
+      by[key].count = by[key].count + 1
+      from = '(' .. e[1]
+    end
+    scanned = scanned + #page
+  end
+  table.sort(dl, function(a, b)
+    if a.queue ~= b.queue then return a.queue < b.queue end
+    return a.class < b.class
+  end)
+  local wlist, wmore, gone = live_workers(now)
+  local statuses = {running = 0, draining = 0, stopped = 0}
+  for _, w in ipairs(wlist) do
+    local st = type(w.status) == 'string' and w.status or ''
+    statuses[st] = (statuses[st] or 0) + 1
+  end
+  local leader = redis.pcall('GET', k('lock', 'scheduler'))
+  return json_encode({
+    time_ms = now, queues = arr(queues), queues_truncated = #names > READ.QUEUES_MAX,
+    scheduled = {total = scheduled, claimed = count_of('ZCARD', k('retry', 'claimed')),
+                 by_queue_complete = scheduled <= READ.SCHEDULE_SCAN},
+    dead_letters = {length = dlen, scanned = scanned, complete = scanned >= dlen,
+                    by_queue_class = arr(dl)},
+    workers = statuses, workers_truncated = wmore, workers_gone = gone,
+    leader = type(leader) == 'string' and leader or cjson.null})
+end
+
 reg('overview', overview, true)
 reg('workers', workers, true)
 reg('queue_view', queue_view, true)
 reg('task_view', task_view, true)
 reg('dead_letters', dead_letters, true)
 reg('audit_page', audit_page, true)
+reg('metrics', metrics, true)
 end
 
 ------------------------------------------------------------------------------ the schedule

@@ -23,7 +23,7 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
 #define READ_FUNCTIONS                                                                  \
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
     "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
-    "+fcall_ro|<ns>_scheduled"
+    "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics"
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
 /* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set

@@ -81,6 +81,7 @@ static const route routes[] = {
     {{"api", "dlq", "purge"}, POST, dtq_web_api_dlq_purge},
     {{"api", "audit"}, GET, dtq_web_api_audit},
     {{"api", "events"}, GET, api_events},
+    {{"metrics"}, GET, dtq_web_metrics},
 };
 #undef GET
 #undef POST
@@ -308,7 +309,7 @@ static void request_cb(struct evhttp_request *req, void *arg) {
     int n;
     if (!check_host(w, req)) return;
     if (!path || !*path) path = "/";
-    if (strncmp(path, "/api/", 5)) {
+    if (strncmp(path, "/api/", 5) && strcmp(path, "/metrics")) {
         const char *file = path + 1;
         if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");

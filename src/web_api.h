@@ -44,6 +44,8 @@ void dtq_web_api_queue_write(dtq_web *w, struct evhttp_request *req, const dtq_w
 void dtq_web_api_task_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq_purge(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* GET /metrics: Prometheus' text format (web_metrics.c) */
+void dtq_web_metrics(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 
 /* One sample for the history (web_history.h): <ns>_stats and <ns>_workers. Sets
  * w->sampling until its replies are in. */

@@ -754,6 +754,7 @@ static const char *const READS[] = {"dtq_overview 0",
                                     "dtq_audit_page 0 - 5",
                                     "dtq_scheduled 0 - 5",
                                     "dtq_scheduled 0 - 5 kind delayed queue default id_prefix e-",
+                                    "dtq_metrics 0",
                                     NULL};
 
 /* A daemon running as the worker role (no FUNCTION LOAD) on the library an admin
@@ -800,10 +801,17 @@ START_TEST(test_worker_role_end_to_end) {
     ck_assert_ptr_nonnull(strstr(out, "w-acl"));
     free(out);
     {
-        const char *want[] = {"w-acl",          "w-acl",           "\"name\":\"default\"",
-                              "TASK_SUCCEEDED", "dead_letter\":{", "e-dead",
-                              "entries",        "entries",         "e-cancel",
-                              "e-cancel"};
+        const char *want[] = {"w-acl",
+                              "w-acl",
+                              "\"name\":\"default\"",
+                              "TASK_SUCCEEDED",
+                              "dead_letter\":{",
+                              "e-dead",
+                              "entries",
+                              "entries",
+                              "e-cancel",
+                              "e-cancel",
+                              "\"class\":\"permanent\""};
         read_model_as("mon", READS, want);
         read_model_as("adm", READS, want);
     }

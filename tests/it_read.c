@@ -837,9 +837,9 @@ END_TEST
 
 /* The read Functions are registered no-writes (FCALL_RO takes them). */
 START_TEST(test_read_functions_are_no_writes) {
-    static const char *const names[] = {"dtq_overview",  "dtq_workers",      "dtq_queue_view",
-                                        "dtq_task_view", "dtq_dead_letters", "dtq_audit_page",
-                                        "dtq_stats",     "dtq_scheduled",    NULL};
+    static const char *const names[] = {
+        "dtq_overview",   "dtq_workers", "dtq_queue_view", "dtq_task_view", "dtq_dead_letters",
+        "dtq_audit_page", "dtq_stats",   "dtq_scheduled",  "dtq_metrics",   NULL};
     redisReply *r = th_cmd(C, "FUNCTION LIST LIBRARYNAME dtq");
     const redisReply *fns = NULL;
     int found = 0;
@@ -865,8 +865,122 @@ START_TEST(test_read_functions_are_no_writes) {
                 found++;
             }
     }
-    ck_assert_int_eq(found, 8);
+    ck_assert_int_eq(found, 9);
     freeReplyObject(r);
+}
+END_TEST
+
+/* <ns>_metrics: per queue the depth per band, pending, paused, the oldest waiting entry's
+ * age and the scheduled tasks (delayed and retrying); dead letters by queue and class;
+ * workers by status; the leader; the truncation flags. */
+START_TEST(test_metrics) {
+    cJSON *o;
+    const cJSON *q, *e;
+    long long before, after;
+    redisReply *r;
+    int found = 0;
+    /* alpha: two waiting at band 5 (the default), one at 9; one delayed */
+    enqueue("alpha", "a1", NULL);
+    enqueue("alpha", "a2", NULL);
+    enqueue("alpha", "a9", "priority 9");
+    enqueue("alpha", "a-later", "delay_ms 600000");
+    /* beta: three fetched, one stays running, one retrying, one dead letter of class timeout;
+     * then a dead letter of class permanent; paused */
+    enqueue("beta", "b1", NULL);
+    enqueue("beta", "b2", NULL);
+    enqueue("beta", "b3", NULL);
+    r = fetch("w1", 3, "beta");
+    ck_assert_int_eq(r->element[0]->elements, 3);
+    for (size_t i = 0; i < 3; i++) {
+        const redisReply *t = r->element[0]->element[i];
+        dtq_finish_record rec = th_finish_record(t);
+        const char *id = t->element[2]->str;
+        if (!strcmp(id, "b1")) continue; /* running */
+        if (!strcmp(id, "b2")) {
+            rec.outcome = DTQ_OUTCOME_RETRY;
+            rec.error = (char *)"try later";
+            rec.error_class = "transient";
+            rec.delay_ms = 600000;
+        } else {
+            rec.outcome = DTQ_OUTCOME_DEAD_LETTER;
+            rec.error = (char *)"slow";
+            rec.error_class = "timeout";
+        }
+        freeReplyObject(th_finish(C, "w1", &rec, 1));
+    }
+    freeReplyObject(r);
+    th_assert_field(C, "b2", "status", "retrying");
+    enqueue("beta", "b4", NULL);
+    work("w1", "beta", 1, NULL, NULL, "b4", "permanent");
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 beta"));
+    heartbeat("w1");
+    heartbeat("w2");
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w2 status draining"));
+    freeReplyObject(th_cmd(C, "SET dtq:lock:scheduler w1"));
+    /* an entry enqueued 3 s ago by its id: the oldest waiting of gamma */
+    before = dtq_now_ms();
+    freeReplyObject(
+        th_cmd(C, "XADD dtq:stream:gamma:p3 %lld-0 task_type echo payload {}", before - 3000));
+    freeReplyObject(th_cmd(C, "SADD dtq:queues gamma"));
+
+    o = read_json("dtq_metrics 0");
+    after = dtq_now_ms();
+    ck_assert_int_eq(size(o, "queues"), 3);
+    q = queue_of(o, "alpha");
+    ck_assert_int_eq(num(q, "depth_by_band.5"), 2);
+    ck_assert_int_eq(num(q, "depth_by_band.9"), 1);
+    ck_assert_int_eq(num(q, "depth_by_band.0"), 0);
+    ck_assert_int_eq(num(q, "pending"), 0);
+    ck_assert_int_eq(num(q, "scheduled"), 1);
+    ck_assert(!is_true(q, "paused"));
+    ck_assert(num(q, "oldest_waiting_ms") >= 0 && num(q, "oldest_waiting_ms") < 60000);
+    q = queue_of(o, "beta");
+    ck_assert_int_eq(num(q, "depth_by_band.5"), 0);
+    ck_assert_int_eq(num(q, "pending"), 1);
+    ck_assert_int_eq(num(q, "scheduled"), 1);
+    ck_assert_int_eq(num(q, "oldest_waiting_ms"), 0);
+    ck_assert(is_true(q, "paused"));
+    q = queue_of(o, "gamma");
+    ck_assert_int_eq(num(q, "depth_by_band.3"), 1);
+    ck_assert(num(q, "oldest_waiting_ms") >= 3000);
+    ck_assert(num(q, "oldest_waiting_ms") <= after - before + 3000);
+    ck_assert_int_eq(num(o, "scheduled.total"), 2);
+    ck_assert(is_true(o, "scheduled.by_queue_complete"));
+    ck_assert_int_eq(num(o, "dead_letters.length"), 2);
+    ck_assert_int_eq(num(o, "dead_letters.scanned"), 2);
+    ck_assert(is_true(o, "dead_letters.complete"));
+    cJSON_ArrayForEach(e, at(o, "dead_letters.by_queue_class")) {
+        ck_assert_str_eq(str(e, "queue"), "beta");
+        ck_assert_int_eq(num(e, "count"), 1);
+        ck_assert_str_eq(str(e, "class"), found++ ? "timeout" : "permanent"); /* sorted */
+    }
+    ck_assert_int_eq(found, 2);
+    ck_assert_int_eq(num(o, "workers.running"), 1);
+    ck_assert_int_eq(num(o, "workers.draining"), 1);
+    ck_assert_int_eq(num(o, "workers.stopped"), 0);
+    ck_assert_str_eq(str(o, "leader"), "w1");
+    ck_assert(!is_true(o, "queues_truncated"));
+    ck_assert(!is_true(o, "workers_truncated"));
+    cJSON_Delete(o);
+
+    /* the same counts as the overview and stats */
+    o = read_json("dtq_overview 0");
+    ck_assert_int_eq(num(queue_of(o, "alpha"), "depth"), 3);
+    ck_assert_int_eq(stat_of("queue:alpha:depth"), 3);
+    cJSON_Delete(o);
+
+    /* more dead letters than the scan: counted up to its cap, the total exact */
+    for (int i = 0; i < 1100; i++)
+        freeReplyObject(th_cmd(C, "XADD dtq:stream:dead-letter * queue delta last_error_class x"));
+    freeReplyObject(th_cmd(C, "DEL dtq:lock:scheduler"));
+    o = read_json("dtq_metrics 0");
+    ck_assert_int_eq(num(o, "dead_letters.length"), 1102);
+    ck_assert_int_eq(num(o, "dead_letters.scanned"), 1000);
+    ck_assert(!is_true(o, "dead_letters.complete"));
+    ck_assert_int_eq(size(o, "dead_letters.by_queue_class"), 1); /* the newest are delta's */
+    ck_assert_int_eq(num(o, "dead_letters.by_queue_class.0.count"), 1000);
+    ck_assert(cJSON_IsNull(at(o, "leader")));
+    cJSON_Delete(o);
 }
 END_TEST
 
@@ -884,6 +998,7 @@ int main(void) {
     tcase_add_test(tc, test_read_functions_are_no_writes);
     tcase_add_test(tc, test_task_view_due);
     tcase_add_test(tc, test_audit_names_target_and_actor);
+    tcase_add_test(tc, test_metrics);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

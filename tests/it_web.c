@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -1475,6 +1476,185 @@ START_TEST(test_event_streams_evict_oldest) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- /metrics */
+
+/* The families of a /metrics body as tests/prom_parse.py (Prometheus' own parser, Debian's
+ * python3-prometheus-client) reports them; fails the test when the text does not parse. */
+static cJSON *parse_metrics(const char *body) {
+    char in[512], out[512], cmd[1600], *json;
+    FILE *f;
+    cJSON *fams;
+    th_path(&R, "metrics.txt", in, sizeof(in));
+    th_path(&R, "metrics.json", out, sizeof(out));
+    f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(body, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/prom_parse.py < %s > %s", DTQ_SOURCE_DIR,
+             in, out);
+    ck_assert_msg(system(cmd) == 0, "prometheus_client cannot parse /metrics: %s", in);
+    json = th_read_file(out);
+    fams = cJSON_Parse(json);
+    free(json);
+    ck_assert_ptr_nonnull(fams);
+    return fams;
+}
+
+/* The value of the sample `name` whose labels are exactly `labels` ("k=v,k=v", "" for
+ * none); NAN when there is no such sample. */
+static double sample(cJSON *fams, const char *name, const char *labels) {
+    cJSON *f, *s;
+    cJSON_ArrayForEach(f, fams) {
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "samples")) {
+            cJSON *l = cJSON_GetObjectItem(s, "labels"), *v = cJSON_GetObjectItem(s, "value");
+            char want[512], *save = NULL, *tok;
+            int n = 0, match = 1;
+            if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name)) continue;
+            snprintf(want, sizeof(want), "%s", labels);
+            for (tok = strtok_r(want, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(tok, '=');
+                cJSON *have;
+                *eq = '\0';
+                have = cJSON_GetObjectItem(l, tok);
+                if (!have || strcmp(have->valuestring, eq + 1)) match = 0;
+                n++;
+            }
+            if (match && n == cJSON_GetArraySize(l)) return v->valuedouble;
+        }
+    }
+    return NAN;
+}
+
+#define METRICS_INI                                                                                \
+    "[worker]\nworker_id = " WORKER "\nqueues = default, mail\nconcurrency = 4\n"                  \
+    "heartbeat_interval_s = 1\n"                                                                   \
+    "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"                                      \
+    "[retry]\nbase_delay = 600\nmax_delay = 600\njitter = 0\n"                                     \
+    "[handler:echo]\nbuiltin = echo\n[handler:fail]\nbuiltin = fail\n"                             \
+    "[handler:sleep]\nbuiltin = sleep\n"
+
+static int has_leader(void *arg) {
+    redisReply *r = th_cmd(C, "GET dtq:lock:scheduler");
+    int ok = r->type == REDIS_REPLY_STRING && !strcmp(r->str, WORKER);
+    DTQ_UNUSED(arg);
+    freeReplyObject(r);
+    return ok;
+}
+
+/* GET /metrics after known work: a paused queue with entries in two bands, a delayed and a
+ * retrying task, dead letters of two classes, a worker that leads the scheduler, and a
+ * worker hash whose status needs escaping; parsed by Prometheus' parser: every family a
+ * gauge with help, the labels and the values. Then Redis goes away: dtq_redis_connected 0
+ * alone. */
+START_TEST(test_metrics) {
+    static const char *const families[] = {
+        "dtq_redis_connected",    "dtq_queue_depth",
+        "dtq_queue_pending",      "dtq_queue_oldest_waiting_seconds",
+        "dtq_queue_paused",       "dtq_scheduled_tasks",
+        "dtq_schedule_length",    "dtq_dead_letters",
+        "dtq_dead_letter_length", "dtq_workers",
+        "dtq_scheduler_leader",   "dtq_metrics_truncated"};
+    resp r;
+    cJSON *fams, *f;
+    long long now;
+    th_daemon_start(&D, &R, METRICS_INI);
+    th_daemon_wait_ready(C, WORKER, 10000);
+    start_web(NULL);
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 mail it"));
+    enqueue("mail", "m7", "echo", "{}", "priority 7");
+    enqueue("mail", "m2a", "echo", "{}", "priority 2");
+    enqueue("mail", "m2b", "echo", "{}", "priority 2");
+    enqueue("default", "later", "echo", "{}", "delay_ms 600000");
+    enqueue("default", "rt", "fail", "{\"retryable\":true}", "max_attempts 3");
+    enqueue("default", "dp", "fail", "{}", "max_attempts 1");
+    enqueue("default", "dt", "sleep", "{\"ms\":5000}", "max_attempts 1 timeout_ms 100");
+    wait_status("rt", "retrying");
+    wait_status("dp", "dead_lettered");
+    wait_status("dt", "dead_lettered");
+    ck_assert(th_wait_until(has_leader, NULL, 10000));
+    now = dtq_now_ms();
+    freeReplyObject(th_cmd(C,
+                           "HSET dtq:worker:odd worker_id odd last_heartbeat %lld "
+                           "status %s",
+                           now, "a\"b\\c\nd"));
+    freeReplyObject(th_cmd(C, "SADD dtq:workers odd"));
+    th_sleep_ms(1100); /* the mail entries wait a second at least */
+
+    r = http("GET", "/metrics", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(strstr(r.head, "Content-Type: text/plain; version=0.0.4"), "%s", r.head);
+    fams = parse_metrics(r.body);
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
+        cJSON *t, *h;
+        cJSON_ArrayForEach(f, fams) {
+            if (!strcmp(cJSON_GetObjectItem(f, "name")->valuestring, families[i])) break;
+        }
+        ck_assert_msg(f != NULL, "no family %s in\n%s", families[i], r.body);
+        t = cJSON_GetObjectItem(f, "type");
+        h = cJSON_GetObjectItem(f, "help");
+        ck_assert_str_eq(t->valuestring, "gauge");
+        ck_assert_msg(cJSON_IsString(h) && strlen(h->valuestring) > 10, "%s: no help", families[i]);
+    }
+    ck_assert_int_eq(cJSON_GetArraySize(fams), (int)(sizeof(families) / sizeof(families[0])));
+    ck_assert(sample(fams, "dtq_redis_connected", "") == 1);
+    ck_assert(sample(fams, "dtq_queue_depth", "queue=mail,priority=7") == 1);
+    ck_assert(sample(fams, "dtq_queue_depth", "queue=mail,priority=2") == 2);
+    ck_assert(sample(fams, "dtq_queue_depth", "queue=mail,priority=5") == 0);
+    for (int b = 0; b < 10; b++) {
+        char l[64];
+        snprintf(l, sizeof(l), "queue=default,priority=%d", b);
+        ck_assert_msg(sample(fams, "dtq_queue_depth", l) == 0, "%s", l);
+    }
+    ck_assert(sample(fams, "dtq_queue_pending", "queue=default") == 0);
+    ck_assert(sample(fams, "dtq_queue_paused", "queue=mail") == 1);
+    ck_assert(sample(fams, "dtq_queue_paused", "queue=default") == 0);
+    ck_assert(sample(fams, "dtq_queue_oldest_waiting_seconds", "queue=mail") >= 1.0);
+    ck_assert(sample(fams, "dtq_queue_oldest_waiting_seconds", "queue=mail") < 60);
+    ck_assert(sample(fams, "dtq_queue_oldest_waiting_seconds", "queue=default") == 0);
+    ck_assert(sample(fams, "dtq_scheduled_tasks", "queue=default") == 2);
+    ck_assert(sample(fams, "dtq_scheduled_tasks", "queue=mail") == 0);
+    ck_assert(sample(fams, "dtq_schedule_length", "") == 2);
+    ck_assert(sample(fams, "dtq_dead_letters", "queue=default,class=permanent") == 1);
+    ck_assert(sample(fams, "dtq_dead_letters", "queue=default,class=timeout") == 1);
+    ck_assert(sample(fams, "dtq_dead_letter_length", "") == 2);
+    ck_assert(sample(fams, "dtq_workers", "status=running") == 1);
+    ck_assert(sample(fams, "dtq_workers", "status=draining") == 0);
+    ck_assert(sample(fams, "dtq_workers", "status=a\"b\\c\nd") == 1); /* escaped, parsed back */
+    ck_assert(sample(fams, "dtq_scheduler_leader", "worker=" WORKER) == 1);
+    ck_assert(sample(fams, "dtq_metrics_truncated", "part=queues") == 0);
+    ck_assert(sample(fams, "dtq_metrics_truncated", "part=dead_letters") == 0);
+    ck_assert(sample(fams, "dtq_metrics_truncated", "part=scheduled") == 0);
+    ck_assert(sample(fams, "dtq_metrics_truncated", "part=workers") == 0);
+    cJSON_Delete(fams);
+    resp_free(&r);
+
+    /* HEAD: the headers alone; POST: 405 */
+    r = http("HEAD", "/metrics", NULL, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "");
+    resp_free(&r);
+    r = http("POST", "/metrics", NULL, NULL);
+    ck_assert_int_eq(r.status, 405);
+    resp_free(&r);
+
+    /* Redis gone: a scrape still answers, with dtq_redis_connected 0 and nothing else */
+    th_daemon_stop(&D, SIGTERM, 10000);
+    memset(&D, 0, sizeof(D));
+    th_redis_stop(&R);
+    for (int i = 0; i < 200; i++) {
+        r = http("GET", "/metrics", NULL, NULL);
+        if (r.status == 200 && strstr(r.body, "dtq_redis_connected 0")) break;
+        resp_free(&r);
+        th_sleep_ms(50);
+    }
+    ck_assert_msg(r.body && strstr(r.body, "dtq_redis_connected 0"), "still connected");
+    fams = parse_metrics(r.body);
+    ck_assert_int_eq(cJSON_GetArraySize(fams), 1);
+    cJSON_Delete(fams);
+    resp_free(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("api");
@@ -1496,6 +1676,7 @@ int main(void) {
     tcase_add_test(tc, test_allowed_hosts);
     tcase_add_test(tc, test_read_token);
     tcase_add_test(tc, test_non_loopback_bind_warns);
+    tcase_add_test(tc, test_metrics);
     suite_add_tcase(s, tc);
     tc = tcase_create("acl"); /* a TCP server: an ACL user is named in the URL */
     tcase_add_checked_fixture(tc, setup_tcp, teardown);
