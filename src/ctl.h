@@ -65,6 +65,15 @@ cJSON *ctl_read_model(ctl *x, const char *name, int argc, const char **args);
 /* The value unformatted on one line of stdout. */
 void ctl_print_json(const cJSON *v);
 
+/* One entry of a paged list: print it (entry is the page's, borrowed). */
+typedef void ctl_entry_fn(ctl *x, cJSON *entry, void *arg);
+/* A paged read Function (<ns>_dead_letters, <ns>_scheduled): args[0] and args[1] are
+ * filled with the cursor and the count, page after page (at most page_max each) until
+ * `want` entries or no next_cursor; each entry goes to `each`. With --json the entries
+ * are printed as one array (each prints an entry's JSON, entries separated here). */
+void ctl_list_pages(ctl *x, const char *fn, int argc, const char **args, long long want,
+                    long long page_max, ctl_entry_fn *each, void *arg);
+
 /* "2026-12-01T21:14:14.123Z (1796159654123)" for epoch ms (a plain integer text); NULL for
  * another value. */
 const char *ctl_iso_time(const char *value, char *buf, size_t size);

@@ -409,12 +409,31 @@ int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
 
 #define DLQ_PAGE_MAX 500 /* <ns>_dead_letters' count cap */
 
+/* One dead letter: a line, or its JSON with the integer fields as numbers. */
+static void dlq_entry(ctl *x, cJSON *e, void *arg) {
+    DTQ_UNUSED(arg);
+    if (x->json) {
+        char *out;
+        for (cJSON *f = e->child, *after; f; f = after) { /* integers as numbers */
+            after = f->next;
+            if (cJSON_IsString(f) && in_list(dlq_numbers, f->string))
+                cJSON_ReplaceItemInObjectCaseSensitive(e, f->string,
+                                                       json_int_field(f->valuestring));
+        }
+        out = cJSON_PrintUnformatted(e);
+        printf("%s", out);
+        free(out);
+    } else {
+        printf("%s  %s  attempts=%s  %s\n", str_of(e, "task_id", "?"), str_of(e, "task_type", "?"),
+               str_of(e, "attempts_made", "?"), str_of(e, "last_error", ""));
+    }
+}
+
 /* dlq list [--count N]: the N oldest dead letters, whole (field_max 0), through
  * <ns>_dead_letters' pages of at most DLQ_PAGE_MAX, each after the cursor of the one
  * before. --json: one array, printed as the pages come. */
 int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    long long want = 20, listed = 0;
-    char *cursor = dtq_xstrdup("-");
+    long long want = 20;
     DTQ_UNUSED(v);
     for (int i = 0; i < argc; i++) {
         int64_t n;
@@ -426,41 +445,10 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
             ctl_usage_error("dlq list: bad argument '%s'", argv[i]);
         }
     }
-    if (x->json) putchar('[');
-    while (cursor && listed < want) {
-        char count[32];
-        const char *a[5] = {cursor, count, "oldest", "", "0"};
-        cJSON *page, *e;
-        const cJSON *next;
-        snprintf(count, sizeof(count), "%lld",
-                 want - listed < DLQ_PAGE_MAX ? want - listed : DLQ_PAGE_MAX);
-        page = ctl_read_model(x, "dead_letters", 5, a);
-        cJSON_ArrayForEach(e, member(page, "entries")) {
-            if (x->json) {
-                char *out;
-                for (cJSON *f = e->child, *after; f; f = after) { /* integers as numbers */
-                    after = f->next;
-                    if (cJSON_IsString(f) && in_list(dlq_numbers, f->string))
-                        cJSON_ReplaceItemInObjectCaseSensitive(e, f->string,
-                                                               json_int_field(f->valuestring));
-                }
-                out = cJSON_PrintUnformatted(e);
-                printf("%s%s", listed ? "," : "", out);
-                free(out);
-            } else {
-                printf("%s  %s  attempts=%s  %s\n", str_of(e, "task_id", "?"),
-                       str_of(e, "task_type", "?"), str_of(e, "attempts_made", "?"),
-                       str_of(e, "last_error", ""));
-            }
-            listed++;
-        }
-        next = member(page, "next_cursor");
-        free(cursor);
-        cursor = cJSON_IsString(next) ? dtq_xstrdup(next->valuestring) : NULL;
-        cJSON_Delete(page);
+    {
+        const char *a[5] = {NULL, NULL, "oldest", "", "0"};
+        ctl_list_pages(x, "dead_letters", 5, a, want, DLQ_PAGE_MAX, dlq_entry, NULL);
     }
-    free(cursor);
-    if (x->json) printf("]\n");
     return 0;
 }
 

@@ -38,12 +38,22 @@ static void print_item(const cJSON *e) {
     printf("\n");
 }
 
+static void scheduled_entry(ctl *x, cJSON *e, void *arg) {
+    DTQ_UNUSED(arg);
+    if (x->json) {
+        char *out = cJSON_PrintUnformatted(e);
+        printf("%s", out);
+        free(out);
+    } else {
+        print_item(e);
+    }
+}
+
 /* scheduled list [--queue Q] [--kind delayed|retrying|all] [--count N]: the tasks waiting
  * in the schedule, soonest due first (N: 100 unless given). */
 int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char *queue = "", *kind = "all";
-    long long want = 100, listed = 0;
-    char *cursor = dtq_xstrdup("-");
+    long long want = 100;
     DTQ_UNUSED(v);
     for (int i = 0; i < argc; i++) {
         int64_t n;
@@ -59,33 +69,10 @@ int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
             ctl_usage_error("scheduled list: bad argument '%s'", argv[i]);
         }
     }
-    if (x->json) putchar('[');
-    /* A filtered page may come back short, with a cursor to go on from. */
-    while (cursor && listed < want) {
-        char count[32];
-        const char *a[6] = {cursor, count, "queue", queue, "kind", kind};
-        cJSON *page, *e;
-        const cJSON *next;
-        snprintf(count, sizeof(count), "%lld",
-                 want - listed < SCHEDULED_PAGE_MAX ? want - listed : SCHEDULED_PAGE_MAX);
-        page = ctl_read_model(x, "scheduled", 6, a);
-        cJSON_ArrayForEach(e, member(page, "entries")) {
-            if (x->json) {
-                char *out = cJSON_PrintUnformatted(e);
-                printf("%s%s", listed ? "," : "", out);
-                free(out);
-            } else {
-                print_item(e);
-            }
-            listed++;
-        }
-        next = member(page, "next_cursor");
-        free(cursor);
-        cursor = cJSON_IsString(next) ? dtq_xstrdup(next->valuestring) : NULL;
-        cJSON_Delete(page);
+    {
+        const char *a[6] = {NULL, NULL, "queue", queue, "kind", kind};
+        ctl_list_pages(x, "scheduled", 6, a, want, SCHEDULED_PAGE_MAX, scheduled_entry, NULL);
     }
-    free(cursor);
-    if (x->json) printf("]\n");
     return 0;
 }
 
