@@ -80,6 +80,11 @@ static const route routes[] = {
     {{"api", "dlq", "requeue-all"}, POST, dtq_web_api_dlq_requeue_all},
     {{"api", "dlq", "purge"}, POST, dtq_web_api_dlq_purge},
     {{"api", "audit"}, GET, dtq_web_api_audit},
+    {{"api", "scheduled"}, GET, dtq_web_api_scheduled},
+    {{"api", "scheduled", "run-now"}, POST, dtq_web_api_sched_write},
+    {{"api", "scheduled", "delete"}, POST, dtq_web_api_sched_write},
+    {{"api", "dlq", "requeue"}, POST, dtq_web_api_dlq_bulk},
+    {{"api", "dlq", "discard"}, POST, dtq_web_api_dlq_bulk},
     {{"api", "events"}, GET, api_events},
     {{"metrics"}, GET, dtq_web_metrics},
 };

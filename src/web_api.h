@@ -22,6 +22,7 @@ struct evkeyvalq;
 #define DTQ_WEB_SCAN_MAX 10000  /* entries one request examines for a filter */
 #define DTQ_WEB_QUEUES_MAX 1000 /* queues and workers one overview reports */
 #define DTQ_WEB_FIELD_MAX 2048  /* bytes of a payload or error shown in a list */
+#define DTQ_WEB_IDS_MAX 500     /* task ids of one bulk write */
 
 /* What the router hands a handler; everything is borrowed for the call only. */
 typedef struct dtq_web_args {
@@ -39,6 +40,8 @@ void dtq_web_api_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_arg
 void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_audit(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* GET /api/scheduled: a page of the schedule (<ns>_scheduled, reference 5.6) */
+void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* POST /api/queues/<q>/pause|resume, /api/tasks/<id>/requeue|discard|cancel */
 void dtq_web_api_queue_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_task_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
@@ -46,6 +49,12 @@ void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const d
 void dtq_web_api_dlq_purge(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* GET /metrics: Prometheus' text format (web_metrics.c) */
 void dtq_web_metrics(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* Bulk writes with a body {"ids": [...]} (1-DTQ_WEB_IDS_MAX task ids), answered
+ * {ok, action, actor, results: {id: word}, counts: {word: n}}: POST /api/scheduled/run-now
+ * and /delete (one <ns>_sched_run_now or <ns>_sched_delete call), POST /api/dlq/requeue and
+ * /discard (one <ns>_requeue or <ns>_discard per id, pipelined). */
+void dtq_web_api_sched_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+void dtq_web_api_dlq_bulk(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 
 /* One sample for the history (web_history.h): <ns>_stats and <ns>_workers. Sets
  * w->sampling until its replies are in. */

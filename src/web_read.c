@@ -280,3 +280,49 @@ void dtq_web_api_dlq(dtq_web *w, struct evhttp_request *req, const dtq_web_args 
 void dtq_web_api_audit(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     page_stream(w, req, a, w->fn.audit_page, "task");
 }
+
+/* ================================================================= GET /api/scheduled */
+
+/* A cursor of <ns>_scheduled: <due ms>:<task id>. */
+static int valid_sched_cursor(const char *s) {
+    size_t n = strspn(s, "0123456789");
+    return n > 0 && n <= 20 && s[n] == ':' && dtq_web_valid_task_id(s + n + 1);
+}
+
+/* <ns>_scheduled 0 <cursor|-> <count> kind <k> queue <q> id_prefix <p> task_type <t>
+ * class <c>: an empty value is no filter. */
+void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    static const struct {
+        const char *name;
+        size_t max;
+    } filters[] = {{"queue", 128}, {"id_prefix", 256}, {"task_type", 128}, {"class", 64}};
+    const char *cursor = dtq_web_query(a, "cursor"), *kind = dtq_web_query(a, "kind");
+    const char *v[4];
+    int64_t count;
+    char count_s[32];
+    if (dtq_web_query_int(req, a, "count", 50, 1, DTQ_WEB_PAGE_MAX, &count) != 0) return;
+    if (cursor && *cursor && strcmp(cursor, "-") && !valid_sched_cursor(cursor)) {
+        dtq_web_reply_error(req, 400, "bad_request",
+                            "cursor must be <due_ms>:<task_id> from next_cursor");
+        return;
+    }
+    if (kind && *kind && strcmp(kind, "delayed") && strcmp(kind, "retrying") &&
+        strcmp(kind, "all")) {
+        dtq_web_reply_error(req, 400, "bad_request", "kind must be delayed, retrying or all");
+        return;
+    }
+    for (size_t i = 0; i < 4; i++) {
+        v[i] = dtq_web_query(a, filters[i].name);
+        if (!v[i]) v[i] = "";
+        if (*v[i] && !dtq_valid_name(v[i], strlen(v[i]), filters[i].max)) {
+            dtq_web_reply_error(req, 400, "bad_request", "%s must match [A-Za-z0-9._:-]{1,%zu}",
+                                filters[i].name, filters[i].max);
+            return;
+        }
+    }
+    if (!dtq_web_redis_up(w, req)) return;
+    snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
+    read_call(w, req, w->fn.scheduled, NULL, NULL, cursor && *cursor ? cursor : "-", count_s,
+              "kind", kind ? kind : "", "queue", v[0], "id_prefix", v[1], "task_type", v[2],
+              "class", v[3], NULL);
+}

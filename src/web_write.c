@@ -273,3 +273,168 @@ void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const d
     s->cursor = dtq_xstrdup("-");
     ra_loop(j);
 }
+
+/* ================================================================= bulk writes */
+
+/* A bulk write: its ids and, once the replies are in, one word per id. */
+typedef struct bk {
+    dtq_web_job h;
+    char *action;
+    char *actor;
+    char **ids;
+    char **words; /* per id: the Function's word, or the error word of its error reply */
+    size_t n;
+    char *error; /* an error reply that is not about one task: answered for the request */
+} bk;
+
+static void bk_free(void *p) {
+    bk *s = p;
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->ids[i]);
+        free(s->words[i]);
+    }
+    free(s->ids);
+    free(s->words);
+    free(s->action);
+    free(s->actor);
+    free(s->error);
+    free(s);
+}
+
+/* The body {"ids": [...]}: 1 to DTQ_WEB_IDS_MAX task ids. A job with them, or NULL after
+ * answering 400 (or 503). */
+static dtq_rsteps *bk_new(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    static const char *const allowed[] = {"ids", NULL};
+    const cJSON *ids = a->body ? cJSON_GetObjectItemCaseSensitive(a->body, "ids") : NULL;
+    const cJSON *it;
+    int n;
+    bk *s;
+    if (body_fields(req, a->body, allowed) != 0) return NULL;
+    n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+    if (n < 1 || n > DTQ_WEB_IDS_MAX) {
+        dtq_web_reply_error(req, 400, "bad_request",
+                            "the body must be {\"ids\": [...]} with 1 to %d task ids",
+                            DTQ_WEB_IDS_MAX);
+        return NULL;
+    }
+    cJSON_ArrayForEach(it, ids) {
+        if (!cJSON_IsString(it) || !dtq_web_valid_task_id(it->valuestring)) {
+            dtq_web_reply_error(req, 400, "bad_request",
+                                "every id must be a task id ([A-Za-z0-9._:-]{1,256})");
+            return NULL;
+        }
+    }
+    if (!dtq_web_redis_up(w, req)) return NULL;
+    s = dtq_xcalloc(1, sizeof(*s));
+    s->h.w = w;
+    s->h.req = req;
+    s->action = dtq_xstrdup(a->action);
+    s->actor = dtq_xstrdup(a->actor);
+    s->ids = dtq_xcalloc((size_t)n, sizeof(char *));
+    s->words = dtq_xcalloc((size_t)n, sizeof(char *));
+    cJSON_ArrayForEach(it, ids) s->ids[s->n++] = dtq_xstrdup(it->valuestring);
+    return dtq_web_job_new(&s->h, s, bk_free);
+}
+
+/* Answers the error kept, or {ok, action, actor, results: {id: word}, counts: {word: n}}
+ * (an id given twice keeps the word of its first call). */
+static void bk_answer(dtq_rsteps *j) {
+    bk *s = dtq_rsteps_state(j);
+    cJSON *o, *results, *counts;
+    if (s->error) {
+        dtq_web_reply_redis_error(s->h.req, s->error);
+        dtq_rsteps_end(j);
+        return;
+    }
+    o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ok", 1);
+    cJSON_AddStringToObject(o, "action", s->action);
+    cJSON_AddStringToObject(o, "actor", s->actor);
+    results = cJSON_AddObjectToObject(o, "results");
+    counts = cJSON_AddObjectToObject(o, "counts");
+    for (size_t i = 0; i < s->n; i++) {
+        const char *word = s->words[i] ? s->words[i] : "error";
+        cJSON *c;
+        if (cJSON_GetObjectItemCaseSensitive(results, s->ids[i])) continue;
+        cJSON_AddStringToObject(results, s->ids[i], word);
+        c = cJSON_GetObjectItemCaseSensitive(counts, word);
+        if (c)
+            cJSON_SetNumberValue(c, c->valuedouble + 1);
+        else
+            cJSON_AddNumberToObject(counts, word, 1);
+    }
+    dtq_log(DTQ_LOG_INFO, "web: %s of %zu task(s) by %s", s->action, s->n, s->actor);
+    dtq_web_reply_json(s->h.req, 200, o);
+    dtq_rsteps_end(j);
+}
+
+/* <ns>_sched_run_now / _sched_delete's reply: one word per id, in order. */
+static void bk_words(dtq_rsteps *j, redisReply *r, int a, int b) {
+    bk *s = dtq_rsteps_state(j);
+    DTQ_UNUSED(a);
+    DTQ_UNUSED(b);
+    if (r->type == REDIS_REPLY_ERROR) {
+        s->error = dtq_xstrndup(r->str, r->len);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != s->n) {
+        s->error = dtq_xstrdup("ERR unexpected reply to a bulk schedule call");
+        return;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS)
+            s->words[i] = dtq_xstrndup(e->str, e->len);
+    }
+}
+
+void dtq_web_api_sched_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    dtq_rsteps *j = bk_new(w, req, a);
+    bk *s;
+    dtq_argv argv;
+    if (!j) return;
+    s = dtq_rsteps_state(j);
+    dtq_argv_init(&argv);
+    dtq_argv_adds(&argv, "FCALL");
+    dtq_argv_adds(&argv, !strcmp(a->action, "run-now") ? w->fn.sched_run_now : w->fn.sched_delete);
+    dtq_argv_adds(&argv, "0");
+    dtq_argv_adds(&argv, s->actor);
+    for (size_t i = 0; i < s->n; i++) dtq_argv_adds(&argv, s->ids[i]);
+    dtq_rsteps_send(j, bk_words, 0, 0, &argv);
+    dtq_argv_deinit(&argv);
+    dtq_rsteps_wait(j, bk_answer);
+}
+
+/* The reply of <ns>_requeue or <ns>_discard for the id at index a: its word, or the error
+ * word of a refusal about that task (not_found, wrong_state, bad_request); any other error
+ * (no Functions, an ACL refusal) is the request's. */
+static void bk_one(dtq_rsteps *j, redisReply *r, int a, int b) {
+    bk *s = dtq_rsteps_state(j);
+    DTQ_UNUSED(b);
+    if (r->type == REDIS_REPLY_ERROR) {
+        char *err = dtq_xstrndup(r->str, r->len);
+        const char *word;
+        int code = dtq_web_function_error(err, &word);
+        if (code == 404 || code == 409 || code == 400) {
+            s->words[a] = dtq_xstrdup(word);
+            free(err);
+        } else if (!s->error) {
+            s->error = err;
+        } else {
+            free(err);
+        }
+    } else if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        s->words[a] = dtq_xstrndup(r->str, r->len);
+    }
+}
+
+void dtq_web_api_dlq_bulk(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    dtq_rsteps *j = bk_new(w, req, a);
+    const char *fn = !strcmp(a->action, "requeue") ? w->fn.requeue : w->fn.discard;
+    bk *s;
+    if (!j) return;
+    s = dtq_rsteps_state(j);
+    for (size_t i = 0; i < s->n; i++)
+        dtq_rsteps_sendl(j, bk_one, (int)i, 0, "FCALL", fn, "0", s->ids[i], s->actor, NULL);
+    dtq_rsteps_wait(j, bk_answer);
+}

@@ -221,7 +221,8 @@ static const cJSON *queue_of(const cJSON *ov, const char *name) {
     "[limits]\nevents_stream_maxlen = 10000\n"                                                     \
     "[web]\nsample_interval_s = 1\n"                                                               \
     "[handler:echo]\nbuiltin = echo\n[handler:fail]\nbuiltin = fail\n"                             \
-    "[handler:sleep]\nbuiltin = sleep\n"
+    "[handler:sleep]\nbuiltin = sleep\n"                                                           \
+    "[handler:flaky]\nbuiltin = fail\nbase_delay = 3600\nmax_delay = 3600\n"
 
 static void setup(void) {
     th_fixture_start(&R, &C, 0, NULL);
@@ -1652,6 +1653,217 @@ START_TEST(test_metrics) {
     ck_assert_int_eq(cJSON_GetArraySize(fams), 1);
     cJSON_Delete(fams);
     resp_free(&r);
+/* ----------------------------------------------------------------- the schedule */
+
+/* run_tasks, plus a delayed task in "mail" and a task waiting for its retry (an hour away)
+ * after an attempt that failed with "smtp timeout". */
+static void schedule_world(void) {
+    run_tasks();
+    enqueue("mail", "later2", "echo", "{}", "delay_ms 600000");
+    enqueue("default", "flaky1", "flaky", "{\"retryable\":true,\"message\":\"smtp timeout\"}",
+            NULL);
+    wait_status("flaky1", "retrying");
+}
+
+/* The task ids of a scheduled page, "a,b,c". */
+static char *sched_ids_of(const cJSON *page) {
+    char *out = dtq_xstrdup("");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(page, "entries")) {
+        char *n = dtq_xasprintf("%s%s%s", out, *out ? "," : "", str(e, "task_id"));
+        free(out);
+        out = n;
+    }
+    return out;
+}
+
+static void assert_sched(const char *query, const char *want) {
+    char path[256];
+    cJSON *o;
+    char *ids;
+    snprintf(path, sizeof(path), "/api/scheduled%s", query);
+    o = get_json(path, 200);
+    ids = sched_ids_of(o);
+    ck_assert_msg(!strcmp(ids, want), "GET %s: want [%s], got [%s]", path, want, ids);
+    free(ids);
+    cJSON_Delete(o);
+}
+
+START_TEST(test_scheduled_list_and_filters) {
+    cJSON *o, *o2;
+    const cJSON *e;
+    start_worker();
+    start_web(TOKEN "\n");
+    schedule_world();
+    /* soonest due first: later2 and later (10 min), flaky1 (an hour) */
+    o = get_json("/api/scheduled", 200);
+    ck_assert_int_eq((int)num(o, "total"), 3);
+    ck_assert_str_eq(str(o, "filter.kind"), "all");
+    cJSON_Delete(o);
+    assert_sched("?kind=delayed", "later,later2");
+    assert_sched("?kind=retrying", "flaky1");
+    assert_sched("?kind=delayed&queue=mail", "later2");
+    assert_sched("?id_prefix=lat", "later,later2");
+    assert_sched("?id_prefix=later2", "later2");
+    assert_sched("?task_type=flaky", "flaky1");
+    assert_sched("?class=retryable", "flaky1");
+    assert_sched("?class=timeout", "");
+    o = get_json("/api/scheduled?kind=retrying", 200);
+    e = at(o, "entries.0");
+    ck_assert_str_eq(str(e, "kind"), "retrying");
+    ck_assert_str_eq(str(e, "queue"), "default");
+    ck_assert_str_eq(str(e, "last_error_class"), "retryable");
+    ck_assert_msg(strstr(str(e, "last_error"), "smtp timeout") != NULL, "%s", str(e, "last_error"));
+    ck_assert_int_eq((int)num(e, "next_attempt"), 2);
+    ck_assert(num(e, "due_ms") > num(o, "time_ms") + 3000000);
+    cJSON_Delete(o);
+    /* paging with the cursor */
+    o = get_json("/api/scheduled?kind=delayed&count=1", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 1);
+    {
+        char path[256];
+        snprintf(path, sizeof(path), "/api/scheduled?kind=delayed&count=1&cursor=%s",
+                 str(o, "next_cursor"));
+        o2 = get_json(path, 200);
+    }
+    ck_assert_str_eq(str(o, "entries.0.task_id"), "later");
+    ck_assert_str_eq(str(o2, "entries.0.task_id"), "later2");
+    cJSON_Delete(o);
+    cJSON_Delete(o2);
+    /* bad parameters are refused before any call */
+    expect_error("GET", "/api/scheduled?kind=soon", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/scheduled?count=501", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/scheduled?count=0", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/scheduled?cursor=later", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/scheduled?queue=a%20b", NULL, NULL, 400, "bad_request");
+    expect_error("GET", "/api/scheduled?class=a/b", NULL, NULL, 400, "bad_request");
+    expect_error("POST", "/api/scheduled", "Bearer " TOKEN, NULL, 405, "method_not_allowed");
+}
+END_TEST
+
+/* The attempt history from the hash alone: with no events stream, the task page still
+ * has the attempts; a delayed task has its due time. */
+START_TEST(test_task_attempts_without_events_stream) {
+    cJSON *o;
+    start_worker();
+    start_web(NULL);
+    schedule_world();
+    quiet();
+    freeReplyObject(th_cmd(C, "DEL dtq:stream:events"));
+    o = get_json("/api/tasks/flaky1", 200);
+    ck_assert(cJSON_IsFalse(at(o, "events_stream")));
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "attempts")), 1);
+    ck_assert_int_eq((int)num(o, "attempts.0.attempt"), 1);
+    ck_assert_str_eq(str(o, "attempts.0.class"), "retryable");
+    ck_assert_str_eq(str(o, "attempts.0.worker"), WORKER);
+    ck_assert_msg(strstr(str(o, "attempts.0.error"), "smtp timeout") != NULL, "%s",
+                  str(o, "attempts.0.error"));
+    ck_assert(num(o, "due_ms") > 0);
+    cJSON_Delete(o);
+    o = get_json("/api/tasks/later", 200);
+    ck_assert(num(o, "due_ms") > atof(str(o, "fields.created_at")) + 500000);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "attempts")), 0);
+    cJSON_Delete(o);
+}
+END_TEST
+
+static const char *const BULK[] = {"/api/scheduled/run-now", "/api/scheduled/delete",
+                                   "/api/dlq/requeue", "/api/dlq/discard"};
+
+START_TEST(test_bulk_writes_refused) {
+    long long before;
+    start_worker();
+    start_web(TOKEN "\n");
+    schedule_world();
+    before = quiet();
+    for (size_t i = 0; i < 4; i++) {
+        const char *body = "{\"ids\":[\"later\",\"bad1\"]}";
+        expect_error("POST", BULK[i], NULL, body, 401, "unauthorized");
+        expect_error("POST", BULK[i], "Bearer wrong-token-0123456789", body, 401, "unauthorized");
+        expect_error("GET", BULK[i], NULL, NULL, 405, "method_not_allowed");
+        /* the right token, a bad body */
+        expect_error("POST", BULK[i], "Bearer " TOKEN, NULL, 400, "bad_request");
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{}", 400, "bad_request");
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{\"ids\":[]}", 400, "bad_request");
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{\"ids\":\"later\"}", 400, "bad_request");
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{\"ids\":[7]}", 400, "bad_request");
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{\"ids\":[\"a b\"]}", 400, "bad_request");
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{\"ids\":[\"later\"],\"all\":true}", 400,
+                     "bad_request");
+    }
+    {
+        /* 501 ids */
+        size_t cap = 8 + 501 * 6 + 4, off;
+        char *big = malloc(cap);
+        off = (size_t)snprintf(big, cap, "{\"ids\":[");
+        for (int i = 0; i < 501; i++)
+            off += (size_t)snprintf(big + off, cap - off, "%s\"t%d\"", i ? "," : "", i % 100);
+        snprintf(big + off, cap - off, "]}");
+        expect_error("POST", BULK[0], "Bearer " TOKEN, big, 400, "bad_request");
+        free(big);
+    }
+    ck_assert_int_eq(redis_changes(), before);
+    th_assert_field(C, "later", "status", "pending");
+    th_assert_field(C, "bad1", "status", "dead_lettered");
+    /* read-only */
+    ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
+    start_web(NULL);
+    for (size_t i = 0; i < 4; i++)
+        expect_error("POST", BULK[i], "Bearer " TOKEN, "{\"ids\":[\"later\"]}", 403, "read_only");
+    ck_assert_int_eq(redis_changes(), before);
+}
+END_TEST
+
+START_TEST(test_bulk_writes_with_the_token) {
+    cJSON *o;
+    start_worker();
+    start_web(TOKEN "\nalice " ALICE "\n");
+    schedule_world();
+    /* run now: later is queued at once (default runs it), ok1 was never scheduled */
+    freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
+    o = post_ok("/api/scheduled/run-now", TOKEN,
+                "{\"ids\":[\"later\",\"nosuch\",\"ok1\",\"later\"]}");
+    ck_assert_str_eq(str(o, "action"), "run-now");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web");
+    ck_assert_str_eq(str(o, "results.later"), "done");
+    ck_assert_str_eq(str(o, "results.nosuch"), "not_found");
+    ck_assert_str_eq(str(o, "results.ok1"), "not_scheduled");
+    ck_assert_int_eq((int)num(o, "counts.done"), 1);
+    cJSON_Delete(o);
+    th_assert_field(C, "later", "status", "queued");
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 2); /* later2, flaky1 */
+    assert_last_audit("dtq-web sched_run_now later");
+    assert_sched("?kind=delayed", "later2");
+    /* delete, with the named token */
+    o = post_ok("/api/scheduled/delete", ALICE, "{\"ids\":[\"later2\",\"flaky1\"]}");
+    ck_assert_str_eq(str(o, "results.later2"), "done");
+    ck_assert_str_eq(str(o, "results.flaky1"), "done");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
+    cJSON_Delete(o);
+    th_assert_field(C, "later2", "status", "cancelled");
+    th_assert_field(C, "flaky1", "status", "cancelled");
+    assert_last_audit("dtq-web:alice sched_delete flaky1");
+    assert_sched("", "");
+    /* dead letters in bulk: bad1 (mail) and p1 (default) */
+    freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
+    enqueue("default", "p1", "fail", "{\"retryable\":false}", NULL);
+    wait_status("p1", "dead_lettered");
+    enqueue("default", "p2", "fail", "{\"retryable\":false}", NULL);
+    wait_status("p2", "dead_lettered");
+    o = post_ok("/api/dlq/requeue", TOKEN, "{\"ids\":[\"bad1\",\"ok1\",\"nosuch\"]}");
+    ck_assert_str_eq(str(o, "action"), "requeue");
+    ck_assert_str_eq(str(o, "results.bad1"), "queued");
+    ck_assert_str_eq(str(o, "results.ok1"), "wrong_state");
+    ck_assert_str_eq(str(o, "results.nosuch"), "not_found");
+    cJSON_Delete(o);
+    th_assert_field(C, "bad1", "status", "queued"); /* mail is paused: it stays queued */
+    assert_last_audit("dtq-web requeue bad1");
+    o = post_ok("/api/dlq/discard", TOKEN, "{\"ids\":[\"p1\",\"p2\"]}");
+    ck_assert_str_eq(str(o, "results.p1"), "discarded");
+    ck_assert_str_eq(str(o, "results.p2"), "discarded");
+    ck_assert_int_eq((int)num(o, "counts.discarded"), 2);
+    cJSON_Delete(o);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
 }
 END_TEST
 
@@ -1677,6 +1889,10 @@ int main(void) {
     tcase_add_test(tc, test_read_token);
     tcase_add_test(tc, test_non_loopback_bind_warns);
     tcase_add_test(tc, test_metrics);
+    tcase_add_test(tc, test_scheduled_list_and_filters);
+    tcase_add_test(tc, test_task_attempts_without_events_stream);
+    tcase_add_test(tc, test_bulk_writes_refused);
+    tcase_add_test(tc, test_bulk_writes_with_the_token);
     suite_add_tcase(s, tc);
     tc = tcase_create("acl"); /* a TCP server: an ACL user is named in the URL */
     tcase_add_checked_fixture(tc, setup_tcp, teardown);

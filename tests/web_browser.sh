@@ -8,7 +8,9 @@
 #
 #   web_browser.sh DTQ_WORKER DTQ_WEB REDIS_SERVER
 #
-# DTQ_WEB_SCREENSHOT=path copies the screenshot there (docs/dashboard.png is made so).
+# DTQ_WEB_SCREENSHOT=path copies the screenshot there (docs/dashboard.png is made so);
+# DTQ_WEB_SCHED_SCREENSHOT=path the Scheduled tab's; DTQ_KEEP_TMP=1 keeps the temporary
+# directory (DOM dumps, logs).
 set -euo pipefail
 
 worker_bin=$1 web_bin=$2 redis_bin=$3
@@ -37,7 +39,7 @@ cleanup() {
         echo "sanitizer report in a log" >&2
         rc=1
     fi
-    rm -rf "$tmp"
+    [ -n "${DTQ_KEEP_TMP:-}" ] || rm -rf "$tmp"
     exit $rc
 }
 trap cleanup EXIT
@@ -74,6 +76,10 @@ sample_interval_s = 1
 builtin = echo
 [handler:fail]
 builtin = fail
+[handler:flaky]
+builtin = fail
+base_delay = 3600
+max_delay = 3600
 INI
 "$worker_bin" -c "$tmp/worker.ini" >"$tmp/worker.log" 2>&1 &
 pids+=($!)
@@ -101,6 +107,13 @@ for i in $(seq 7 20); do rc FCALL dtq_enqueue 0 default echo "{\"n\":$i}" task_i
 rc FCALL dtq_pause 0 mail >/dev/null
 rc FCALL dtq_enqueue 0 mail echo '{"to":"x"}' task_id mail-waiting priority 7 >/dev/null
 wait_for "ok-20" status_is ok-20 succeeded
+# the schedule: delayed tasks, and one waiting for its retry an hour away
+rc FCALL dtq_enqueue 0 mail echo '{"to":"y"}' task_id later-1 delay_ms 3600000 >/dev/null
+rc FCALL dtq_enqueue 0 mail echo '{"to":"z"}' task_id later-2 delay_ms 7200000 >/dev/null
+rc FCALL dtq_enqueue 0 default echo '{"n":0}' task_id report-7 delay_ms 600000 >/dev/null
+rc FCALL dtq_enqueue 0 default flaky '{"retryable":true,"message":"smtp timeout"}' \
+    task_id flaky-1 >/dev/null
+wait_for "flaky-1 retrying" status_is flaky-1 retrying
 sleep 3 # a few samples for the plots and rates
 
 browse() { # url file: the DOM once the page has run for a few (virtual) seconds
@@ -154,6 +167,44 @@ timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
     fail "the screenshot is not a PNG"
 [ "$(stat -c %s "$tmp/dashboard.png")" -gt 20000 ] || fail "the screenshot is nearly empty"
 if [ -n "${DTQ_WEB_SCREENSHOT:-}" ]; then cp "$tmp/dashboard.png" "$DTQ_WEB_SCREENSHOT"; fi
+
+echo "== the Scheduled and Retries tabs"
+browse "$base/#/scheduled" "$tmp/scheduled.html"
+check "$tmp/scheduled.html" "'data-state=\"ready\"' in dom and 'mail' in row('task', 'later-1')"
+check "$tmp/scheduled.html" "re.search(r'in (9|10) min', row('task', 'report-7')) and re.search(r'in (5\\d|60) min', row('task', 'later-1'))"
+check "$tmp/scheduled.html" "row('task', 'flaky-1') == '' and 'id=\"select-all\"' in dom and 'Run now' in dom"
+browse "$base/#/scheduled?queue=mail&id_prefix=later" "$tmp/scheduled-search.html"
+check "$tmp/scheduled-search.html" "row('task', 'later-2') and not row('task', 'report-7')"
+browse "$base/#/retries" "$tmp/retries.html"
+check "$tmp/retries.html" "'smtp timeout' in row('task', 'flaky-1') and 'retryable' in row('task', 'flaky-1')"
+check "$tmp/retries.html" "row('task', 'later-1') == ''"
+browse "$base/#/" "$tmp/overview2.html"
+check "$tmp/overview2.html" "'href=\"#/scheduled\"' in dom and 'href=\"#/retries\"' in dom"
+timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
+    --user-data-dir="$tmp/profile-shot" --hide-scrollbars --window-size=1280,700 \
+    --virtual-time-budget=5000 --screenshot="$tmp/scheduled.png" "$base/#/scheduled" \
+    >/dev/null 2>>"$tmp/chromium.log"
+[ "$(stat -c %s "$tmp/scheduled.png")" -gt 20000 ] || fail "the Scheduled screenshot is nearly empty"
+if [ -n "${DTQ_WEB_SCHED_SCREENSHOT:-}" ]; then cp "$tmp/scheduled.png" "$DTQ_WEB_SCHED_SCREENSHOT"; fi
+
+echo "== the attempt history with no events stream"
+rc DEL dtq:stream:events >/dev/null
+browse "$base/#/task/flaky-1" "$tmp/attempts.html"
+check "$tmp/attempts.html" "'No event history is kept' in dom and 'smtp timeout' in row('attempt', '1')"
+check "$tmp/attempts.html" "'retryable' in row('attempt', '1') and 'w-browser' in row('attempt', '1')"
+check "$tmp/attempts.html" "re.search(r'id=\"due\"> · due <span[^>]*>in \\d+ (min|h)<', dom)"
+
+echo "== a click on Run now (DevTools protocol)"
+mkdir -p "$tmp/profile-cdp-sched"
+/usr/bin/python3 "$here/web_cdp.py" "$chromium" "$tmp/profile-cdp-sched" "$base" "$token" later-1 \
+    scheduled || fail "Run now through the DevTools protocol"
+status_is later-1 queued || fail "later-1 is $(rc HGET dtq:task:later-1 status), not queued"
+[ -z "$(rc ZSCORE dtq:retry:schedule later-1)" ] || fail "later-1 is still in the schedule"
+audit=$(rc XREVRANGE dtq:stream:audit + - COUNT 1 | tr '\n' ' ')
+case "$audit" in
+    *"actor dtq-web action sched_run_now task_id later-1"*) ;;
+    *) fail "audit entry: $audit" ;;
+esac
 
 echo "== a click on Requeue (DevTools protocol)"
 audit_before=$(rc XLEN dtq:stream:audit)

@@ -18,6 +18,13 @@ against a dtq-web started with a read token file:
 1. opens BASE_URL#/task/TASK_ID: the page must say a token is needed and open the form;
 2. types READ_TOKEN and clicks Save: the task must show, its payload included;
 3. opens #/events: the stream (read with the token) must show the backlog's events.
+
+    web_cdp.py CHROMIUM PROFILE_DIR BASE_URL TOKEN TASK_ID scheduled
+
+1. opens BASE_URL#/scheduled and waits for the delayed task TASK_ID (Run now disabled);
+2. saves TOKEN through the token form, ticks the task's checkbox, clicks Run now: the page
+   must report "run now: 1 done" and the row must leave the list;
+3. opens the task's page: it must say queued.
 """
 import json
 import os
@@ -101,6 +108,37 @@ def read_token(page, base, token, task):
     return 0
 
 
+def scheduled(page, base, token, task):
+    """The Scheduled tab: select the delayed task TASK_ID, click Run now; it leaves the list
+    and its page says queued."""
+    page.call("Page.navigate", url=base + "/#/scheduled")
+    row = 'tr[data-task=%s]' % json.dumps(task)
+    page.wait("!!document.querySelector(%s)" % json.dumps(row + " input.select-row"),
+              "the delayed task " + task)
+    page.wait("document.querySelector('button[data-action=\"run-now\"]').disabled",
+              "Run now disabled with nothing selected")
+    print("web_cdp: the Scheduled tab lists %s" % task)
+    page.click("#token-button")
+    page.click("#token-input")
+    page.call("Input.insertText", text=token)
+    page.click("#token-save")
+    toast_with(page, "token saved")
+    page.click(row + " input.select-row")
+    page.wait("document.getElementById('selected-count').textContent === '1 selected'",
+              "one task selected")
+    page.wait("!document.querySelector('button[data-action=\"run-now\"]').disabled",
+              "Run now enabled")
+    page.click('button[data-action="run-now"]')
+    toast_with(page, "run now: 1 done")
+    page.wait("!document.querySelector(%s)" % json.dumps(row), "the row to go")
+    print("web_cdp: selected %s and clicked Run now; it left the list" % task)
+    page.call("Page.navigate", url=base + "/#/task/" + task)
+    page.wait("document.getElementById('view')?.dataset.state === 'ready' &&"
+              " !!document.querySelector('#view .badge.queued')", "the task page to say queued")
+    print("web_cdp: the task page says queued")
+    return 0
+
+
 def main():
     chromium, profile, base, token, task = sys.argv[1:6]
     proc = subprocess.Popen(
@@ -122,6 +160,8 @@ def main():
         page.call("Runtime.enable")
         if len(sys.argv) > 6 and sys.argv[6] == "read-token":
             return read_token(page, base, token, task)
+        if len(sys.argv) > 6 and sys.argv[6] == "scheduled":
+            return scheduled(page, base, token, task)
         page.call("Page.navigate", url=base + "/#/dlq")
         row = 'tr[data-task=%s]' % json.dumps(task)
         page.wait("!!document.querySelector(%s)" % json.dumps(row + ' button[data-action="requeue"]'),

@@ -128,6 +128,7 @@ async function write(path, body, label) {
   }
   let what = answer.result !== undefined ? answer.result : '';
   if (answer.requeued !== undefined) what = answer.requeued + ' requeued';
+  if (answer.counts) what = Object.entries(answer.counts).map(([w, n]) => n + ' ' + w).join(', ');
   toast(label + ': ' + what);
   return answer;
 }
@@ -311,9 +312,9 @@ function workerRow(w) {
     h('td', {}, w.version || ''));
 }
 
-function card(k, v, cls, href) {
+function card(k, v, cls, href, extra) {
   const val = h('div.v' + (cls ? '.' + cls : ''), {}, v);
-  return h('div.card', {}, h('div.k', {}, k), href ? h('a', { href }, val) : val);
+  return h('div.card', {}, h('div.k', {}, k), href ? h('a', { href }, val) : val, extra);
 }
 
 async function renderOverview(first) {
@@ -329,7 +330,9 @@ async function renderOverview(first) {
     card('succeeded / min', r ? fmtNum(r.succeeded) : '–'),
     card('failed / min', r ? fmtNum(r.failed) : '–'),
     card('dead letters', fmtNum(o.dlq.length), null, '#/dlq'),
-    card('scheduled', fmtNum(o.scheduler.scheduled)),
+    card('scheduled', fmtNum(o.scheduler.scheduled), null, '#/scheduled',
+      h('div.sub', {}, h('a', { href: '#/scheduled', id: 'ov-delayed' }, 'delayed'), ' · ',
+        h('a', { href: '#/retries', id: 'ov-retries' }, 'retries'))),
     card('workers', fmtNum(o.workers.length)),
     card('scheduler leader', o.scheduler.leader || 'none', 'small'));
   const charts = h('div.charts', {},
@@ -431,17 +434,28 @@ async function renderTask(id) {
     h('h1', {}, 'Task ', h('span.mono', {}, t.id)), badge(st, st),
     ['dead_lettered', 'failed'].includes(st) && writeButton('Requeue', base + '/requeue', {}, { what: 'requeue ' + t.id }),
     st === 'dead_lettered' && writeButton('Discard', base + '/discard', {}, { what: 'discard ' + t.id, danger: true, confirm: 'Discard the dead letter of ' + t.id + '?' }),
+    t.due_ms && !t.due_claimed && writeButton('Run now', '/api/scheduled/run-now', { ids: [t.id] }, { action: 'run-now', what: 'run now ' + t.id }),
+    t.due_ms && !t.due_claimed && writeButton('Delete', '/api/scheduled/delete', { ids: [t.id] }, { action: 'delete', what: 'delete ' + t.id, danger: true, confirm: 'Delete the scheduled task ' + t.id + '? It ends cancelled.' }),
     ['queued', 'pending', 'retrying', 'running'].includes(st) && writeButton('Cancel', base + '/cancel', {}, { what: 'cancel ' + t.id, danger: true }));
   const parts = [actions,
     h('p.muted', {}, 'queue ', h('a', { href: '#/queue/' + enc(t.fields.queue || '') }, t.fields.queue || '?'),
       ' · type ', t.fields.task_type || '?', ' · attempt ', t.fields.attempt || '?', ' of ', t.fields.max_attempts || '?',
-      t.ttl_ms >= 0 ? ' · expires in ' + fmtAge(t.ttl_ms) : '')];
+      t.ttl_ms >= 0 ? ' · expires in ' + fmtAge(t.ttl_ms) : '',
+      t.due_ms ? h('span', { id: 'due' }, ' · due ', dueIn(t.due_ms, Date.now()),
+        t.due_claimed ? ' (being enqueued)' : '') : '')];
   if (t.fields.last_error)
     parts.push(h('p.err', { id: 'last-error' }, (t.fields.last_error_class || '') + ': ' + t.fields.last_error));
   parts.push(h('h2', {}, 'Result'), t.result === null ? h('p.muted', {}, 'none (null, or not kept)') : h('pre', { id: 'result' }, pretty(t.result)));
   parts.push(h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(t.fields.payload || '')));
   parts.push(h('h2', {}, 'Fields'), kvTable(t.fields, 'fields'));
   if (t.dead_letter) parts.push(h('h2', {}, 'Dead-letter entry'), kvTable(t.dead_letter, 'dead-letter'));
+  const attempts = t.attempts || [];
+  parts.push(h('h2', {}, 'Attempts'), attempts.length
+    ? h('table', { id: 'attempts' }, h('thead', {}, h('tr', {}, ['attempt', 'ended at', 'class', 'error', 'worker'].map((x, i) => h(i ? 'th' : 'th.num', {}, x)))),
+      h('tbody', {}, attempts.map((a) => h('tr', { dataset: { attempt: a.attempt } }, h('td.num', {}, a.attempt),
+        h('td', {}, ago(a.ended_at)), h('td', {}, badge(a.class || '?')), h('td.err', {}, a.error || ''),
+        h('td.mono', {}, a.worker || '')))))
+    : h('p.muted', { id: 'attempts-none' }, 'No attempt has failed.'));
   parts.push(h('h2', {}, 'Events'));
   if (!t.events_stream) {
     parts.push(h('p.muted', {}, 'No event history is kept ([limits] events_stream_maxlen = 0); ',
@@ -455,6 +469,136 @@ async function renderTask(id) {
   setView(...parts);
 }
 
+// ------------------------------------------------------------------ selection, bulk writes
+
+// The checkboxes of a table: one per row (selection.box(id)) and one in its head that
+// selects them all. onchange(ids) runs whenever the selection changes.
+function selection(onchange) {
+  const boxes = [];
+  const all = h('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'select all' });
+  const ids = () => boxes.filter((b) => b.checked).map((b) => b.dataset.id);
+  const update = () => {
+    const n = boxes.filter((b) => b.checked).length;
+    all.checked = n > 0 && n === boxes.length;
+    all.indeterminate = n > 0 && n < boxes.length;
+    boxes.forEach((b) => b.closest('tr') && b.closest('tr').classList.toggle('selected', b.checked));
+    onchange(ids());
+  };
+  all.addEventListener('change', () => { boxes.forEach((b) => { b.checked = all.checked; }); update(); });
+  return {
+    head: h('th.check', {}, all),
+    box(id) {
+      const b = h('input', { type: 'checkbox', class: 'select-row', 'aria-label': 'select ' + id, dataset: { id } });
+      b.addEventListener('change', update);
+      boxes.push(b);
+      return h('td.check', {}, b);
+    },
+    ids,
+    update,
+  };
+}
+
+// Buttons that write {"ids": [...]} of the selected rows to their path, and the count of
+// what is selected: buttons [{label, path, action, what, danger, confirm(ids)}].
+function bulkBar(buttons) {
+  const count = h('span.muted', { id: 'selected-count' }, 'none selected');
+  const writable = () => !(state.info && !state.info.writable);
+  let sel = null;
+  const els = buttons.map((o) => {
+    const b = h('button.small' + (o.danger ? '.danger' : ''), { type: 'button', dataset: { action: o.action }, disabled: true,
+      title: writable() ? null : 'read-only: no token file' }, o.label);
+    b.addEventListener('click', async () => {
+      const ids = sel.ids();
+      if (!ids.length) return;
+      if (o.confirm && !window.confirm(o.confirm(ids))) return;
+      els.forEach((x) => { x.disabled = true; });
+      try { await write(o.path, { ids }, o.what); } finally { refresh(); }
+    });
+    return b;
+  });
+  sel = selection((ids) => {
+    els.forEach((b) => { b.disabled = !ids.length || !writable(); });
+    count.textContent = ids.length ? ids.length + ' selected' : 'none selected';
+  });
+  return { sel, bar: h('div.toolbar.bulk', {}, els, count) };
+}
+
+// A search form over the route's parameters: fields [[name, placeholder]]; submitting it
+// (or Clear) calls go(params), which replaces them.
+function searchForm(fields, params, go, extra) {
+  const inputs = fields.map(([name, ph]) => h('input', { type: 'search', name, id: 'search-' + name,
+    placeholder: ph, 'aria-label': ph, value: params[name] || '' }));
+  const any = fields.some(([name]) => params[name]);
+  return h('form.toolbar', { id: 'search', autocomplete: 'off', onsubmit: (e) => {
+    e.preventDefault();
+    const p = {};
+    inputs.forEach((i) => { if (i.value.trim()) p[i.name] = i.value.trim(); });
+    go(p);
+  } }, inputs, extra, h('button.ghost', { type: 'submit', id: 'search-go' }, 'Search'),
+  any && h('button.ghost', { type: 'button', onclick: () => go({}) }, 'Clear'));
+}
+
+// "in 4 min" / "2 s overdue" for a due time, its date in the title.
+function dueIn(ms, now) {
+  const d = Number(ms) - now;
+  return h('span', { title: fmtTime(ms) }, d >= 0 ? 'in ' + fmtAge(d) : fmtAge(-d) + ' overdue');
+}
+
+// Sets the hash to #/<tab>?<params without empty values>; refreshes when it is the same.
+function goTo(tab, params) {
+  const q = new URLSearchParams();
+  Object.entries(params).forEach(([k, v]) => { if (v) q.set(k, v); });
+  const hash = '#/' + tab + (q.toString() ? '?' + q : '');
+  if (location.hash === hash) refresh(); else location.hash = hash;
+}
+
+// ------------------------------------------------------------------ scheduled, retries
+
+const SCHED_TABS = {
+  scheduled: { kind: 'delayed', title: 'Scheduled', none: 'no delayed task' },
+  retries: { kind: 'retrying', title: 'Retries', none: 'no task waiting for a retry' },
+};
+const SCHED_FILTERS = [['id_prefix', 'task id prefix'], ['task_type', 'task type'], ['class', 'error class'], ['queue', 'queue']];
+
+async function renderSched(tab, params) {
+  const t = SCHED_TABS[tab], retries = t.kind === 'retrying';
+  const filters = {};
+  SCHED_FILTERS.forEach(([f]) => { if (params[f]) filters[f] = params[f]; });
+  const qs = new URLSearchParams(Object.assign({ kind: t.kind, count: '50' }, filters));
+  if (params.cursor) qs.set('cursor', params.cursor);
+  const d = await api('/api/scheduled?' + qs);
+  const { sel, bar } = bulkBar([
+    { label: 'Run now', path: '/api/scheduled/run-now', action: 'run-now', what: 'run now' },
+    { label: 'Delete', path: '/api/scheduled/delete', action: 'delete', what: 'delete', danger: true,
+      confirm: (ids) => 'Delete ' + ids.length + ' scheduled task' + (ids.length > 1 ? 's' : '') + '? They end cancelled.' }]);
+  const rows = d.entries.map((e) => h('tr', { dataset: { task: e.task_id } },
+    sel.box(e.task_id),
+    h('td', {}, dueIn(e.due_ms, d.time_ms)),
+    h('td', {}, h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id)),
+    h('td', {}, e.queue ? h('a', { href: '#/queue/' + enc(e.queue) }, e.queue) : ''),
+    h('td', {}, e.task_type || ''),
+    retries ? h('td.num', {}, fmtNum(e.next_attempt) + (e.max_attempts ? ' / ' + e.max_attempts : ''))
+      : h('td.num', {}, fmtNum(e.priority)),
+    retries && h('td', {}, badge(e.last_error_class || '?')),
+    retries && h('td.err', { dataset: { col: 'last-error' } }, e.last_error || '')));
+  const heads = retries ? ['next retry', 'task', 'queue', 'type', 'attempt', 'class', 'last error']
+    : ['due', 'task', 'queue', 'type', 'priority'];
+  const filtered = Object.keys(filters).length > 0;
+  const table = h('table', { id: 'sched' },
+    h('thead', {}, h('tr', {}, sel.head, heads.map((x) => h(['attempt', 'priority'].includes(x) ? 'th.num' : 'th', {}, x)))),
+    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: heads.length + 1 },
+      h('span.muted', {}, t.none + (filtered ? ' matching the search' : ''))))));
+  const pager = h('div.toolbar', {},
+    params.cursor && h('button.ghost', { type: 'button', onclick: () => goTo(tab, filters) }, 'First page'),
+    d.next_cursor && h('button.ghost', { type: 'button', id: 'sched-next', onclick: () => goTo(tab, Object.assign({ cursor: d.next_cursor }, filters)) }, 'Next page'),
+    h('span.muted', {}, d.total + ' in the schedule, delayed and retries' + (d.claimed ? ', ' + d.claimed + ' being enqueued' : '') +
+      '; ' + d.scanned + ' examined for this page'));
+  setView(h('h1', {}, t.title),
+    h('p.muted', {}, retries ? 'Tasks that failed and wait for their next attempt, soonest first.'
+      : 'Tasks enqueued with a delay, soonest due first.'),
+    searchForm(SCHED_FILTERS, params, (p) => goTo(tab, p)), bar, table, pager);
+}
+
 // ------------------------------------------------------------------ dead letters
 
 function parseQuery(s) {
@@ -463,26 +607,39 @@ function parseQuery(s) {
   return out;
 }
 
+// The class is searched by dtq-web (<ns>_dead_letters); the task id prefix and the type
+// within the page fetched (500 entries when they are given).
 async function renderDlq(params) {
   const cls = params.class || '', order = params.order || 'newest', cursor = params.cursor || '';
-  const qs = new URLSearchParams({ count: '50', order });
+  const prefix = params.id_prefix || '', type = params.task_type || '';
+  const local = !!(prefix || type);
+  const qs = new URLSearchParams({ count: local ? '500' : '50', order });
   if (cls) qs.set('class', cls);
   if (cursor) qs.set('cursor', cursor);
   const d = await api('/api/dlq?' + qs);
   document.getElementById('dlq-count').textContent = d.total ? d.total : '';
-  const go = (p) => { location.hash = '#/dlq?' + new URLSearchParams(Object.assign({ class: cls, order }, p)); };
+  const cur = { class: cls, order, id_prefix: prefix, task_type: type };
+  const go = (p) => goTo('dlq', Object.assign({}, cur, p));
   const sel = h('select', { id: 'dlq-class', 'aria-label': 'failure class',
-    onchange: (e) => go({ class: e.target.value }) },
+    onchange: (e) => go({ class: e.target.value, cursor: '' }) },
   h('option', { value: '' }, 'every class'), CLASSES.map((c) => h('option', { value: c, selected: c === cls }, c)));
-  const ord = h('select', { id: 'dlq-order', 'aria-label': 'order', onchange: (e) => go({ order: e.target.value }) },
+  const ord = h('select', { id: 'dlq-order', 'aria-label': 'order', onchange: (e) => go({ order: e.target.value, cursor: '' }) },
     h('option', { value: 'newest', selected: order === 'newest' }, 'newest first'),
     h('option', { value: 'oldest', selected: order === 'oldest' }, 'oldest first'));
-  const toolbar = h('div.toolbar', {}, sel, ord,
+  const search = searchForm([['id_prefix', 'task id prefix'], ['task_type', 'task type']], params,
+    (p) => goTo('dlq', Object.assign({ class: cls, order }, p)), [sel, ord]);
+  const toolbar = h('div.toolbar', {},
     writeButton(cls ? 'Requeue all ' + cls : 'Requeue all', '/api/dlq/requeue-all', cls ? { class: cls } : {},
       { action: 'requeue-all', what: 'requeue all', confirm: 'Requeue every dead letter' + (cls ? ' of class ' + cls : '') + '?' }),
     writeButton('Purge', '/api/dlq/purge', {}, { action: 'purge', danger: true, what: 'purge',
       confirm: 'Delete every dead-letter entry? Task hashes stay.' }));
-  const rows = d.entries.map((e) => h('tr', { dataset: { task: e.task_id, entry: e.entry_id } },
+  const { sel: pick, bar } = bulkBar([
+    { label: 'Requeue', path: '/api/dlq/requeue', action: 'bulk-requeue', what: 'requeue' },
+    { label: 'Discard', path: '/api/dlq/discard', action: 'bulk-discard', what: 'discard', danger: true,
+      confirm: (ids) => 'Discard ' + ids.length + ' dead letter' + (ids.length > 1 ? 's' : '') + '?' }]);
+  const shown = d.entries.filter((e) => (!prefix || (e.task_id || '').startsWith(prefix)) && (!type || e.task_type === type));
+  const rows = shown.map((e) => h('tr', { dataset: { task: e.task_id, entry: e.entry_id } },
+    pick.box(e.task_id),
     h('td', {}, ago(e.entry_ms)),
     h('td', {}, h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id)),
     h('td', {}, h('a', { href: '#/queue/' + enc(e.queue) }, e.queue)),
@@ -492,13 +649,14 @@ async function renderDlq(params) {
     h('td', {}, writeButton('Requeue', '/api/tasks/' + enc(e.task_id) + '/requeue', {}, { what: 'requeue ' + e.task_id }), ' ',
       writeButton('Discard', '/api/tasks/' + enc(e.task_id) + '/discard', {}, { what: 'discard ' + e.task_id, danger: true, confirm: 'Discard the dead letter of ' + e.task_id + '?' }))));
   const table = h('table', { id: 'dlq' },
-    h('thead', {}, h('tr', {}, ['dead-lettered', 'task', 'queue', 'type', 'attempts', 'class', 'last error', ''].map((t) => h('th', {}, t)))),
-    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 8 }, h('span.muted', {}, 'no dead letter' + (cls ? ' of class ' + cls : ''))))));
+    h('thead', {}, h('tr', {}, pick.head, ['dead-lettered', 'task', 'queue', 'type', 'attempts', 'class', 'last error', ''].map((t) => h('th', {}, t)))),
+    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 9 }, h('span.muted', {}, 'no dead letter' + (cls ? ' of class ' + cls : '') + (local ? ' matching the search' : ''))))));
   const pager = h('div.toolbar', {},
-    cursor && h('button.ghost', { type: 'button', onclick: () => go({}) }, 'First page'),
+    cursor && h('button.ghost', { type: 'button', onclick: () => go({ cursor: '' }) }, 'First page'),
     d.next_cursor && h('button.ghost', { type: 'button', id: 'dlq-next', onclick: () => go({ cursor: d.next_cursor }) }, 'Next page'),
-    h('span.muted', {}, d.total + ' entries in the stream' + (cls ? '; ' + d.scanned + ' examined for this page' : '')));
-  setView(h('h1', {}, 'Dead letters'), toolbar, table, pager);
+    h('span.muted', {}, d.total + ' entries in the stream' + (cls || local ? '; ' + d.scanned + ' examined for this page' : '') +
+      (local ? ', ' + shown.length + ' match the task id prefix and type' : '')));
+  setView(h('h1', {}, 'Dead letters'), search, toolbar, bar, table, pager);
 }
 
 // ------------------------------------------------------------------ live events, audit
@@ -606,6 +764,7 @@ async function refresh() {
     else if (parts[0] === 'queue' && parts[1]) await renderQueue(parts[1]);
     else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1]);
     else if (parts[0] === 'dlq') await renderDlq(params);
+    else if (SCHED_TABS[parts[0]]) await renderSched(parts[0], params);
     else if (parts[0] === 'audit') await renderAudit(params);
     else if (parts[0] === 'events') { /* a stream, not polled */ }
     else showError({ status: 404, message: 'no such page' });
