@@ -1653,6 +1653,9 @@ START_TEST(test_metrics) {
     ck_assert_int_eq(cJSON_GetArraySize(fams), 1);
     cJSON_Delete(fams);
     resp_free(&r);
+}
+END_TEST
+
 /* ----------------------------------------------------------------- the schedule */
 
 /* run_tasks, plus a delayed task in "mail" and a task waiting for its retry (an hour away)
