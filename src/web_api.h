@@ -47,6 +47,13 @@ void dtq_web_api_queue_write(dtq_web *w, struct evhttp_request *req, const dtq_w
 void dtq_web_api_task_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq_purge(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* What a read answers instead of the Function's JSON: body is the Function's answer,
+ * parsed (borrowed). */
+typedef void dtq_web_read_answer_fn(dtq_web *w, struct evhttp_request *req, const cJSON *body);
+/* FCALL_RO fn 0 <args...> (NULL-terminated) on w->redis; an error reply, or an answer that
+ * is not a JSON object, is answered as the other reads answer it, else answer() answers. */
+void dtq_web_read_function(dtq_web *w, struct evhttp_request *req, const char *fn,
+                           dtq_web_read_answer_fn *answer, ...);
 /* GET /metrics: Prometheus' text format (web_metrics.c) */
 void dtq_web_metrics(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* Bulk writes with a body {"ids": [...]} (1-DTQ_WEB_IDS_MAX task ids), answered

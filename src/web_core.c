@@ -133,7 +133,7 @@ static const struct {
                  FN(cancel),       FN(pause),       FN(resume),     FN(stats),
                  FN(overview),     FN(workers),     FN(queue_view), FN(task_view),
                  FN(dead_letters), FN(audit_page),  FN(scheduled),  FN(sched_run_now),
-                 FN(sched_delete)};
+                 FN(metrics),      FN(sched_delete)};
 #undef FN
 
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns) {

@@ -44,6 +44,7 @@ typedef struct dtq_web_functions {
     char *requeue, *requeue_dlq, *discard, *purge_dlq, *cancel, *pause, *resume;
     char *stats, *overview, *workers, *queue_view, *task_view, *dead_letters, *audit_page;
     char *scheduled, *sched_run_now, *sched_delete; /* reference 5.6 */
+    char *metrics;                                  /* GET /metrics */
 } dtq_web_functions;
 
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns);

@@ -10,24 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
 #include "util.h"
 #include "web_api.h"
-
-typedef struct mt {
-    dtq_web_job h;
-    char *fn;
-    char *error; /* the Function's error reply */
-    cJSON *body; /* its JSON; NULL when it was not JSON */
-} mt;
-
-static void mt_free(void *p) {
-    mt *s = p;
-    free(s->fn);
-    free(s->error);
-    cJSON_Delete(s->body);
-    free(s);
-}
 
 /* A label value in the text format: backslash, double quote and newline escaped; other
  * control bytes, which the format has no escape for, written as '?'. */
@@ -174,46 +158,16 @@ static void answer(struct evhttp_request *req, int connected, const cJSON *body)
     free(buf);
 }
 
-static void mt_reply(dtq_rsteps *j, redisReply *r, int a, int b) {
-    mt *s = dtq_rsteps_state(j);
-    DTQ_UNUSED(a);
-    DTQ_UNUSED(b);
-    if (r->type == REDIS_REPLY_ERROR)
-        s->error = dtq_xstrndup(r->str, r->len);
-    else if (r->type == REDIS_REPLY_STRING)
-        s->body = cJSON_ParseWithLength(r->str, r->len);
-}
-
-static void mt_answer(dtq_rsteps *j) {
-    mt *s = dtq_rsteps_state(j);
-    if (s->error)
-        dtq_web_reply_redis_error(s->h.req, s->error);
-    else if (!cJSON_IsObject(s->body))
-        dtq_web_reply_error(s->h.req, 502, "redis_error", "%s did not answer a JSON object", s->fn);
-    else
-        answer(s->h.req, 1, s->body);
-    dtq_rsteps_end(j);
+static void metrics_answer(dtq_web *w, struct evhttp_request *req, const cJSON *body) {
+    DTQ_UNUSED(w);
+    answer(req, 1, body);
 }
 
 void dtq_web_metrics(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
-    mt *s;
-    dtq_rsteps *j;
-    dtq_argv argv;
     DTQ_UNUSED(a);
     if (!w->redis_up) {
         answer(req, 0, NULL);
         return;
     }
-    s = dtq_xcalloc(1, sizeof(*s));
-    s->h.w = w;
-    s->h.req = req;
-    s->fn = dtq_keys_function(w->cfg->ns, "metrics");
-    dtq_argv_init(&argv);
-    dtq_argv_adds(&argv, "FCALL_RO");
-    dtq_argv_adds(&argv, s->fn);
-    dtq_argv_adds(&argv, "0");
-    j = dtq_web_job_new(&s->h, s, mt_free);
-    dtq_rsteps_send(j, mt_reply, 0, 0, &argv);
-    dtq_argv_deinit(&argv);
-    dtq_rsteps_wait(j, mt_answer);
+    dtq_web_read_function(w, req, w->fn.metrics, metrics_answer, NULL);
 }

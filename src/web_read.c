@@ -21,6 +21,7 @@ typedef struct rd {
     dtq_web_job h;
     const char *fn; /* borrowed from w->fn */
     finish_fn *finish;
+    dtq_web_read_answer_fn *answer; /* instead of the JSON answer (GET /metrics) */
     char *arg;
     char *error; /* the Function's error reply */
     cJSON *body; /* its JSON; NULL when it was not JSON */
@@ -50,6 +51,8 @@ static void rd_answer(dtq_rsteps *j) {
         dtq_web_reply_redis_error(s->h.req, s->error);
     } else if (!cJSON_IsObject(s->body)) {
         dtq_web_reply_error(s->h.req, 502, "redis_error", "%s did not answer a JSON object", s->fn);
+    } else if (s->answer) {
+        s->answer(s->h.w, s->h.req, s->body);
     } else {
         if (s->finish) s->finish(s->h.w, s->body, s->arg);
         dtq_web_reply_json(s->h.req, 200, s->body);
@@ -58,31 +61,45 @@ static void rd_answer(dtq_rsteps *j) {
     dtq_rsteps_end(j);
 }
 
-/* FCALL_RO fn 0 <args...> (NULL-terminated; an empty string takes the Function's default),
- * then finish(w, answer, arg) and the answer. */
-static void read_call(dtq_web *w, struct evhttp_request *req, const char *fn, finish_fn *finish,
-                      const char *arg, ...) {
+static void read_callv(dtq_web *w, struct evhttp_request *req, const char *fn, finish_fn *finish,
+                       dtq_web_read_answer_fn *answer, const char *arg, va_list ap) {
     rd *s = dtq_xcalloc(1, sizeof(*s));
     dtq_rsteps *j;
     dtq_argv argv;
-    va_list ap;
     const char *v;
     s->h.w = w;
     s->h.req = req;
     s->fn = fn;
     s->finish = finish;
+    s->answer = answer;
     s->arg = arg ? dtq_xstrdup(arg) : NULL;
     dtq_argv_init(&argv);
     dtq_argv_adds(&argv, "FCALL_RO");
     dtq_argv_adds(&argv, fn);
     dtq_argv_adds(&argv, "0");
-    va_start(ap, arg);
     while ((v = va_arg(ap, const char *)) != NULL) dtq_argv_adds(&argv, v);
-    va_end(ap);
     j = dtq_web_job_new(&s->h, s, rd_free);
     dtq_rsteps_send(j, rd_reply, 0, 0, &argv);
     dtq_argv_deinit(&argv);
     dtq_rsteps_wait(j, rd_answer);
+}
+
+/* FCALL_RO fn 0 <args...> (NULL-terminated; an empty string takes the Function's default),
+ * then finish(w, answer, arg) and the answer. */
+static void read_call(dtq_web *w, struct evhttp_request *req, const char *fn, finish_fn *finish,
+                      const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    read_callv(w, req, fn, finish, NULL, arg, ap);
+    va_end(ap);
+}
+
+void dtq_web_read_function(dtq_web *w, struct evhttp_request *req, const char *fn,
+                           dtq_web_read_answer_fn *answer, ...) {
+    va_list ap;
+    va_start(ap, answer);
+    read_callv(w, req, fn, NULL, answer, NULL, ap);
+    va_end(ap);
 }
 
 /* ================================================================= dtq-web's own fields */
