@@ -9,6 +9,21 @@
 #include "handler_exec.h"
 #include "util.h"
 
+/* A whole JSON text (RFC 8259): one value and nothing but blanks after it. cJSON stops
+ * after the first value and takes whatever follows it ("{} x", JSON lines, a NUL byte and
+ * more), which is no JSON text. */
+static cJSON *parse_json_text(const char *s, size_t len) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+    for (; j && end < s + len; end++) {
+        if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
+            cJSON_Delete(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
 /* Keeps the last `max` bytes of an error: the end of a message says what finally broke. */
 static char *error_tail(const char *err, int64_t max) {
     size_t n = strlen(err);
@@ -50,7 +65,7 @@ void dtq_outcome_decide(const dtq_attempt_end *end, const dtq_outcome_limits *li
             out->kind = DTQ_OUTCOME_SUCCEEDED;
             return;
         }
-        parsed = cJSON_ParseWithLength(end->result, end->result_len);
+        parsed = parse_json_text(end->result, end->result_len);
         if (parsed) {
             out->kind = DTQ_OUTCOME_SUCCEEDED;
             if (!cJSON_IsNull(parsed)) {
