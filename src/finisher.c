@@ -98,7 +98,8 @@ static void prepend_list(dtq_finisher *f, dtq_finish_record *list) {
     f->npending += n;
 }
 
-static void log_verdicts(const dtq_finish_record *rec, const redisReply *reply) {
+void dtq_finish_log_verdicts(const dtq_finish_record *rec, const redisReply *reply) {
+    if (!reply || reply->type != REDIS_REPLY_ARRAY) return;
     for (size_t i = 0; i < reply->elements && rec; i++, rec = rec->next) {
         const redisReply *v = reply->element[i];
         if (v->type != REDIS_REPLY_STRING) continue;
@@ -152,7 +153,7 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
         free(b);
         return; /* sent again after the reconnect (flush from setup) or the retry timer */
     }
-    if (reply->type == REDIS_REPLY_ARRAY) log_verdicts(b->list, reply);
+    dtq_finish_log_verdicts(b->list, reply);
     free_list(b->list);
     b->list = NULL;
     f->ctx->counters.finish_batches++;

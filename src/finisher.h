@@ -7,6 +7,7 @@
 #ifndef DTQ_FINISHER_H
 #define DTQ_FINISHER_H
 
+#include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,11 @@ void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec);
 /* Appends the five values of a hand-back record: task_id attempt stream entry_id reason. */
 void dtq_handback_record_encode(dtq_argv *a, const dtq_finish_record *rec);
 void dtq_finish_record_free(dtq_finish_record *rec);
+/* Reads the reply to a batch of the records of list: an array with a verdict per record in
+ * their order ("ok", "stale", "failed", ...); warns about the stale and, for finishes, the
+ * failed ones. Any other reply, a shorter or a longer array, or a verdict that is not a
+ * string is read as far as it fits and otherwise ignored. */
+void dtq_finish_log_verdicts(const dtq_finish_record *list, const redisReply *reply);
 
 typedef struct dtq_finisher dtq_finisher;
 
