@@ -7,6 +7,7 @@
 
 #include "calls.h"
 #include "log.h"
+#include "task.h"
 #include "util.h"
 
 #define BLOCK_MS 1000
@@ -72,7 +73,7 @@ static void fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     c->fetch_inflight = 0;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) {
+    if (!reply || !dtq_fetch_reply_ok(reply)) {
         if (reply) { /* without a reply the connection is gone and the reconnect kicks us */
             dtq_error("fetch failed: %s",
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");

@@ -7,6 +7,7 @@
 #ifndef DTQ_FINISHER_H
 #define DTQ_FINISHER_H
 
+#include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
 

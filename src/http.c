@@ -162,8 +162,7 @@ static void answer(http_conn *c, int code, const char *reason, const char *body,
     bufferevent_setcb(c->bev, read_cb, written_cb, event_cb, c);
 }
 
-/* "METHOD SP request-target SP HTTP/1.x"; DTQ_ERR when malformed. */
-static int parse_request_line(http_conn *c, const char *line) {
+int dtq_http_parse_request_line(const char *line, char **method, char **target) {
     const char *sp1 = strchr(line, ' '), *sp2, *version;
     if (!sp1 || sp1 == line) return DTQ_ERR;
     sp2 = strchr(sp1 + 1, ' ');
@@ -172,14 +171,12 @@ static int parse_request_line(http_conn *c, const char *line) {
     if (strlen(version) != 8 || strncmp(version, "HTTP/1.", 7) || version[7] < '0' ||
         version[7] > '9')
         return DTQ_ERR;
-    c->method = dtq_xstrndup(line, (size_t)(sp1 - line));
-    c->target = dtq_xstrndup(sp1 + 1, (size_t)(sp2 - sp1 - 1));
+    *method = dtq_xstrndup(line, (size_t)(sp1 - line));
+    *target = dtq_xstrndup(sp1 + 1, (size_t)(sp2 - sp1 - 1));
     return DTQ_OK;
 }
 
-/* The path of the request target: origin form "/p?q", or absolute form "http://host/p?q",
- * which a server must accept too. Cut in place. */
-static const char *target_path(char *target) {
+const char *dtq_http_target_path(char *target) {
     char *p = target;
     if (!strncmp(p, "http://", 7) || !strncmp(p, "https://", 8)) {
         p = strchr(strstr(p, "//") + 2, '/');
@@ -191,7 +188,7 @@ static const char *target_path(char *target) {
 
 static void respond(http_conn *c) {
     dtq_http *h = c->h;
-    const char *path = target_path(c->target);
+    const char *path = dtq_http_target_path(c->target);
     c->head_only = !strcmp(c->method, "HEAD");
     if (!c->head_only && strcmp(c->method, "GET")) {
         answer(c, 405, "Method Not Allowed", "method not allowed\n", "Allow: GET, HEAD\r\n");
@@ -227,7 +224,7 @@ static void read_cb(struct bufferevent *bev, void *arg) {
         c->head_bytes += n + 2;
         /* Empty lines before the request line are allowed (RFC 9112 2.2). */
         if (c->head_bytes <= DTQ_HTTP_MAX_HEAD && !c->method && n > 0)
-            bad = parse_request_line(c, line) != DTQ_OK;
+            bad = dtq_http_parse_request_line(line, &c->method, &c->target) != DTQ_OK;
         free(line);
         if (c->head_bytes > DTQ_HTTP_MAX_HEAD) {
             answer(c, 431, "Request Header Fields Too Large", "request head too large\n", NULL);

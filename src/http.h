@@ -21,6 +21,14 @@ void dtq_http_free(dtq_http *h);
 
 /* Renders the metrics text into a caller-owned string (also used by tests). */
 char *dtq_http_render_metrics(const dtq_ctx *ctx);
+/* The request head's parts (read_cb reads the head line by line, the headers only
+ * counted): the request line "METHOD SP request-target SP HTTP/1.x" into *method and
+ * *target (caller-owned), DTQ_ERR when malformed; and the path of a target, origin form
+ * "/p?q" or absolute form "http://host/p?q", which a server must accept too (cut in place;
+ * the result points into target or is a constant). */
+int dtq_http_parse_request_line(const char *line, char **method, char **target);
+const char *dtq_http_target_path(char *target);
+
 /* The lifecycle says whether the daemon is serving (/readyz also needs Redis up). NULL-safe. */
 void dtq_http_set_serving(dtq_http *h, int serving);
 

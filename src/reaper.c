@@ -6,6 +6,7 @@
 
 #include "calls.h"
 #include "log.h"
+#include "task.h"
 #include "util.h"
 
 /* Entries examined per call even when no slot is free; those beyond the free slots are
@@ -50,7 +51,7 @@ static void reap_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     rp->inflight = 0;
-    if (reply && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2))
+    if (reply && !dtq_reap_reply_ok(reply))
         dtq_error("reaper failed: %s", reply->type == REDIS_REPLY_ERROR ? reply->str : "bad reply");
     else if (reply) {
         const redisReply *claimed = reply->element[0];

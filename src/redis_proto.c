@@ -111,3 +111,42 @@ int dtq_sentinel_answer(const redisReply *r, char **host, int *port, char *why, 
     *port = (int)p;
     return DTQ_SENTINEL_ADDR;
 }
+
+/* One blank-separated word of s into out (at most DTQ_SENTINEL_HOST_MAX bytes); the rest. */
+static const char *switch_word(const char *s, char *out) {
+    size_t n;
+    s += strspn(s, " ");
+    n = strcspn(s, " ");
+    if (n == 0 || n > DTQ_SENTINEL_HOST_MAX) return NULL;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return s + n;
+}
+
+static const char *switch_port(const char *s, int *port) {
+    char word[DTQ_SENTINEL_HOST_MAX + 1];
+    int64_t p;
+    s = s ? switch_word(s, word) : NULL;
+    if (!s || dtq_parse_int64(word, 1, 65535, &p) != DTQ_OK) return NULL;
+    *port = (int)p;
+    return s;
+}
+
+int dtq_sentinel_switch_parse(const redisReply *msg, dtq_sentinel_switch *sw) {
+    const redisReply *payload;
+    const char *p;
+    memset(sw, 0, sizeof(*sw));
+    if (!msg || msg->type != REDIS_REPLY_ARRAY || msg->elements < 1) return -1;
+    payload = msg->element[msg->elements - 1];
+    if (payload->type != REDIS_REPLY_STRING || memchr(payload->str, '\0', payload->len)) return -1;
+    p = switch_word(payload->str, sw->master);
+    p = p ? switch_word(p, sw->old_host) : NULL;
+    p = switch_port(p, &sw->old_port);
+    p = p ? switch_word(p, sw->new_host) : NULL;
+    p = switch_port(p, &sw->new_port);
+    if (!p || p[strspn(p, " ")]) {
+        memset(sw, 0, sizeof(*sw));
+        return -1;
+    }
+    return 0;
+}

@@ -75,4 +75,19 @@ enum {
  * is DTQ_SENTINEL_BAD with why ("not an address", or the error reply's text). */
 int dtq_sentinel_answer(const redisReply *r, char **host, int *port, char *why, size_t whylen);
 
+/* A +switch-master message of the sentinels' pub/sub channel (["message", channel, payload]
+ * or the pmessage form, the payload last): "<master> <old-host> <old-port> <new-host>
+ * <new-port>". */
+#define DTQ_SENTINEL_HOST_MAX 255
+typedef struct dtq_sentinel_switch {
+    char master[DTQ_SENTINEL_HOST_MAX + 1];
+    char old_host[DTQ_SENTINEL_HOST_MAX + 1];
+    char new_host[DTQ_SENTINEL_HOST_MAX + 1];
+    int old_port, new_port;
+} dtq_sentinel_switch;
+/* 0 with sw filled; -1 when the message is not one: no string payload, not exactly five
+ * words, a word longer than DTQ_SENTINEL_HOST_MAX or a NUL byte in the payload, or a port
+ * outside [1, 65535]. */
+int dtq_sentinel_switch_parse(const redisReply *msg, dtq_sentinel_switch *sw);
+
 #endif

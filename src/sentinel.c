@@ -305,19 +305,16 @@ void dtq_sentinel_attach(dtq_sentinel *s, dtq_rconn *rc) {
 
 static void push_cb(dtq_rconn *rc, const redisReply *msg, void *arg) {
     dtq_sentinel *s = arg;
-    const redisReply *payload = msg->element[msg->elements - 1];
-    char name[256], oldh[256], newh[256], sn[300], why[600];
-    int oldp, newp;
+    dtq_sentinel_switch sw;
+    char sn[300], why[600];
     DTQ_UNUSED(rc);
-    if (payload->type != REDIS_REPLY_STRING ||
-        sscanf(payload->str, "%255s %255s %d %255s %d", name, oldh, &oldp, newh, &newp) != 5)
-        return;
-    if (strcmp(name, s->master)) return;
-    dtq_info("sentinel: +switch-master %s %s:%d -> %s:%d (sentinel %s)", name, oldh, oldp, newh,
-             newp, sentinel_name(s, s->sub_at, sn, sizeof(sn)));
+    if (dtq_sentinel_switch_parse(msg, &sw) != 0 || strcmp(sw.master, s->master)) return;
+    dtq_info("sentinel: +switch-master %s %s:%d -> %s:%d (sentinel %s)", sw.master, sw.old_host,
+             sw.old_port, sw.new_host, sw.new_port, sentinel_name(s, s->sub_at, sn, sizeof(sn)));
     s->preferred = s->sub_at; /* it knows of the switch */
-    snprintf(why, sizeof(why), "the master moved to %s:%d (+switch-master)", newh, newp);
-    drop_others(s, newh, newp, why);
+    snprintf(why, sizeof(why), "the master moved to %s:%d (+switch-master)", sw.new_host,
+             sw.new_port);
+    drop_others(s, sw.new_host, sw.new_port, why);
 }
 
 static void subscribed_cb(redisAsyncContext *ac, void *r, void *priv) {

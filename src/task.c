@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "util.h"
 
 #define CLAIM_FIELDS 9 /* lua/dtq.lua claim_task() */
@@ -24,12 +25,14 @@ static int as_string(const redisReply *r, char **out, size_t *len) {
     return DTQ_ERR;
 }
 
-static int as_int(const redisReply *r, int64_t *out) {
+/* An integer in [min, max], as an integer reply or a string of one. */
+static int as_int(const redisReply *r, int64_t min, int64_t max, int64_t *out) {
     if (r->type == REDIS_REPLY_INTEGER) {
+        if (r->integer < min || r->integer > max) return DTQ_ERR;
         *out = r->integer;
         return DTQ_OK;
     }
-    if (r->type == REDIS_REPLY_STRING) return dtq_parse_int64(r->str, INT64_MIN, INT64_MAX, out);
+    if (r->type == REDIS_REPLY_STRING) return dtq_parse_int64(r->str, min, max, out);
     return DTQ_ERR;
 }
 
@@ -45,13 +48,32 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
         as_string(r->element[3], &t->queue, NULL) ||
         as_string(r->element[4], &t->task_type, NULL) ||
         as_string(r->element[5], &t->payload, &t->payload_len) ||
-        as_int(r->element[6], &t->attempt) || as_int(r->element[7], &t->max_attempts) ||
-        as_int(r->element[8], &t->timeout_ms)) {
-        snprintf(err, errlen, "claimed task has a field of the wrong type");
+        as_int(r->element[6], 1, DTQ_TASK_INT_MAX, &t->attempt) ||
+        as_int(r->element[7], 1, DTQ_MAX_ATTEMPTS, &t->max_attempts) ||
+        as_int(r->element[8], 1, DTQ_TASK_INT_MAX, &t->timeout_ms)) {
+        snprintf(err, errlen, "claimed task has a field of the wrong type or out of range");
         dtq_task_free(t);
         return NULL;
     }
     return t;
+}
+
+int dtq_fetch_reply_ok(const redisReply *r) {
+    const redisReply *block;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_ARRAY || r->element[1]->type != REDIS_REPLY_ARRAY ||
+        r->element[2]->type != REDIS_REPLY_INTEGER)
+        return 0;
+    block = r->element[1];
+    if (block->elements % 2) return 0;
+    for (size_t i = 0; i < block->elements; i++)
+        if (block->element[i]->type != REDIS_REPLY_STRING) return 0;
+    return 1;
+}
+
+int dtq_reap_reply_ok(const redisReply *r) {
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+           r->element[0]->type == REDIS_REPLY_ARRAY && r->element[1]->type == REDIS_REPLY_ARRAY;
 }
 
 void dtq_task_free(dtq_task *t) {

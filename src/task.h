@@ -21,10 +21,22 @@ typedef struct dtq_task {
     int64_t timeout_ms;   /* as resolved at claim */
 } dtq_task;
 
-/* Decodes one claimed-task array; NULL (with err filled) when it is malformed.
+/* The bound of attempt and timeout_ms (2^53, the Functions' integers). */
+#define DTQ_TASK_INT_MAX ((int64_t)1 << 53)
+
+/* Decodes one claimed-task array; NULL (with err filled) when it is malformed: not an array
+ * of 9, a field of the wrong type, or attempt, max_attempts or timeout_ms outside the
+ * Functions' bounds ([1, 2^53], [1, DTQ_MAX_ATTEMPTS], [1, 2^53]).
  * The reply is borrowed; the task is caller-owned (dtq_task_free). */
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen);
 void dtq_task_free(dtq_task *t);
+
+/* The shape of the fetch Function's reply, {claimed, block, read}: claimed an array (of
+ * claimed tasks, each decoded on its own), block an array of stream key / last id string
+ * pairs (where to wait when idle), read an integer. 1 when r has it. */
+int dtq_fetch_reply_ok(const redisReply *r);
+/* The shape of the reap Function's reply, {claimed, cursors}: two arrays. */
+int dtq_reap_reply_ok(const redisReply *r);
 
 /* The terminal statuses, NULL-terminated: the C side's one list (lua/dtq.lua's TERMINAL is
  * the Lua side's; tests/check_task.c keeps the two equal). */

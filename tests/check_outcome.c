@@ -84,6 +84,40 @@ START_TEST(test_bad_result_is_permanent) {
 }
 END_TEST
 
+/* A result is one whole JSON text: cJSON alone stops after the first value and took what
+ * followed it (found by tests/fuzz/fuzz_exec_result: stdout "{"n": 11}}" was stored as a
+ * JSON result). Blanks after the value are part of a JSON text. */
+START_TEST(test_result_is_one_whole_json_text) {
+    static const dtq_outcome_limits wide = {&policy, 1024, 64};
+    static const struct {
+        const char *text;
+        size_t len;
+    } bad[] = {{"{\"n\": 11}}\n", 11},
+               {"{\"a\":1}\n{\"b\":2}\n", 16},
+               {"1 2", 3},
+               {"\"a\"\0junk", 8},
+               {"0x10", 4},
+               {"[1] x", 5}};
+    dtq_attempt_end e = ended(DTQ_HANDLER_OK);
+    dtq_outcome o;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        e.result = bad[i].text;
+        e.result_len = bad[i].len;
+        dtq_outcome_decide(&e, &wide, 0.5, &o);
+        ck_assert_msg(o.kind == DTQ_OUTCOME_DEAD_LETTER, "case %zu", i);
+        ck_assert_int_eq(o.result_state, DTQ_RESULT_NONE);
+        ck_assert_str_eq(o.error_class, "bad_result");
+        dtq_outcome_deinit(&o);
+    }
+    e.result = " [1, {\"a\": null}] \r\n\t";
+    e.result_len = strlen(e.result);
+    dtq_outcome_decide(&e, &wide, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_SUCCEEDED);
+    ck_assert_int_eq(o.result_state, DTQ_RESULT_FULL);
+    ck_assert_int_eq(o.result_len, e.result_len);
+}
+END_TEST
+
 START_TEST(test_retryable_until_the_last_attempt) {
     dtq_attempt_end e = ended(DTQ_HANDLER_RETRY);
     dtq_outcome o;
@@ -315,6 +349,7 @@ int main(void) {
     tcase_add_test(tc, test_success_and_results);
     tcase_add_test(tc, test_output_cut_while_read);
     tcase_add_test(tc, test_bad_result_is_permanent);
+    tcase_add_test(tc, test_result_is_one_whole_json_text);
     tcase_add_test(tc, test_retryable_until_the_last_attempt);
     tcase_add_test(tc, test_failure_classes);
     tcase_add_test(tc, test_error_keeps_its_tail_and_cancel_wins);

@@ -2,6 +2,7 @@
  * reading of a sentinel's answer, shared by rconn.c, sentinel.c and rsync.c. Replies are
  * parsed from RESP bytes by hiredis's reader, as the clients get them. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,12 +195,78 @@ START_TEST(test_sentinel_answer) {
 }
 END_TEST
 
+/* A +switch-master message with this payload, as SUBSCRIBE delivers it. */
+static redisReply *switch_msg(const char *payload, size_t len) {
+    char text[1024];
+    int n = snprintf(text, sizeof(text), "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$%zu\r\n",
+                     len);
+    ck_assert_int_lt(n + (int)len + 2, (int)sizeof(text));
+    memcpy(text + n, payload, len);
+    memcpy(text + n + len, "\r\n", 2);
+    return resp_n(text, (size_t)n + len + 2);
+}
+
+/* The +switch-master payload (sentinel.c's subscription): was read with sscanf("%255s ...
+ * %d"), which took a port such as 0, -1 or 70000 (and overflowing digits, undefined) and
+ * cut a word of more than 255 bytes into the next field. */
+START_TEST(test_sentinel_switch) {
+    static const char *const bad[] = {
+        "mymaster 10.0.0.1 6379 10.0.0.2",        /* four words */
+        "mymaster 10.0.0.1 6379 10.0.0.2 6380 x", /* six */
+        "mymaster 10.0.0.1 6379 10.0.0.2 0",      /* port 0 */
+        "mymaster 10.0.0.1 6379 10.0.0.2 70000",  /* above 65535 */
+        "mymaster 10.0.0.1 6379 10.0.0.2 -1",     /* negative */
+        "mymaster 10.0.0.1 6379 10.0.0.2 99999999999999999999",
+        "mymaster 10.0.0.1 x 10.0.0.2 6380", /* the old port too */
+        "",
+    };
+    dtq_sentinel_switch sw;
+    redisReply *r = switch_msg("mymaster 10.0.0.1 6379 10.0.0.2 6380", 36);
+    ck_assert_int_eq(dtq_sentinel_switch_parse(r, &sw), 0);
+    ck_assert_str_eq(sw.master, "mymaster");
+    ck_assert_str_eq(sw.old_host, "10.0.0.1");
+    ck_assert_int_eq(sw.old_port, 6379);
+    ck_assert_str_eq(sw.new_host, "10.0.0.2");
+    ck_assert_int_eq(sw.new_port, 6380);
+    freeReplyObject(r);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        r = switch_msg(bad[i], strlen(bad[i]));
+        ck_assert_msg(dtq_sentinel_switch_parse(r, &sw) == -1, "accepted '%s'", bad[i]);
+        ck_assert_int_eq(sw.new_port, 0);
+        freeReplyObject(r);
+    }
+    {
+        /* a host of 256 bytes: refused, not split into the port's place; 255 fit */
+        char p[300];
+        for (int len = 255; len <= 256; len++) {
+            memset(p, 'a', sizeof(p));
+            memcpy(p, "m ", 2);
+            snprintf(p + 2 + len, sizeof(p) - 2 - (size_t)len, " 1 h 2");
+            r = switch_msg(p, strlen(p));
+            ck_assert_int_eq(dtq_sentinel_switch_parse(r, &sw), len == 255 ? 0 : -1);
+            freeReplyObject(r);
+        }
+    }
+    {
+        static const char nul[] = "m h 1\0 h 2";
+        r = switch_msg(nul, sizeof(nul) - 1);
+        ck_assert_int_eq(dtq_sentinel_switch_parse(r, &sw), -1);
+        freeReplyObject(r);
+    }
+    r = resp("*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n:5\r\n"); /* a payload that is no string */
+    ck_assert_int_eq(dtq_sentinel_switch_parse(r, &sw), -1);
+    freeReplyObject(r);
+    ck_assert_int_eq(dtq_sentinel_switch_parse(NULL, &sw), -1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("redis_proto");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_plan);
     tcase_add_test(tc, test_check);
     tcase_add_test(tc, test_sentinel_answer);
+    tcase_add_test(tc, test_sentinel_switch);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

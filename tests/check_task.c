@@ -37,6 +37,88 @@ static redisReply *claim_reply(int nfields) {
     return r;
 }
 
+/* A reply read from RESP text by hiredis, as the daemon gets one. */
+static redisReply *resp(const char *text) {
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+    ck_assert_int_eq(redisReaderFeed(rd, text, strlen(text)), REDIS_OK);
+    ck_assert_int_eq(redisReaderGetReply(rd, &r), REDIS_OK);
+    ck_assert_ptr_nonnull(r);
+    redisReaderFree(rd);
+    return r;
+}
+
+#define CLAIM_HEAD "*9\r\n$1\r\ns\r\n$3\r\n1-0\r\n$2\r\nt1\r\n$1\r\nq\r\n$4\r\necho\r\n$2\r\n{}\r\n"
+
+/* attempt, max_attempts and timeout_ms outside the Functions' bounds are refused, not run
+ * with a negative timer or attempt 0 (found by tests/fuzz/fuzz_task). */
+START_TEST(test_task_numbers_in_bounds) {
+    static const char *const bad[] = {
+        CLAIM_HEAD ":0\r\n:3\r\n:1000\r\n",                       /* attempt 0 */
+        CLAIM_HEAD ":1\r\n:0\r\n:1000\r\n",                       /* max_attempts 0 */
+        CLAIM_HEAD ":1\r\n:1001\r\n:1000\r\n",                    /* above DTQ_MAX_ATTEMPTS */
+        CLAIM_HEAD ":1\r\n:3\r\n:-1\r\n",                         /* a negative timeout */
+        CLAIM_HEAD ":1\r\n:3\r\n$20\r\n-9223372036854775808\r\n", /* ... as a string */
+        CLAIM_HEAD ":1\r\n:3\r\n:9007199254740993\r\n",           /* above 2^53 */
+    };
+    char err[128];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        redisReply *r = resp(bad[i]);
+        ck_assert_msg(dtq_task_from_reply(r, err, sizeof(err)) == NULL, "case %zu", i);
+        ck_assert_ptr_nonnull(strstr(err, "out of range"));
+        freeReplyObject(r);
+    }
+    {
+        redisReply *r = resp(CLAIM_HEAD ":1\r\n:1000\r\n$16\r\n9007199254740992\r\n");
+        dtq_task *t = dtq_task_from_reply(r, err, sizeof(err));
+        ck_assert_ptr_nonnull(t);
+        ck_assert_int_eq(t->max_attempts, 1000);
+        ck_assert_int_eq(t->timeout_ms, DTQ_TASK_INT_MAX);
+        dtq_task_free(t);
+        freeReplyObject(r);
+    }
+}
+END_TEST
+
+/* The fetch reply's shape: consumer.c reads block as string pairs (XREAD's STREAMS
+ * arguments) and read as an integer; a nested array there gave XREAD a NULL string (seen
+ * while writing tests/fuzz/fuzz_task). */
+START_TEST(test_fetch_and_reap_reply_shapes) {
+    static const char *const fetch_ok[] = {
+        "*3\r\n*0\r\n*0\r\n:0\r\n",
+        "*3\r\n*0\r\n*2\r\n$1\r\ns\r\n$3\r\n0-0\r\n:-1\r\n",
+    };
+    static const char *const fetch_bad[] = {
+        "*3\r\n*0\r\n*1\r\n*0\r\n:0\r\n",            /* a pair holds an array */
+        "*3\r\n*0\r\n*1\r\n$1\r\ns\r\n:0\r\n",       /* half a pair */
+        "*3\r\n*0\r\n*2\r\n$1\r\ns\r\n:5\r\n:0\r\n", /* an id that is no string */
+        "*3\r\n$1\r\nx\r\n*0\r\n:0\r\n",             /* claimed not an array */
+        "*3\r\n*0\r\n*0\r\n$1\r\n0\r\n",             /* read not an integer */
+        "*2\r\n*0\r\n*0\r\n",
+        "-ERR x\r\n",
+    };
+    for (size_t i = 0; i < sizeof(fetch_ok) / sizeof(fetch_ok[0]); i++) {
+        redisReply *r = resp(fetch_ok[i]);
+        ck_assert_msg(dtq_fetch_reply_ok(r), "ok case %zu", i);
+        freeReplyObject(r);
+    }
+    for (size_t i = 0; i < sizeof(fetch_bad) / sizeof(fetch_bad[0]); i++) {
+        redisReply *r = resp(fetch_bad[i]);
+        ck_assert_msg(!dtq_fetch_reply_ok(r), "bad case %zu", i);
+        freeReplyObject(r);
+    }
+    ck_assert(!dtq_fetch_reply_ok(NULL));
+    {
+        redisReply *ok = resp("*2\r\n*0\r\n*1\r\n$3\r\n0-0\r\n");
+        redisReply *bad = resp("*2\r\n:1\r\n*0\r\n");
+        ck_assert(dtq_reap_reply_ok(ok));
+        ck_assert(!dtq_reap_reply_ok(bad));
+        freeReplyObject(ok);
+        freeReplyObject(bad);
+    }
+}
+END_TEST
+
 START_TEST(test_task_from_reply) {
     char err[128];
     redisReply *r = claim_reply(9);
@@ -113,6 +195,8 @@ int main(void) {
     Suite *s = suite_create("task");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_task_from_reply);
+    tcase_add_test(tc, test_task_numbers_in_bounds);
+    tcase_add_test(tc, test_fetch_and_reap_reply_shapes);
     tcase_add_test(tc, test_terminal_statuses_match_lua);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
