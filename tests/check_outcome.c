@@ -88,7 +88,7 @@ END_TEST
  * followed it (found by tests/fuzz/fuzz_exec_result: stdout "{"n": 11}}" was stored as a
  * JSON result). Blanks after the value are part of a JSON text. */
 START_TEST(test_result_is_one_whole_json_text) {
-    static const dtq_outcome_limits wide = {&policy, 1024, 64};
+    static const dtq_outcome_limits wide = {&policy, 1024, 64, 0, 0};
     static const struct {
         const char *text;
         size_t len;

@@ -1,8 +1,8 @@
 /* fuzz_exec_result: an exec program's stdout as the result of its attempt, from the bytes
  * the daemon kept (handler_exec.c: at most result_max_bytes, flagged when cut) through the
  * decision (dtq_outcome_decide: JSON or bad_result, the cut) to the finish record the
- * executor builds and encodes. The first two bytes pick the exit (0 or a cut output) and
- * result_max_bytes; the rest is stdout. */
+ * executor builds and encodes. The first two bytes pick the exit (0 or a cut output), the
+ * handler's `result` mode (json, text, ignore) and result_max_bytes; the rest is stdout. */
 #include <cjson/cJSON.h>
 
 #include "finisher.h"
@@ -27,7 +27,7 @@ static int whole_json(const char *s, size_t len) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dtq_retry_policy retry = {0};
-    dtq_outcome_limits lim = {&retry, 0, 256};
+    dtq_outcome_limits lim = {&retry, 0, 256, 0, 0};
     dtq_attempt_end end = {0};
     dtq_outcome o;
     dtq_finish_record rec = {0};
@@ -40,6 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     end.handler_known = 1;
     end.attempt = 1;
     end.max_attempts = 3;
+    end.result_mode = (enum dtq_result_mode)((data[0] >> 1) % 3);
     lim.result_max_bytes = data[1] == 255 ? 65536 : data[1];
     /* what read_stdout keeps: at most result_max_bytes, NUL-terminated */
     len = size - 2;
@@ -53,10 +54,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dtq_outcome_decide(&end, &lim, 0.5, &o);
     if ((int64_t)o.result_len > lim.result_max_bytes) abort();
     if (o.result_state != DTQ_RESULT_NONE && o.kind != DTQ_OUTCOME_SUCCEEDED) abort();
-    if (o.result_state == DTQ_RESULT_FULL && !whole_json(out, o.result_len))
+    if (o.result_state == DTQ_RESULT_FULL && !whole_json(o.result ? o.result : out, o.result_len))
         abort(); /* recorded as a JSON result, but it is not one */
-    if (end.status == DTQ_HANDLER_OK && len && o.kind == DTQ_OUTCOME_SUCCEEDED &&
-        o.result_state == DTQ_RESULT_NONE && !whole_json(out, len))
+    if (end.result_mode == DTQ_RESULT_MODE_TEXT && o.result_state != DTQ_RESULT_NONE &&
+        o.result_len > 0 && /* result_max_bytes below 2: cut to nothing */
+        (!o.result || o.result[0] != '"' || !whole_json(o.result, o.result_len)))
+        abort(); /* text is recorded as one JSON string, cut or not */
+    if (end.result_mode == DTQ_RESULT_MODE_IGNORE && o.result_state != DTQ_RESULT_NONE)
+        abort(); /* ignore keeps nothing */
+    if (end.result_mode == DTQ_RESULT_MODE_JSON && end.status == DTQ_HANDLER_OK && len &&
+        o.kind == DTQ_OUTCOME_SUCCEEDED && o.result_state == DTQ_RESULT_NONE &&
+        !whole_json(out, len))
         abort(); /* a success without a result: stdout was JSON null */
     /* the executor's record (executor.c run_end) */
     rec.task_id = ids[0];
@@ -66,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rec.outcome = o.kind;
     rec.result_state = o.result_state;
     if (o.result_state != DTQ_RESULT_NONE) {
-        rec.result = dtq_xstrndup(out ? out : "", o.result_len);
+        rec.result = dtq_xstrndup(o.result ? o.result : out ? out : "", o.result_len);
         rec.result_len = o.result_len;
     }
     rec.error = o.error;
