@@ -86,10 +86,12 @@ struct dtq_guard {
     const char *name;
     int max_conns, deadline_ms;
     dtq_guard_conn *conns;
-    int nconns;  /* open, closing ones included: each holds a descriptor */
-    int nactive; /* open and not closing */
+    int nconns;   /* open, closing ones included: each holds a descriptor */
+    int nactive;  /* open and not closing */
+    int max_open; /* descriptors held at once, closing ones included */
     struct evconnlistener *listener;
     struct event *resume;
+    int full; /* the listener is off until closing connections are gone (max_open) */
     dtq_ratelog refused, accept_errors, expired;
     char *what[3];         /* the ratelogs' names */
     dtq_guard *next_guard; /* the guards watching a listener, to find one from its listener */
@@ -112,6 +114,7 @@ dtq_guard *dtq_guard_new(struct event_base *base, const char *name, int max_conn
     g->name = name;
     g->max_conns = max_conns > 0 ? max_conns : 1;
     g->deadline_ms = deadline_ms;
+    g->max_open = 2 * g->max_conns;
     g->what[0] = dtq_xasprintf("%s: connections refused or evicted at the cap", name);
     g->what[1] = dtq_xasprintf("%s: accept errors", name);
     g->what[2] = dtq_xasprintf("%s: connections closed at their deadline", name);
@@ -144,6 +147,10 @@ void dtq_guard_close_all(dtq_guard *g) {
         next = c->next;
         if (!c->closing) conn_close(c);
     }
+}
+
+void dtq_guard_set_max_open(dtq_guard *g, int max_open) {
+    g->max_open = max_open > g->max_conns ? max_open : g->max_conns + 1;
 }
 
 int dtq_guard_count(const dtq_guard *g) {
@@ -206,6 +213,13 @@ dtq_guard_conn *dtq_guard_add(dtq_guard *g, dtq_guard_close_fn *close_fn, void *
     g->nconns++;
     g->nactive++;
     arm_deadline(c);
+    /* Evicted connections hold their descriptors until their owner has closed them (evhttp:
+     * a turn of the loop later), and the listener accepts all it can in one go: stop it
+     * before that runs out of descriptors, until the evicted ones are gone. */
+    if (g->listener && !g->full && g->nconns >= g->max_open) {
+        g->full = 1;
+        evconnlistener_disable(g->listener);
+    }
     return c;
 }
 
@@ -222,6 +236,10 @@ void dtq_guard_remove(dtq_guard_conn *c) {
     if (!c->closing) g->nactive--;
     event_free(c->deadline);
     free(c);
+    if (g->full && g->listener && g->nconns < g->max_open) {
+        g->full = 0;
+        if (!evtimer_pending(g->resume, NULL)) evconnlistener_enable(g->listener);
+    }
 }
 
 void dtq_guard_answering(dtq_guard_conn *c, int hold) {
@@ -244,7 +262,7 @@ static void resume_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_guard *g = arg;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
-    if (g->listener) evconnlistener_enable(g->listener);
+    if (g->listener && !g->full) evconnlistener_enable(g->listener);
 }
 
 /* accept() failed for want of resources: the connection stays queued, so the listener
@@ -265,6 +283,18 @@ static void accept_error_cb(struct evconnlistener *l, void *arg) {
 }
 
 void dtq_guard_watch_listener(dtq_guard *g, struct evconnlistener *l) {
+    if (!l) { /* the listener is about to be freed */
+        dtq_guard **p;
+        for (p = &watching; *p; p = &(*p)->next_guard)
+            if (*p == g) {
+                *p = g->next_guard;
+                break;
+            }
+        g->listener = NULL;
+        g->full = 0;
+        if (g->resume) evtimer_del(g->resume);
+        return;
+    }
     if (!g->resume) g->resume = evtimer_new(g->base, resume_cb, g);
     if (!g->listener) {
         g->next_guard = watching;

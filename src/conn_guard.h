@@ -47,6 +47,10 @@ dtq_guard *dtq_guard_new(struct event_base *base, const char *name, int max_conn
 void dtq_guard_close_all(dtq_guard *g);
 /* Closes nothing: what is still open is forgotten (its owner is freeing it too). */
 void dtq_guard_free(dtq_guard *g);
+/* At most this many descriptors at once, connections asked to close and not gone yet
+ * included (default 2 * max_conns): past it the watched listener stops accepting until
+ * they are gone, so a burst of accepts cannot run out of descriptors. */
+void dtq_guard_set_max_open(dtq_guard *g, int max_open);
 int dtq_guard_count(const dtq_guard *g);
 int dtq_guard_max(const dtq_guard *g);
 
@@ -68,7 +72,9 @@ int64_t dtq_guard_age_ms(const dtq_guard_conn *c);
 
 /* Watches a listener's accept errors (EMFILE, ENFILE, ENOBUFS...): the listener is paused
  * for a second, so it does not spin on a connection it cannot take, and the error is
- * logged rate-limited. Replaces the listener's error callback. */
+ * logged rate-limited; and stops it while max_open descriptors are held (set_max_open).
+ * Replaces the listener's error callback. NULL: stop watching (before the listener is
+ * freed). */
 void dtq_guard_watch_listener(dtq_guard *g, struct evconnlistener *l);
 
 #endif

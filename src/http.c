@@ -329,6 +329,7 @@ dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errle
 
 void dtq_http_free(dtq_http *h) {
     if (!h) return;
+    dtq_guard_watch_listener(h->guard, NULL);
     dtq_guard_close_all(h->guard);
     evconnlistener_free(h->listener);
     dtq_guard_free(h->guard);

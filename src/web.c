@@ -150,14 +150,19 @@ static void conn_answering(dtq_web *w, struct evhttp_request *req) {
     evhttp_request_set_on_complete_cb(req, request_done_cb, w);
 }
 
-/* The cap: DTQ_WEB_MAX_CONNECTIONS, lowered so that the connections leave 64 descriptors
- * of RLIMIT_NOFILE for Redis, the log and the listener. */
-static int max_connections(void) {
+/* The cap: DTQ_WEB_MAX_CONNECTIONS, lowered under a low RLIMIT_NOFILE so that the open
+ * connections, and as many evicted ones not closed yet, leave 64 descriptors for Redis, the
+ * log and the listener. *max_open: the descriptors connections may hold at once. */
+static int max_connections(int *max_open) {
     struct rlimit rl;
     int max = DTQ_WEB_MAX_CONNECTIONS;
+    *max_open = 2 * max;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < (rlim_t)max + 64)
-        max = rl.rlim_cur > 64 + 8 ? (int)rl.rlim_cur - 64 : 8;
+        rl.rlim_cur < (rlim_t)*max_open + 64) {
+        int room = rl.rlim_cur > 64 + 16 ? (int)rl.rlim_cur - 64 : 16;
+        *max_open = room;
+        max = room / 2 < max ? room / 2 : max;
+    }
     return max;
 }
 
@@ -579,7 +584,11 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     evhttp_set_max_headers_size(w->http, DTQ_WEB_MAX_HEADERS);
     evhttp_set_timeout(w->http, DTQ_WEB_TIMEOUT_S);
     evhttp_set_gencb(w->http, request_cb, w);
-    w->guard = dtq_guard_new(base, "web", max_connections(), DTQ_WEB_DEADLINE_MS);
+    {
+        int max_open, max = max_connections(&max_open);
+        w->guard = dtq_guard_new(base, "web", max, DTQ_WEB_DEADLINE_MS);
+        dtq_guard_set_max_open(w->guard, max_open);
+    }
     evhttp_set_bevcb(w->http, conn_new, w);
     if (dtq_split_hostport(cfg->web_listen, &host, &port) != DTQ_OK) {
         snprintf(err, errlen, "[web] listen: '%s' is not host:port", cfg->web_listen);
@@ -633,6 +642,7 @@ void dtq_web_free(dtq_web *w) {
     /* first: pending API calls see NULL and answer 503, backlog reads end */
     dtq_rconn_free(w->redis);
     dtq_web_events_free(w->events); /* ends the streams while evhttp still lives */
+    if (w->guard) dtq_guard_watch_listener(w->guard, NULL); /* evhttp_free frees it first */
     if (w->http) evhttp_free(w->http);
     /* evhttp_free closed its connections (conn_closed); what is left was not hooked yet */
     while (w->conns) conn_forget(w->conns);
