@@ -1639,7 +1639,7 @@ START_TEST(test_connection_flood_under_fd_limit) {
     nlines = count_lines(W.log, "", NULL, 0);
     ck_assert_msg(nlines < 40, "%d log lines", nlines);
     ck_assert_int_le(count_lines(W.log, "web: accept", NULL, 0), 3);
-    get_json("/api/info", 200); /* still serving */
+    cJSON_Delete(get_json("/api/info", 200)); /* still serving */
 }
 END_TEST
 
