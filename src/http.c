@@ -9,15 +9,16 @@
  * read, so a client sending a byte every few seconds holds a connection for hours; and it
  * answers a method it is told to refuse with 501, not 405. Three read-only GET paths need
  * none of its features (bodies, keep-alive, chunked transfers), so the connections are
- * handled here, each limit in one place:
+ * handled here. The connection limits are conn_guard.c's, shared with dtq-web:
  *
- *  - at most DTQ_HTTP_MAX_CONNECTIONS at once (accept_cb). At the cap a new connection
- *    takes the place of the oldest one that has not sent a whole request yet: a flood of
- *    idle connections then cannot starve a health check, whose request comes at once. Only
- *    when every open connection is being answered is the new one closed at accept. The
- *    count is exact (accept_cb adds, conn_free subtracts);
+ *  - at most DTQ_HTTP_MAX_CONNECTIONS at once. At the cap a new connection takes the place
+ *    of the oldest one that has not sent a whole request yet: a flood of idle connections
+ *    then cannot starve a health check, whose request comes at once. Only when every open
+ *    connection is being answered is the new one closed at accept. The count is exact
+ *    (accept_cb adds, conn_free subtracts);
  *  - one deadline per connection, DTQ_HTTP_TIMEOUT_MS from accept to close, whatever the
  *    client does: sends nothing, trickles bytes, or does not read the answer;
+ *  - after an accept error (out of descriptors) the listener pauses for a second;
  *  - a request head (request line and headers) of at most DTQ_HTTP_MAX_HEAD bytes, else 431;
  *    headers are counted, not kept, and a body is never buffered (see written_cb);
  *  - GET and HEAD only, anything else 405 with Allow;
@@ -37,6 +38,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -46,17 +48,14 @@ typedef struct http_conn http_conn;
 struct dtq_http {
     dtq_ctx *ctx;
     struct evconnlistener *listener;
-    struct event *resume; /* re-enables the listener after an accept error */
-    http_conn *conns;     /* open connections, to free them with the endpoint */
-    int nconns;
-    int serving; /* pushed by the lifecycle: running, not starting or draining */
+    dtq_guard *guard; /* the cap, the deadlines, the accept-error pause (conn_guard.h) */
+    int serving;      /* pushed by the lifecycle: running, not starting or draining */
 };
 
 struct http_conn {
     dtq_http *h;
-    http_conn *prev, *next;
+    dtq_guard_conn *gc;
     struct bufferevent *bev;
-    struct event *deadline;
     size_t head_bytes; /* of the request head consumed so far */
     char *method;      /* from the request line, once read */
     char *target;
@@ -112,14 +111,7 @@ char *dtq_http_render_metrics(const dtq_ctx *ctx) {
 }
 
 static void conn_free(http_conn *c) {
-    dtq_http *h = c->h;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next) c->next->prev = c->prev;
-    h->nconns--;
-    event_free(c->deadline);
+    dtq_guard_remove(c->gc);
     bufferevent_free(c->bev); /* closes the socket */
     free(c->method);
     free(c->target);
@@ -158,6 +150,7 @@ static void answer(http_conn *c, int code, const char *reason, const char *body,
                         code, reason, date, strlen(body), extra_headers ? extra_headers : "");
     if (!c->head_only) evbuffer_add(out, body, strlen(body));
     c->answered = 1;
+    dtq_guard_answering(c->gc, 0); /* not evicted now; the deadline still holds */
     evbuffer_drain(in, evbuffer_get_length(in));
     bufferevent_setcb(c->bev, read_cb, written_cb, event_cb, c);
 }
@@ -255,40 +248,19 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
     conn_free(c);
 }
 
-static void deadline_cb(evutil_socket_t fd, short what, void *arg) {
-    DTQ_UNUSED(fd);
-    DTQ_UNUSED(what);
+/* Asked by the guard (the deadline, or a newer connection at the cap). */
+static void close_cb(void *arg) {
     conn_free(arg);
-}
-
-/* New connections are put at the head of the list, so the oldest is the last one there. */
-static http_conn *oldest_unanswered(dtq_http *h) {
-    http_conn *c, *found = NULL;
-    for (c = h->conns; c; c = c->next)
-        if (!c->answered) found = c;
-    return found;
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg) {
     dtq_http *h = arg;
-    struct timeval tv = {DTQ_HTTP_TIMEOUT_MS / 1000, (DTQ_HTTP_TIMEOUT_MS % 1000) * 1000};
     struct bufferevent *bev;
     http_conn *c;
     DTQ_UNUSED(l);
     DTQ_UNUSED(sa);
     DTQ_UNUSED(salen);
-    /* Debug only: a client that floods the port would otherwise flood the log too. */
-    if (h->nconns >= DTQ_HTTP_MAX_CONNECTIONS) {
-        http_conn *idle = oldest_unanswered(h);
-        if (!idle) {
-            dtq_debug("http: %d connections open, all answering; closing a new one", h->nconns);
-            evutil_closesocket(fd);
-            return;
-        }
-        dtq_debug("http: %d connections open; closing the oldest that sent no request", h->nconns);
-        conn_free(idle);
-    }
     bev = bufferevent_socket_new(h->ctx->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         evutil_closesocket(fd);
@@ -297,32 +269,16 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c = dtq_xcalloc(1, sizeof(*c));
     c->h = h;
     c->bev = bev;
-    c->deadline = evtimer_new(h->ctx->base, deadline_cb, c);
-    evtimer_add(c->deadline, &tv);
-    c->next = h->conns;
-    if (h->conns) h->conns->prev = c;
-    h->conns = c;
-    h->nconns++;
+    /* at the cap the oldest connection without a whole request is closed for this one;
+     * NULL when every open one is being answered */
+    c->gc = dtq_guard_add(h->guard, close_cb, c);
+    if (!c->gc) {
+        bufferevent_free(bev);
+        free(c);
+        return;
+    }
     bufferevent_setcb(bev, read_cb, NULL, event_cb, c);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
-}
-
-/* accept() failed for want of resources (EMFILE, ENFILE, ENOBUFS): the connection stays
- * queued, so the listener would fire again at once and spin. Pause it for a second. */
-static void accept_error_cb(struct evconnlistener *l, void *arg) {
-    dtq_http *h = arg;
-    struct timeval tv = {1, 0};
-    dtq_warn("http: accept: %s; not accepting for 1 s",
-             evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    evconnlistener_disable(l);
-    evtimer_add(h->resume, &tv);
-}
-
-static void resume_cb(evutil_socket_t fd, short what, void *arg) {
-    dtq_http *h = arg;
-    DTQ_UNUSED(fd);
-    DTQ_UNUSED(what);
-    evconnlistener_enable(h->listener);
 }
 
 void dtq_http_set_serving(dtq_http *h, int serving) {
@@ -363,15 +319,16 @@ dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errle
         free(h);
         return NULL;
     }
-    evconnlistener_set_error_cb(h->listener, accept_error_cb);
-    h->resume = evtimer_new(ctx->base, resume_cb, h);
+    h->guard = dtq_guard_new(ctx->base, "http", DTQ_HTTP_MAX_CONNECTIONS, DTQ_HTTP_TIMEOUT_MS);
+    dtq_guard_watch_listener(h->guard, h->listener);
     return h;
 }
 
 void dtq_http_free(dtq_http *h) {
     if (!h) return;
-    while (h->conns) conn_free(h->conns);
+    dtq_guard_watch_listener(h->guard, NULL);
+    dtq_guard_close_all(h->guard);
     evconnlistener_free(h->listener);
-    event_free(h->resume);
+    dtq_guard_free(h->guard);
     free(h);
 }

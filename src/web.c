@@ -4,8 +4,10 @@
 #include "web.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/http_struct.h> /* the request's HTTP version */
 #include <event2/keyvalq_struct.h>
 #include <netinet/in.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 #include "keys.h"
 #include "log.h"
@@ -33,6 +36,135 @@ extern const unsigned char dtq_web_style_css[];
 extern const size_t dtq_web_style_css_len;
 
 #define MAX_SEGMENTS 6
+
+/* ----------------------------------------------------------------- connections */
+
+/* evhttp (libevent 2.1) accepts connections itself, has no hook at accept, and restarts
+ * its timeout on every byte read. Public hooks are enough to put conn_guard.c's limits on
+ * it anyway:
+ *  - evhttp_set_bevcb: evhttp asks us for the bufferevent of each connection it accepts,
+ *    so we know of every connection at accept (conn_new);
+ *  - right after, in the same turn of the loop and before any byte is read (an event
+ *    made active from conn_new), the bufferevent's callback argument is evhttp's
+ *    connection (bufferevent_getcb): we set its close callback, which evhttp calls when it
+ *    frees the connection, whatever the reason (conn_closed).
+ * To close a connection (its deadline, or a newer one at the cap) we shut its socket down:
+ * evhttp reads the end and frees the connection itself; we never free what it owns. */
+typedef struct web_conn {
+    dtq_web *w;
+    dtq_guard_conn *gc;              /* NULL when refused at the cap */
+    struct bufferevent *bev;         /* evhttp's, made by conn_new */
+    struct evhttp_connection *evcon; /* once hooked */
+    struct event *hook;              /* finds evcon, right after accept */
+    dtq_web_closecb *closecb;        /* web_events.c's, chained */
+    void *closecb_arg;
+    struct web_conn *prev, *next;
+} web_conn;
+
+static void conn_shutdown(void *arg) {
+    web_conn *wc = arg;
+    evutil_socket_t fd = bufferevent_getfd(wc->bev);
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+static void conn_forget(web_conn *wc) {
+    dtq_web *w = wc->w;
+    dtq_guard_remove(wc->gc);
+    if (wc->prev)
+        wc->prev->next = wc->next;
+    else
+        w->conns = wc->next;
+    if (wc->next) wc->next->prev = wc->prev;
+    event_free(wc->hook);
+    free(wc);
+}
+
+/* evhttp frees the connection. */
+static void conn_closed(struct evhttp_connection *evcon, void *arg) {
+    web_conn *wc = arg;
+    if (wc->closecb) wc->closecb(evcon, wc->closecb_arg);
+    conn_forget(wc);
+}
+
+static void conn_hook(evutil_socket_t fd, short what, void *arg) {
+    web_conn *wc = arg;
+    void *cbarg = NULL;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    bufferevent_getcb(wc->bev, NULL, NULL, NULL, &cbarg);
+    if (!cbarg) { /* evhttp gave up on it at accept: the bufferevent is gone already */
+        conn_forget(wc);
+        return;
+    }
+    wc->evcon = cbarg;
+    evhttp_connection_set_closecb(wc->evcon, conn_closed, wc);
+    if (!wc->gc) conn_shutdown(wc); /* refused at the cap */
+}
+
+static struct bufferevent *conn_new(struct event_base *base, void *arg) {
+    dtq_web *w = arg;
+    web_conn *wc = dtq_xcalloc(1, sizeof(*wc));
+    /* what evhttp makes when there is no bevcb */
+    wc->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!wc->bev) abort();
+    wc->w = w;
+    wc->next = w->conns;
+    if (w->conns) w->conns->prev = wc;
+    w->conns = wc;
+    wc->gc = dtq_guard_add(w->guard, conn_shutdown, wc);
+    wc->hook = event_new(base, -1, 0, conn_hook, wc);
+    event_active(wc->hook, EV_TIMEOUT, 1); /* runs after evhttp's accept, in this turn */
+    return wc->bev;
+}
+
+static web_conn *conn_of(dtq_web *w, struct evhttp_connection *evcon) {
+    for (web_conn *wc = w->conns; wc && evcon; wc = wc->next)
+        if (wc->evcon == evcon) return wc;
+    return NULL;
+}
+
+void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
+                              void *arg) {
+    web_conn *wc = conn_of(w, evcon);
+    if (wc) {
+        wc->closecb = cb;
+        wc->closecb_arg = arg;
+    } else {
+        evhttp_connection_set_closecb(evcon, cb, arg);
+    }
+}
+
+/* The answer is out; on a kept-alive connection the next request has a new deadline. */
+static void request_done_cb(struct evhttp_request *req, void *arg) {
+    web_conn *wc = conn_of(arg, evhttp_request_get_connection(req));
+    if (wc && wc->gc) dtq_guard_idle(wc->gc);
+}
+
+/* A whole request came: its connection is not evicted at the cap, and has no deadline
+ * while it is answered (an answer waits on Redis; an event stream lasts: web_events.c
+ * caps those). */
+static void conn_answering(dtq_web *w, struct evhttp_request *req) {
+    web_conn *wc = conn_of(w, evhttp_request_get_connection(req));
+    if (!wc || !wc->gc) return;
+    dtq_guard_answering(wc->gc, 1);
+    evhttp_request_set_on_complete_cb(req, request_done_cb, w);
+}
+
+/* The cap: DTQ_WEB_MAX_CONNECTIONS, lowered under a low RLIMIT_NOFILE so that the open
+ * connections, and as many evicted ones not closed yet, leave 64 descriptors for Redis, the
+ * log and the listener. *max_open: the descriptors connections may hold at once. */
+static int max_connections(int *max_open) {
+    struct rlimit rl;
+    int max = DTQ_WEB_MAX_CONNECTIONS;
+    *max_open = 2 * max;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)*max_open + 64) {
+        int room = rl.rlim_cur > 64 + 16 ? (int)rl.rlim_cur - 64 : 16;
+        *max_open = room;
+        max = room / 2 < max ? room / 2 : max;
+    }
+    return max;
+}
 
 /* ----------------------------------------------------------------- static files */
 
@@ -164,19 +296,33 @@ static int read_body(struct evhttp_request *req, cJSON **out) {
     return 0;
 }
 
+/* A token was sent and is in neither file: one line with the peer's address, rate-limited
+ * (a guessing client must not flood the log); the rest are counted in a summary line. */
+static void log_wrong_token(dtq_web *w, struct evhttp_request *req, const char *auth) {
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    char *peer = NULL;
+    ev_uint16_t port = 0;
+    if (!auth || !evcon || !dtq_ratelog_allow(&w->wrong_tokens)) return;
+    evhttp_connection_get_peer(evcon, &peer, &port);
+    dtq_warn("web: a wrong token from %s port %u: %s %s refused (401)", peer ? peer : "?",
+             (unsigned)port, dtq_web_method_name(evhttp_request_get_command(req)),
+             dtq_log_nonnull(evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req))));
+}
+
 /* The write gate: the actor of the request's token, or NULL after answering 403 (no token
  * configured: read-only) or 401 (no token, or a wrong one). */
 static const char *authorize(dtq_web *w, struct evhttp_request *req) {
-    const char *actor;
+    const char *actor, *auth;
     if (!w->tokens) {
         dtq_web_reply_error(req, 403, "read_only",
                             "writes are disabled: dtq-web runs without a token file "
                             "(--token-file FILE or [web] token_file)");
         return NULL;
     }
-    actor = dtq_web_tokens_check(
-        w->tokens, evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
+    auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    actor = dtq_web_tokens_check(w->tokens, auth);
     if (!actor) {
+        log_wrong_token(w, req, auth);
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                           "Bearer realm=\"dtq-web\"");
         dtq_web_reply_error(req, 401, "unauthorized",
@@ -198,6 +344,7 @@ static int authorize_read(dtq_web *w, struct evhttp_request *req) {
     ok = dtq_web_tokens_check(w->read_tokens, auth) != NULL;
     ok |= dtq_web_tokens_check(w->tokens, auth) != NULL;
     if (ok) return 1;
+    log_wrong_token(w, req, auth);
     evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                       "Bearer realm=\"dtq-web\"");
     dtq_web_reply_error(req, 401, "unauthorized",
@@ -312,8 +459,21 @@ static void request_cb(struct evhttp_request *req, void *arg) {
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     char *seg[MAX_SEGMENTS];
     int n;
-    if (!check_host(w, req)) return;
+    conn_answering(w, req);
     if (!path || !*path) path = "/";
+    /* for probes: no token, no Redis, and before the Host check (it says nothing) */
+    if (!strcmp(path, "/healthz")) {
+        if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+            dtq_web_reply_error(req, 405, "method_not_allowed", "%s is not allowed here; use GET",
+                                dtq_web_method_name(m));
+            return;
+        }
+        dtq_web_common_headers(req, "text/plain; charset=utf-8");
+        dtq_web_send(req, 200, "ok\n", 3);
+        return;
+    }
+    if (!check_host(w, req)) return;
     if (strncmp(path, "/api/", 5) && strcmp(path, "/metrics")) {
         const char *file = path + 1;
         if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
@@ -397,6 +557,7 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     w->prefix = dtq_config_prefix(cfg);
     dtq_web_functions_init(&w->fn, cfg->ns);
     w->history = dtq_web_history_new(DTQ_WEB_HISTORY_SAMPLES);
+    dtq_ratelog_init(&w->wrong_tokens, base, "web: wrong tokens", 5, 10000);
     {
         char herr[256];
         w->hosts = dtq_web_hosts_new(cfg->web_listen, cfg->web_allowed_hosts, herr, sizeof(herr));
@@ -429,6 +590,12 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     evhttp_set_max_headers_size(w->http, DTQ_WEB_MAX_HEADERS);
     evhttp_set_timeout(w->http, DTQ_WEB_TIMEOUT_S);
     evhttp_set_gencb(w->http, request_cb, w);
+    {
+        int max_open, max = max_connections(&max_open);
+        w->guard = dtq_guard_new(base, "web", max, DTQ_WEB_DEADLINE_MS);
+        dtq_guard_set_max_open(w->guard, max_open);
+    }
+    evhttp_set_bevcb(w->http, conn_new, w);
     if (dtq_split_hostport(cfg->web_listen, &host, &port) != DTQ_OK) {
         snprintf(err, errlen, "[web] listen: '%s' is not host:port", cfg->web_listen);
         goto fail;
@@ -440,6 +607,7 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     }
     w->listen = dtq_xstrdup(cfg->web_listen);
     free(host);
+    dtq_guard_watch_listener(w->guard, evhttp_bound_socket_get_listener(w->bound));
     w->loopback = bound_to_loopback(w->bound);
     if (!w->loopback && !w->read_tokens)
         dtq_warn("web: %s is not a loopback address and reads need no token: whoever reaches "
@@ -480,7 +648,12 @@ void dtq_web_free(dtq_web *w) {
     /* first: pending API calls see NULL and answer 503, backlog reads end */
     dtq_rconn_free(w->redis);
     dtq_web_events_free(w->events); /* ends the streams while evhttp still lives */
+    if (w->guard) dtq_guard_watch_listener(w->guard, NULL); /* evhttp_free frees it first */
     if (w->http) evhttp_free(w->http);
+    /* evhttp_free closed its connections (conn_closed); what is left was not hooked yet */
+    while (w->conns) conn_forget(w->conns);
+    dtq_guard_free(w->guard);
+    dtq_ratelog_deinit(&w->wrong_tokens);
     dtq_tls_unref(w->tls);
     dtq_redis_url_deinit(&w->url);
     dtq_web_history_free(w->history);

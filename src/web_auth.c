@@ -39,6 +39,12 @@ static int valid_token(const char *s, size_t len) {
     return 1;
 }
 
+static int all_hex(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (!isxdigit((unsigned char)s[i])) return 0;
+    return 1;
+}
+
 dtq_web_tokens *dtq_web_tokens_parse(const char *text, char *err, size_t errlen) {
     dtq_web_tokens *t = dtq_xcalloc(1, sizeof(*t));
     const char *line = text;
@@ -73,11 +79,19 @@ dtq_web_tokens *dtq_web_tokens_parse(const char *text, char *err, size_t errlen)
             const char *tok = w2 ? w2 : w1;
             size_t len = strlen(tok);
             web_token *wt;
-            if (len < DTQ_WEB_TOKEN_MIN || !valid_token(tok, len)) {
+            if (!valid_token(tok, len)) {
                 snprintf(err, errlen,
-                         "line %d: a token must be at least %d printable characters without "
-                         "blanks (e.g. openssl rand -hex 32)",
-                         lineno, DTQ_WEB_TOKEN_MIN);
+                         "line %d: a token must be printable characters without blanks (make "
+                         "one with: openssl rand -hex 32)",
+                         lineno);
+                goto fail;
+            }
+            if (len < (all_hex(tok, len) ? DTQ_WEB_TOKEN_MIN_HEX : DTQ_WEB_TOKEN_MIN)) {
+                snprintf(err, errlen,
+                         "line %d: the token is %zu characters; a token needs 32 random bytes: "
+                         "%d hex digits, or at least %d characters (make one with: openssl "
+                         "rand -hex 32)",
+                         lineno, len, DTQ_WEB_TOKEN_MIN_HEX, DTQ_WEB_TOKEN_MIN);
                 goto fail;
             }
             if (t->n == DTQ_WEB_TOKENS_MAX) {

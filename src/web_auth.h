@@ -12,13 +12,18 @@
 
 #include <stddef.h>
 
-#define DTQ_WEB_TOKEN_MIN 16 /* bytes: shorter tokens are refused at load */
+/* A token must carry at least 32 random bytes (256 bits), so it cannot be guessed through
+ * the port: a token of hex digits only needs 64 of them (`openssl rand -hex 32`), any other
+ * token 43 characters (`openssl rand -base64 32` makes 44). Shorter ones are refused at
+ * load with the file and the line. */
+#define DTQ_WEB_TOKEN_MIN 43     /* characters of a token that is not all hex digits */
+#define DTQ_WEB_TOKEN_MIN_HEX 64 /* hex digits of an all-hex token */
 #define DTQ_WEB_TOKENS_MAX 64
 
 typedef struct dtq_web_tokens dtq_web_tokens;
 
 /* Parses the text of a token file. NULL with the reason in err (a line number and what
- * is wrong: no token at all, a token shorter than DTQ_WEB_TOKEN_MIN, a bad name, more than
+ * is wrong: no token at all, a token shorter than the minimum above, a bad name, more than
  * DTQ_WEB_TOKENS_MAX tokens). Caller-owned: dtq_web_tokens_free. */
 dtq_web_tokens *dtq_web_tokens_parse(const char *text, char *err, size_t errlen);
 /* Reads and parses the file at path (at most 64 KiB); the same errors, plus unreadable. */

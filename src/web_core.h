@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "rconn.h"
+#include "conn_guard.h"
 #include "web_auth.h"
 #include "web_history.h"
 
@@ -36,6 +37,8 @@ struct dtq_web_events;
 #define DTQ_WEB_MAX_BODY 65536      /* bytes of a request body; more is 413 */
 #define DTQ_WEB_MAX_HEADERS 16384   /* bytes of request headers; more is 400 */
 #define DTQ_WEB_TIMEOUT_S 30        /* evhttp's per-connection read/write timeout */
+#define DTQ_WEB_MAX_CONNECTIONS 256 /* open at once (less under a low RLIMIT_NOFILE) */
+#define DTQ_WEB_DEADLINE_MS 10000   /* from accept, or the last answer, to a whole request */
 #define DTQ_WEB_HISTORY_SAMPLES 720 /* samples kept: an hour at the default 5 s */
 #define DTQ_WEB_ACTOR_READONLY NULL
 
@@ -71,11 +74,21 @@ typedef struct dtq_web {
     int sampling;            /* a sample is in flight: the next tick skips */
     struct dtq_web_events *events;
     int64_t started_ms;
+    struct dtq_guard *guard;  /* the connection limits, shared with http.c (conn_guard.h) */
+    struct web_conn *conns;   /* every connection evhttp has, to find one from a request */
+    dtq_ratelog wrong_tokens; /* 401s for a token that is not in the files */
 } dtq_web;
 
 /* ------------------------------------------------------------- answers (web_api, events) */
 
 /* Answers with the JSON of body (taken and freed) and the API's headers. */
+/* evhttp has one close callback per connection and web.c keeps it for the connection
+ * limits: web_events.c sets its own through this (NULL clears it). */
+struct evhttp_connection;
+typedef void dtq_web_closecb(struct evhttp_connection *evcon, void *arg);
+void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
+                              void *arg);
+
 void dtq_web_reply_json(struct evhttp_request *req, int code, cJSON *body);
 /* The API's and the page's common headers, and an answer with a body (HEAD: its length
  * only). */

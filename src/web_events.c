@@ -65,7 +65,7 @@ static void client_end(client *c) {
         ev->clients = c->next;
     if (c->next) c->next->prev = c->prev;
     ev->nclients--;
-    evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+    dtq_web_conn_set_closecb(c->ev->w, c->evcon, NULL, NULL);
     evhttp_send_reply_end(c->req);
     evbuffer_free(c->held);
     free(c);
@@ -80,7 +80,7 @@ static void client_closed_cb(struct evhttp_connection *evcon, void *arg) {
     DTQ_UNUSED(evcon);
     if (c->backlog_pending) { /* freed when the read answers */
         c->closed = 1;
-        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+        dtq_web_conn_set_closecb(c->ev->w, c->evcon, NULL, NULL);
         return;
     }
     client_end(c);
@@ -258,7 +258,7 @@ void dtq_web_events_serve(dtq_web_events *ev, struct evhttp_request *req,
         struct timeval wtv = {DTQ_WEB_TIMEOUT_S, 0};
         if (bev) bufferevent_set_timeouts(bev, NULL, &wtv);
     }
-    evhttp_connection_set_closecb(c->evcon, client_closed_cb, c);
+    dtq_web_conn_set_closecb(ev->w, c->evcon, client_closed_cb, c);
     client_write(c, "retry: 3000\n: dtq-web events\n\n", 30);
     if (!ev->sub) sub_open(ev);
     if (backlog > 0 && ev->w->redis_up) {

@@ -8,8 +8,8 @@
 #include "harness.h"
 #include "web_auth.h"
 
-#define TOK1 "0123456789abcdef0123456789abcdef"
-#define TOK2 "s3cret-token-for-alice"
+#define TOK1 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define TOK2 "s3cret-token-for-alice-Zm9vYmFyYmF6cXV4cXV1eA"
 
 START_TEST(test_parse_and_check) {
     char err[256];
@@ -43,8 +43,14 @@ static void expect_refused(const char *text, const char *want) {
 START_TEST(test_refused_files) {
     expect_refused("", "no token");
     expect_refused("# only a comment\n\n", "no token");
-    expect_refused("short\n", "line 1: a token must be at least 16");
-    expect_refused(TOK1 "\nbob short\n", "line 2: a token must be at least 16");
+    expect_refused("short\n", "line 1: the token is 5 characters; a token needs 32 random bytes");
+    expect_refused(TOK1 "\nbob short\n", "line 2: the token is 5 characters");
+    /* hex digits carry 4 bits each: 63 are too few, 64 are enough */
+    expect_refused("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n",
+                   "line 1: the token is 63 characters; a token needs 32 random bytes: 64 hex "
+                   "digits, or at least 43 characters (make one with: openssl rand -hex 32)");
+    /* other characters (base64) carry 6: 42 are too few, 43 are enough */
+    expect_refused("x23456789abcdef0123456789abcdef0123456789a\n", "the token is 42 characters");
     expect_refused("a b c\n", "line 1: expected");
     expect_refused("bad/name " TOK1 "\n", "the name must match");
     expect_refused("tab\ttoken\x01xxxxxxxxxxxxxxxx\n", "printable");

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -28,8 +29,8 @@
 #include "util.h"
 #include "web_events.h"
 
-#define TOKEN "it-web-token-0123456789abcdef"
-#define ALICE "alice-token-fedcba9876543210"
+#define TOKEN "it-web-token-0123456789abcdef-Zm9vYmFyYmF6cXV4"
+#define ALICE "alice-token-fedcba9876543210-cXV1eGNvcmdlZ3JhdWx0"
 #define WORKER "w-web"
 
 static th_redis R;
@@ -964,7 +965,11 @@ START_TEST(test_command_line) {
     ck_assert_msg(strstr(out, "token_file") != NULL, "%s", out);
     free(out);
     ck_assert_int_eq(run_web(&out, "-u", R.url, "--token-file", shortok, NULL), 78);
-    ck_assert_msg(strstr(out, "at least 16") != NULL, "%s", out);
+    /* the file, the line, and how to make a good one */
+    ck_assert_msg(strstr(out, shortok) != NULL &&
+                      strstr(out, "line 1: the token is 3 characters") &&
+                      strstr(out, "openssl rand -hex 32"),
+                  "%s", out);
     free(out);
     /* an address in use */
     bfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1006,6 +1011,7 @@ START_TEST(test_systemd_unit_and_ready) {
                            "ExecStart=/usr/bin/dtq-web -c /etc/dtq/worker.ini",
                            "ExecReload=/bin/kill -HUP $MAINPID",
                            "RestartPreventExitStatus=78",
+                           "LimitNOFILE=8192",
                            "DynamicUser=yes",
                            "User=dtq-web",
                            "NoNewPrivileges=yes",
@@ -1047,7 +1053,7 @@ END_TEST
 
 /* ----------------------------------------------------------------- Host check, read tokens */
 
-#define READTOK "it-web-read-token-0123456789"
+#define READTOK "it-web-read-token-0123456789-Z2FycGx5d2FsZG9mcmVk"
 #define SECRET "{\"card\":\"4111-secret\"}"
 
 /* One request with the given Host header line (NULL: none) and Authorization value (NULL:
@@ -1332,12 +1338,13 @@ START_TEST(test_read_token) {
         th_path(&R, "rebind-read.token", rtok, sizeof(rtok));
         f = fopen(rtok, "w");
         ck_assert(f != NULL);
-        fputs("fresh-read-token-0123456789\n", f);
+        fputs("fresh-read-token-0123456789-cGx1Z2h4eXp6eXRob3Jw\n", f);
         fclose(f);
         kill(W.pid, SIGHUP);
         ck_assert_msg(th_wait_log(log, "1 read token(s) loaded", 1, 5000), "see %s", log);
         get_with("/api/tasks/secret1", "127.0.0.1", "Bearer " READTOK, 401);
-        get_with("/api/tasks/secret1", "127.0.0.1", "Bearer fresh-read-token-0123456789", 200);
+        get_with("/api/tasks/secret1", "127.0.0.1",
+                 "Bearer fresh-read-token-0123456789-cGx1Z2h4eXp6eXRob3Jw", 200);
         get_with("/api/tasks/secret1", "127.0.0.1", "Bearer " TOKEN, 200);
     }
     ck_assert_int_eq(th_count_in_file(log, "not a loopback address"), 0);
@@ -1870,6 +1877,167 @@ START_TEST(test_bulk_writes_with_the_token) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- connection floods */
+
+/* Lines of the file that contain needle; *last_out (optional) gets the last such line. */
+static int count_lines(const char *path, const char *needle, char *last_out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int n = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, needle)) {
+            n++;
+            if (last_out) snprintf(last_out, cap, "%s", line);
+        }
+    fclose(f);
+    return n;
+}
+
+/* /healthz answers 200 "ok" at once with no token and no Host check, whatever else holds
+ * the port: here 300 connections that send nothing (more than the cap: the oldest give
+ * way). */
+START_TEST(test_healthz_under_idle_flood) {
+    enum { IDLE = 300 };
+    int fds[IDLE];
+    int64_t t0;
+    resp r;
+    start_worker();
+    start_web(TOKEN "\n");
+    for (int i = 0; i < IDLE; i++) {
+        fds[i] = tcp_connect(PORT);
+        ck_assert_msg(fds[i] >= 0, "idle connection %d", i);
+    }
+    th_sleep_ms(200); /* accepted, all of them */
+    t0 = th_now_ms();
+    r = raw("GET", "/healthz", NULL, NULL, 0);
+    ck_assert_msg(th_now_ms() - t0 < 1000, "/healthz took %lld ms", (long long)(th_now_ms() - t0));
+    ck_assert_msg(r.status == 200 && !strcmp(r.body, "ok\n"), "%d %s", r.status, r.body);
+    resp_free(&r);
+    r = raw("GET", "/healthz", "evil.example", NULL, 0); /* says nothing: no Host check */
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    r = raw("POST", "/healthz", "127.0.0.1", NULL, 0);
+    ck_assert_int_eq(r.status, 405);
+    resp_free(&r);
+    /* the oldest idle connections were closed for the newer ones */
+    {
+        char b;
+        struct pollfd p = {fds[0], POLLIN, 0};
+        ck_assert_msg(poll(&p, 1, 2000) == 1 && recv(fds[0], &b, 1, 0) <= 0,
+                      "the oldest idle connection is still open past the cap");
+    }
+    for (int i = 0; i < IDLE; i++) close(fds[i]);
+    ck_assert(count_lines(W.log, "closing the oldest one that has not sent a whole request", NULL,
+                          0) >= 1);
+}
+END_TEST
+
+/* A client that sends its request a byte a second is cut DTQ_WEB_DEADLINE_MS after
+ * accept, though every byte would restart evhttp's own timeout. */
+START_TEST(test_slow_client_cut_at_deadline) {
+    const char *req = "GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    int fd, closed = 0;
+    int64_t t0, took = 0;
+    start_worker();
+    start_web(NULL);
+    fd = tcp_connect(PORT);
+    ck_assert(fd >= 0);
+    t0 = th_now_ms();
+    for (size_t i = 0; i < strlen(req) && !closed; i++) {
+        struct pollfd p = {fd, POLLIN, 0};
+        char b[256];
+        if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1 ||
+            (poll(&p, 1, 1000) == 1 && recv(fd, b, sizeof(b), 0) <= 0)) {
+            closed = 1;
+            took = th_now_ms() - t0;
+        }
+        if (th_now_ms() - t0 > DTQ_WEB_DEADLINE_MS + 5000) break;
+    }
+    close(fd);
+    ck_assert_msg(closed, "a one-byte-a-second client still connected after %lld ms",
+                  (long long)(th_now_ms() - t0));
+    ck_assert_msg(took >= DTQ_WEB_DEADLINE_MS - 1000 && took <= DTQ_WEB_DEADLINE_MS + 2500,
+                  "cut after %lld ms", (long long)took);
+    ck_assert(count_lines(W.log, "sent no whole request within", NULL, 0) == 1);
+}
+END_TEST
+
+/* Wrong tokens are logged with the peer's address, a few lines and then one summary with
+ * the count, never a line each. */
+START_TEST(test_wrong_tokens_logged_rate_limited) {
+    enum { WRONG = 200, BURST = 5 };
+    char last[2048] = "", want[128];
+    int lines;
+    start_worker();
+    start_web(TOKEN "\n");
+    for (int i = 0; i < WRONG; i++) {
+        resp r = http("POST", "/api/queues/default/pause",
+                      "Bearer wrong-token-0123456789abcdef0123456789abcdef", NULL);
+        ck_assert_int_eq(r.status, 401);
+        resp_free(&r);
+    }
+    lines = count_lines(W.log, "a wrong token from 127.0.0.1", NULL, 0);
+    ck_assert_msg(lines == BURST, "%d lines for %d wrong tokens", lines, WRONG);
+    /* the summary comes when the window of the first line ends (10 s) */
+    snprintf(want, sizeof(want), "web: wrong tokens: %d more in the last 10 s", WRONG - BURST);
+    for (int i = 0; i < 150 && !count_lines(W.log, "web: wrong tokens:", last, sizeof(last)); i++)
+        th_sleep_ms(100);
+    ck_assert_msg(strstr(last, want) != NULL, "no summary '%s': '%s'", want, last);
+    /* no token at all is not a wrong one */
+    {
+        resp r = http("POST", "/api/queues/default/pause", NULL, NULL);
+        ck_assert_int_eq(r.status, 401);
+        resp_free(&r);
+    }
+    ck_assert_int_eq(count_lines(W.log, "a wrong token from", NULL, 0), BURST);
+}
+END_TEST
+
+/* 1,100 connections under RLIMIT_NOFILE 1024: a normal request is still answered and the
+ * log stays short (no line per accept error, per eviction). */
+START_TEST(test_connection_flood_under_fd_limit) {
+    enum { FLOOD = 1100 };
+    static int fds[FLOOD];
+    struct rlimit old, low;
+    int64_t t0;
+    int nlines, opened = 0;
+    resp r;
+    start_worker();
+    /* dtq-web inherits the limit: lowered around its start only */
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = 1024;
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    start_web(NULL);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+    for (int i = 0; i < FLOOD; i++) {
+        struct sockaddr_in sa = {0};
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        ck_assert(fds[i] >= 0);
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)PORT);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS)
+            opened++;
+    }
+    ck_assert_int_ge(opened, 1000);
+    th_sleep_ms(500);
+    t0 = th_now_ms();
+    r = raw("GET", "/api/info", "127.0.0.1", NULL, 0);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.body);
+    resp_free(&r);
+    ck_assert_msg(th_now_ms() - t0 < 3000, "took %lld ms", (long long)(th_now_ms() - t0));
+    th_sleep_ms(1500);
+    for (int i = 0; i < FLOOD; i++) close(fds[i]);
+    nlines = count_lines(W.log, "", NULL, 0);
+    ck_assert_msg(nlines < 40, "%d log lines", nlines);
+    ck_assert_int_le(count_lines(W.log, "web: accept", NULL, 0), 3);
+    cJSON_Delete(get_json("/api/info", 200)); /* still serving */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("api");
@@ -1896,6 +2064,10 @@ int main(void) {
     tcase_add_test(tc, test_task_attempts_without_events_stream);
     tcase_add_test(tc, test_bulk_writes_refused);
     tcase_add_test(tc, test_bulk_writes_with_the_token);
+    tcase_add_test(tc, test_healthz_under_idle_flood);
+    tcase_add_test(tc, test_slow_client_cut_at_deadline);
+    tcase_add_test(tc, test_wrong_tokens_logged_rate_limited);
+    tcase_add_test(tc, test_connection_flood_under_fd_limit);
     suite_add_tcase(s, tc);
     tc = tcase_create("acl"); /* a TCP server: an ACL user is named in the URL */
     tcase_add_checked_fixture(tc, setup_tcp, teardown);

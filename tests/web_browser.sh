@@ -86,7 +86,7 @@ pids+=($!)
 worker_running() { [ "$(rc HGET dtq:worker:w-browser status)" = running ]; }
 wait_for "the worker" worker_running
 
-token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+token=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 printf '%s\n' "$token" >"$tmp/web.token"
 chmod 600 "$tmp/web.token"
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -232,7 +232,7 @@ rebind_dom "http://localhost:$port/#/task/ok-3" "$tmp/localhost.html"
 check "$tmp/localhost.html" "'data-state=\"ready\"' in dom and '\"n\": 3' in dom"
 
 echo "== reads with a read token (DevTools protocol)"
-read_token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+read_token=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 printf '%s\n' "$read_token" >"$tmp/web-read.token"
 chmod 600 "$tmp/web-read.token"
 port2=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
