@@ -4,6 +4,7 @@
 # XADD of producer entries, and the floor: a bare XADD of two fields (what Redis alone
 # does for one stream entry). No daemon runs; one started briefly loads the library.
 # Usage: bench/enqueue.sh [N]
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-100000}
 machine

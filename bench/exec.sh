@@ -4,6 +4,7 @@
 # (bench/spawn_floor.c) with the same parallelism: bare, with stdio pipes, and with the pipes
 # and the clean slate dtq gives its children. Also the daemon's own CPU per task.
 # Usage: bench/exec.sh [N] [concurrency]
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-5000}
 conc=${2:-64}

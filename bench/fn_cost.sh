@@ -9,6 +9,7 @@
 if [ "${CALLGRIND:-0}" = 1 ]; then
     export REDIS_WRAP="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null"
 fi
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-20000}
 batch=${2:-100}

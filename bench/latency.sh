@@ -7,6 +7,7 @@
 # The probe also prints the enqueue's own round trip: after 20 ms idle a single Function
 # call pays for cold caches on this kind of machine (compare a PING after the same pause).
 # Usage: bench/latency.sh [K]
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 k=${1:-200}
 bin=${DTQ_LATENCY:-$root/build/bench/latency}

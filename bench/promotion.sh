@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Promotion rate: N retrying tasks due now in dtq:retry:schedule, one daemon as scheduler
 # leader; time until every one is back in its stream. Usage: bench/promotion.sh [N] [batch]
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-100000}
 batch=${2:-500}

@@ -4,6 +4,7 @@
 # Usage: bench/throughput.sh [N] [concurrency] [fcall|raw]
 # EVENTS=all|terminal|off sets [limits] events; SUBSCRIBER=1 adds a client subscribed to
 # the events channel (without a listener the Functions build no events at all).
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-100000}
 conc=${2:-64}

@@ -3,6 +3,7 @@
 # in two bands each, a dead-letter stream and an events stream, 20 worker hashes with
 # per-queue counters; then the time of each page's API call, median of RUNS.
 # Usage: bench/web.sh [TASKS] [QUEUES] [RUNS]
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 web=${DTQ_WEB:-$root/build/dtq-web}
 n=${1:-1000000}

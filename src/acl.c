@@ -83,6 +83,7 @@ static const char *const monitor[] = {
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", READ_FUNCTIONS,
     "+hgetall", "+hget", "+get", "+exists", "+xlen", "+xrange", "+xpending", "+smembers",
     "+zrange", "+zcard", "+subscribe",
+    "+ping", /* a read-only dtq-web: its handshake, and the liveness PING of every connection */
     "+time", "+hmget", "+type", "+xrevrange", READ_COMMANDS,
     "%R~<p>:*", "&<p>:events", NULL};
 

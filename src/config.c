@@ -608,6 +608,13 @@ static void validate(load_state *st) {
                 return fail(st, section, "builtin",
                             "'%s' is not one of noop, echo, sleep, fail, flaky", h->target);
         }
+        if (h->kind == DTQ_HANDLER_KIND_EXEC) {
+            char why[128];
+            char **words = dtq_split_words(h->target, why, sizeof(why));
+            if (!words) return fail(st, section, "exec", "%s", why);
+            for (char **w = words; *w; w++) free(*w);
+            free(words);
+        }
         if (h->kind == DTQ_HANDLER_KIND_PLUGIN && !h->symbol)
             return fail(st, section, "symbol", "a plugin handler needs symbol = <function>");
         if (h->kind != DTQ_HANDLER_KIND_PLUGIN && h->symbol)

@@ -112,12 +112,18 @@ static char **base_env(char *const *extra) {
 
 dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen) {
     dtq_exec_spec *spec = dtq_xcalloc(1, sizeof(*spec));
-    spec->argv = split_blanks(h->target);
+    char why[128];
+    spec->argv = dtq_split_words(h->target, why, sizeof(why));
     spec->env = split_blanks(h->env ? h->env : "");
     spec->workdir = h->workdir ? dtq_xstrdup(h->workdir) : NULL;
     spec->kill_grace_ms = h->kill_grace_ms;
     memcpy(spec->retry_exit_codes, h->retry_exit_codes, sizeof(spec->retry_exit_codes));
     spec->keep_stdout = h->result_mode != DTQ_RESULT_MODE_IGNORE;
+    if (!spec->argv) {
+        snprintf(err, errlen, "[handler:%s] exec: %s", h->task_type, why);
+        dtq_exec_spec_free(spec);
+        return NULL;
+    }
     if (!spec->argv[0] || spec->argv[0][0] != '/') {
         snprintf(err, errlen, "[handler:%s] exec: needs an absolute program path", h->task_type);
         dtq_exec_spec_free(spec);

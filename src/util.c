@@ -113,6 +113,62 @@ int dtq_parse_double(const char *s, double min, double max, double *out) {
     return DTQ_OK;
 }
 
+char **dtq_split_words(const char *s, char *err, size_t errlen) {
+    size_t len = strlen(s), n = 0;
+    /* At most one word per two bytes, plus one; a word is never longer than the line. */
+    char **v = dtq_xcalloc(len / 2 + 2, sizeof(char *));
+    char *word = dtq_xmalloc(len + 1);
+    const char *p = s;
+    for (;;) {
+        size_t w = 0;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        while (*p && *p != ' ' && *p != '\t') {
+            if (*p == '\'') {
+                const char *open = p++;
+                while (*p && *p != '\'') word[w++] = *p++;
+                if (!*p) {
+                    snprintf(err, errlen, "unterminated single quote (opened at column %zu)",
+                             (size_t)(open - s) + 1);
+                    goto fail;
+                }
+                p++;
+            } else if (*p == '"') {
+                const char *open = p++;
+                while (*p && *p != '"') {
+                    if (*p == '\\' && (p[1] == '"' || p[1] == '\\' || p[1] == '$' || p[1] == '`'))
+                        p++;
+                    word[w++] = *p++;
+                }
+                if (!*p) {
+                    snprintf(err, errlen, "unterminated double quote (opened at column %zu)",
+                             (size_t)(open - s) + 1);
+                    goto fail;
+                }
+                p++;
+            } else if (*p == '\\') {
+                if (!p[1]) {
+                    snprintf(err, errlen, "a backslash at the end escapes nothing");
+                    goto fail;
+                }
+                word[w++] = p[1];
+                p += 2;
+            } else {
+                word[w++] = *p++;
+            }
+        }
+        v[n++] = dtq_xstrndup(word, w);
+    }
+    free(word);
+    v[n] = NULL;
+    return v;
+fail:
+    free(word);
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+    return NULL;
+}
+
 int dtq_split_hostport(const char *s, char **host, int *port) {
     const char *hb = s, *he, *colon;
     int64_t p;

@@ -40,6 +40,14 @@ int dtq_parse_bool(const char *s, int *out);
  * brackets); port 1-65535. An IPv6 address must be bracketed: "::1:80" is ambiguous. On
  * success *host is caller-owned. */
 int dtq_split_hostport(const char *s, char **host, int *port);
+/* Splits a command line into words as a POSIX shell would, without expanding anything:
+ * blanks separate words; 'single quotes' keep everything literally; "double quotes" keep
+ * everything but \" \\ \$ \` (the backslash escapes these four and is literal before
+ * anything else); outside quotes a backslash makes the next character literal. "" and ''
+ * make an empty word. No globbing, variables or substitutions: $, `, * stay as written.
+ * Returns a NULL-terminated caller-owned vector (free each word, then the vector), or
+ * NULL with the reason in err (an unterminated quote names the column it opens at). */
+char **dtq_split_words(const char *s, char *err, size_t errlen);
 
 /* Formats epoch ms as 2026-11-30T01:02:03.456Z into out (at least 25 bytes). */
 void dtq_format_iso8601(int64_t ms, char *out, size_t outlen);

@@ -531,7 +531,7 @@ static void sample_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* 1 when the bound socket's address is a loopback one (127/8, ::1, ::ffff:127/104). */
 static int bound_to_loopback(struct evhttp_bound_socket *bound) {
-    struct sockaddr_storage ss;
+    struct sockaddr_storage ss = {0};
     socklen_t len = sizeof(ss);
     evutil_socket_t fd = evhttp_bound_socket_get_fd(bound);
     if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) return 0;

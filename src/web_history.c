@@ -267,7 +267,7 @@ int dtq_web_history_rate(const dtq_web_history *h, const char *queue, int64_t wi
     t_first = at(h, first)->ts_ms;
     for (int i = first + 1; i <= last; i++) {
         int64_t ts;
-        dtq_web_history_point(h, i, queue, &ts, &depth, &pending, &d);
+        if (dtq_web_history_point(h, i, queue, &ts, &depth, &pending, &d) != 0) continue;
         sum.succeeded += d.succeeded;
         sum.failed += d.failed;
         sum.retried += d.retried;

@@ -269,7 +269,7 @@ void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const d
     if (!dtq_web_redis_up(w, req)) return;
     j = wr_new(w, req, a, NULL);
     s = dtq_rsteps_state(j);
-    if (cJSON_IsString(cls)) s->cls = dtq_xstrdup(cls->valuestring);
+    if (cls && cJSON_IsString(cls)) s->cls = dtq_xstrdup(cls->valuestring);
     s->cursor = dtq_xstrdup("-");
     ra_loop(j);
 }

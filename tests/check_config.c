@@ -604,6 +604,16 @@ START_TEST(test_exec_retry_and_result_keys) {
                  "only an exec handler takes this key");
     expect_error("[handler:x]\nplugin = /x.so\nsymbol = f\nretry_exit_codes = 7\n",
                  "[handler:x] retry_exit_codes", "only an exec handler takes this key");
+    /* exec command lines are split like a shell's words; an open quote is refused */
+    expect_error("[handler:x]\nexec = /bin/sh -c 'echo \"hi\"\n", "[handler:x] exec",
+                 "unterminated single quote (opened at column 12)");
+    expect_error("[handler:x]\nexec = /bin/echo \"a b\n", "[handler:x] exec",
+                 "unterminated double quote (opened at column 11)");
+    write_ini("[handler:x]\nexec = /bin/sh -c 'echo \"a b\"'\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_str_eq(cfg->handlers[0].target, "/bin/sh -c 'echo \"a b\"'");
+    dtq_config_free(cfg);
     expect_error("[worker]\nunknown_task_type = retry\n", "[worker] unknown_task_type",
                  "'retry' is not one of dead_letter, hand_back");
     expect_error("[worker]\nunknown_task_type_grace_s = 0\n", "[worker] unknown_task_type_grace_s",

@@ -1,4 +1,5 @@
-/* check_util.c: util.c: task ids and queue names, uuids, number parsing, time format. */
+/* check_util.c: util.c: task ids and queue names, uuids, number parsing, time format,
+ * command-line word splitting. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,6 +96,47 @@ START_TEST(test_iso8601) {
 }
 END_TEST
 
+/* One case of dtq_split_words: want lists the words joined by '|', or is NULL when the
+ * line is refused with an error containing err_frag. */
+static void check_words(const char *line, const char *want, const char *err_frag) {
+    char err[128] = "", got[512] = "";
+    char **v = dtq_split_words(line, err, sizeof(err));
+    if (!want) {
+        ck_assert_msg(v == NULL, "accepted: %s", line);
+        ck_assert_msg(strstr(err, err_frag) != NULL, "'%s' not in: %s", err_frag, err);
+        return;
+    }
+    ck_assert_msg(v != NULL, "refused: %s (%s)", line, err);
+    for (char **w = v; *w; w++) {
+        if (w != v) strcat(got, "|");
+        strcat(got, *w);
+        free(*w);
+    }
+    free(v);
+    ck_assert_msg(!strcmp(got, want), "%s: got [%s], want [%s]", line, got, want);
+}
+
+START_TEST(test_split_words) {
+    check_words("", "", NULL);
+    check_words("  \t ", "", NULL);
+    check_words("/bin/prog  a\tb ", "/bin/prog|a|b", NULL);
+    check_words("/usr/bin/python3 -c \"print(1)\"", "/usr/bin/python3|-c|print(1)", NULL);
+    check_words("/bin/sh -c 'echo \"{\\\"a\\\": 1}\"'", "/bin/sh|-c|echo \"{\\\"a\\\": 1}\"", NULL);
+    /* single quotes: everything literal, backslash included */
+    check_words("'a b\\n' c", "a b\\n|c", NULL);
+    /* double quotes: \" \\ \$ \` escaped, any other backslash kept */
+    check_words("\"x \\\" \\\\ \\$ \\` \\n $HOME `id` *\"", "x \" \\ $ ` \\n $HOME `id` *", NULL);
+    /* outside quotes the backslash makes the next character literal, blank included */
+    check_words("a\\ b \\'c \\\\", "a b|'c|\\", NULL);
+    /* adjacent pieces make one word; empty quotes an empty word */
+    check_words("pre'mid'\"post\" '' \"\"", "premidpost||", NULL);
+    check_words("*.txt $HOME", "*.txt|$HOME", NULL);
+    check_words("/bin/sh -c 'echo", NULL, "unterminated single quote (opened at column 12)");
+    check_words("a \"b\\\"", NULL, "unterminated double quote (opened at column 3)");
+    check_words("a b\\", NULL, "a backslash at the end escapes nothing");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("util");
     TCase *tc = tcase_create("core");
@@ -102,6 +144,7 @@ int main(void) {
     tcase_add_test(tc, test_numbers);
     tcase_add_test(tc, test_hostport);
     tcase_add_test(tc, test_iso8601);
+    tcase_add_test(tc, test_split_words);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

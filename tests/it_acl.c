@@ -7,12 +7,17 @@
  * drain hand-back) on the library an admin installed with `dtqctl functions install`; a
  * worker whose user may not FUNCTION LOAD says once what is missing and serves once the
  * library is installed. */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +31,8 @@ static th_redis R;
 static redisContext *C; /* the default user: sets up fixtures, inspects */
 
 #define PW "s3cret-pw"
+/* dtq-web refuses tokens shorter than 32 random bytes (64 hex digits) */
+#define WEB_TOKEN "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define HANDLERS                                                                                   \
     "[handler:echo]\nbuiltin = echo\n[handler:sleep]\nbuiltin = sleep\n"                           \
     "[handler:fail]\nbuiltin = fail\n[handler:flaky]\nbuiltin = flaky\n"
@@ -1037,6 +1044,129 @@ START_TEST(test_monitor_refusals) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- dtq-web as monitor */
+
+static int web_port;
+
+static int free_port(void) {
+    struct sockaddr_in sa = {0};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+/* One HTTP request to dtq-web (Connection: close); the status, and the start of the answer
+ * in out (headers and body). With stop_at_headers the connection is closed once the
+ * headers are in (an event stream never ends). */
+static int web_request(const char *method, const char *path, char *out, size_t outlen,
+                       int stop_at_headers) {
+    struct sockaddr_in sa = {0};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), status = 0;
+    char req[512];
+    size_t len = 0;
+    int64_t end = th_now_ms() + 10000;
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)web_port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    out[0] = '\0';
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    snprintf(req, sizeof(req),
+             "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+             "Authorization: Bearer " WEB_TOKEN "\r\nContent-Length: 0\r\n\r\n",
+             method, path);
+    ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    while (len + 1 < outlen) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int64_t left = end - th_now_ms();
+        ssize_t n;
+        ck_assert_msg(left > 0 && poll(&p, 1, (int)left) > 0, "%s %s: no answer", method, path);
+        n = recv(fd, out + len, outlen - len - 1, 0);
+        if (n <= 0) break;
+        len += (size_t)n;
+        out[len] = '\0';
+        if (stop_at_headers && strstr(out, "\r\n\r\n")) break;
+    }
+    close(fd);
+    ck_assert_int_eq(sscanf(out, "HTTP/1.%*d %d", &status), 1);
+    return status;
+}
+
+static int web_connected(void *arg) {
+    char out[4096];
+    (void)arg;
+    return web_request("GET", "/api/info", out, sizeof(out), 0) == 200 &&
+           strstr(out, "\"redis_connected\":true") != NULL;
+}
+
+/* dtq-web run by a user with the monitor role alone (docs: "ACL roles") is a working
+ * read-only dashboard: its handshake, sampler and event subscriber pass, the overview, a
+ * queue and a task view answer 200 with the data (not 404 "no queue"), with no denial in
+ * ACL LOG; its writes (given a token that may write) are refused by Redis and answered 403
+ * redis_permission, never 404, and change nothing. */
+START_TEST(test_web_as_monitor) {
+    th_daemon web;
+    char ini[400], tok[400], log[400], listen[64], out[65536];
+    char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-c", ini, (char *)"--listen", listen, NULL};
+    static const char *const writes[] = {"/api/queues/default/pause", "/api/tasks/w-1/cancel",
+                                         "/api/tasks/w-1/discard", "/api/dlq/purge"};
+    snapshot before;
+    FILE *f;
+    th_load_library(C);
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id w-1"));
+    apply_role("webmon", "monitor");
+    web_port = free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", web_port);
+    th_path(&R, "webmon.ini", ini, sizeof(ini));
+    th_path(&R, "webmon.token", tok, sizeof(tok));
+    th_path(&R, "webmon.log", log, sizeof(log));
+    f = fopen(tok, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(WEB_TOKEN "\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(tok, 0600), 0);
+    f = fopen(ini, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "[redis]\nurl = redis://webmon:" PW "@127.0.0.1:%d\n[web]\ntoken_file = %s\n",
+            R.port, tok);
+    fclose(f);
+    th_process_start(&web, argv, log);
+    ck_assert_msg(th_wait_until(web_connected, NULL, 10000), "dtq-web never connected; see %s",
+                  log);
+    ck_assert_int_eq(web_request("GET", "/api/overview", out, sizeof(out), 0), 200);
+    ck_assert_msg(strstr(out, "\"default\"") != NULL, "no queue default: %s", out);
+    ck_assert_int_eq(web_request("GET", "/api/queues/default", out, sizeof(out), 0), 200);
+    ck_assert_int_eq(web_request("GET", "/api/tasks/w-1", out, sizeof(out), 0), 200);
+    ck_assert_msg(strstr(out, "\"w-1\"") && strstr(out, "\"queued\""), "task view: %s", out);
+    ck_assert_int_eq(web_request("GET", "/api/dlq", out, sizeof(out), 0), 200);
+    ck_assert_int_eq(web_request("GET", "/api/audit?task=w-1", out, sizeof(out), 0), 200);
+    ck_assert_int_eq(web_request("GET", "/api/history", out, sizeof(out), 0), 200);
+    ck_assert_int_eq(web_request("GET", "/api/events", out, sizeof(out), 1), 200);
+    /* the subscriber's SUBSCRIBE and the liveness PINGs have had time to run */
+    th_sleep_ms(1500);
+    ck_assert_int_eq(web_request("GET", "/api/overview", out, sizeof(out), 0), 200);
+    assert_no_denials("webmon");
+    take(&before);
+    for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
+        ck_assert_msg(web_request("POST", writes[i], out, sizeof(out), 0) == 403, "%s: %s",
+                      writes[i], out);
+        ck_assert_msg(strstr(out, "redis_permission") != NULL, "%s: %s", writes[i], out);
+    }
+    assert_unchanged(&before, "dtq-web's writes as monitor");
+    free(before.functions);
+    th_assert_field(C, "w-1", "status", "queued");
+    ck_assert_int_eq(th_daemon_stop(&web, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("acl");
     TCase *tc = tcase_create("roles");
@@ -1053,6 +1183,11 @@ int main(void) {
     tcase_add_test(tc, test_worker_refusals);
     tcase_add_test(tc, test_admin_refusals);
     tcase_add_test(tc, test_monitor_refusals);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("web");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_web_as_monitor);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

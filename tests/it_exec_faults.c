@@ -636,6 +636,38 @@ START_TEST(test_unknown_type_grace_over) {
 }
 END_TEST
 
+/* exec command lines are split into words as a shell would (quotes, backslashes), and run
+ * without a shell: a quoted argument with blanks and quotes inside reaches the program as
+ * one argv entry, and a JSON text written inside single quotes is the task's result. */
+START_TEST(test_exec_quoted_words) {
+    th_daemon d;
+    char *res;
+    start(&d, "w-quotes", NULL,
+          "[handler:json]\nexec = /bin/sh -c 'echo \"{\\\"a\\\": 1}\"'\n"
+          "[handler:py]\nexec = /usr/bin/python3 -c \"print(1)\"\n"
+          "[handler:args]\nexec = /bin/sh -c 'printf \"<%s>\" \"$@\"' sh 'a b' \"c\\\"d $HOME\" "
+          "e\\ f ''\n"
+          "result = text\n");
+    enqueue("q1", "json");
+    enqueue("q2", "py");
+    enqueue("q3", "args");
+    wait_status("q1", "succeeded", 10000);
+    res = result_of("q1");
+    ck_assert_str_eq(res, "{\"a\": 1}\n");
+    free(res);
+    wait_status("q2", "succeeded", 10000);
+    res = result_of("q2");
+    ck_assert_str_eq(res, "1\n");
+    free(res);
+    wait_status("q3", "succeeded", 10000);
+    res = result_of("q3");
+    /* four arguments: "a b", c"d $HOME (no variable expansion), "e f", "" */
+    ck_assert_str_eq(res, "\"<a b><c\\\"d $HOME><e f><>\"");
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("exec_faults");
     TCase *tc = tcase_create("signals");
@@ -663,6 +695,11 @@ int main(void) {
     tcase_add_test(tc, test_result_text_and_ignore);
     tcase_add_test(tc, test_unknown_type_handed_back);
     tcase_add_test(tc, test_unknown_type_grace_over);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("command_line");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_exec_quoted_words);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
