@@ -112,9 +112,10 @@ static void render(FILE *out, const cJSON *b) {
 
     put_head(out, "dtq_dead_letters",
              "Dead letters per queue and error class, among the 1000 newest entries.");
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(dl, "by_queue_class"))
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(dl, "by_queue_class")) {
         put_sample(out, "dtq_dead_letters", "queue", str(e, "queue"), "class", str(e, "class"),
                    num(e, "count"));
+    }
     put_head(out, "dtq_dead_letter_length", "Entries of the dead-letter stream (XLEN).");
     put_sample(out, "dtq_dead_letter_length", NULL, NULL, NULL, NULL, num(dl, "length"));
 

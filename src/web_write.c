@@ -332,7 +332,9 @@ static dtq_rsteps *bk_new(dtq_web *w, struct evhttp_request *req, const dtq_web_
     s->actor = dtq_xstrdup(a->actor);
     s->ids = dtq_xcalloc((size_t)n, sizeof(char *));
     s->words = dtq_xcalloc((size_t)n, sizeof(char *));
-    cJSON_ArrayForEach(it, ids) s->ids[s->n++] = dtq_xstrdup(it->valuestring);
+    cJSON_ArrayForEach(it, ids) {
+        s->ids[s->n++] = dtq_xstrdup(it->valuestring);
+    }
     return dtq_web_job_new(&s->h, s, bk_free);
 }
 
