@@ -1798,12 +1798,18 @@ local function queue_counts(q)
   return r
 end
 
+-- The known queues, sorted (a <prefix>:queues of another type lists none).
+local function sorted_queues()
+  local names = redis.pcall('SMEMBERS', k('queues'))
+  if names.err then names = {} end
+  table.sort(names)
+  return names
+end
+
 -- FCALL_RO <ns>_stats 0: flat name/value pairs (SPEC 8), for the queues in <prefix>:queues
 -- (added by enqueue, by raw-entry fetch and by the daemon's setup): no keyspace SCAN.
 local function stats(keys, args)
-  local order = redis.pcall('SMEMBERS', k('queues'))
-  if order.err then order = {} end -- a key of another type lists no queue
-  table.sort(order)
+  local order = sorted_queues()
   local out = {}
   for _, q in ipairs(order) do
     local n = queue_counts(q)
@@ -1978,14 +1984,8 @@ end
 -- chunk included) 200 local variables, so each group of Functions keeps its locals to
 -- itself and registers what it defines; what others share stays above.
 do
---[[ FCALL_RO <ns>_overview 0: the queues (sorted, at most READ.QUEUES_MAX) with their
-counts, the live workers, the scheduler, the dead letters and the events settings. ]]
-local function overview(keys, args)
-  local now, c = now_ms(), load_config()
-  local names = redis.pcall('SMEMBERS', k('queues'))
-  if names.err then names = {} end
-  table.sort(names)
-  -- scheduled per queue: the READ.SCHEDULE_SCAN soonest due members, by their task's queue
+-- The schedule's size, and per queue its members among the READ.SCHEDULE_SCAN soonest due.
+local function scheduled_by_queue()
   local skey = k('retry', 'schedule')
   local scheduled, per = count_of('ZCARD', skey), {}
   local due = redis.pcall('ZRANGE', skey, 0, READ.SCHEDULE_SCAN - 1)
@@ -1994,6 +1994,15 @@ local function overview(keys, args)
     local q = redis.pcall('HGET', k('task', tid), 'queue')
     if type(q) == 'string' then per[q] = (per[q] or 0) + 1 end
   end
+  return scheduled, per
+end
+
+--[[ FCALL_RO <ns>_overview 0: the queues (sorted, at most READ.QUEUES_MAX) with their
+counts, the live workers, the scheduler, the dead letters and the events settings. ]]
+local function overview(keys, args)
+  local now, c = now_ms(), load_config()
+  local names = sorted_queues()
+  local scheduled, per = scheduled_by_queue()
   local queues = {}
   for i = 1, math.min(#names, READ.QUEUES_MAX) do
     local q = names[i]
@@ -2293,17 +2302,8 @@ letters of the READ.DLQ_SCAN newest entries by queue and class; the live workers
 status; the scheduler's leader. ]]
 local function metrics(keys, args)
   local now = now_ms()
-  local names = redis.pcall('SMEMBERS', k('queues'))
-  if names.err then names = {} end
-  table.sort(names)
-  local skey = k('retry', 'schedule')
-  local scheduled, per = count_of('ZCARD', skey), {}
-  local due = redis.pcall('ZRANGE', skey, 0, READ.SCHEDULE_SCAN - 1)
-  if due.err then due = {} end
-  for _, tid in ipairs(due) do
-    local q = redis.pcall('HGET', k('task', tid), 'queue')
-    if type(q) == 'string' then per[q] = (per[q] or 0) + 1 end
-  end
+  local names = sorted_queues()
+  local scheduled, per = scheduled_by_queue()
   local queues = {}
   for i = 1, math.min(#names, READ.QUEUES_MAX) do
     local q = names[i]
