@@ -21,10 +21,14 @@ ensure_deps() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    # Installing the packages starts a system redis-server and redis-sentinel; the scripts
-    # use private ones only, so stop those we caused (never one that was there before).
+    # Installing the packages starts a system redis-server, redis-sentinel and prometheus;
+    # the scripts use private ones (and promtool alone), so stop those we caused (never one
+    # that was there before).
     case " ${missing[*]} " in
         *" redis-server "*) systemctl disable --now redis-server >/dev/null 2>&1 || true;;
+    esac
+    case " ${missing[*]} " in
+        *" prometheus "*) systemctl disable --now prometheus >/dev/null 2>&1 || true;;
     esac
     case " ${missing[*]} " in
         *" redis-sentinel "*)
