@@ -223,9 +223,7 @@ static const route routes[] = {
 #undef GET
 #undef POST
 
-/* Splits "/a/b%2Fc" into decoded segments. -1 when a segment does not decode to a string
- * (a NUL byte) or the path does not start with '/'; -2 when there are more than max. */
-static int split_path(const char *path, char **seg, int max) {
+int dtq_web_split_path(const char *path, char **seg, int max) {
     int n = 0;
     const char *p;
     if (!path || *path != '/') return -1;
@@ -269,31 +267,14 @@ static int route_matches(const route *r, char **seg, int n) {
 static int read_body(struct evhttp_request *req, cJSON **out) {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
-    char *text;
-    const char *p;
-    *out = NULL;
-    if (len == 0) return 0;
-    text = dtq_xcalloc(1, len + 1);
+    char *text = dtq_xcalloc(1, len + 1);
+    const char *why = NULL;
+    int rc;
     evbuffer_copyout(in, text, len);
-    for (p = text; *p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'; p++) {
-    }
-    if (!*p && (size_t)(p - text) == len) {
-        free(text);
-        return 0;
-    }
-    if (strlen(text) != len || !(*out = cJSON_ParseWithOpts(text, NULL, 1))) {
-        free(text);
-        dtq_web_reply_error(req, 400, "bad_request", "the request body is not valid JSON");
-        return -1;
-    }
+    rc = dtq_web_parse_body(text, len, out, &why);
     free(text);
-    if (!cJSON_IsObject(*out)) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        dtq_web_reply_error(req, 400, "bad_request", "the request body must be a JSON object");
-        return -1;
-    }
-    return 0;
+    if (rc != 0) dtq_web_reply_error(req, 400, "bad_request", "the request body %s", why);
+    return rc;
 }
 
 /* A token was sent and is in neither file: one line with the peer's address, rate-limited
@@ -494,7 +475,7 @@ static void request_cb(struct evhttp_request *req, void *arg) {
         }
         return;
     }
-    n = split_path(path, seg, MAX_SEGMENTS);
+    n = dtq_web_split_path(path, seg, MAX_SEGMENTS);
     if (n == -2) {
         dtq_web_reply_error(req, 404, "not_found", "no such endpoint");
         return;

@@ -33,14 +33,17 @@ const char *dtq_web_query(const dtq_web_args *a, const char *name) {
     return evhttp_find_header(a->query, name);
 }
 
-int dtq_web_query_int(struct evhttp_request *req, const dtq_web_args *a, const char *name,
-                      int64_t def, int64_t min, int64_t max, int64_t *out) {
-    const char *v = dtq_web_query(a, name);
+int dtq_web_query_int_value(const char *v, int64_t def, int64_t min, int64_t max, int64_t *out) {
     if (!v || !*v) {
         *out = def;
         return 0;
     }
-    if (dtq_parse_int64(v, min, max, out) != DTQ_OK) {
+    return dtq_parse_int64(v, min, max, out) == DTQ_OK ? 0 : -1;
+}
+
+int dtq_web_query_int(struct evhttp_request *req, const dtq_web_args *a, const char *name,
+                      int64_t def, int64_t min, int64_t max, int64_t *out) {
+    if (dtq_web_query_int_value(dtq_web_query(a, name), def, min, max, out) != 0) {
         dtq_web_reply_error(req, 400, "bad_request", "%s must be an integer in [%lld, %lld]", name,
                             (long long)min, (long long)max);
         return -1;
@@ -50,4 +53,32 @@ int dtq_web_query_int(struct evhttp_request *req, const dtq_web_args *a, const c
 
 int dtq_web_valid_task_id(const char *s) {
     return s && dtq_valid_name(s, strlen(s), 256);
+}
+
+int dtq_web_parse_body(const char *text, size_t len, cJSON **out, const char **why) {
+    const char *p = text, *end = NULL;
+    *out = NULL;
+    while ((size_t)(p - text) < len && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    if ((size_t)(p - text) == len) return 0; /* empty, or blanks only */
+    if (memchr(text, '\0', len) || !(*out = cJSON_ParseWithOpts(text, &end, 1))) {
+        *why = "is not valid JSON";
+        return -1;
+    }
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        *why = "must be a JSON object";
+        return -1;
+    }
+    return 0;
+}
+
+int dtq_web_body_ids(const cJSON *body, int max) {
+    const cJSON *ids = body ? cJSON_GetObjectItemCaseSensitive(body, "ids") : NULL, *it;
+    int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+    if (n < 1 || n > max) return -1;
+    cJSON_ArrayForEach(it, ids) {
+        if (!cJSON_IsString(it) || !dtq_web_valid_task_id(it->valuestring)) return -2;
+    }
+    return n;
 }

@@ -90,4 +90,18 @@ int dtq_web_query_int(struct evhttp_request *req, const dtq_web_args *a, const c
 /* A task id as a path may carry it (derived ids of raw entries included). */
 int dtq_web_valid_task_id(const char *s);
 
+/* The pure parts of reading a request (fuzzed by tests/fuzz/fuzz_web_input.c). */
+/* A query parameter's integer: def when absent or empty; 0, or -1 when not in [min, max]. */
+int dtq_web_query_int_value(const char *v, int64_t def, int64_t min, int64_t max, int64_t *out);
+/* A request body: 0 with *out a JSON object, or NULL for an empty (or blank) body; -1 with
+ * *why ("is not valid JSON", "must be a JSON object") otherwise. */
+int dtq_web_parse_body(const char *text, size_t len, cJSON **out, const char **why);
+/* The bulk writes' {"ids": [...]}: the number of ids, -1 when not 1 to max of them, -2 when
+ * one is not a task id. */
+int dtq_web_body_ids(const cJSON *body, int max);
+/* Splits "/a/b%2Fc" into decoded segments (caller frees each). -1 when a segment does not
+ * decode to a string (a NUL byte) or the path does not start with '/'; -2 when there are
+ * more than max. (web.c, the router) */
+int dtq_web_split_path(const char *path, char **seg, int max);
+
 #endif

@@ -310,19 +310,17 @@ static dtq_rsteps *bk_new(dtq_web *w, struct evhttp_request *req, const dtq_web_
     int n;
     bk *s;
     if (body_fields(req, a->body, allowed) != 0) return NULL;
-    n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
-    if (n < 1 || n > DTQ_WEB_IDS_MAX) {
+    n = dtq_web_body_ids(a->body, DTQ_WEB_IDS_MAX);
+    if (n == -1) {
         dtq_web_reply_error(req, 400, "bad_request",
                             "the body must be {\"ids\": [...]} with 1 to %d task ids",
                             DTQ_WEB_IDS_MAX);
         return NULL;
     }
-    cJSON_ArrayForEach(it, ids) {
-        if (!cJSON_IsString(it) || !dtq_web_valid_task_id(it->valuestring)) {
-            dtq_web_reply_error(req, 400, "bad_request",
-                                "every id must be a task id ([A-Za-z0-9._:-]{1,256})");
-            return NULL;
-        }
+    if (n < 0) {
+        dtq_web_reply_error(req, 400, "bad_request",
+                            "every id must be a task id ([A-Za-z0-9._:-]{1,256})");
+        return NULL;
     }
     if (!dtq_web_redis_up(w, req)) return NULL;
     s = dtq_xcalloc(1, sizeof(*s));
