@@ -123,8 +123,8 @@ static web_conn *conn_of(dtq_web *w, struct evhttp_connection *evcon) {
     return NULL;
 }
 
-void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
-                              void *arg) {
+static void chain_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
+                          void *arg) {
     web_conn *wc = conn_of(w, evcon);
     if (wc) {
         wc->closecb = cb;
@@ -528,6 +528,7 @@ static int bound_to_loopback(struct evhttp_bound_socket *bound) {
 dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *tokens,
                      dtq_web_tokens *read_tokens, char *err, size_t errlen) {
     dtq_web *w = dtq_xcalloc(1, sizeof(*w));
+    w->chain_closecb = chain_closecb;
     char *host = NULL;
     int port;
     w->base = base;

@@ -148,3 +148,11 @@ void dtq_web_functions_deinit(dtq_web_functions *f) {
         *p = NULL;
     }
 }
+
+void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
+                              void *arg) {
+    if (w->chain_closecb)
+        w->chain_closecb(w, evcon, cb, arg);
+    else
+        evhttp_connection_set_closecb(evcon, cb, arg);
+}

@@ -53,6 +53,9 @@ typedef struct dtq_web_functions {
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns);
 void dtq_web_functions_deinit(dtq_web_functions *f);
 
+struct evhttp_connection;
+typedef void dtq_web_closecb(struct evhttp_connection *evcon, void *arg);
+
 typedef struct dtq_web {
     struct event_base *base;
     dtq_config *cfg; /* owned: [redis], [web], [log] are used */
@@ -74,21 +77,22 @@ typedef struct dtq_web {
     int sampling;            /* a sample is in flight: the next tick skips */
     struct dtq_web_events *events;
     int64_t started_ms;
-    struct dtq_guard *guard;  /* the connection limits, shared with http.c (conn_guard.h) */
-    struct web_conn *conns;   /* every connection evhttp has, to find one from a request */
+    struct dtq_guard *guard; /* the connection limits, shared with http.c (conn_guard.h) */
+    struct web_conn *conns;  /* every connection evhttp has, to find one from a request */
+    /* web.c's: puts a close callback behind its own, on a connection it holds */
+    void (*chain_closecb)(struct dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
+                          void *arg);
     dtq_ratelog wrong_tokens; /* 401s for a token that is not in the files */
 } dtq_web;
 
 /* ------------------------------------------------------------- answers (web_api, events) */
 
-/* Answers with the JSON of body (taken and freed) and the API's headers. */
 /* evhttp has one close callback per connection and web.c keeps it for the connection
- * limits: web_events.c sets its own through this (NULL clears it). */
-struct evhttp_connection;
-typedef void dtq_web_closecb(struct evhttp_connection *evcon, void *arg);
+ * limits (w->chain_closecb): web_events.c sets its own through this (NULL clears it). */
 void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_web_closecb *cb,
                               void *arg);
 
+/* Answers with the JSON of body (taken and freed) and the API's headers. */
 void dtq_web_reply_json(struct evhttp_request *req, int code, cJSON *body);
 /* The API's and the page's common headers, and an answer with a body (HEAD: its length
  * only). */
