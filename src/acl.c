@@ -23,7 +23,7 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
 #define READ_FUNCTIONS                                                                  \
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
     "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
-    "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics"
+    "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics", "+fcall_ro|<ns>_cron_list"
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
 /* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set
@@ -49,13 +49,14 @@ static const char *const worker[] = {
     "+fcall|<ns>_finish",
     "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_sched_claim",
     "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
-    "+fcall_ro|<ns>_version",
+    "+fcall_ro|<ns>_version", "+fcall_ro|<ns>_cron_due", "+fcall|<ns>_cron_fire",
+    "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_sync",
     "+ping", "+role", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
     "+xclaim", "+xack", "+xdel", "+xtrim", "+xadd", "+xpending", "+xrange", "+xrevrange",
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
-    "+scard", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait",
+    "+scard", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
     "~<p>:*", "&<p>:events", NULL};
 
 /* The admin Functions, FUNCTION LOAD (dtqctl functions install), the commands the
@@ -66,14 +67,15 @@ static const char *const admin[] = {
     "+fcall|<ns>_requeue", "+fcall|<ns>_requeue_dlq", "+fcall|<ns>_discard",
     "+fcall|<ns>_purge_dlq", "+fcall|<ns>_cancel", "+fcall|<ns>_pause", "+fcall|<ns>_resume",
     "+fcall|<ns>_sched_run_now", "+fcall|<ns>_sched_delete", "+fcall|<ns>_queue_clear",
-    "+fcall|<ns>_queue_remove",
+    "+fcall|<ns>_queue_remove", "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_remove",
+    "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",
     "+exists", "+expire", "+persist", "+type", "+incr", "+publish", "+xadd", "+xdel", "+xlen",
     "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
     "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd", "+srem", "+xack",
-    READ_COMMANDS,
+    "+hlen", READ_COMMANDS,
     "~<p>:*", "&<p>:events", NULL};
 
 /* Reads only: <ns>_stats, the read model and what they run, dtqctl show, dlq list, queues,

@@ -104,3 +104,66 @@ void dtq_call_lock_release(dtq_argv *a, const char *fn, const char *lock_key,
     dtq_argv_adds(a, lock_key);
     dtq_argv_adds(a, worker_id);
 }
+
+void dtq_call_cron_due(dtq_argv *a, const char *fn) {
+    dtq_argv_init(a);
+    dtq_argv_adds(a, "FCALL_RO");
+    dtq_argv_adds(a, fn);
+    dtq_argv_addll(a, 0);
+}
+
+void dtq_call_cron_fire(dtq_argv *a, const char *fn, const char *worker_id, const char *name,
+                        const char *queue, const char *gen, int64_t grace_ms, int64_t next_ms,
+                        const char *error) {
+    head(a, fn, 0);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_adds(a, name);
+    dtq_argv_adds(a, queue);
+    dtq_argv_adds(a, gen);
+    dtq_argv_addll(a, (long long)grace_ms);
+    if (next_ms < 0)
+        dtq_argv_adds(a, "");
+    else
+        dtq_argv_addll(a, (long long)next_ms);
+    dtq_argv_adds(a, error);
+}
+
+static void opt_int(dtq_argv *a, const char *name, int64_t v) {
+    if (v < 0) return;
+    dtq_argv_adds(a, name);
+    dtq_argv_addll(a, (long long)v);
+}
+
+void dtq_call_cron_set(dtq_argv *a, const char *fn, const char *actor, const dtq_cron_conf *c,
+                       const char *origin) {
+    head(a, fn, 0);
+    dtq_argv_adds(a, actor);
+    dtq_argv_adds(a, c->name);
+    dtq_argv_adds(a, c->spec);
+    dtq_argv_adds(a, c->queue);
+    dtq_argv_adds(a, c->task_type);
+    dtq_argv_adds(a, c->payload);
+    dtq_argv_adds(a, "tz");
+    dtq_argv_adds(a, c->tz);
+    dtq_argv_adds(a, "catch_up");
+    dtq_argv_adds(a, c->catch_up);
+    dtq_argv_adds(a, "origin");
+    dtq_argv_adds(a, origin);
+    opt_int(a, "priority", c->priority);
+    opt_int(a, "max_attempts", c->max_attempts);
+    opt_int(a, "timeout_ms", c->timeout_ms);
+    opt_int(a, "ttl_seconds", c->ttl_seconds);
+    /* paused only when the file says so: an operator's pause survives a sync */
+    if (c->paused) {
+        dtq_argv_adds(a, "paused");
+        dtq_argv_adds(a, "1");
+    }
+}
+
+void dtq_call_cron_sync(dtq_argv *a, const char *fn, const char *actor, const char *origin,
+                        const dtq_config *cfg) {
+    head(a, fn, 0);
+    dtq_argv_adds(a, actor);
+    dtq_argv_adds(a, origin);
+    for (int i = 0; i < cfg->ncrons; i++) dtq_argv_adds(a, cfg->crons[i].name);
+}

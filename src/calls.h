@@ -9,6 +9,7 @@
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "streams.h"
 #include "util.h"
 
@@ -57,5 +58,24 @@ void dtq_call_lock_refresh(dtq_argv *a, const char *fn, const char *lock_key, co
 /* <ns>_lock_release: the lock key; worker_id. */
 void dtq_call_lock_release(dtq_argv *a, const char *fn, const char *lock_key,
                            const char *worker_id);
+
+/* <ns>_cron_due (FCALL_RO): no keys, no arguments. */
+void dtq_call_cron_due(dtq_argv *a, const char *fn);
+
+/* <ns>_cron_fire: no keys; worker_id, the schedule's name, queue and generation (as
+ * <ns>_cron_due answered them), grace_ms, the next fire time (next_ms < 0: "", none),
+ * the error ("" when it plans); the caller appends the fire times, oldest first. */
+void dtq_call_cron_fire(dtq_argv *a, const char *fn, const char *worker_id, const char *name,
+                        const char *queue, const char *gen, int64_t grace_ms, int64_t next_ms,
+                        const char *error);
+
+/* <ns>_cron_set: no keys; the actor, then a [cron:NAME] section as its arguments and
+ * options, with `origin`. */
+void dtq_call_cron_set(dtq_argv *a, const char *fn, const char *actor, const dtq_cron_conf *c,
+                       const char *origin);
+
+/* <ns>_cron_sync: no keys; the actor, the origin, the names of cfg's [cron:NAME] sections. */
+void dtq_call_cron_sync(dtq_argv *a, const char *fn, const char *actor, const char *origin,
+                        const dtq_config *cfg);
 
 #endif

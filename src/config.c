@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <cjson/cJSON.h>
 #include <ini.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cron.h"
 #include "keys.h"
 #include "log.h"
 #include "redis_url.h"
@@ -403,6 +405,82 @@ static int set_handler_key(load_state *st, const char *section, const char *task
     return DTQ_OK;
 }
 
+/* [cron:NAME] sections: one periodic schedule each. */
+static dtq_cron_conf *cron_for(dtq_config *cfg, const char *name) {
+    for (int i = 0; i < cfg->ncrons; i++)
+        if (!strcmp(cfg->crons[i].name, name)) return &cfg->crons[i];
+    cfg->crons = dtq_xrealloc(cfg->crons, sizeof(dtq_cron_conf) * (size_t)(cfg->ncrons + 1));
+    dtq_cron_conf *c = &cfg->crons[cfg->ncrons++];
+    memset(c, 0, sizeof(*c));
+    c->name = dtq_xstrdup(name);
+    c->priority = c->max_attempts = c->timeout_ms = c->ttl_seconds = -1;
+    return c;
+}
+
+static void set_cron_key(load_state *st, const char *section, const char *name, const char *key,
+                         const char *value) {
+    dtq_cron_conf *c = cron_for(st->cfg, name);
+    const struct {
+        const char *key;
+        char **str;
+        int64_t *num;
+        int64_t min, max;
+    } keys[] = {
+        {"spec", &c->spec, NULL, 0, 0},
+        {"tz", &c->tz, NULL, 0, 0},
+        {"queue", &c->queue, NULL, 0, 0},
+        {"task_type", &c->task_type, NULL, 0, 0},
+        {"payload", &c->payload, NULL, 0, 0},
+        {"catch_up", &c->catch_up, NULL, 0, 0},
+        {"priority", NULL, &c->priority, 0, DTQ_BANDS - 1},
+        {"max_attempts", NULL, &c->max_attempts, 1, DTQ_MAX_ATTEMPTS},
+        {"timeout_ms", NULL, &c->timeout_ms, 1, (int64_t)BIG},
+        {"ttl_seconds", NULL, &c->ttl_seconds, 1, (int64_t)BIG},
+    };
+    if (!strcmp(key, "paused")) {
+        if (dtq_parse_bool(value, &c->paused) != DTQ_OK)
+            fail(st, section, key, "'%s' is not a boolean (true/false)", value);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (strcmp(keys[i].key, key)) continue;
+        if (keys[i].str) {
+            free(*keys[i].str);
+            *keys[i].str = dtq_xstrdup(value);
+        } else if (dtq_parse_int64(value, keys[i].min, keys[i].max, keys[i].num) != DTQ_OK) {
+            fail(st, section, key, "'%s' is not an integer in [%lld, %lld]", value,
+                 (long long)keys[i].min, (long long)keys[i].max);
+        }
+        return;
+    }
+    fail(st, section, key, "unknown key");
+}
+
+/* A schedule's section as a whole, once the file is read: what <ns>_cron_set would refuse,
+ * and what only C can check (the spec and the zone), said with the section's name. */
+static void validate_cron(load_state *st, dtq_cron_conf *c) {
+    char section[96], why[256];
+    dtq_cron spec;
+    cJSON *payload;
+    snprintf(section, sizeof(section), "cron:%s", c->name);
+    if (!c->spec) return fail(st, section, "spec", "required");
+    if (dtq_cron_parse(c->spec, &spec, why, sizeof(why)) != 0)
+        return fail(st, section, "spec", "%s", why);
+    if (!c->tz) c->tz = dtq_xstrdup("UTC");
+    if (dtq_cron_zone_valid(c->tz, why, sizeof(why)) != 0)
+        return fail(st, section, "tz", "%s", why);
+    if (!c->queue || !dtq_valid_queue_name(c->queue))
+        return fail(st, section, "queue", "required, matching [A-Za-z0-9._:-]{1,128}");
+    if (!c->task_type || !dtq_valid_queue_name(c->task_type))
+        return fail(st, section, "task_type", "required, matching [A-Za-z0-9._:-]{1,128}");
+    if (!c->payload) c->payload = dtq_xstrdup("{}");
+    if (!(payload = cJSON_Parse(c->payload))) return fail(st, section, "payload", "not valid JSON");
+    cJSON_Delete(payload);
+    if (!c->catch_up) c->catch_up = dtq_xstrdup("skip");
+    if (strcmp(c->catch_up, "skip") && strcmp(c->catch_up, "none") && strcmp(c->catch_up, "all"))
+        return fail(st, section, "catch_up", "'%s' is not one of skip, none, all", c->catch_up);
+}
+
 static int ini_cb(void *user, const char *section, const char *key, const char *value) {
     load_state *st = user;
     const config_key *k;
@@ -415,6 +493,16 @@ static int ini_cb(void *user, const char *section, const char *key, const char *
             return 1;
         }
         set_handler_key(st, section, tt, key, value);
+        return 1;
+    }
+    if (!strncmp(section, "cron:", 5)) {
+        const char *name = section + 5;
+        /* the rule of <ns>_cron_set's names, which is the namespace's */
+        if (!dtq_namespace_valid(name)) {
+            fail(st, section, NULL, "schedule name must match " DTQ_NAMESPACE_RULE);
+            return 1;
+        }
+        set_cron_key(st, section, name, key, value);
         return 1;
     }
     if (!*section) {
@@ -636,6 +724,7 @@ static void validate(load_state *st) {
         if (h->retry.base_delay_s > h->retry.max_delay_s)
             return fail(st, section, "base_delay", "must not exceed max_delay");
     }
+    for (int i = 0; i < cfg->ncrons && !st->failed; i++) validate_cron(st, &cfg->crons[i]);
 }
 
 int dtq_namespace_valid(const char *ns) {
@@ -693,6 +782,13 @@ void dtq_config_free(dtq_config *cfg) {
         free(h->workdir);
     }
     free(cfg->handlers);
+    for (int i = 0; i < cfg->ncrons; i++) {
+        dtq_cron_conf *c = &cfg->crons[i];
+        char **strs[] = {&c->name,      &c->spec,    &c->tz,      &c->queue,
+                         &c->task_type, &c->payload, &c->catch_up};
+        for (size_t j = 0; j < sizeof(strs) / sizeof(strs[0]); j++) free(*strs[j]);
+    }
+    free(cfg->crons);
     free(cfg->path);
     free(cfg);
 }

@@ -54,6 +54,14 @@ typedef struct dtq_handler_conf {
     enum dtq_result_mode result_mode;
 } dtq_handler_conf;
 
+/* [cron:NAME]: a periodic schedule this config file defines (reference 12; the Functions
+ * keep it, worker.c syncs these at start and on SIGHUP). Integers are -1 when not given. */
+typedef struct dtq_cron_conf {
+    char *name, *spec, *tz, *queue, *task_type, *payload, *catch_up;
+    int64_t priority, max_attempts, timeout_ms, ttl_seconds;
+    int paused;
+} dtq_cron_conf;
+
 typedef struct dtq_config {
     char *path;
     /* [redis] */
@@ -120,6 +128,9 @@ typedef struct dtq_config {
     /* [handler:*] */
     dtq_handler_conf *handlers;
     int nhandlers;
+    /* [cron:*] */
+    dtq_cron_conf *crons;
+    int ncrons;
 } dtq_config;
 
 /* Loads path (NULL = defaults and environment only). On error returns NULL and writes

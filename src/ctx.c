@@ -61,6 +61,10 @@ dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_ba
     ctx->fn.sched_promote = dtq_keys_function(ns, "sched_promote");
     ctx->fn.lock_refresh = dtq_keys_function(ns, "lock_refresh");
     ctx->fn.lock_release = dtq_keys_function(ns, "lock_release");
+    ctx->fn.cron_due = dtq_keys_function(ns, "cron_due");
+    ctx->fn.cron_fire = dtq_keys_function(ns, "cron_fire");
+    ctx->fn.cron_set = dtq_keys_function(ns, "cron_set");
+    ctx->fn.cron_sync = dtq_keys_function(ns, "cron_sync");
     ctx->started_at_ms = dtq_now_ms();
     if (gethostname(ctx->hostname, sizeof(ctx->hostname) - 1) != 0)
         strcpy(ctx->hostname, "unknown");
@@ -94,6 +98,10 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     free(f->handback);
     free(f->worker_event);
     free(f->sched_claim);
+    free(f->cron_due);
+    free(f->cron_fire);
+    free(f->cron_set);
+    free(f->cron_sync);
     free(f->sched_promote);
     free(f->lock_refresh);
     free(f->lock_release);

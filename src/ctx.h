@@ -59,6 +59,7 @@ typedef struct dtq_hooks {
 typedef struct dtq_functions {
     char *fetch, *reap, *recover, *deregister, *finish, *handback, *worker_event;
     char *sched_claim, *sched_promote, *lock_refresh, *lock_release;
+    char *cron_due, *cron_fire, *cron_set, *cron_sync;
 } dtq_functions;
 
 typedef struct dtq_ctx {

@@ -12,6 +12,7 @@
 
 #include "calls.h"
 #include "consumer.h"
+#include "cron_pass.h"
 #include "ctx.h"
 #include "executor.h"
 #include "finisher.h"
@@ -52,6 +53,7 @@ struct dtq_worker {
     dtq_reaper *reaper;
     dtq_lease *lease;
     dtq_scheduler *scheduler;
+    dtq_cron_pass *cron;
     dtq_heartbeat *heartbeat;
     dtq_http *http;
     dtq_sentinel *sentinel; /* redis-sentinel:// */
@@ -122,6 +124,7 @@ static void setup_done(dtq_worker *w) {
         dtq_consumer_start(w->consumer);
         dtq_reaper_start(w->reaper);
         dtq_scheduler_start(w->scheduler);
+        dtq_cron_pass_start(w->cron);
     }
     check_drained(w);
 }
@@ -370,6 +373,7 @@ static void cmd_state_cb(dtq_rconn *rc, int up, void *arg) {
     w->ctx->ready = 0;
     dtq_sdnotify("STATUS=redis connection lost, reconnecting");
     dtq_scheduler_connection_lost(w->scheduler);
+    dtq_cron_pass_connection_lost(w->cron);
 }
 
 static void blk_state_cb(dtq_rconn *rc, int up, void *arg) {
@@ -442,6 +446,7 @@ static void start_drain(dtq_worker *w) {
     dtq_consumer_stop(w->consumer);
     dtq_reaper_stop(w->reaper);
     dtq_scheduler_stop(w->scheduler);
+    dtq_cron_pass_stop(w->cron);
     dtq_heartbeat_set_status(w->heartbeat, "draining", NULL, NULL);
     evtimer_add(w->drain_timer, &tv);
     evtimer_add(w->hard_stop_timer, &hard);
@@ -516,6 +521,7 @@ static void reload(dtq_worker *w) {
         dtq_scheduler_start(w->scheduler);
     if (dtq_rconn_is_up(ctx->cmd)) publish_config(w, NULL);
     dtq_consumer_reset(w->consumer);
+    dtq_cron_pass_config_changed(w->cron);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);
 }
 
@@ -615,6 +621,7 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     w->reaper = dtq_reaper_new(ctx, w->executor, w->finisher);
     w->lease = dtq_lease_new(ctx, w->executor, w->finisher);
     w->scheduler = dtq_scheduler_new(ctx);
+    w->cron = dtq_cron_pass_new(ctx);
     w->heartbeat = dtq_heartbeat_new(ctx);
     if (*cfg->http_listen) {
         w->http = dtq_http_new(ctx, cfg->http_listen, err, errlen);
@@ -670,6 +677,7 @@ void dtq_worker_free(dtq_worker *w) {
     dtq_http_free(w->http);
     dtq_heartbeat_free(w->heartbeat);
     dtq_scheduler_free(w->scheduler);
+    dtq_cron_pass_free(w->cron);
     dtq_lease_free(w->lease);
     dtq_reaper_free(w->reaper);
     dtq_consumer_free(w->consumer);

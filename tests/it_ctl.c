@@ -653,6 +653,13 @@ START_TEST(test_help_is_the_table) {
         {"queue remove", "queue remove", "usage: dtqctl queue remove <queue>"},
         {"pause", "pause", "usage: dtqctl pause <queue> [options]"},
         {"resume", "resume a b c", "usage: dtqctl resume <queue> [options]"},
+        {"cron add", "cron add a b",
+         "usage: dtqctl cron add NAME SPEC QUEUE TASK_TYPE PAYLOAD [options]"},
+        {"cron list", "cron list a b", "usage: dtqctl cron list [options]"},
+        {"cron remove", "cron remove", "usage: dtqctl cron remove NAME"},
+        {"cron pause", "cron pause a b", "usage: dtqctl cron pause NAME"},
+        {"cron resume", "cron resume", "usage: dtqctl cron resume NAME"},
+        {"cron run", "cron run", "usage: dtqctl cron run NAME"},
         {"workers", "workers x", "usage: dtqctl workers"},
         {"events", "events x", "usage: dtqctl events"},
         {"stats", "stats x", "usage: dtqctl stats"},
@@ -673,7 +680,7 @@ START_TEST(test_help_is_the_table) {
         if (strncmp(line, "  ", 2) || line[2] == ' ') continue;
         ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
         if (!strcmp(w1, "dlq") || !strcmp(w1, "functions") || !strcmp(w1, "scheduled") ||
-            !strcmp(w1, "queue"))
+            !strcmp(w1, "queue") || !strcmp(w1, "cron"))
             snprintf(verb, sizeof(verb), "%s %s", w1, w2);
         else
             snprintf(verb, sizeof(verb), "%s", w1);

@@ -1,0 +1,285 @@
+/* cron_pass.c: periodic tasks in the daemon. Every daemon writes the schedules of its
+ * config file ([cron:NAME]) into Redis when its connection is set up and after SIGHUP;
+ * the scheduler leader alone fires them. A leader's step: <ns>_cron_due (Redis's clock and
+ * the schedules to plan or fire), the fire times of each computed here (cron.c: the
+ * Functions have no time-zone database), one <ns>_cron_fire per schedule, which decides
+ * what runs and enqueues each fire time at most once. The timer then wakes at the soonest
+ * planned fire time, so a fire is late by a round trip, not by a scheduler interval. */
+#include "cron_pass.h"
+
+#include <event2/event.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calls.h"
+#include "cron.h"
+#include "log.h"
+#include "util.h"
+
+/* What a ring of fire times may hold, whatever cron_due says it takes. */
+#define CRON_FIRES_CAP 1000
+/* Fire times walked per schedule and step, at most: a second-by-second schedule after
+ * eleven days of downtime. Beyond it the walk goes on at the next step. */
+#define CRON_WALK_MAX 1000000
+#define CRON_MIN_WAKE_MS 5
+
+struct dtq_cron_pass {
+    dtq_ctx *ctx;
+    struct event *tick_ev;
+    int running;
+    int inflight;     /* replies awaited in this step (due, then fires) */
+    int synced;       /* the config's schedules are written on this connection */
+    int sync_pending; /* replies awaited by the sync */
+    int64_t soonest;  /* earliest next fire time this step saw (Redis ms), 0 = none */
+    int64_t now;      /* Redis's clock at this step's cron_due */
+    int full;         /* cron_due had more due schedules than it handed out */
+    int fires_max;    /* fire times one <ns>_cron_fire takes (cron_due says) */
+};
+
+static void arm(dtq_cron_pass *cp, int64_t ms) {
+    struct timeval tv;
+    if (!cp->running) return;
+    if (ms < 0) ms = 0;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    evtimer_add(cp->tick_ev, &tv);
+}
+
+/* The next step: at the soonest fire time when it comes before the scheduler's interval
+ * (which bounds how late a new schedule or a new leader is seen). */
+static void arm_next(dtq_cron_pass *cp) {
+    int64_t iv = cp->ctx->cfg->scheduler_interval_ms, wait = iv;
+    if (cp->full)
+        wait = 0;
+    else if (cp->soonest > 0 && cp->soonest - cp->now < iv)
+        wait = cp->soonest - cp->now;
+    if (wait < CRON_MIN_WAKE_MS && !cp->full) wait = CRON_MIN_WAKE_MS;
+    arm(cp, wait);
+}
+
+/* How late a fire time may run and still be on time: longer than a leader failover takes
+ * (the lock's lifetime) and two passes, so a change of leader is not downtime. */
+static int64_t grace_ms(const dtq_config *cfg) {
+    return cfg->leader_lock_ms + 2 * cfg->scheduler_interval_ms;
+}
+
+static void step_reply_done(dtq_cron_pass *cp) {
+    if (--cp->inflight == 0) arm_next(cp);
+}
+
+static void fire_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_cron_pass *cp = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (!reply) return; /* the connection went: connection_lost re-arms */
+    if (reply->type == REDIS_REPLY_ERROR) {
+        dtq_error("cron: fire failed: %s", reply->str);
+    } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 4) {
+        long long fired = reply->element[0]->integer, dropped = reply->element[1]->integer,
+                  refused = reply->element[2]->integer;
+        if (dropped) dtq_info("cron: %lld missed fire time(s) dropped by catch-up", dropped);
+        if (refused)
+            dtq_warn("cron: %lld fire time(s) not enqueued (queue full: see cron list)", refused);
+        DTQ_UNUSED(fired);
+    }
+    step_reply_done(cp);
+}
+
+/* One schedule of the cron_due reply: its fire times up to now and the first one after,
+ * handed to <ns>_cron_fire. */
+static void plan_one(dtq_cron_pass *cp, const redisReply *item) {
+    dtq_ctx *ctx = cp->ctx;
+    const char *name, *queue, *gen, *spec, *tz, *anchor_s, *next_s;
+    char why[300] = "", msg[256];
+    dtq_cron cron;
+    int64_t anchor = 0, next = 0, fires[CRON_FIRES_CAP];
+    int nfires = 0, first = 0, planned = 0;
+    dtq_argv a;
+    if (item->type != REDIS_REPLY_ARRAY || item->elements != 7) return;
+    for (size_t i = 0; i < 7; i++)
+        if (item->element[i]->type != REDIS_REPLY_STRING) return;
+    name = item->element[0]->str;
+    queue = item->element[1]->str;
+    gen = item->element[2]->str;
+    spec = item->element[3]->str;
+    tz = item->element[4]->str;
+    anchor_s = item->element[5]->str;
+    next_s = item->element[6]->str;
+    dtq_parse_int64(anchor_s, 0, INT64_MAX, &anchor);
+    if (dtq_cron_parse(spec, &cron, msg, sizeof(msg)) != 0) {
+        snprintf(why, sizeof(why), "spec: %s", msg);
+    } else if (dtq_cron_zone_valid(tz, msg, sizeof(msg)) != 0) {
+        snprintf(why, sizeof(why), "tz: %s", msg);
+    } else if (!*next_s || dtq_parse_int64(next_s, 0, INT64_MAX, &next) != DTQ_OK) {
+        /* Unplanned (new, changed, resumed): its first fire time after now. */
+        if (dtq_cron_next(&cron, tz, anchor, cp->now, &next) != 0)
+            snprintf(why, sizeof(why), "spec: no fire time after now");
+        planned = 1;
+    } else {
+        /* Every fire time from the planned one up to now; the newest fires_max kept
+         * (in a ring: `first` is the oldest kept), the Function decides which run. */
+        int64_t walked = 0;
+        while (next <= cp->now && walked < CRON_WALK_MAX) {
+            if (nfires < cp->fires_max) {
+                fires[nfires++] = next;
+            } else {
+                fires[first] = next;
+                first = (first + 1) % cp->fires_max;
+            }
+            walked++;
+            if (dtq_cron_next(&cron, tz, anchor, next, &next) != 0) {
+                next = -1;
+                break;
+            }
+        }
+        planned = 1;
+    }
+    if (*why) dtq_warn("cron: schedule %s cannot be planned: %s", name, why);
+    dtq_call_cron_fire(&a, ctx->fn.cron_fire, ctx->cfg->worker_id, name, queue, gen,
+                       grace_ms(ctx->cfg), (*why || next < 0) ? -1 : next, why);
+    for (int i = 0; i < nfires; i++) dtq_argv_addll(&a, fires[(first + i) % nfires]);
+    if (planned && !*why && next > 0 && (cp->soonest == 0 || next < cp->soonest))
+        cp->soonest = next;
+    if (dtq_ctx_command(ctx, fire_cb, cp, &a) == DTQ_OK) cp->inflight++;
+    dtq_argv_deinit(&a);
+}
+
+static void due_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_cron_pass *cp = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (!reply) return;
+    if (reply->type == REDIS_REPLY_ERROR || reply->type != REDIS_REPLY_ARRAY ||
+        reply->elements < 4) {
+        dtq_error("cron: cron_due failed: %s",
+                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        step_reply_done(cp);
+        return;
+    }
+    cp->now = 0;
+    cp->soonest = 0;
+    if (reply->element[0]->type == REDIS_REPLY_STRING)
+        dtq_parse_int64(reply->element[0]->str, 0, INT64_MAX, &cp->now);
+    if (reply->element[1]->type == REDIS_REPLY_STRING && *reply->element[1]->str)
+        dtq_parse_int64(reply->element[1]->str, 0, INT64_MAX, &cp->soonest);
+    cp->full = reply->element[2]->type == REDIS_REPLY_INTEGER && reply->element[2]->integer;
+    cp->fires_max =
+        reply->element[3]->type == REDIS_REPLY_INTEGER ? (int)reply->element[3]->integer : 1;
+    if (cp->fires_max < 1 || cp->fires_max > CRON_FIRES_CAP) cp->fires_max = CRON_FIRES_CAP;
+    if (cp->now > 0)
+        for (size_t i = 4; i < reply->elements; i++) plan_one(cp, reply->element[i]);
+    step_reply_done(cp);
+}
+
+static void sync_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_cron_pass *cp = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (!reply) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        dtq_error("cron: config schedule refused: %s", reply->str);
+    } else if (reply->type == REDIS_REPLY_STRING && strcmp(reply->str, "unchanged")) {
+        dtq_info("cron: config schedule %s", reply->str);
+    }
+    if (--cp->sync_pending == 0) cp->synced = 1;
+}
+
+/* "config:<host>:<path>": the origin of this file's schedules, so that a sync removes the
+ * sections this file no longer has and nothing another file or dtqctl defined. */
+static void config_origin(const dtq_config *cfg, char *buf, size_t size) {
+    char host[256] = "?";
+    if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    snprintf(buf, size, "config:%s:%s", host, cfg->path ? cfg->path : "(none)");
+}
+
+static void sync_config(dtq_cron_pass *cp) {
+    dtq_ctx *ctx = cp->ctx;
+    const dtq_config *cfg = ctx->cfg;
+    char origin[600];
+    dtq_argv a;
+    if (!cfg->path && cfg->ncrons == 0) {
+        cp->synced = 1; /* no file: nothing of ours can be in Redis */
+        return;
+    }
+    config_origin(cfg, origin, sizeof(origin));
+    for (int i = 0; i < cfg->ncrons; i++) {
+        dtq_call_cron_set(&a, ctx->fn.cron_set, cfg->worker_id, &cfg->crons[i], origin);
+        if (dtq_ctx_command(ctx, sync_cb, cp, &a) == DTQ_OK) cp->sync_pending++;
+        dtq_argv_deinit(&a);
+    }
+    dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg);
+    if (dtq_ctx_command(ctx, sync_cb, cp, &a) == DTQ_OK) cp->sync_pending++;
+    dtq_argv_deinit(&a);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_cron_pass *cp = arg;
+    dtq_ctx *ctx = cp->ctx;
+    dtq_argv a;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (!cp->running || cp->inflight) return;
+    if (!dtq_ctx_is_up(ctx)) {
+        arm(cp, ctx->cfg->scheduler_interval_ms);
+        return;
+    }
+    if (!cp->synced && cp->sync_pending == 0) sync_config(cp);
+    if (!ctx->gauges.scheduler_leader) {
+        cp->full = 0;
+        cp->soonest = 0;
+        arm(cp, ctx->cfg->scheduler_interval_ms);
+        return;
+    }
+    dtq_call_cron_due(&a, ctx->fn.cron_due);
+    if (dtq_ctx_command(ctx, due_cb, cp, &a) == DTQ_OK)
+        cp->inflight = 1;
+    else
+        arm(cp, ctx->cfg->scheduler_interval_ms);
+    dtq_argv_deinit(&a);
+}
+
+dtq_cron_pass *dtq_cron_pass_new(dtq_ctx *ctx) {
+    dtq_cron_pass *cp = dtq_xcalloc(1, sizeof(*cp));
+    cp->ctx = ctx;
+    cp->tick_ev = evtimer_new(ctx->base, tick_cb, cp);
+    return cp;
+}
+
+void dtq_cron_pass_start(dtq_cron_pass *cp) {
+    if (cp->running) return;
+    cp->running = 1;
+    arm(cp, 0);
+}
+
+void dtq_cron_pass_stop(dtq_cron_pass *cp) {
+    cp->running = 0;
+    evtimer_del(cp->tick_ev);
+}
+
+void dtq_cron_pass_connection_lost(dtq_cron_pass *cp) {
+    /* Replies in flight never come (their callbacks get NULL): start over on the next
+     * connection, the config's schedules written again (Redis may be a new one). */
+    cp->inflight = 0;
+    cp->sync_pending = 0;
+    cp->synced = 0;
+    evtimer_del(cp->tick_ev);
+    arm(cp, cp->ctx->cfg->scheduler_interval_ms);
+}
+
+void dtq_cron_pass_config_changed(dtq_cron_pass *cp) {
+    cp->synced = 0;
+    if (cp->running && !cp->inflight) {
+        evtimer_del(cp->tick_ev);
+        arm(cp, 0);
+    }
+}
+
+void dtq_cron_pass_free(dtq_cron_pass *cp) {
+    if (!cp) return;
+    event_free(cp->tick_ev);
+    free(cp);
+}

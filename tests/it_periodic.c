@@ -1,0 +1,560 @@
+/* it_periodic.c: periodic tasks against a real redis-server. Through the Functions alone:
+ * <ns>_cron_set (refusals, created/replaced/unchanged, a replaced schedule replanned),
+ * <ns>_cron_fire (a fire time enqueued once however often it is handed over, never early,
+ * the catch-up policies, a changed or paused schedule untouched), run, pause, resume,
+ * remove, sync by origin, cron_list's JSON. With daemons: `@every 1s` for 12 s across two
+ * daemons with the leader SIGKILLed in the middle (one task per second, no fire time twice),
+ * catch-up skip/none/all after 5 s with no daemon, [cron:NAME] sections synced at start and
+ * on SIGHUP (runtime schedules kept), and dtqctl's cron verbs. */
+#include <cjson/cJSON.h>
+#include <check.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "util.h"
+
+static th_redis R;
+static redisContext *C;
+
+static void setup(void) {
+    th_fixture_start(&R, &C, TH_LIBRARY, NULL);
+}
+
+static void teardown(void) {
+    th_fixture_stop(&R, &C);
+}
+
+/* ----------------------------------------------------------------- helpers */
+
+static redisReply *cmd(const char *fmt, ...) {
+    va_list ap;
+    redisReply *r;
+    va_start(ap, fmt);
+    r = redisvCommand(C, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "%s: %s", fmt, C->errstr);
+    return r;
+}
+
+static void expect_str(redisReply *r, const char *want) {
+    ck_assert_msg(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS,
+                  "want %s, got type %d %s", want, r->type, r->str ? r->str : "");
+    ck_assert_str_eq(r->str, want);
+    freeReplyObject(r);
+}
+
+static void expect_error(redisReply *r, const char *prefix) {
+    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "want %s, got type %d", prefix, r->type);
+    ck_assert_msg(strstr(r->str, prefix) != NULL, "want %s, got %s", prefix, r->str);
+    freeReplyObject(r);
+}
+
+static int64_t redis_ms(void) {
+    redisReply *r = cmd("TIME");
+    int64_t ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* cron_list's schedule `name` as JSON (caller deletes the root in *root). */
+static const cJSON *schedule(const char *name, cJSON **root) {
+    redisReply *r = cmd("FCALL_RO dtq_cron_list 0 %s", name);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "cron_list: %s", r->str ? r->str : "");
+    *root = cJSON_Parse(r->str);
+    freeReplyObject(r);
+    ck_assert_ptr_nonnull(*root);
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(*root, "schedules"), 0);
+}
+
+static double num(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", name);
+    return v->valuedouble;
+}
+
+/* dtqctl told the URL. */
+static int ctl(char **out, const char *args) {
+    char env[600];
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", R.url);
+    return th_run_dtqctl(&R, out, env, args);
+}
+
+/* The gen field of a schedule (what cron_due hands the leader). */
+static char *gen_of(const char *queue, const char *name) {
+    redisReply *r = cmd("HGET dtq:cron:%s:%s gen", queue, name);
+    char *g;
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    g = strdup(r->str);
+    freeReplyObject(r);
+    return g;
+}
+
+/* The fire times of the tasks of schedule `name`, sorted, into out (at most max); n. */
+static int fire_times(const char *name, int64_t *out, int max) {
+    redisReply *keys = cmd("KEYS dtq:task:*");
+    int n = 0;
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *f = cmd("HMGET %s cron fire_time", keys->element[i]->str);
+        if (f->element[0]->type == REDIS_REPLY_STRING && !strcmp(f->element[0]->str, name)) {
+            ck_assert_int_lt(n, max);
+            out[n++] = atoll(f->element[1]->str);
+        }
+        freeReplyObject(f);
+    }
+    freeReplyObject(keys);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int64_t t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+/* FCALL dtq_cron_fire for the schedule, with `next` ("" for none), no error, and the fire
+ * times in `fires` (space separated); the number fired. */
+static long long fire(const char *queue, const char *name, const char *gen, long long grace,
+                      const char *next, const char *fires) {
+    const char *argv[64];
+    char grace_s[32], buf[512], *save = NULL;
+    int argc = 0;
+    redisReply *r;
+    long long fired;
+    snprintf(grace_s, sizeof(grace_s), "%lld", grace);
+    snprintf(buf, sizeof(buf), "%s", fires);
+    argv[argc++] = "FCALL";
+    argv[argc++] = "dtq_cron_fire";
+    argv[argc++] = "0";
+    argv[argc++] = "w1";
+    argv[argc++] = name;
+    argv[argc++] = queue;
+    argv[argc++] = gen;
+    argv[argc++] = grace_s;
+    argv[argc++] = next;
+    argv[argc++] = "";
+    for (char *t = strtok_r(buf, " ", &save); t && argc < 64; t = strtok_r(NULL, " ", &save))
+        argv[argc++] = t;
+    r = redisCommandArgv(C, argc, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 4, "cron_fire: %d %s", r->type,
+                  r->str ? r->str : "");
+    fired = r->element[0]->integer;
+    freeReplyObject(r);
+    return fired;
+}
+
+/* ----------------------------------------------------------------- Functions */
+
+START_TEST(test_set_refusals_and_replace) {
+    cJSON *root;
+    const cJSON *s;
+    char *g1, *g2;
+    expect_error(cmd("FCALL dtq_cron_set 0 a bad:name %s q t {}", "@every 1s"),
+                 "INVALID_ARGUMENT name");
+    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {", "@every 1s"), "INVALID_ARGUMENT payload");
+    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} catch_up later", "@every 1s"),
+                 "INVALID_ARGUMENT catch_up");
+    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz ../etc", "@every 1s"),
+                 "INVALID_ARGUMENT tz");
+    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} priority 99", "@every 1s"),
+                 "INVALID_ARGUMENT priority");
+    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} color red", "@every 1s"),
+                 "INVALID_ARGUMENT unknown option color");
+    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"), "created");
+    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"),
+               "unchanged");
+    g1 = gen_of("q", "n");
+    /* a new payload replaces without replanning; a new spec replans (a new generation) */
+    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {\"x\":1} tz Europe/Berlin", "0 3 * * *"),
+               "replaced");
+    g2 = gen_of("q", "n");
+    ck_assert_str_eq(g1, g2);
+    free(g2);
+    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 4 * * *"), "replaced");
+    g2 = gen_of("q", "n");
+    ck_assert_str_ne(g1, g2);
+    free(g1);
+    free(g2);
+    /* moved to another queue: the old key is gone */
+    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q2 t {} tz Europe/Berlin", "0 4 * * *"),
+               "replaced");
+    ck_assert_int_eq(th_int(cmd("EXISTS dtq:cron:q:n")), 0);
+    s = schedule("n", &root);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "queue")->valuestring, "q2");
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "tz")->valuestring, "Europe/Berlin");
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "next_fire_ms")));
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(s, "paused")));
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "origin")->valuestring, "runtime");
+    cJSON_Delete(root);
+    /* every change is audited */
+    ck_assert_int_eq(th_int(cmd("XLEN dtq:stream:audit")), 4); /* not for `unchanged` */
+    expect_error(cmd("FCALL dtq_cron_remove 0 a nope"), "NOT_FOUND");
+    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_remove 0 a n")), 1);
+    ck_assert_int_eq(th_int(cmd("HLEN dtq:crons")), 0);
+}
+END_TEST
+
+START_TEST(test_fire_once_and_never_early) {
+    int64_t now = redis_ms(), f[8];
+    char fires[128], next[32], *g;
+    cJSON *root;
+    const cJSON *s;
+    expect_str(cmd("FCALL dtq_cron_set 0 a tick %s q t {\"k\":1}", "@every 1s"), "created");
+    g = gen_of("q", "tick");
+    snprintf(fires, sizeof(fires), "%lld %lld", (long long)(now - 2000), (long long)(now - 1000));
+    snprintf(next, sizeof(next), "%lld", (long long)(now + 1000));
+    ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 2);
+    /* the same fire times again (a second leader, a retried call): nothing */
+    ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 0);
+    /* a fire time in the future is not enqueued, whatever the caller says */
+    snprintf(fires, sizeof(fires), "%lld", (long long)(now + 60000));
+    ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 0);
+    /* a stale generation (the schedule changed since cron_due) writes nothing */
+    snprintf(fires, sizeof(fires), "%lld", (long long)(now - 500));
+    ck_assert_int_eq(fire("q", "tick", "999", 60000, next, fires), 0);
+    ck_assert_int_eq(fire_times("tick", f, 8), 2);
+    ck_assert_int_eq(f[0], now - 2000);
+    ck_assert_int_eq(f[1], now - 1000);
+    s = schedule("tick", &root);
+    ck_assert_int_eq((int64_t)num(s, "last_fire_ms"), now - 1000);
+    ck_assert_int_eq((int64_t)num(s, "next_fire_ms"), now + 1000);
+    ck_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "last_task_id")));
+    cJSON_Delete(root);
+    /* the task is an ordinary task of the queue, with cron and fire_time */
+    ck_assert_int_eq(th_int(cmd("XLEN dtq:stream:q:p5")), 2);
+    /* paused: fires nothing */
+    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_pause 0 a tick")), 1);
+    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_pause 0 a tick")), 0);
+    ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 0);
+    free(g);
+    /* resumed: a new generation, replanned from now (no catch-up of the pause) */
+    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_resume 0 a tick")), 1);
+    s = schedule("tick", &root);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "next_fire_ms")));
+    cJSON_Delete(root);
+}
+END_TEST
+
+/* Six fire times, four of them missed (older than the grace), under each policy. */
+static int catch_up_fired(const char *name, const char *policy, int64_t *newest_missed) {
+    int64_t now = redis_ms();
+    char fires[256], *g;
+    int n = 0;
+    expect_str(cmd("FCALL dtq_cron_set 0 a %s %s q t {} catch_up %s", name, "@every 1s", policy),
+               "created");
+    g = gen_of("q", name);
+    for (int i = 6; i >= 1; i--)
+        n += snprintf(fires + n, sizeof(fires) - (size_t)n, "%s%lld", n ? " " : "",
+                      (long long)(now - i * 1000 + 10));
+    *newest_missed = now - 3000 + 10;
+    /* grace 2500: now-6s..now-3s are missed, now-2s and now-1s on time */
+    fire("q", name, g, 2500, "", fires);
+    free(g);
+    return 0;
+}
+
+START_TEST(test_catch_up_policies) {
+    int64_t f[16], newest;
+    int n;
+    catch_up_fired("s_all", "all", &newest);
+    n = fire_times("s_all", f, 16);
+    ck_assert_int_eq(n, 6);
+    catch_up_fired("s_skip", "skip", &newest);
+    n = fire_times("s_skip", f, 16);
+    ck_assert_int_eq(n, 3); /* the latest missed one and the two on time */
+    ck_assert_int_eq(f[0], newest);
+    catch_up_fired("s_none", "none", &newest);
+    n = fire_times("s_none", f, 16);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_gt(f[0], newest);
+}
+END_TEST
+
+START_TEST(test_run_error_and_sync) {
+    redisReply *r;
+    cJSON *root;
+    const cJSON *s;
+    char *g;
+    expect_str(cmd("FCALL dtq_cron_set 0 a mine %s q t {} origin config:h:/a.ini", "@hourly"),
+               "created");
+    expect_str(cmd("FCALL dtq_cron_set 0 a theirs %s q t {} origin config:h:/b.ini", "@hourly"),
+               "created");
+    expect_str(cmd("FCALL dtq_cron_set 0 a live %s q t {}", "@hourly"), "created");
+    /* run: a task now, last_fire untouched */
+    r = cmd("FCALL dtq_cron_run 0 a live");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    th_assert_field(C, r->str, "cron", "live");
+    th_assert_field(C, r->str, "status", "queued");
+    freeReplyObject(r);
+    s = schedule("live", &root);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "last_fire_ms")));
+    cJSON_Delete(root);
+    /* an error the leader reports: recorded, and cron_due no longer hands it out */
+    g = gen_of("q", "live");
+    r = cmd("FCALL dtq_cron_fire 0 w1 live q %s 1000 %s %s", g, "", "spec: broken");
+    freeReplyObject(r);
+    free(g);
+    s = schedule("live", &root);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "error")->valuestring, "spec: broken");
+    cJSON_Delete(root);
+    r = cmd("FCALL_RO dtq_cron_due 0");
+    for (size_t i = 4; i < r->elements; i++)
+        ck_assert_str_ne(r->element[i]->element[0]->str, "live");
+    ck_assert_int_eq(r->elements, 4 + 2); /* mine and theirs, unplanned */
+    freeReplyObject(r);
+    /* a sync of /a.ini without `mine` removes it, and nothing of another origin */
+    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_sync 0 a config:h:/a.ini")), 1);
+    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons mine")), 0);
+    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons theirs")), 1);
+    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons live")), 1);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- daemons */
+
+#define CRON_WORKER_INI(id)                                                                        \
+    "[worker]\nworker_id = " id "\nqueues = ticks\nheartbeat_interval_s = 1\n"                     \
+    "visibility_timeout_s = 3\ndrain_timeout_s = 2\n"                                              \
+    "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 1000\n"                                      \
+    "[handler:tick]\nbuiltin = noop\n"
+
+static int leader_is(const char *id) {
+    redisReply *r = cmd("GET dtq:lock:scheduler");
+    int yes = r->type == REDIS_REPLY_STRING && !strcmp(r->str, id);
+    freeReplyObject(r);
+    return yes;
+}
+
+static void assert_one_per_second(const int64_t *f, int n, int64_t from, int64_t to) {
+    int in = 0;
+    for (int i = 1; i < n; i++)
+        ck_assert_msg(f[i] != f[i - 1], "fire time %lld twice", (long long)f[i]);
+    for (int i = 0; i < n; i++) {
+        if (f[i] < from || f[i] > to) continue;
+        in++;
+        if (i > 0 && f[i - 1] >= from)
+            ck_assert_msg(f[i] - f[i - 1] == 1000, "gap between %lld and %lld", (long long)f[i - 1],
+                          (long long)f[i]);
+    }
+    ck_assert_msg(in >= (int)((to - from) / 1000) - 1, "%d fire times in %lld ms", in,
+                  (long long)(to - from));
+}
+
+START_TEST(test_every_second_across_leader_kill) {
+    th_daemon a, b;
+    int64_t f[64], t0, t1;
+    int n;
+    th_daemon_start(&a, &R, CRON_WORKER_INI("w-a"));
+    th_daemon_wait_ready(C, "w-a", 10000);
+    th_daemon_start(&b, &R, CRON_WORKER_INI("w-b"));
+    th_daemon_wait_ready(C, "w-b", 10000);
+    expect_str(cmd("FCALL dtq_cron_set 0 a tick %s ticks tick {} catch_up all", "@every 1s"),
+               "created");
+    t0 = redis_ms();
+    th_sleep_ms(6000);
+    /* SIGKILL whoever leads: the other takes the lock when it lapses */
+    if (leader_is("w-a")) {
+        th_daemon_stop(&a, SIGKILL, 5000);
+        th_sleep_ms(6000);
+        th_daemon_stop(&b, SIGTERM, 10000);
+    } else {
+        th_daemon_stop(&b, SIGKILL, 5000);
+        th_sleep_ms(6000);
+        th_daemon_stop(&a, SIGTERM, 10000);
+    }
+    t1 = redis_ms();
+    n = fire_times("tick", f, 64);
+    /* every second of the window exactly once (the first fire is anchor + 1 s) */
+    assert_one_per_second(f, n, t0 + 1000, t1 - 2000);
+    ck_assert_int_ge(n, 10);
+}
+END_TEST
+
+START_TEST(test_catch_up_after_downtime) {
+    th_daemon d;
+    int64_t f[3][64], t_stop, t_start;
+    const char *names[3] = {"c_all", "c_skip", "c_none"};
+    int missing[3];
+    th_daemon_start(&d, &R, CRON_WORKER_INI("w-c"));
+    th_daemon_wait_ready(C, "w-c", 10000);
+    expect_str(cmd("FCALL dtq_cron_set 0 a c_all %s ticks tick {} catch_up all", "@every 1s"),
+               "created");
+    expect_str(cmd("FCALL dtq_cron_set 0 a c_skip %s ticks tick {} catch_up skip", "@every 1s"),
+               "created");
+    expect_str(cmd("FCALL dtq_cron_set 0 a c_none %s ticks tick {} catch_up none", "@every 1s"),
+               "created");
+    th_sleep_ms(3000);
+    th_daemon_stop(&d, SIGTERM, 10000);
+    t_stop = redis_ms();
+    th_sleep_ms(5000);
+    t_start = redis_ms();
+    th_daemon_start(&d, &R, CRON_WORKER_INI("w-c"));
+    th_daemon_wait_ready(C, "w-c", 10000);
+    th_sleep_ms(3000);
+    th_daemon_stop(&d, SIGTERM, 10000);
+    for (int k = 0; k < 3; k++) {
+        int n = fire_times(names[k], f[k], 64), first_gap = -1;
+        missing[k] = 0;
+        for (int i = 1; i < n; i++) {
+            ck_assert_msg(f[k][i] != f[k][i - 1], "%s: fire time twice", names[k]);
+            if (f[k][i] - f[k][i - 1] > 1000) {
+                ck_assert_msg(first_gap < 0, "%s: more than one gap", names[k]);
+                first_gap = i;
+                missing[k] = (int)((f[k][i] - f[k][i - 1]) / 1000) - 1;
+                /* the gap starts with the first fire time after the stop */
+                ck_assert_int_le(f[k][i - 1], t_stop);
+                ck_assert_int_gt(f[k][i - 1] + 1000, t_stop - 1000);
+            }
+        }
+        ck_assert_int_gt(f[k][n - 1], t_start);
+    }
+    ck_assert_msg(missing[0] == 0, "all: %d missed", missing[0]);
+    ck_assert_msg(missing[1] >= 2, "skip: %d missed", missing[1]);
+    ck_assert_msg(missing[2] == missing[1] + 1 || missing[2] == missing[1] + 2,
+                  "none: %d missed, skip %d", missing[2], missing[1]);
+}
+END_TEST
+
+START_TEST(test_config_sections_and_sighup) {
+    th_daemon d;
+    char ini[2048], *out = NULL;
+    FILE *fp;
+    int rc;
+    snprintf(ini, sizeof(ini),
+             CRON_WORKER_INI(
+                 "w-cfg") "[cron:nightly]\nspec = 30 2 * * *\ntz = America/New_York\n"
+                          "queue = ticks\ntask_type = tick\npayload = {\"r\":1}\n"
+                          "[cron:hourly]\nspec = @hourly\nqueue = ticks\ntask_type = tick\n");
+    th_daemon_start(&d, &R, ini);
+    th_daemon_wait_ready(C, "w-cfg", 10000);
+    for (int i = 0; i < 100 && th_int(cmd("HLEN dtq:crons")) < 2; i++) th_sleep_ms(50);
+    ck_assert_int_eq(th_int(cmd("HLEN dtq:crons")), 2);
+    /* the leader plans them: a next fire time in the future */
+    for (int i = 0; i < 100; i++) {
+        redisReply *r = cmd("HGET dtq:cron:ticks:nightly next_fire");
+        int planned = r->type == REDIS_REPLY_STRING && *r->str;
+        freeReplyObject(r);
+        if (planned) break;
+        th_sleep_ms(50);
+    }
+    {
+        redisReply *r = cmd("HGET dtq:cron:ticks:nightly next_fire");
+        ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+        ck_assert_int_gt(atoll(r->str), redis_ms());
+        freeReplyObject(r);
+    }
+    /* a runtime schedule beside them, then the file loses `hourly`: SIGHUP removes it only */
+    rc = ctl(&out, "cron add live '@every 1h' ticks tick '{}'");
+    ck_assert_msg(rc == 0, "cron add: %s", out);
+    free(out);
+    fp = fopen(d.cfg, "w");
+    ck_assert_ptr_nonnull(fp);
+    fprintf(fp,
+            "[redis]\nurl = %s\n" CRON_WORKER_INI(
+                "w-cfg") "[cron:nightly]\nspec = 30 2 * * *\n"
+                         "tz = America/New_York\nqueue = ticks\ntask_type = tick\npayload = "
+                         "{\"r\":1}\n",
+            R.url);
+    fclose(fp);
+    kill(d.pid, SIGHUP);
+    for (int i = 0; i < 100 && th_int(cmd("HEXISTS dtq:crons hourly")); i++) th_sleep_ms(50);
+    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons hourly")), 0);
+    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons nightly")), 1);
+    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons live")), 1);
+    th_daemon_stop(&d, SIGTERM, 10000);
+    /* a bad section: the daemon refuses to start, naming it */
+    {
+        char *err = NULL;
+        char path[400];
+        th_path(&R, "bad.ini", path, sizeof(path));
+        fp = fopen(path, "w");
+        fprintf(fp, "[cron:x]\nspec = 0 25 * * *\nqueue = q\ntask_type = t\n");
+        fclose(fp);
+        rc = th_run_worker(&err, "-c", path, "--check-config", NULL);
+        ck_assert_int_ne(rc, 0);
+        ck_assert_msg(strstr(err, "[cron:x] spec") != NULL, "%s", err);
+        free(err);
+    }
+}
+END_TEST
+
+START_TEST(test_dtqctl_cron) {
+    char *out = NULL;
+    int rc;
+    cJSON *list;
+    rc = ctl(&out, "cron add bad '0 25 * * *' q t '{}'");
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "INVALID_ARGUMENT spec") && strstr(out, "hour"), "%s", out);
+    free(out);
+    rc = ctl(&out, "cron add bad '0 3 * * *' q t '{}' --tz Mars/Olympus");
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "INVALID_ARGUMENT tz") != NULL, "%s", out);
+    free(out);
+    rc = ctl(&out, "cron add report '0 9 * * MON-FRI' reports build '{\"a\":1}' --tz "
+                   "Europe/Berlin --catch-up none --priority 7 --max-attempts 3");
+    ck_assert_msg(rc == 0 && strstr(out, "created"), "%s", out);
+    free(out);
+    rc = ctl(&out, "cron list --json");
+    ck_assert_int_eq(rc, 0);
+    list = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(list);
+    ck_assert_int_eq(cJSON_GetArraySize(list), 1);
+    {
+        const cJSON *s = cJSON_GetArrayItem(list, 0);
+        ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "spec")->valuestring,
+                         "0 9 * * MON-FRI");
+        ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "catch_up")->valuestring, "none");
+        ck_assert_int_eq(num(s, "priority"), 7);
+        ck_assert_int_eq(num(s, "max_attempts"), 3);
+    }
+    cJSON_Delete(list);
+    free(out);
+    rc = ctl(&out, "cron list");
+    ck_assert_msg(rc == 0 &&
+                      strstr(out, "report  '0 9 * * MON-FRI'  Europe/Berlin  reports  build"),
+                  "%s", out);
+    free(out);
+    rc = ctl(&out, "cron pause report");
+    ck_assert_msg(rc == 0 && !strcmp(out, "1\n"), "%s", out);
+    free(out);
+    rc = ctl(&out, "cron run report");
+    ck_assert_int_eq(rc, 0);
+    out[strcspn(out, "\n")] = '\0';
+    th_assert_field(C, out, "cron", "report");
+    th_assert_field(C, out, "priority", "7");
+    free(out);
+    rc = ctl(&out, "cron resume report");
+    ck_assert_msg(rc == 0 && !strcmp(out, "1\n"), "%s", out);
+    free(out);
+    rc = ctl(&out, "cron remove report");
+    ck_assert_int_eq(rc, 0);
+    free(out);
+    rc = ctl(&out, "cron remove report");
+    ck_assert_msg(rc == 1 && strstr(out, "NOT_FOUND"), "%s", out);
+    free(out);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("periodic");
+    TCase *fn = tcase_create("functions"), *dm = tcase_create("daemons");
+    tcase_add_checked_fixture(fn, setup, teardown);
+    tcase_set_timeout(fn, 60);
+    tcase_add_test(fn, test_set_refusals_and_replace);
+    tcase_add_test(fn, test_fire_once_and_never_early);
+    tcase_add_test(fn, test_catch_up_policies);
+    tcase_add_test(fn, test_run_error_and_sync);
+    tcase_add_test(fn, test_dtqctl_cron);
+    suite_add_tcase(s, fn);
+    tcase_add_checked_fixture(dm, setup, teardown);
+    tcase_set_timeout(dm, 120);
+    tcase_add_test(dm, test_every_second_across_leader_kill);
+    tcase_add_test(dm, test_catch_up_after_downtime);
+    tcase_add_test(dm, test_config_sections_and_sighup);
+    suite_add_tcase(s, dm);
+    return th_run_suite(s);
+}
