@@ -877,6 +877,31 @@ START_TEST(test_worker_role_end_to_end) {
     th_assert_field(C, "e-s2", "status", "cancelled");
     th_assert_field(C, "e-sp1", "last_error_class", "cleared");
     th_assert_field(C, "e-sp3", "last_error_class", "cleared");
+    /* periodic tasks: the admin's verbs, the worker's leader fires, the monitor lists */
+    free(ctl_expect(0, "adm", "cron add tick '@every 1s' default echo '{\"c\":1}'"));
+    {
+        char *tid = NULL;
+        for (int i = 0; i < 200 && !tid; i++) {
+            r = th_cmd(C, "HGET dtq:cron:default:tick last_task_id");
+            if (r->type == REDIS_REPLY_STRING && *r->str) tid = strdup(r->str);
+            freeReplyObject(r);
+            if (!tid) th_sleep_ms(50);
+        }
+        ck_assert_msg(tid != NULL, "the leader fired nothing");
+        wait_status(tid, "succeeded");
+        th_assert_field(C, tid, "cron", "tick");
+        free(tid);
+    }
+    out = ctl_expect(0, "mon", "cron list");
+    ck_assert_ptr_nonnull(strstr(out, "tick  '@every 1s'"));
+    free(out);
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron pause tick")), "1\n");
+    free(out);
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron resume tick")), "1\n");
+    free(out);
+    free(ctl_expect(0, "adm", "cron run tick"));
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron remove tick")), "1\n");
+    free(out);
     free(ctl_expect(0, "adm", "stats"));
     free(ctl_expect(0, "adm", "queues"));
     free(ctl_expect(0, "adm", "workers"));
