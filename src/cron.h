@@ -36,7 +36,8 @@
  * Not thread-safe: dtq_cron_next sets the process's TZ while it asks glibc and restores
  * the previous value (set or unset) before it returns; it keeps a small static cache of
  * each zone's current UTC offset interval, so calls with a zone seen recently do not
- * switch TZ (nor make glibc re-read the zone file) at all. Single-threaded callers only
+ * switch TZ (nor make glibc re-read the zone file) at all; the cache is not refreshed when
+ * the zone files change (new tzdata is seen after a restart). Single-threaded callers only
  * (the leader's fire pass, dtqctl). */
 #ifndef DTQ_CRON_H
 #define DTQ_CRON_H
