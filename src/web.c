@@ -217,6 +217,11 @@ static const route routes[] = {
     {{"api", "scheduled", "delete"}, POST, dtq_web_api_sched_write},
     {{"api", "dlq", "requeue"}, POST, dtq_web_api_dlq_bulk},
     {{"api", "dlq", "discard"}, POST, dtq_web_api_dlq_bulk},
+    {{"api", "cron"}, GET, dtq_web_api_cron},
+    {{"api", "cron", "*"}, GET, dtq_web_api_cron},
+    {{"api", "cron", "*", "pause"}, POST, dtq_web_api_cron_write},
+    {{"api", "cron", "*", "resume"}, POST, dtq_web_api_cron_write},
+    {{"api", "cron", "*", "run"}, POST, dtq_web_api_cron_write},
     {{"api", "events"}, GET, api_events},
     {{"metrics"}, GET, dtq_web_metrics},
 };

@@ -55,6 +55,10 @@ int dtq_web_valid_task_id(const char *s) {
     return s && dtq_valid_name(s, strlen(s), 256);
 }
 
+int dtq_web_valid_cron_name(const char *s) {
+    return s && dtq_valid_name(s, strlen(s), 64) && !strchr(s, ':');
+}
+
 int dtq_web_parse_body(const char *text, size_t len, cJSON **out, const char **why) {
     const char *p = text, *end = NULL;
     *out = NULL;

@@ -343,3 +343,17 @@ void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web
               "kind", kind ? kind : "", "queue", v[0], "id_prefix", v[1], "task_type", v[2],
               "class", v[3], NULL);
 }
+
+/* ================================================================= GET /api/cron */
+
+/* <ns>_cron_list 0 [name]: every periodic schedule, or the one named (404 when there is
+ * none), as the Function answers. */
+void dtq_web_api_cron(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    if (a->arg && !dtq_web_valid_cron_name(a->arg)) {
+        dtq_web_reply_error(req, 400, "bad_request",
+                            "a schedule name matches [A-Za-z0-9._-]{1,64}");
+        return;
+    }
+    if (!dtq_web_redis_up(w, req)) return;
+    read_call(w, req, w->fn.cron_list, NULL, NULL, a->arg ? a->arg : "", NULL);
+}

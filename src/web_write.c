@@ -12,10 +12,11 @@
 
 typedef struct wr {
     dtq_web_job h;
-    char *name; /* task id or queue; NULL for the dead-letter writes */
+    char *name; /* task id, queue or schedule; NULL for the dead-letter writes */
     char *action;
     char *actor;
-    const char *target_field; /* "task_id" or "queue" in the answer */
+    const char *target_field; /* "task_id", "queue" or "name" in the answer */
+    int result_is_task;       /* the result is a new task's id: answered as task_id too */
     char *cls;                /* requeue-all: the class filter */
     char *cursor;             /* requeue-all: the cursor of the next call; NULL: done */
     long long requeued, skipped;
@@ -81,7 +82,8 @@ static void wr_fcall(dtq_rsteps *j, redisReply *r, int a, int b) {
     }
 }
 
-/* Answers the Function's error, or {"ok": true, "action", "<target>", "actor", "result"}. */
+/* Answers the Function's error, or {"ok": true, "action", "<target>", "actor", "result"},
+ * with "task_id" too when the result is a new task's id (POST /api/cron/<name>/run). */
 static void wr_answer(dtq_rsteps *j) {
     wr *s = dtq_rsteps_state(j);
     cJSON *o;
@@ -95,6 +97,8 @@ static void wr_answer(dtq_rsteps *j) {
     cJSON_AddStringToObject(o, "action", s->action);
     if (s->name) cJSON_AddStringToObject(o, s->target_field, s->name);
     cJSON_AddStringToObject(o, "actor", s->actor);
+    if (s->result_is_task && cJSON_IsString(s->result))
+        cJSON_AddStringToObject(o, "task_id", s->result->valuestring);
     cJSON_AddItemToObject(o, "result", s->result ? s->result : cJSON_CreateNull());
     s->result = NULL;
     dtq_log(DTQ_LOG_INFO, "web: %s %s by %s", s->action, s->name ? s->name : "", s->actor);
@@ -173,6 +177,30 @@ void dtq_web_api_queue_write(dtq_web *w, struct evhttp_request *req, const dtq_w
     dtq_rsteps_sendl(j, qw_member, 0, 0, "SISMEMBER", k, a->arg, NULL);
     free(k);
     dtq_rsteps_wait(j, qw_call);
+}
+
+/* ================================================================= periodic schedules */
+
+/* <ns>_cron_pause|_cron_resume 0 <actor> <name> (result 1: changed, 0: it was so already)
+ * and <ns>_cron_run (result and task_id: the new task's id); NOT_FOUND is 404. */
+void dtq_web_api_cron_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    static const char *const none[] = {NULL};
+    dtq_rsteps *j;
+    const char *fn;
+    if (body_fields(req, a->body, none) != 0) return;
+    if (!dtq_web_valid_cron_name(a->arg)) {
+        dtq_web_reply_error(req, 400, "bad_request",
+                            "a schedule name matches [A-Za-z0-9._-]{1,64}");
+        return;
+    }
+    if (!dtq_web_redis_up(w, req)) return;
+    fn = !strcmp(a->action, "pause")    ? w->fn.cron_pause
+         : !strcmp(a->action, "resume") ? w->fn.cron_resume
+                                        : w->fn.cron_run;
+    j = wr_new(w, req, a, "name");
+    ((wr *)dtq_rsteps_state(j))->result_is_task = fn == w->fn.cron_run;
+    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", fn, "0", a->actor, a->arg, NULL);
+    dtq_rsteps_wait(j, wr_answer);
 }
 
 /* ================================================================= dead letters */

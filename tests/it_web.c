@@ -3,9 +3,10 @@
  * heartbeat's per-queue counters), a queue's waiting and running entries, a task with its
  * result and events, dead-letter paging and filtering, the writes with no token configured,
  * without a token, with a wrong one and with the right ones (audited as dtq-web), bad input
- * (unknown ids, huge pages, malformed JSON, wrong methods), the live event stream, and the
- * command line. Refused calls are checked to write nothing: with the daemon stopped,
- * Redis's own count of changes (rdb_changes_since_last_save) must not move. */
+ * (unknown ids, huge pages, malformed JSON, wrong methods), the live event stream, the
+ * periodic schedules (list, pause, resume, run now), and the command line. Refused calls
+ * are checked to write nothing: with the daemon stopped, Redis's own count of changes
+ * (rdb_changes_since_last_save) must not move. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <check.h>
@@ -584,6 +585,9 @@ static const char *const WRITES[][2] = {
     {"/api/dlq/purge", NULL},
     {"/api/dlq/requeue-all", "{\"class\":\"permanent\"}"},
     {"/api/dlq/requeue-all", NULL},
+    {"/api/cron/nightly/pause", NULL},
+    {"/api/cron/nightly/resume", NULL},
+    {"/api/cron/nightly/run", NULL},
 };
 #define NWRITES (sizeof(WRITES) / sizeof(WRITES[0]))
 
@@ -1404,10 +1408,11 @@ static int web_connected(void *arg) {
  * error, never 404 (which would say the task or queue does not exist). */
 START_TEST(test_acl_refusal_is_403_not_404) {
     static const char *const paths[][2] = {
-        {"GET", "/api/tasks/t1"},        {"GET", "/api/queues/default"},
-        {"GET", "/api/overview"},        {"GET", "/api/dlq"},
-        {"GET", "/api/audit?task=t1"},   {"POST", "/api/queues/default/pause"},
-        {"POST", "/api/tasks/t1/cancel"}};
+        {"GET", "/api/tasks/t1"},         {"GET", "/api/queues/default"},
+        {"GET", "/api/overview"},         {"GET", "/api/dlq"},
+        {"GET", "/api/audit?task=t1"},    {"POST", "/api/queues/default/pause"},
+        {"POST", "/api/tasks/t1/cancel"}, {"GET", "/api/cron"},
+        {"POST", "/api/cron/nightly/run"}};
     char ini[400], tok[400], log[400], listen[64];
     char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-c", ini, (char *)"--listen", listen, NULL};
     redisReply *x;
@@ -1877,6 +1882,167 @@ START_TEST(test_bulk_writes_with_the_token) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- periodic schedules */
+
+/* A schedule's hash field (caller frees), NULL when there is none. */
+static char *cron_field(const char *queue, const char *name, const char *field) {
+    redisReply *r = th_cmd(C, "HGET dtq:cron:%s:%s %s", queue, name, field);
+    char *v = r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    freeReplyObject(r);
+    return v;
+}
+
+static void assert_cron_field(const char *queue, const char *name, const char *field,
+                              const char *want) {
+    char *v = cron_field(queue, name, field);
+    ck_assert_msg(v && !strcmp(v, want), "schedule %s: %s is %s, want %s", name, field,
+                  v ? v : "(nil)", want);
+    free(v);
+}
+
+/* Both schedules are planned by the leader: nightly has its next fire time, broken its
+ * error. */
+static int crons_planned(void *arg) {
+    char *next = cron_field("default", "nightly", "next_fire");
+    char *err = cron_field("mail", "broken", "error");
+    int ok = next && *next && err && *err;
+    DTQ_UNUSED(arg);
+    free(next);
+    free(err);
+    return ok;
+}
+
+/* The last audit entry has the field `name` = want. */
+static void assert_last_audit_name(const char *want) {
+    redisReply *r = th_cmd(C, "XREVRANGE dtq:stream:audit + - COUNT 1");
+    const redisReply *f = r->element[0]->element[1];
+    int found = 0;
+    for (size_t i = 0; i + 1 < f->elements; i += 2)
+        if (!strcmp(f->element[i]->str, "name")) found = !strcmp(f->element[i + 1]->str, want);
+    freeReplyObject(r);
+    ck_assert_msg(found, "the last audit entry does not name schedule %s", want);
+}
+
+/* GET /api/cron passes <ns>_cron_list through; pause, resume and run write the schedule
+ * (and a task) as dtq-web's actor, audited; unknown names are 404, bad ones 400, and
+ * neither writes. */
+START_TEST(test_cron) {
+    cJSON *o, *fn;
+    const cJSON *sch;
+    redisReply *x;
+    long long before;
+    char path[128], *tid;
+    start_worker();
+    start_web(TOKEN "\nalice " ALICE "\n");
+    o = get_json("/api/cron", 200);
+    ck_assert(num(o, "now_ms") > 0);
+    ck_assert(cJSON_IsArray(at(o, "schedules")));
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "schedules")), 0);
+    cJSON_Delete(o);
+    x = th_cmd(C,
+               "FCALL dtq_cron_set 0 ops nightly %s default echo {\"n\":1} tz Europe/Berlin "
+               "priority 7",
+               "0 3 * * *");
+    ck_assert_msg(x->type == REDIS_REPLY_STRING && !strcmp(x->str, "created"), "%s", x->str);
+    freeReplyObject(x);
+    x = th_cmd(C, "FCALL dtq_cron_set 0 ops broken %s mail echo {}", "61 * * * *");
+    ck_assert_int_eq(x->type, REDIS_REPLY_STRING);
+    freeReplyObject(x);
+    ck_assert_msg(th_wait_until(crons_planned, NULL, 10000), "the leader planned nothing");
+    /* the list as the Function answers it (now_ms aside) */
+    o = get_json("/api/cron", 200);
+    x = th_cmd(C, "FCALL_RO dtq_cron_list 0");
+    ck_assert_int_eq(x->type, REDIS_REPLY_STRING);
+    fn = cJSON_Parse(x->str);
+    freeReplyObject(x);
+    ck_assert(fn != NULL);
+    ck_assert_msg(cJSON_Compare(at(o, "schedules"), at(fn, "schedules"), 1),
+                  "GET /api/cron differs from dtq_cron_list");
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "schedules")), 2);
+    ck_assert_str_eq(str(o, "schedules.0.name"), "broken");
+    ck_assert(strstr(str(o, "schedules.0.error"), "spec") != NULL);
+    ck_assert_str_eq(str(o, "schedules.1.name"), "nightly");
+    ck_assert_str_eq(str(o, "schedules.1.tz"), "Europe/Berlin");
+    ck_assert(num(o, "schedules.1.next_fire_ms") > num(o, "now_ms"));
+    ck_assert(cJSON_IsNull(at(o, "schedules.1.error")));
+    ck_assert(cJSON_IsFalse(at(o, "schedules.1.paused")));
+    cJSON_Delete(o);
+    cJSON_Delete(fn);
+    o = get_json("/api/cron/nightly", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "schedules")), 1);
+    ck_assert_int_eq((int)num(o, "schedules.0.priority"), 7);
+    cJSON_Delete(o);
+    expect_error("GET", "/api/cron/nosuch", NULL, NULL, 404, "not_found");
+    expect_error("GET", "/api/cron/bad:name", NULL, NULL, 400, "bad_request");
+
+    /* refused: nothing written (the worker stopped, Redis's change count stays) */
+    before = quiet();
+    expect_error("POST", "/api/cron/nosuch/pause", "Bearer " TOKEN, NULL, 404, "not_found");
+    expect_error("POST", "/api/cron/nosuch/resume", "Bearer " TOKEN, NULL, 404, "not_found");
+    expect_error("POST", "/api/cron/nosuch/run", "Bearer " TOKEN, NULL, 404, "not_found");
+    expect_error("POST", "/api/cron/bad:name/pause", "Bearer " TOKEN, NULL, 400, "bad_request");
+    expect_error("POST", "/api/cron/a%20b/run", "Bearer " TOKEN, NULL, 400, "bad_request");
+    snprintf(path, sizeof(path), "/api/cron/%065d/pause", 0);
+    expect_error("POST", path, "Bearer " TOKEN, NULL, 400, "bad_request");
+    expect_error("POST", "/api/cron/nightly/pause", "Bearer " TOKEN, "{\"force\":1}", 400,
+                 "bad_request");
+    expect_error("POST", "/api/cron/nightly/pause", NULL, NULL, 401, "unauthorized");
+    expect_error("POST", "/api/cron/nightly/run", "Bearer " TOKEN "x", NULL, 401, "unauthorized");
+    expect_error("GET", "/api/cron/nightly/run", NULL, NULL, 405, "method_not_allowed");
+    expect_error("POST", "/api/cron/nightly/explode", "Bearer " TOKEN, NULL, 404, "not_found");
+    ck_assert_int_eq(redis_changes(), before);
+    assert_cron_field("default", "nightly", "paused", "0");
+
+    /* pause, twice (0: it was so already), resume with the named token */
+    o = post_ok("/api/cron/nightly/pause", TOKEN, NULL);
+    ck_assert_str_eq(str(o, "action"), "pause");
+    ck_assert_str_eq(str(o, "name"), "nightly");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web");
+    ck_assert_int_eq((int)num(o, "result"), 1);
+    cJSON_Delete(o);
+    assert_cron_field("default", "nightly", "paused", "1");
+    assert_last_audit("dtq-web cron_pause ");
+    assert_last_audit_name("nightly");
+    o = post_ok("/api/cron/nightly/pause", TOKEN, NULL);
+    ck_assert_int_eq((int)num(o, "result"), 0);
+    cJSON_Delete(o);
+    o = get_json("/api/cron/nightly", 200);
+    ck_assert(cJSON_IsTrue(at(o, "schedules.0.paused")));
+    cJSON_Delete(o);
+    o = post_ok("/api/cron/nightly/resume", ALICE, "{}");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
+    ck_assert_int_eq((int)num(o, "result"), 1);
+    cJSON_Delete(o);
+    assert_cron_field("default", "nightly", "paused", "0");
+    assert_last_audit("dtq-web:alice cron_resume ");
+    assert_last_audit_name("nightly");
+
+    /* run now: a new task of the schedule's queue, named in the answer and the schedule */
+    o = post_ok("/api/cron/nightly/run", TOKEN, NULL);
+    ck_assert_str_eq(str(o, "action"), "run");
+    sch = at(o, "task_id");
+    ck_assert(cJSON_IsString(sch));
+    ck_assert_str_eq(str(o, "result"), sch->valuestring);
+    tid = strdup(sch->valuestring);
+    cJSON_Delete(o);
+    th_assert_field(C, tid, "cron", "nightly");
+    th_assert_field(C, tid, "queue", "default");
+    th_assert_field(C, tid, "status", "queued");
+    th_assert_field(C, tid, "payload", "{\"n\":1}");
+    assert_cron_field("default", "nightly", "last_task_id", tid);
+    {
+        char want[300];
+        snprintf(want, sizeof(want), "dtq-web cron_run %s", tid);
+        assert_last_audit(want);
+    }
+    assert_last_audit_name("nightly");
+    o = get_json("/api/cron/nightly", 200);
+    ck_assert_str_eq(str(o, "schedules.0.last_task_id"), tid);
+    cJSON_Delete(o);
+    free(tid);
+}
+END_TEST
+
 /* ----------------------------------------------------------------- connection floods */
 
 /* Lines of the file that contain needle; *last_out (optional) gets the last such line. */
@@ -2064,6 +2230,7 @@ int main(void) {
     tcase_add_test(tc, test_task_attempts_without_events_stream);
     tcase_add_test(tc, test_bulk_writes_refused);
     tcase_add_test(tc, test_bulk_writes_with_the_token);
+    tcase_add_test(tc, test_cron);
     tcase_add_test(tc, test_healthz_under_idle_flood);
     tcase_add_test(tc, test_slow_client_cut_at_deadline);
     tcase_add_test(tc, test_wrong_tokens_logged_rate_limited);

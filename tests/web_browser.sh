@@ -2,9 +2,9 @@
 # web_browser.sh: dtq-web's page in a real browser (headless Chromium) against a private
 # redis-server and a dtq-worker that has run tasks: some succeeded, one dead-lettered, one
 # queue paused. Asserts what the rendered DOM shows (--dump-dom) for the overview, the
-# dead letters and a task, takes a screenshot (--screenshot), then clicks Requeue through
-# the DevTools protocol (web_cdp.py) and checks in Redis that the task is queued again,
-# audited as dtq-web.
+# dead letters, a task, the Scheduled, Retries and Periodic tabs, takes a screenshot
+# (--screenshot), then clicks Requeue through the DevTools protocol (web_cdp.py) and checks
+# in Redis that the task is queued again, audited as dtq-web.
 #
 #   web_browser.sh DTQ_WORKER DTQ_WEB REDIS_SERVER
 #
@@ -186,6 +186,22 @@ timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
     >/dev/null 2>>"$tmp/chromium.log"
 [ "$(stat -c %s "$tmp/scheduled.png")" -gt 20000 ] || fail "the Scheduled screenshot is nearly empty"
 if [ -n "${DTQ_WEB_SCHED_SCREENSHOT:-}" ]; then cp "$tmp/scheduled.png" "$DTQ_WEB_SCHED_SCREENSHOT"; fi
+
+echo "== the Periodic tab"
+browse "$base/#/periodic" "$tmp/periodic-none.html"
+check "$tmp/periodic-none.html" "'data-state=\"ready\"' in dom and 'No periodic schedule' in dom"
+rc FCALL dtq_cron_set 0 ops nightly '0 3 * * *' default echo '{"n":0}' tz Europe/Berlin >/dev/null
+rc FCALL dtq_cron_set 0 ops broken '61 * * * *' mail echo '{}' >/dev/null
+planned() { [ -n "$(rc HGET dtq:cron:default:nightly next_fire)" ] &&
+    [ -n "$(rc HGET dtq:cron:mail:broken error)" ]; }
+wait_for "the leader to plan the schedules" planned
+cron_task=$(rc FCALL dtq_cron_run 0 ops nightly)
+browse "$base/#/periodic" "$tmp/periodic.html"
+check "$tmp/periodic.html" "'0 3 * * *' in row('schedule', 'nightly') and 'Europe/Berlin' in row('schedule', 'nightly')"
+check "$tmp/periodic.html" "re.search(r'in [\\d.]+ (s|min|h)\\b', row('schedule', 'nightly')) and 'active' in row('schedule', 'nightly')"
+check "$tmp/periodic.html" "'$cron_task' in row('schedule', 'nightly') and 'href=\"#/task/$cron_task\"' in dom"
+check "$tmp/periodic.html" "'Pause' in row('schedule', 'nightly') and 'Run now' in row('schedule', 'nightly')"
+check "$tmp/periodic.html" "re.search(r'<tr class=\"has-error\" data-schedule=\"broken\"', dom) and 'spec' in row('schedule', 'broken')"
 
 echo "== the attempt history with no events stream"
 rc DEL dtq:stream:events >/dev/null

@@ -55,6 +55,15 @@ function fmtTime(ms) {
   return new Date(n).toISOString().replace('T', ' ').replace('Z', ' UTC');
 }
 
+// A time in this browser's zone, "2026-03-29 03:00:00", for what people plan by the clock.
+function fmtLocal(ms) {
+  const n = Number(ms);
+  if (!n) return '–';
+  const d = new Date(n), p = (x) => String(x).padStart(2, '0');
+  return d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + ' ' +
+    p(d.getHours()) + ':' + p(d.getMinutes()) + ':' + p(d.getSeconds());
+}
+
 function ago(ms) {
   const n = Number(ms);
   if (!n) return h('span', {}, '–');
@@ -129,6 +138,8 @@ async function write(path, body, label) {
   let what = answer.result !== undefined ? answer.result : '';
   if (answer.requeued !== undefined) what = answer.requeued + ' requeued';
   if (answer.counts) what = Object.entries(answer.counts).map(([w, n]) => n + ' ' + w).join(', ');
+  if (answer.name !== undefined && typeof answer.result === 'number') what = answer.result ? 'done' : 'it was so already';
+  if (answer.task_id !== undefined && answer.name !== undefined) what = 'task ' + answer.task_id;
   toast(label + ': ' + what);
   return answer;
 }
@@ -599,6 +610,51 @@ async function renderSched(tab, params) {
     searchForm(SCHED_FILTERS, params, (p) => goTo(tab, p)), bar, table, pager);
 }
 
+// ------------------------------------------------------------------ periodic schedules
+
+// One cell of a fire time: its local time, and how far it is from now.
+function fireCell(ms, now, future) {
+  if (!ms) return h('td', {}, h('span.muted', {}, future ? 'not planned' : 'never'));
+  const d = Number(ms) - now;
+  const rel = d >= 0 ? 'in ' + fmtAge(d) : fmtAge(-d) + (future ? ' overdue' : ' ago');
+  return h('td', { title: fmtTime(ms) }, h('span.mono', {}, fmtLocal(ms)), h('br'), h('span.muted', {}, rel));
+}
+
+function cronRow(s, now) {
+  const base = '/api/cron/' + enc(s.name);
+  const problem = s.error ? h('span.err', {}, s.error)
+    : s.last_refusal ? h('span.warn', { title: 'the last fire time was not enqueued' }, 'refused: ' + s.last_refusal) : '';
+  return h('tr' + (s.error ? '.has-error' : ''), { dataset: { schedule: s.name } },
+    h('td', {}, h('span.mono', {}, s.name), s.origin && s.origin !== 'runtime' ? h('div.muted', {}, s.origin) : ''),
+    h('td.mono', {}, s.spec),
+    h('td', {}, s.tz || 'UTC'),
+    h('td', {}, h('a', { href: '#/queue/' + enc(s.queue) }, s.queue)),
+    h('td', {}, s.task_type),
+    s.paused ? h('td', {}, h('span.muted', {}, 'paused')) : fireCell(s.next_fire_ms, now, true),
+    fireCell(s.last_fire_ms, now, false),
+    h('td', {}, s.last_task_id ? h('a.mono', { href: '#/task/' + enc(s.last_task_id) }, s.last_task_id) : ''),
+    h('td', {}, s.paused ? badge('paused', 'paused') : badge('active', 'active')),
+    h('td', { dataset: { col: 'error' } }, problem),
+    h('td', {}, s.paused
+      ? writeButton('Resume', base + '/resume', {}, { what: 'resume ' + s.name })
+      : writeButton('Pause', base + '/pause', {}, { what: 'pause ' + s.name }), ' ',
+    writeButton('Run now', base + '/run', {}, { action: 'cron-run', what: 'run ' + s.name,
+      confirm: 'Enqueue a task of ' + s.name + ' into ' + s.queue + ' now?' })));
+}
+
+async function renderPeriodic() {
+  const d = await api('/api/cron');
+  const heads = ['schedule', 'spec', 'zone', 'queue', 'task type', 'next fire', 'last fire', 'last task', 'state', 'error', ''];
+  const table = h('table', { id: 'cron' },
+    h('thead', {}, h('tr', {}, heads.map((x) => h('th', {}, x)))),
+    h('tbody', {}, d.schedules.length ? d.schedules.map((s) => cronRow(s, d.now_ms))
+      : h('tr', {}, h('td', { colspan: heads.length }, h('span.muted', { id: 'cron-none' },
+        'No periodic schedule. Add one with dtqctl cron add, or a [cron:NAME] section in the workers\' configuration.')))));
+  setView(h('h1', {}, 'Periodic'),
+    h('p.muted', {}, 'Tasks enqueued on a schedule by the scheduler leader. Times are in this browser\'s zone; ' +
+      'Run now enqueues one task at once without moving the schedule.'), table);
+}
+
 // ------------------------------------------------------------------ dead letters
 
 function parseQuery(s) {
@@ -765,6 +821,7 @@ async function refresh() {
     else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1]);
     else if (parts[0] === 'dlq') await renderDlq(params);
     else if (SCHED_TABS[parts[0]]) await renderSched(parts[0], params);
+    else if (parts[0] === 'periodic') await renderPeriodic();
     else if (parts[0] === 'audit') await renderAudit(params);
     else if (parts[0] === 'events') { /* a stream, not polled */ }
     else showError({ status: 404, message: 'no such page' });
@@ -785,6 +842,7 @@ function route() {
   refresh();
   if (name === 'overview' || name === 'queue') every(POLL_MS, refresh);
   if (name === 'task') every(POLL_MS * 2, refresh);
+  if (name === 'periodic') every(POLL_MS * 2, refresh);
 }
 
 function setConn(ok, why) {
