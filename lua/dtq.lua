@@ -2752,7 +2752,7 @@ end
 ------------------------------------------------------------------------------ periodic tasks
 do
 
---[[ Periodic tasks (docs/reference.md 5.7). A schedule is the hash
+--[[ Periodic tasks (docs/reference.md 5.8). A schedule is the hash
 <prefix>:cron:<queue>:<name>, with its queue so that it lives where the queue's keys do;
 <prefix>:crons (name -> queue) is the index. The Functions own every state change of a
 schedule and its firing; what a spec means in time (a time-zone database the Functions do

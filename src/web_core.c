@@ -94,6 +94,7 @@ int dtq_web_function_error(const char *err, const char **error_word) {
         const char *word_name;
     } map[] = {{"NOT_FOUND", 1, 404, "not_found"},
                {"WRONG_STATE", 1, 409, "wrong_state"},
+               {"QUEUE_FULL", 1, 409, "queue_full"},
                {"INVALID_ARGUMENT", 1, 400, "bad_request"},
                {"ERR Function not found", 1, 503, "functions_not_loaded"},
                {"NOPERM", 1, 403, "redis_permission"},
