@@ -92,4 +92,8 @@ ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_pause_resume, ctl_requ
  * (<ns>_scheduled, <ns>_sched_run_now, <ns>_sched_delete), queue clear and remove. */
 ctl_run_fn ctl_scheduled_list, ctl_scheduled_act, ctl_queue_clear, ctl_queue_remove;
 
+/* Rate and concurrency limits (ctl_limit.c): limit set, list and remove (<ns>_limit_set,
+ * <ns>_limit_list, <ns>_limit_remove). */
+ctl_run_fn ctl_limit_set, ctl_limit_list, ctl_limit_remove;
+
 #endif
