@@ -2905,28 +2905,32 @@ function LIM.of(q)
 end
 
 function LIM.release(slots, tid)
+  local memo = LIM.q
   for zk in slots:gmatch('%S+') do
     -- only slot sets: the field is dtq's, but a key it names is checked all the same
-    if zk:sub(1, #LPFX) == LPFX then redis.pcall('ZREM', zk, tid) end
+    if zk:sub(1, #LPFX) == LPFX then
+      redis.pcall('ZREM', zk, tid)
+      if memo and memo.n then memo.n[zk] = nil end -- the call's count of it is stale
+    end
   end
 end
 
 -- The members of a full slot set whose task is gone or not running are removed (the
--- oldest HEAL_MAX, once per set and call: a lease a lost release left). Its size after.
-local function heal(zk)
+-- oldest HEAL_MAX, once per set and call: a lease a lost release left). Its size after
+-- (n, its size before, when it was healed already in this call).
+local function heal(zk, n)
   local memo = LIM.q
   memo.healed = memo.healed or {}
-  if not memo.healed[zk] then
-    memo.healed[zk] = true
-    local ids = redis.pcall('ZRANGE', zk, 0, LIMIT.HEAL_MAX - 1)
-    if not ids.err then
-      for _, id in ipairs(ids) do
-        local st = redis.pcall('HGET', k('task', id), 'status')
-        if st ~= 'running' then redis.call('ZREM', zk, id) end
-      end
+  if memo.healed[zk] then return n end
+  memo.healed[zk] = true
+  local ids = redis.pcall('ZRANGE', zk, 0, LIMIT.HEAL_MAX - 1)
+  if not ids.err then
+    for _, id in ipairs(ids) do
+      local st = redis.pcall('HGET', k('task', id), 'status')
+      if st ~= 'running' then redis.call('ZREM', zk, id) end
     end
   end
-  local n = redis.pcall('ZCARD', zk)
+  n = redis.pcall('ZCARD', zk)
   return type(n) == 'number' and n or 0
 end
 
@@ -2941,10 +2945,13 @@ tasks come back one spacing apart instead of all at once. ]]
 local function defer(c, ms, worker, stream, entry_id, tkey, h, l, kind, key, earliest_us)
   local hk = lkey(h.queue, l.field, 'due', key)
   local space = kind == 'rate' and l.T or l.spacing
-  local hz = tonumber(redis.pcall('GET', hk)) or 0
+  local memo = LIM.q
+  memo.hz = memo.hz or {}
+  local hz = memo.hz[hk] or tonumber(redis.pcall('GET', hk)) or 0
   local due_us = math.max(earliest_us, hz + space, ms * 1000)
   local due = math.ceil(due_us / 1000)
   redis.pcall('SET', hk, integer(due_us), 'PX', integer(due - ms + space / 1000 + 1000))
+  memo.hz[hk] = due_us
   local label = kind .. ':' .. l.target .. (key and ('/' .. key) or '')
   ack(stream, entry_id)
   redis.call('HSET', tkey, 'status', 'pending', 'updated_at', fmt(ms), 'limited_by', label)
@@ -2956,7 +2963,10 @@ end
 
 --[[ Admission of a claim under the limits `lims` of its queue: the queue-wide limit and
 its type's, each per key (the task's limit_key; '' for none) when per_key. Every limit is
-checked before anything is taken: a rate admits when now >= tat - tol (GCRA), a
+checked before anything is taken: a rate admits when now >= tat - tol (GCRA; now is
+the call's millisecond, which stands for all of it: now_us + 999 >= tat - tol, so a rate
+above one per ms starts several tasks in one ms, and still at most N + burst in any
+period of started_at, started_at being that millisecond), a
 concurrency limit when its set has a free slot (after heal() when full) or, for an
 adoption, holds the task already. Then the rate states advance (tat = max(tat, now) + T)
 and the task joins the slot sets. Returns true and the slot sets (space separated; nil:
@@ -2967,14 +2977,26 @@ function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
   if not a and not b then return true, nil end
   local now_us, tid = ms * 1000, h.id
   local lk = h.limit_key or ''
+  -- What this call read or wrote of the state, so that the claims after the first in one
+  -- call read nothing again: nothing else writes it while a Function runs.
+  local memo = LIM.q
+  local tats, counts = memo.tat, memo.n
+  if not tats then
+    tats, counts = {}, {}
+    memo.tat, memo.n = tats, counts
+  end
   local rates, joins, slots, seen = {}, {}, nil, nil
   for _, l in ipairs({a or b, a and b or nil}) do
     local key = l.per_key and lk or nil
     if l.rate then
       local rk = lkey(h.queue, l.field, 'rate', key)
-      local tat = math.max(tonumber(redis.pcall('GET', rk)) or 0, now_us)
-      if now_us < tat - l.tol then
-        if not adopt then defer(c, ms, worker, stream, entry_id, tkey, h, l, 'rate', key, tat - l.tol) end
+      local tat = tats[rk]
+      if not tat then tat = tonumber(redis.pcall('GET', rk)) or 0 end
+      tat = math.max(tat, now_us)
+      if now_us + 999 < tat - l.tol then
+        if not adopt then
+          defer(c, ms, worker, stream, entry_id, tkey, h, l, 'rate', key, tat - l.tol - 999)
+        end
         return false
       end
       rates[#rates + 1] = {rk, tat + l.T}
@@ -2983,12 +3005,13 @@ function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
       local zk = lkey(h.queue, l.field, 'run', key)
       local held = adopt and type(redis.pcall('ZSCORE', zk, tid)) == 'string'
       if not held then
-        local n = redis.pcall('ZCARD', zk)
+        local n = counts[zk] or redis.pcall('ZCARD', zk)
         if type(n) ~= 'number' then
           redis.call('DEL', zk) -- a key of another type: the slots start over
           n = 0
         end
-        if n >= l.concurrency then n = heal(zk) end
+        if n >= l.concurrency then n = heal(zk, n) end
+        counts[zk] = n
         if n >= l.concurrency then
           if not adopt then
             defer(c, ms, worker, stream, entry_id, tkey, h, l, 'concurrency', key,
@@ -3007,8 +3030,12 @@ function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
   end
   for _, r in ipairs(rates) do
     redis.call('SET', r[1], integer(r[2]), 'PX', integer(math.ceil((r[2] - now_us) / 1000)))
+    tats[r[1]] = r[2]
   end
-  for _, zk in ipairs(joins) do redis.call('ZADD', zk, fmt(ms), tid) end
+  for _, zk in ipairs(joins) do
+    redis.call('ZADD', zk, fmt(ms), tid)
+    counts[zk] = counts[zk] + 1
+  end
   for _, ik in ipairs(seen or {}) do
     if redis.pcall('ZADD', ik, fmt(ms), lk) == 1 then -- a new key: the idle ones leave
       redis.pcall('ZREMRANGEBYSCORE', ik, '-inf', '(' .. fmt(ms - LIMIT.KEY_IDLE_MS))
@@ -3115,7 +3142,7 @@ local function limit_use(q, l, now)
   if l.concurrency then use.running = card(lkey(q, l.field, 'run')) end
   if l.rate then
     local tat = tonumber(redis.pcall('GET', lkey(q, l.field, 'rate'))) or 0
-    local left = math.floor((now * 1000 + l.tol - tat) / l.T) + 1
+    local left = math.floor((now * 1000 + 999 + l.tol - tat) / l.T) + 1
     use.tokens_left = math.max(0, math.min(l.burst + 1, left))
   end
   local hz = tonumber(redis.pcall('GET', lkey(q, l.field, 'due')))
