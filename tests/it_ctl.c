@@ -653,6 +653,9 @@ START_TEST(test_help_is_the_table) {
         {"queue remove", "queue remove", "usage: dtqctl queue remove <queue>"},
         {"pause", "pause", "usage: dtqctl pause <queue> [options]"},
         {"resume", "resume a b c", "usage: dtqctl resume <queue> [options]"},
+        {"limit set", "limit set", "usage: dtqctl limit set <target> [options]"},
+        {"limit list", "limit list a b", "usage: dtqctl limit list [options]"},
+        {"limit remove", "limit remove", "usage: dtqctl limit remove <target>"},
         {"workers", "workers x", "usage: dtqctl workers"},
         {"events", "events x", "usage: dtqctl events"},
         {"stats", "stats x", "usage: dtqctl stats"},
@@ -673,7 +676,7 @@ START_TEST(test_help_is_the_table) {
         if (strncmp(line, "  ", 2) || line[2] == ' ') continue;
         ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
         if (!strcmp(w1, "dlq") || !strcmp(w1, "functions") || !strcmp(w1, "scheduled") ||
-            !strcmp(w1, "queue"))
+            !strcmp(w1, "queue") || !strcmp(w1, "limit"))
             snprintf(verb, sizeof(verb), "%s %s", w1, w2);
         else
             snprintf(verb, sizeof(verb), "%s", w1);
