@@ -5,7 +5,10 @@
 # prints instructions per task: the same count for the same code, however busy the
 # machine is, so a change to lua/dtq.lua can be compared on a noisy machine.
 # Usage: bench/fn_cost.sh [N] [batch]   (EVENTS=all|terminal|off, default off; SUBSCRIBER=1
-# adds a client subscribed to the events channel)
+# adds a client subscribed to the events channel; LIMIT="<options of <ns>_limit_set>" puts
+# that limit on the queue the tasks go through, e.g. LIMIT="rate 1000000 period_ms 1000
+# concurrency 1000000": high enough that no task waits, so what it adds is the admission's
+# own cost; LIMIT_TYPE=noop sets it on the task type instead of the queue)
 if [ "${CALLGRIND:-0}" = 1 ]; then
     export REDIS_WRAP="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null"
 fi
@@ -15,7 +18,7 @@ n=${1:-20000}
 batch=${2:-100}
 bin=${DTQ_FN_COST:-$root/build/bench/fn_cost}
 machine
-echo "tasks: $n no-op, fetched and finished in batches of $batch, events = ${EVENTS:-off}, subscriber = ${SUBSCRIBER:-0}"
+echo "tasks: $n no-op, fetched and finished in batches of $batch, events = ${EVENTS:-off}, subscriber = ${SUBSCRIBER:-0}, limit = ${LIMIT:-none}"
 # A daemon loads the Functions and publishes <ns>:config, then stops.
 start_worker "[worker]
 worker_id = bench
@@ -25,6 +28,11 @@ events = ${EVENTS:-off}
 [handler:noop]
 builtin = noop"
 stop_worker
+if [ -n "${LIMIT:-}" ]; then
+    # shellcheck disable=SC2086
+    [ "$(rc FCALL dtq_limit_set 0 bench default "${LIMIT_TYPE:-}" $LIMIT)" = set ] ||
+        { echo "limit_set refused: $LIMIT"; exit 1; }
+fi
 if [ "${SUBSCRIBER:-0}" = 1 ]; then # someone listens: the Functions build their events
     rc SUBSCRIBE dtq:events >/dev/null &
     pids+=($!)

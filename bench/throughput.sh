@@ -4,19 +4,25 @@
 # Usage: bench/throughput.sh [N] [concurrency] [fcall|raw]
 # EVENTS=all|terminal|off sets [limits] events; SUBSCRIBER=1 adds a client subscribed to
 # the events channel (without a listener the Functions build no events at all).
+# LIMIT="<options of <ns>_limit_set>" puts that limit on the queue first (as in fn_cost.sh).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-100000}
 conc=${2:-64}
 mode=${3:-fcall}
 machine
-echo "tasks: $n no-op, concurrency = $conc, enqueue = $mode, events = ${EVENTS:-all}, subscriber = ${SUBSCRIBER:-0}"
+echo "tasks: $n no-op, concurrency = $conc, enqueue = $mode, events = ${EVENTS:-all}, subscriber = ${SUBSCRIBER:-0}, limit = ${LIMIT:-none}"
 start_worker "[worker]
 worker_id = bench
 queues = paused-at-first
 [handler:noop]
 builtin = noop"
 rc SET dtq:queue:default:paused 1 >/dev/null
+if [ -n "${LIMIT:-}" ]; then
+    # shellcheck disable=SC2086
+    [ "$(rc FCALL dtq_limit_set 0 bench default '' $LIMIT)" = set ] ||
+        { echo "limit_set refused: $LIMIT"; exit 1; }
+fi
 used_memory() { rc INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ { print $2 }'; }
 mem0=$(used_memory)
 n_all=$n

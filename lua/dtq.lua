@@ -567,6 +567,9 @@ local function raw_entry_error(c, f)
   if f.idempotency_key ~= nil and (#f.idempotency_key < 1 or #f.idempotency_key > 256) then
     return 'idempotency_key must be 1-256 bytes'
   end
+  if f.limit_key ~= nil and not valid_name128(f.limit_key) then
+    return 'limit_key must match [A-Za-z0-9._:-]{1,128}'
+  end
   return nil
 end
 
@@ -619,6 +622,7 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
     h.own_timeout_ms = f.timeout_ms
     h.ttl_seconds = f.ttl_seconds
     h.idempotency_key = f.idempotency_key
+    h.limit_key = f.limit_key
   elseif #h.payload > c.max_payload_bytes then
     -- A rejected entry must not park megabytes in its hash and its dead letter.
     h.payload = string.sub(h.payload, 1, c.max_payload_bytes)
@@ -638,6 +642,13 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
   end
   return tid, tkey, h
 end
+
+--[[ The limits (the `do ... end` block of limits below fills it in, docs/reference.md 5.7):
+LIM.of(queue) is the queue's limits (false: none), read once per call; LIM.gate(...)
+admits a claim or defers its task; LIM.release(slots, tid) gives back the slots of an
+attempt that ended (the task hash's limit_slots). LIM.q is the per-call cache of LIM.of,
+reset by reg(). One table, so the main chunk holds one local for all of it. ]]
+local LIM = {}
 
 --[[ Whether a task whose entry was delivered may run now. Returns 'claim' (queued at the
 entry's attempt), 'adopt' (the entry carries a running attempt of a lost worker), or nil
@@ -660,6 +671,7 @@ local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, en
   end
   if status == 'running' and h.carrier == source then
     if tonumber(h.attempt) >= (tonumber(h.max_attempts) or 1) then
+      if h.limit_slots then LIM.release(h.limit_slots, tid) end
       dead_letter(c, tkey, h, ms, 'worker_lost', 'worker_lost', worker)
       ack(stream, entry_id)
       return nil
@@ -685,16 +697,25 @@ end
 -- limits and the carrier entry. Returns the claimed-task array the daemon decodes
 -- (src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
 -- max_attempts, timeout_ms.
-local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source)
+local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source,
+                          slots)
   local attempt = tonumber(h.attempt)
   if adopt then attempt = attempt + 1 end
   local ma, to = resolve(h, policy)
   local now = fmt(ms)
+  -- A limited claim (LIM.gate ran) records the slot sets it holds (limit_slots: a claim
+  -- without slots clears an earlier one), and the task is no longer limited_by anything.
+  if h.limited_by then redis.call('HDEL', tkey, 'limited_by') end
   if adopt then
     history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
     redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
                'started_at', now, 'updated_at', now, 'max_attempts', fmt(ma),
                'timeout_ms', fmt(to), 'carrier', source)
+    if slots or h.limit_slots then redis.call('HSET', tkey, 'limit_slots', slots or '') end
+  elseif slots or h.limit_slots then
+    redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
+               'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
+               'carrier', source, 'limit_slots', slots or '')
   else -- the attempt is the hash's already
     redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
                'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
@@ -710,6 +731,7 @@ at once, as a fresh entry, instead of waiting in this worker's pending list. `ad
 bumps the attempt (the lost worker's attempt counts, as for any crash). ]]
 local function requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, adopt)
   if adopt then
+    if h.limit_slots then LIM.release(h.limit_slots, h.id) end
     history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
     h.attempt = fmt(tonumber(h.attempt) + 1)
   end
@@ -768,11 +790,24 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
   end
   local admit = settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, ent_attempt, source)
   if not admit then return nil end
+  local adopt, slots = admit == 'adopt', nil
+  if not requeue then
+    -- Limits: one lookup per queue and call; a task over a limit is deferred there (a
+    -- claim), or requeued (an adoption: its lost attempt counts, as for any crash).
+    local lims = LIM.of(h.queue)
+    if lims then
+      local ok
+      ok, slots = LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
+      if not ok then
+        if adopt then requeue = true else return nil end
+      end
+    end
+  end
   if requeue then
-    requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, admit == 'adopt')
+    requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, adopt)
     return nil
   end
-  return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, admit == 'adopt', source)
+  return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source, slots)
 end
 
 local function decode_policy_json(json)
@@ -1078,7 +1113,7 @@ end
 -- guard below ('stale': nothing written), so its entry stays pending and the reaper's
 -- task_poison settles it. Reading and checking all of it here cost ~15% of the Redis time.
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
-                       'task_type', 'attempt'}
+                       'task_type', 'attempt', 'limit_slots'}
 
 -- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
 -- FINISH_FIELDS (a success publishes its event from the values themselves).
@@ -1101,6 +1136,7 @@ local function finish_one(c, ms, worker, args, b)
   if not v[4] then return 'gone' end
   if v[4] ~= 'running' or v[1] ~= worker then return 'stale' end
   if tonumber(v[7]) ~= tonumber(args[b + 2]) or not valid_name128(v[5]) then return 'stale' end
+  if v[8] then LIM.release(v[8], tid) end -- the attempt ends, however it ends
   if v[2] == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
     local rstate = args[b + 7]
@@ -1216,6 +1252,7 @@ local function handback(keys, args)
       -- so the task runs once more (a new attempt number: none runs twice) and only its
       -- own outcome there can end it.
       history_add(tkey, h.history or false, attempt, ms, 'interrupted', args[b + 5], worker)
+      if h.limit_slots then LIM.release(h.limit_slots, tid) end
       h.attempt = fmt(attempt + 1)
       redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms),
                  'last_error', args[b + 5], 'last_error_class', 'interrupted')
@@ -1249,6 +1286,9 @@ local function enqueue_options(c, args, first, per_task)
         return nil, name .. ' must be an integer in [' .. fmt(lim[1]) .. ', ' .. fmt(lim[2]) .. ']'
       end
       o[name] = n
+    elseif name == 'limit_key' then
+      if not valid_name128(v) then return nil, 'limit_key must match [A-Za-z0-9._:-]{1,128}' end
+      o.limit_key = v
     elseif per_task and name == 'idempotency_key' then
       if #v < 1 or #v > 256 then return nil, 'idempotency_key must be 1-256 bytes' end
       o.idempotency_key = v
@@ -1294,7 +1334,7 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
              'status', delayed and 'pending' or 'queued', 'attempt', '1', 'priority',
              fmt(o.priority), 'created_at', now, 'updated_at', now, 'metadata', '{}',
              'cancel_requested', '0')
-  if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key then
+  if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key or o.limit_key then
     local more = {}
     local function opt(name, v)
       if v then
@@ -1306,6 +1346,7 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
     opt('own_timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
     opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
     opt('idempotency_key', o.idempotency_key)
+    opt('limit_key', o.limit_key)
     redis.call('HSET', tkey, unpack(more))
   end
   if delayed then
@@ -1318,7 +1359,7 @@ end
 
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
 Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
-task_id. Replies {task_id, 'created'|'duplicate'}. ]]
+task_id, limit_key. Replies {task_id, 'created'|'duplicate'}. ]]
 local function enqueue(keys, args)
   local queue, ttype, payload = args[1], args[2], args[3]
   if not valid_name128(queue) then
@@ -1371,7 +1412,7 @@ local ENQUEUE_BULK_MAX = 10000
 
 --[[ FCALL <ns>_enqueue_bulk 0 <queue> <task_type> <n> <payload-json>... [option value]...
 n tasks of one type into one queue in one call (at most ENQUEUE_BULK_MAX); the options
-(priority, max_attempts, timeout_ms, delay_ms, ttl_seconds) apply to every one. Ids are
+(priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, limit_key) apply to every one. Ids are
 minted as for <ns>_enqueue. Replies one element per payload, in order: {task_id,
 'created'}, or the error that payload alone got (PAYLOAD_TOO_LARGE, INVALID_ARGUMENT,
 QUEUE_FULL once the queue is full); the others are created all the same. An error in the
@@ -1768,6 +1809,7 @@ local function reg(name, fn, ro)
     call_seq, call_events, call_listeners, call_any_cancelled = nil, 0, nil, nil
     call_eid_prefix = nil
     fmt_memo = {}
+    LIM.q = nil
     return fn(keys, args)
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}
@@ -3130,6 +3172,403 @@ reg('cron_list', cron_list, true)
 reg('cron_due', cron_due, true)
 reg('cron_fire', cron_fire)
 reg('cron_sync', cron_sync)
+
+------------------------------------------------------------------------------ limits
+do
+
+--[[ Rate and concurrency limits (docs/reference.md 5.7). A limit's target is a queue
+(field `*` of <p>:limits:<queue>) or a task type in it (field t:<type>); its value is the
+JSON {rate, period_ms, burst, concurrency, per_key} <ns>_limit_set writes. Every state key
+names its queue: <p>:limit:<queue>/<target>/<kind>[/<limit key>], with <target> the field
+and <kind> rate (GCRA's theoretical arrival time, in microseconds, a string expiring when
+it passes), run (the concurrency slots: a zset of task ids, scored by admission time),
+due (the deferral horizon, microseconds, expiring) or keys (a per-key limit's keys, scored
+by their last admission: what <ns>_limit_list counts). '/' is not in any name, so no two
+targets share a key. <p>:limits is the set of queues that have limits. ]]
+local LIMIT = { -- the bounds of limits
+  RATE_MAX = 1000000000,      -- rate: starts per period
+  PERIOD_MAX = 31536000000,   -- period_ms: a year
+  BURST_MAX = 1000000,
+  CONCURRENCY_MAX = 1000000,
+  SPACING_MS = 100,           -- a concurrency limit's deferrals: this / concurrency apart
+  HEAL_MAX = 32,              -- slot members a full set checks for stale ones, per call
+  KEY_IDLE_MS = 60000,        -- a per-key limit's key leaves <...>/keys after this idle
+  CACHE_MAX = 1024,           -- decoded limit texts, and queues, kept across calls
+  QUEUES_MAX = 1000,          -- queues <ns>_limit_list reports
+  TARGETS_MAX = 100,          -- limits per queue it reports
+  KEYS_MAX = 1000,            -- keys of a per-key limit it sums the running tasks of
+}
+local LPFX = PREFIX .. ':limit:'
+
+-- The state key of a target (its field in the limits hash) of queue q.
+local function lkey(q, field, kind, key)
+  local base = LPFX .. q .. '/' .. field .. '/' .. kind
+  if key then return base .. '/' .. key end
+  return base
+end
+
+-- A limit's JSON text as a table with what admission computes from it (T: the emission
+-- interval in microseconds, rounded up so that N of them span at least a period; tol: the
+-- burst tolerance), or false when the text is not a limit. Kept by text, across calls.
+local decoded, decoded_n = {}, 0
+local function decode_limit(text)
+  local l = decoded[text]
+  if l ~= nil then return l end
+  local ok, v = pcall(cjson.decode, text)
+  l = false
+  if ok and type(v) == 'table' then
+    local rate, period, burst, conc = tonumber(v.rate), tonumber(v.period_ms),
+                                      tonumber(v.burst) or 0, tonumber(v.concurrency)
+    if rate and (rate < 1 or rate % 1 ~= 0 or not period or period < 1 or period % 1 ~= 0 or
+                 period * 1000 < rate) then
+      rate = nil
+    end
+    if conc and (conc < 1 or conc % 1 ~= 0) then conc = nil end
+    if rate or conc then
+      l = {rate = rate, period_ms = rate and period, burst = rate and burst or 0,
+           concurrency = conc, per_key = v.per_key == true}
+      if rate then
+        l.T = math.ceil(period * 1000 / rate)
+        l.tol = l.burst * l.T
+      end
+      if conc then l.spacing = math.max(1, math.floor(LIMIT.SPACING_MS / conc)) * 1000 end
+    end
+  end
+  if decoded_n >= LIMIT.CACHE_MAX then decoded, decoded_n = {}, 0 end
+  decoded[text], decoded_n = l, decoded_n + 1
+  return l
+end
+
+-- The limits of queue q as {all = <queue-wide limit>, types = {<type> = limit}} with each
+-- limit's field and target name; nil when it has none. The hash is read on every call
+-- (once per call: LIM.of); only its decoding is kept while its texts are the same.
+local parsed_raw, parsed, parsed_n = {}, {}, 0
+local function same_map(a, b)
+  for f, v in pairs(a) do if b[f] ~= v then return false end end
+  for f in pairs(b) do if a[f] == nil then return false end end
+  return true
+end
+
+local function load_limits(q)
+  local map = hgetall_map(k('limits', q)) -- another type reads as no limits
+  if not map then return nil end
+  local raw = parsed_raw[q]
+  if raw and same_map(raw, map) then return parsed[q] end
+  local lims, any = {types = {}}, false
+  for f, text in pairs(map) do
+    local l = decode_limit(text)
+    local ttype = f:match('^t:(.+)$')
+    if l and (f == '*' or ttype) then
+      -- a copy per target: the decoded table is shared by every target of the same text
+      local t = {field = f, target = ttype and (q .. ':' .. ttype) or q}
+      for name, v in pairs(l) do t[name] = v end
+      if ttype then lims.types[ttype] = t else lims.all = t end
+      any = true
+    end
+  end
+  if not any then lims = nil end
+  if parsed_n >= LIMIT.CACHE_MAX then parsed_raw, parsed, parsed_n = {}, {}, 0 end
+  parsed_raw[q], parsed[q], parsed_n = map, lims or false, parsed_n + 1
+  return lims
+end
+
+function LIM.of(q)
+  local memo = LIM.q
+  if not memo then
+    memo = {}
+    LIM.q = memo
+  end
+  local v = memo[q]
+  if v == nil then
+    v = load_limits(q) or false
+    memo[q] = v
+  end
+  return v
+end
+
+function LIM.release(slots, tid)
+  local memo = LIM.q
+  for zk in slots:gmatch('%S+') do
+    -- only slot sets: the field is dtq's, but a key it names is checked all the same
+    if zk:sub(1, #LPFX) == LPFX then
+      redis.pcall('ZREM', zk, tid)
+      if memo and memo.n then memo.n[zk] = nil end -- the call's count of it is stale
+    end
+  end
+end
+
+-- The members of a full slot set whose task is gone or not running are removed (the
+-- oldest HEAL_MAX, once per set and call: a lease a lost release left). Its size after
+-- (n, its size before, when it was healed already in this call).
+local function heal(zk, n)
+  local memo = LIM.q
+  memo.healed = memo.healed or {}
+  if memo.healed[zk] then return n end
+  memo.healed[zk] = true
+  local ids = redis.pcall('ZRANGE', zk, 0, LIMIT.HEAL_MAX - 1)
+  if not ids.err then
+    for _, id in ipairs(ids) do
+      local st = redis.pcall('HGET', k('task', id), 'status')
+      if st ~= 'running' then redis.call('ZREM', zk, id) end
+    end
+  end
+  n = redis.pcall('ZCARD', zk)
+  return type(n) == 'number' and n or 0
+end
+
+local function integer(n) return fmt(math.floor(n + 0.5)) end
+
+--[[ Defers the task of a claim that limit l (kind 'rate' or 'concurrency', key: its
+per-key bucket) refused, without using an attempt: its entry is settled (acknowledged and
+deleted), its hash is pending with limited_by, and it waits in the schedule until
+due = max(earliest admissible time, the limit's horizon + spacing) (spacing: T for a rate,
+SPACING_MS / concurrency for a concurrency limit), which becomes the horizon: deferred
+tasks come back one spacing apart instead of all at once. ]]
+local function defer(c, ms, worker, stream, entry_id, tkey, h, l, kind, key, earliest_us)
+  local hk = lkey(h.queue, l.field, 'due', key)
+  local space = kind == 'rate' and l.T or l.spacing
+  local memo = LIM.q
+  memo.hz = memo.hz or {}
+  local hz = memo.hz[hk] or tonumber(redis.pcall('GET', hk)) or 0
+  local due_us = math.max(earliest_us, hz + space, ms * 1000)
+  local due = math.ceil(due_us / 1000)
+  redis.pcall('SET', hk, integer(due_us), 'PX', integer(due - ms + space / 1000 + 1000))
+  memo.hz[hk] = due_us
+  local label = kind .. ':' .. l.target .. (key and ('/' .. key) or '')
+  ack(stream, entry_id)
+  redis.call('HSET', tkey, 'status', 'pending', 'updated_at', fmt(ms), 'limited_by', label)
+  h.status = 'pending'
+  redis.call('ZADD', k('retry', 'schedule'), fmt(due), h.id)
+  emit(c, ms, 'TASK_DEFERRED', h, worker, {reason = 'limited', limited_by = label,
+                                           delay_ms = due - ms})
+end
+
+--[[ Admission of a claim under the limits `lims` of its queue: the queue-wide limit and
+its type's, each per key (the task's limit_key; '' for none) when per_key. Every limit is
+checked before anything is taken: a rate admits when now >= tat - tol (GCRA; now is
+the call's millisecond, which stands for all of it: now_us + 999 >= tat - tol, so a rate
+above one per ms starts several tasks in one ms, and still at most N + burst in any
+period of started_at, started_at being that millisecond), a
+concurrency limit when its set has a free slot (after heal() when full) or, for an
+adoption, holds the task already. Then the rate states advance (tat = max(tat, now) + T)
+and the task joins the slot sets. Returns true and the slot sets (space separated; nil:
+none), or false when a limit refused it: a claim is then deferred here (defer()), an
+adoption is left to the caller (it requeues the task). ]]
+function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
+  local a, b = lims.all, lims.types[h.task_type]
+  if not a and not b then return true, nil end
+  local now_us, tid = ms * 1000, h.id
+  local lk = h.limit_key or ''
+  -- What this call read or wrote of the state, so that the claims after the first in one
+  -- call read nothing again: nothing else writes it while a Function runs.
+  local memo = LIM.q
+  local tats, counts = memo.tat, memo.n
+  if not tats then
+    tats, counts = {}, {}
+    memo.tat, memo.n = tats, counts
+  end
+  local rates, joins, slots, seen = {}, {}, nil, nil
+  for _, l in ipairs({a or b, a and b or nil}) do
+    local key = l.per_key and lk or nil
+    if l.rate then
+      local rk = lkey(h.queue, l.field, 'rate', key)
+      local tat = tats[rk]
+      if not tat then tat = tonumber(redis.pcall('GET', rk)) or 0 end
+      tat = math.max(tat, now_us)
+      if now_us + 999 < tat - l.tol then
+        if not adopt then
+          defer(c, ms, worker, stream, entry_id, tkey, h, l, 'rate', key, tat - l.tol - 999)
+        end
+        return false
+      end
+      rates[#rates + 1] = {rk, tat + l.T}
+    end
+    if l.concurrency then
+      local zk = lkey(h.queue, l.field, 'run', key)
+      local held = adopt and type(redis.pcall('ZSCORE', zk, tid)) == 'string'
+      if not held then
+        local n = counts[zk] or redis.pcall('ZCARD', zk)
+        if type(n) ~= 'number' then
+          redis.call('DEL', zk) -- a key of another type: the slots start over
+          n = 0
+        end
+        if n >= l.concurrency then n = heal(zk, n) end
+        counts[zk] = n
+        if n >= l.concurrency then
+          if not adopt then
+            defer(c, ms, worker, stream, entry_id, tkey, h, l, 'concurrency', key,
+                  now_us + l.spacing)
+          end
+          return false
+        end
+        joins[#joins + 1] = zk
+      end
+      slots = slots and (slots .. ' ' .. zk) or zk
+    end
+    if key then
+      seen = seen or {}
+      seen[#seen + 1] = lkey(h.queue, l.field, 'keys')
+    end
+  end
+  for _, r in ipairs(rates) do
+    redis.call('SET', r[1], integer(r[2]), 'PX', integer(math.ceil((r[2] - now_us) / 1000)))
+    tats[r[1]] = r[2]
+  end
+  for _, zk in ipairs(joins) do
+    redis.call('ZADD', zk, fmt(ms), tid)
+    counts[zk] = counts[zk] + 1
+  end
+  for _, ik in ipairs(seen or {}) do
+    if redis.pcall('ZADD', ik, fmt(ms), lk) == 1 then -- a new key: the idle ones leave
+      redis.pcall('ZREMRANGEBYSCORE', ik, '-inf', '(' .. fmt(ms - LIMIT.KEY_IDLE_MS))
+    end
+  end
+  return true, slots
+end
+
+-- ------------------------------------------------------------ the admin Functions
+
+-- The target's field and name from <queue> <task_type or ''>, or nil and the error reply.
+local function target_of(q, ttype)
+  if not valid_name128(q) then
+    return nil, opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  if ttype == nil or ttype == '' then return '*', q end
+  if not valid_name128(ttype) then
+    return nil, opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
+  end
+  return 't:' .. ttype, q .. ':' .. ttype
+end
+
+local SET_OPTS = {rate = {1, LIMIT.RATE_MAX}, period_ms = {1, LIMIT.PERIOD_MAX},
+                  burst = {0, LIMIT.BURST_MAX}, concurrency = {1, LIMIT.CONCURRENCY_MAX},
+                  per_key = {0, 1}}
+
+--[[ FCALL <ns>_limit_set 0 <actor> <queue> <task_type or ''> [option value]...
+Options: rate N and period_ms P (together: at most N + burst starts in any period), burst
+B (with a rate; default 0), concurrency C (at most C running), per_key 0|1 (each
+limit_key apart). At least one of rate and concurrency. Replaces the target's limit;
+replies 'set'. ]]
+local function limit_set(keys, args)
+  local actor, q, ttype = args[1], args[2], args[3]
+  local field, target = target_of(q, ttype)
+  if not field then return target end
+  if (#args - 3) % 2 ~= 0 then return opt_error('options come in name value pairs') end
+  local o = {}
+  for i = 4, #args, 2 do
+    local name, v = args[i], args[i + 1]
+    local lim = SET_OPTS[name]
+    if not lim then return opt_error('unknown option ' .. tostring(name)) end
+    local n = parse_int(v, lim[1], lim[2])
+    if not n then
+      return opt_error(name .. ' must be an integer in [' .. fmt(lim[1]) .. ', ' ..
+                       fmt(lim[2]) .. ']')
+    end
+    o[name] = n
+  end
+  if (o.rate == nil) ~= (o.period_ms == nil) then
+    return opt_error((o.rate and 'rate' or 'period_ms') .. ' needs ' ..
+                     (o.rate and 'period_ms' or 'rate'))
+  end
+  if o.burst and not o.rate then return opt_error('burst needs rate') end
+  if not o.rate and not o.concurrency then
+    return opt_error('give rate (with period_ms) or concurrency, or both')
+  end
+  if o.rate and o.period_ms * 1000 < o.rate then
+    return opt_error('rate must be at most 1000 per ms of period_ms')
+  end
+  local l = {per_key = o.per_key == 1}
+  if o.rate then l.rate, l.period_ms, l.burst = o.rate, o.period_ms, o.burst or 0 end
+  l.concurrency = o.concurrency
+  local text = cjson.encode(l)
+  redis.call('HSET', k('limits', q), field, text)
+  redis.call('SADD', k('limits'), q)
+  audit('limit_set', '', actor, now_ms(), q, {'target', target, 'limit', text})
+  return 'set'
+end
+
+--[[ FCALL <ns>_limit_remove 0 <actor> <queue> <task_type or ''>: the target's limit goes
+(NOT_FOUND when it has none); its state runs out by itself (rate and horizon keys expire,
+slots are given back as their attempts end). Replies 'removed'. ]]
+local function limit_remove(keys, args)
+  local actor, q, ttype = args[1], args[2], args[3]
+  local field, target = target_of(q, ttype)
+  if not field then return target end
+  local lk = k('limits', q)
+  if redis.pcall('HDEL', lk, field) ~= 1 then
+    return redis.error_reply('NOT_FOUND no limit on ' .. target)
+  end
+  if redis.call('EXISTS', lk) == 0 then redis.call('SREM', k('limits'), q) end
+  audit('limit_remove', '', actor, now_ms(), q, {'target', target})
+  return 'removed'
+end
+
+-- The use of limit l of queue q now: {running, tokens_left, keys, deferred_until_ms}.
+local function limit_use(q, l, now)
+  local use = {running = cjson.null, tokens_left = cjson.null, keys = cjson.null,
+               deferred_until_ms = cjson.null}
+  local function card(key) return count_of('ZCARD', key) end
+  if l.per_key then
+    local ik = lkey(q, l.field, 'keys')
+    use.keys = card(ik)
+    if l.concurrency then
+      local ids = redis.pcall('ZRANGE', ik, 0, LIMIT.KEYS_MAX - 1)
+      local n = 0
+      if not ids.err then
+        for _, key in ipairs(ids) do n = n + card(lkey(q, l.field, 'run', key)) end
+      end
+      use.running = n
+    end
+    return use
+  end
+  if l.concurrency then use.running = card(lkey(q, l.field, 'run')) end
+  if l.rate then
+    local tat = tonumber(redis.pcall('GET', lkey(q, l.field, 'rate'))) or 0
+    local left = math.floor((now * 1000 + 999 + l.tol - tat) / l.T) + 1
+    use.tokens_left = math.max(0, math.min(l.burst + 1, left))
+  end
+  local hz = tonumber(redis.pcall('GET', lkey(q, l.field, 'due')))
+  if hz and hz > now * 1000 then use.deferred_until_ms = math.ceil(hz / 1000) end
+  return use
+end
+
+--[[ FCALL_RO <ns>_limit_list 0: one JSON text, the limits of the queues in <p>:limits
+(sorted, at most QUEUES_MAX; per queue the queue-wide limit first, then by task type, at
+most TARGETS_MAX), each {queue, task_type (null: queue-wide), target, rate, period_ms,
+burst, concurrency (null when not set), per_key, use}: an array. ]]
+local function limit_list(keys, args)
+  local now = now_ms()
+  local names = redis.pcall('SMEMBERS', k('limits'))
+  if names.err then names = {} end
+  table.sort(names)
+  local out = {}
+  for i = 1, math.min(#names, LIMIT.QUEUES_MAX) do
+    local q = names[i]
+    local map = valid_name128(q) and hgetall_map(k('limits', q))
+    local fields = {}
+    for f in pairs(map or {}) do fields[#fields + 1] = f end
+    table.sort(fields) -- '*' sorts before 't:...'
+    for j = 1, math.min(#fields, LIMIT.TARGETS_MAX) do
+      local f = fields[j]
+      local l, ttype = decode_limit(map[f]), f:match('^t:(.+)$')
+      if l and (f == '*' or ttype) then
+        local t = {field = f}
+        for name, v in pairs(l) do t[name] = v end
+        out[#out + 1] = {queue = q, task_type = ttype or cjson.null,
+                         target = ttype and (q .. ':' .. ttype) or q,
+                         rate = l.rate or cjson.null, period_ms = l.period_ms or cjson.null,
+                         burst = l.rate and l.burst or cjson.null,
+                         concurrency = l.concurrency or cjson.null, per_key = l.per_key,
+                         use = limit_use(q, t, now)}
+      end
+    end
+  end
+  return json_encode(arr(out))
+end
+
+reg('limit_set', limit_set)
+reg('limit_remove', limit_remove)
+reg('limit_list', limit_list, true)
 end
 
 --[[ FCALL <ns>_worker_event 0 <worker_id> <type>: publishes WORKER_STARTED or

@@ -23,7 +23,8 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
 #define READ_FUNCTIONS                                                                  \
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
     "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
-    "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics", "+fcall_ro|<ns>_cron_list"
+    "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics", "+fcall_ro|<ns>_cron_list", \
+    "+fcall_ro|<ns>_limit_list"
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
 /* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set
@@ -57,6 +58,8 @@ static const char *const worker[] = {
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
     "+scard", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
+    /* limits (fetch, reap and finish under a limit): GCRA state, slot sets, their healing */
+    "+zrange", "+zscore", "+zremrangebyscore",
     "~<p>:*", "&<p>:events", NULL};
 
 /* The admin Functions, FUNCTION LOAD (dtqctl functions install), the commands the
@@ -69,6 +72,7 @@ static const char *const admin[] = {
     "+fcall|<ns>_sched_run_now", "+fcall|<ns>_sched_delete", "+fcall|<ns>_queue_clear",
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_remove",
     "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
+    "+fcall|<ns>_queue_remove", "+fcall|<ns>_limit_set", "+fcall|<ns>_limit_remove",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",

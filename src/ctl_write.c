@@ -22,10 +22,11 @@ static const flag_opt task_opts[] = {{"--priority", "priority"},
                                      {"--max-attempts", "max_attempts"},
                                      {"--timeout-ms", "timeout_ms"},
                                      {"--ttl-seconds", "ttl_seconds"},
+                                     {"--limit-key", "limit_key"},
                                      /* enqueue only: */
                                      {"--idempotency-key", "idempotency_key"},
                                      {"--id", "task_id"}};
-#define NBULK_OPTS 5 /* enqueue-bulk takes the first five */
+#define NBULK_OPTS 6 /* enqueue-bulk takes the first six */
 #define NTASK_OPTS (sizeof(task_opts) / sizeof(task_opts[0]))
 
 /* The option of a flag among the first n, or NULL. */

@@ -138,12 +138,13 @@ static const ctl_verb verbs[] = {
     {.name = "enqueue", .args = "<queue> <task_type> <payload>",
      .opts = "[--priority N] [--delay-ms N]\n"
              "[--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
-             "[--idempotency-key K] [--id ID] [--wait [--timeout S]]\n"
-             "[--wait-replicas N]",
+             "[--limit-key K] [--idempotency-key K] [--id ID]\n"
+             "[--wait [--timeout S]] [--wait-replicas N]",
      .min = 3, .max = ANY, .run = ctl_enqueue, .connects = 1},
     {.name = "enqueue-bulk", .args = "<queue> <task_type>",
      .opts = "[--priority N] [--delay-ms N]\n"
-             "[--max-attempts N] [--timeout-ms N] [--ttl-seconds N]",
+             "[--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
+             "[--limit-key K]",
      .help = "one JSON payload per line of stdin",
      .min = 2, .max = ANY, .run = ctl_enqueue_bulk, .connects = 1},
     {.name = "show", .args = "<id>", .help = "the task hash and its result",
@@ -201,6 +202,14 @@ static const ctl_verb verbs[] = {
      .min = 1, .max = 1, .run = ctl_cron_act, .connects = 1, .fn = "cron_resume"},
     {.name = "cron", .sub = "run", .args = "NAME", .help = "enqueue its task now",
      .min = 1, .max = 1, .run = ctl_cron_act, .connects = 1, .fn = "cron_run"},
+    {.name = "limit", .sub = "set", .args = "<target>",
+     .opts = "[--rate N/PERIOD] [--burst N]\n[--concurrency N] [--per-key]",
+     .help = "target: queue or queue:task_type; PERIOD: s, m,\nh, or a duration (10s, 500ms)",
+     .min = 1, .max = ANY, .run = ctl_limit_set, .connects = 1},
+    {.name = "limit", .sub = "list", .opts = "[--json]", .help = "the limits with their current use",
+     .min = 0, .max = 1, .run = ctl_limit_list, .connects = 1},
+    {.name = "limit", .sub = "remove", .args = "<target>",
+     .min = 1, .max = 1, .run = ctl_limit_remove, .connects = 1},
     {.name = "workers", .help = "live workers with heartbeat age",
      .min = 0, .max = 0, .run = ctl_workers, .connects = 1},
     {.name = "events", .help = "follow the event channel",

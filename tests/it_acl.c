@@ -908,6 +908,37 @@ START_TEST(test_worker_role_end_to_end) {
     free(ctl_expect(0, "adm", "show e-flaky"));
     free(ctl_expect(0, "adm", "dlq list"));
 
+    /* limits: set and removed by the admin, obeyed by the worker role (one task deferred,
+     * then run after the other), listed by both readers */
+    free(ctl_expect(0, "adm", "limit set default:sleep --concurrency 1 --per-key"));
+    free(ctl_expect(0, "adm", "limit set default --rate 1000/s --burst 10"));
+    free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":300}' --id e-l1 --limit-key k"));
+    free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":300}' --id e-l2 --limit-key k"));
+    wait_status("e-l1", "succeeded");
+    wait_status("e-l2", "succeeded");
+    {
+        char *s1 = th_task_field(C, "e-l1", "started_at"),
+             *f1 = th_task_field(C, "e-l1", "finished_at");
+        char *s2 = th_task_field(C, "e-l2", "started_at"),
+             *f2 = th_task_field(C, "e-l2", "finished_at");
+        ck_assert_msg(atoll(s2) >= atoll(f1) || atoll(s1) >= atoll(f2), "e-l1 and e-l2 overlapped");
+        free(s1);
+        free(f1);
+        free(s2);
+        free(f2);
+    }
+    {
+        const char *const limits[] = {"dtq_limit_list 0", NULL};
+        const char *want[] = {"\"target\":\"default:sleep\""};
+        read_model_as("mon", limits, want);
+        read_model_as("adm", limits, want);
+    }
+    out = ctl_expect(0, "mon", "limit list");
+    ck_assert_ptr_nonnull(strstr(out, "default:sleep"));
+    free(out);
+    free(ctl_expect(0, "adm", "limit remove default:sleep"));
+    free(ctl_expect(0, "adm", "limit remove default"));
+
     /* drain: a running task is handed back (attempt 2, queued), the lock released */
     free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":60000}' --id e-long"));
     wait_status("e-long", "running");

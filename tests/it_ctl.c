@@ -660,6 +660,9 @@ START_TEST(test_help_is_the_table) {
         {"cron pause", "cron pause a b", "usage: dtqctl cron pause NAME"},
         {"cron resume", "cron resume", "usage: dtqctl cron resume NAME"},
         {"cron run", "cron run", "usage: dtqctl cron run NAME"},
+        {"limit set", "limit set", "usage: dtqctl limit set <target> [options]"},
+        {"limit list", "limit list a b", "usage: dtqctl limit list [options]"},
+        {"limit remove", "limit remove", "usage: dtqctl limit remove <target>"},
         {"workers", "workers x", "usage: dtqctl workers"},
         {"events", "events x", "usage: dtqctl events"},
         {"stats", "stats x", "usage: dtqctl stats"},
@@ -680,7 +683,7 @@ START_TEST(test_help_is_the_table) {
         if (strncmp(line, "  ", 2) || line[2] == ' ') continue;
         ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
         if (!strcmp(w1, "dlq") || !strcmp(w1, "functions") || !strcmp(w1, "scheduled") ||
-            !strcmp(w1, "queue") || !strcmp(w1, "cron"))
+            !strcmp(w1, "queue") || !strcmp(w1, "cron") || !strcmp(w1, "limit"))
             snprintf(verb, sizeof(verb), "%s %s", w1, w2);
         else
             snprintf(verb, sizeof(verb), "%s", w1);
