@@ -3172,6 +3172,7 @@ reg('cron_list', cron_list, true)
 reg('cron_due', cron_due, true)
 reg('cron_fire', cron_fire)
 reg('cron_sync', cron_sync)
+end
 
 ------------------------------------------------------------------------------ limits
 do
