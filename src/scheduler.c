@@ -17,9 +17,12 @@ struct dtq_scheduler {
     dtq_ctx *ctx;
     struct event *tick_ev;
     int running;
-    int busy;       /* a step is in flight */
-    int batch_full; /* the last claim filled its batch */
-    int new_leader; /* the first pass since taking the lock: no claim can be in use */
+    int busy;           /* a step is in flight */
+    int batch_full;     /* the last claim filled its batch */
+    int new_leader;     /* the first pass since taking the lock: no claim can be in use */
+    int promoting;      /* this pass sent a promote: its reply ends the pass */
+    int64_t next_score; /* the schedule's soonest due time after the claim, -1: empty */
+    int64_t next_in_ms; /* ... as a wait on Redis's clock (TIME), -1: none */
     char *lock_key, *schedule_key, *claimed_key;
 };
 
@@ -32,6 +35,20 @@ static void arm(dtq_scheduler *s, int64_t ms) {
 static void arm_interval(dtq_scheduler *s) {
     int64_t iv = s->ctx->cfg->scheduler_interval_ms;
     arm(s, (int64_t)((double)iv * (0.8 + 0.4 * dtq_retry_uniform())));
+}
+
+/* The next pass: at once after a full batch; at the schedule's soonest due time when that
+ * comes before the interval (a delayed task, a retry or a limited task's turn is promoted
+ * on time, not up to an interval late); otherwise about the interval. */
+#define SCHED_MIN_WAKE_MS 10
+static void arm_next(dtq_scheduler *s) {
+    if (s->batch_full) {
+        arm(s, 0);
+    } else if (s->next_in_ms >= 0 && s->next_in_ms < s->ctx->cfg->scheduler_interval_ms) {
+        arm(s, s->next_in_ms < SCHED_MIN_WAKE_MS ? SCHED_MIN_WAKE_MS : s->next_in_ms);
+    } else {
+        arm_interval(s);
+    }
 }
 
 static int sched_send(dtq_scheduler *s, redisCallbackFn *cb, dtq_argv *a) {
@@ -68,6 +85,7 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     s->busy = 0;
+    s->promoting = 0;
     if (!reply) return;
     if (reply->type == REDIS_REPLY_ERROR) {
         dtq_error("scheduler: promote failed: %s", reply->str);
@@ -75,10 +93,36 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
         return;
     }
     s->ctx->gauges.promoted += (uint64_t)reply->integer;
-    if (s->batch_full)
-        arm(s, 0); /* the claim filled its batch: go again at once */
-    else
-        arm_interval(s);
+    arm_next(s);
+}
+
+/* ZRANGE <schedule> 0 0 WITHSCORES, sent right after the claim: the soonest due time left. */
+static void next_due_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    s->next_score = -1;
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[1]->type == REDIS_REPLY_STRING)
+        s->next_score = (int64_t)strtod(reply->element[1]->str, NULL);
+}
+
+/* TIME, the pass's last reply but a promote's: the wait until the soonest due time. */
+static void time_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (!reply) return;
+    s->next_in_ms = -1;
+    if (s->next_score >= 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
+        int64_t now = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
+                      strtoll(reply->element[1]->str, NULL, 10) / 1000;
+        s->next_in_ms = s->next_score > now ? s->next_score - now : 0;
+    }
+    if (!s->promoting) {
+        s->busy = 0;
+        arm_next(s);
+    }
 }
 
 static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
@@ -87,21 +131,18 @@ static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     dtq_argv a;
     DTQ_UNUSED(ac);
-    s->busy = 0;
     if (!reply) return;
+    s->batch_full = 0;
     if (reply->type != REDIS_REPLY_ARRAY) {
         dtq_error("scheduler: claim failed: %s",
                   reply->type == REDIS_REPLY_ERROR ? reply->str : "?");
-        arm_interval(s);
-        return;
+        return; /* time_cb ends the pass */
     }
-    if (reply->elements == 0) {
-        arm_interval(s);
-        return;
-    }
+    if (reply->elements == 0) return;
     dtq_call_sched_promote(&a, ctx->fn.sched_promote, s->claimed_key, ctx->cfg->worker_id, reply);
     s->batch_full = (int64_t)reply->elements >= ctx->cfg->scheduler_batch;
-    sched_send(s, promote_cb, &a);
+    if (dtq_ctx_command(ctx, promote_cb, s, &a) == DTQ_OK) s->promoting = 1;
+    dtq_argv_deinit(&a);
 }
 
 static void pass(dtq_scheduler *s) {
@@ -123,7 +164,26 @@ static void pass(dtq_scheduler *s) {
         dtq_ctx_command(ctx, i ? claimed_gauge_cb : scheduled_gauge_cb, s, &g);
         dtq_argv_deinit(&g);
     }
-    sched_send(s, claim_cb, &a);
+    s->promoting = 0;
+    if (sched_send(s, claim_cb, &a) != DTQ_OK) return;
+    {
+        dtq_argv n, t;
+        dtq_argv_init(&n);
+        dtq_argv_adds(&n, "ZRANGE");
+        dtq_argv_adds(&n, s->schedule_key);
+        dtq_argv_adds(&n, "0");
+        dtq_argv_adds(&n, "0");
+        dtq_argv_adds(&n, "WITHSCORES");
+        dtq_ctx_command(ctx, next_due_cb, s, &n);
+        dtq_argv_deinit(&n);
+        dtq_argv_init(&t);
+        dtq_argv_adds(&t, "TIME");
+        if (dtq_ctx_command(ctx, time_cb, s, &t) != DTQ_OK) {
+            s->busy = 0;
+            arm_interval(s);
+        }
+        dtq_argv_deinit(&t);
+    }
 }
 
 static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
@@ -187,6 +247,7 @@ dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx) {
     s->lock_key = dtq_key_scheduler_lock(ctx->prefix);
     s->schedule_key = dtq_key_retry_schedule(ctx->prefix);
     s->claimed_key = dtq_key_retry_claimed(ctx->prefix);
+    s->next_score = s->next_in_ms = -1;
     return s;
 }
 
@@ -212,6 +273,7 @@ void dtq_scheduler_stop(dtq_scheduler *s) {
 
 void dtq_scheduler_connection_lost(dtq_scheduler *s) {
     s->busy = 0;
+    s->promoting = 0;
     lose_leadership(s, "connection lost");
     arm_interval(s);
 }
