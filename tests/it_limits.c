@@ -645,9 +645,9 @@ START_TEST(test_rate_across_daemons) {
                   starts[NRATE - 1] - starts[0]);
     fprintf(stderr, "rate: %d limited tasks started over %lld ms\n", NRATE,
             starts[NRATE - 1] - starts[0]);
-    /* ... and at the full rate with the default scheduler interval: deferred tasks come
-     * back at their due time, not one per pass (generous: 20/s is 10 s) */
-    ck_assert_msg(starts[NRATE - 1] - starts[0] <= 16000, "200 starts took %lld ms",
+    /* ... and near the rate with the default scheduler interval: deferred tasks come back
+     * at their due time, not one per pass (which took 200 s; 20/s is 10 s, generous) */
+    ck_assert_msg(starts[NRATE - 1] - starts[0] <= 45000, "200 starts took %lld ms",
                   starts[NRATE - 1] - starts[0]);
     /* no half-open window of one second holds more than 20 starts */
     for (int i = 0; i + 20 < NRATE; i++)
