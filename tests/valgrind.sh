@@ -32,6 +32,15 @@ builtin = fail
 builtin = flaky
 [handler:noop]
 builtin = noop
+[cron:tick]
+spec = @every 1s
+queue = default
+task_type = noop
+[cron:nightly]
+spec = 30 2 * * *
+tz = America/New_York
+queue = default
+task_type = noop
 INI
 valgrind --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
     --error-exitcode=99 --log-file="$tmp/vg.log" "$worker" -c "$tmp/w.ini" 2>"$tmp/w.log" &
@@ -44,6 +53,7 @@ rc FCALL dtq_enqueue 0 default nosuch '{}' task_id u1 >/dev/null
 rc FCALL dtq_enqueue 0 default sleep '{"ms":100}' task_id s1 >/dev/null
 rc FCALL dtq_enqueue 0 default sleep '{"ms":60000}' task_id s2 timeout_ms 300 max_attempts 1 >/dev/null
 rc XADD dtq:stream:default:p5 '*' task_type echo payload '{bad' >/dev/null
+rc FCALL dtq_limit_set 0 vg default noop rate 50 period_ms 1000 concurrency 2 >/dev/null
 for _ in $(seq 200); do [ "$(rc HGET dtq:task:f1 status)" = succeeded ] && [ "$(rc HGET dtq:task:s2 status)" = dead_lettered ] && break; sleep 0.1; done
 kill -HUP $vg; sleep 0.5
 rc FCALL dtq_enqueue 0 default sleep '{"ms":30000}' task_id s3 >/dev/null
@@ -58,6 +68,8 @@ code=$?
 set -e
 grep -E "definitely lost|indirectly lost|possibly lost|ERROR SUMMARY" "$tmp/vg.log" || true
 [ "$(rc HGET dtq:task:f1 status)" = succeeded ] || { echo "f1 did not succeed"; cat "$tmp/w.log"; exit 1; }
+# the leader fired the periodic task (cron_pass.c, cron.c ran under valgrind) through the limit
+[ -n "$(rc HGET dtq:cron:default:tick last_task_id)" ] || { echo "cron:tick never fired"; cat "$tmp/w.log"; exit 1; }
 [ "$(rc HGET dtq:task:s3 status)" = queued ] || { echo "s3 was not handed back"; cat "$tmp/w.log"; exit 1; }
 if [ $code -ne 0 ]; then echo "valgrind/daemon exit $code"; cat "$tmp/vg.log"; exit 1; fi
 echo "valgrind: clean"
