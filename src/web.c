@@ -222,6 +222,8 @@ static const route routes[] = {
     {{"api", "cron", "*", "pause"}, POST, dtq_web_api_cron_write},
     {{"api", "cron", "*", "resume"}, POST, dtq_web_api_cron_write},
     {{"api", "cron", "*", "run"}, POST, dtq_web_api_cron_write},
+    {{"api", "limits"}, GET, dtq_web_api_limits},
+    {{"api", "limits", "*", "remove"}, POST, dtq_web_api_limit_remove},
     {{"api", "events"}, GET, api_events},
     {{"metrics"}, GET, dtq_web_metrics},
 };

@@ -42,10 +42,14 @@ void dtq_web_api_dlq(dtq_web *w, struct evhttp_request *req, const dtq_web_args 
 void dtq_web_api_audit(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* GET /api/scheduled: a page of the schedule (<ns>_scheduled, reference 5.6) */
 void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
-/* GET /api/cron and /api/cron/<name>: <ns>_cron_list's answer as it is (reference 5.7) */
+/* GET /api/cron and /api/cron/<name>: <ns>_cron_list's answer as it is (reference 5.8) */
 void dtq_web_api_cron(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* POST /api/cron/<name>/pause|resume|run: <ns>_cron_pause, _cron_resume, _cron_run */
 void dtq_web_api_cron_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* GET /api/limits: <ns>_limit_list's array as {"limits": [...]} (reference 5.7) */
+void dtq_web_api_limits(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* POST /api/limits/<queue>/remove, body {"task_type": ...} optional: <ns>_limit_remove */
+void dtq_web_api_limit_remove(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* A periodic schedule's name: [A-Za-z0-9._-]{1,64}. */
 int dtq_web_valid_cron_name(const char *s);
 /* POST /api/queues/<q>/pause|resume, /api/tasks/<id>/requeue|discard|cancel */

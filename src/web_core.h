@@ -48,7 +48,8 @@ typedef struct dtq_web_functions {
     char *stats, *overview, *workers, *queue_view, *task_view, *dead_letters, *audit_page;
     char *scheduled, *sched_run_now, *sched_delete;        /* reference 5.6 */
     char *metrics;                                         /* GET /metrics */
-    char *cron_list, *cron_pause, *cron_resume, *cron_run; /* reference 5.7 */
+    char *cron_list, *cron_pause, *cron_resume, *cron_run; /* reference 5.8 */
+    char *limit_list, *limit_remove;                       /* reference 5.7 */
 } dtq_web_functions;
 
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns);

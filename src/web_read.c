@@ -22,6 +22,7 @@ typedef struct rd {
     const char *fn; /* borrowed from w->fn */
     finish_fn *finish;
     dtq_web_read_answer_fn *answer; /* instead of the JSON answer (GET /metrics) */
+    const char *wrap;               /* the Function answers an array: answered as {wrap: [...]} */
     char *arg;
     char *error; /* the Function's error reply */
     cJSON *body; /* its JSON; NULL when it was not JSON */
@@ -47,10 +48,19 @@ static void rd_reply(dtq_rsteps *j, redisReply *r, int a, int b) {
 
 static void rd_answer(dtq_rsteps *j) {
     rd *s = dtq_rsteps_state(j);
+    if (s->wrap && cJSON_IsArray(s->body)) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, s->wrap, s->body);
+        s->body = o;
+    } else if (s->wrap) { /* not the array it should be */
+        cJSON_Delete(s->body);
+        s->body = NULL;
+    }
     if (s->error) {
         dtq_web_reply_redis_error(s->h.req, s->error);
     } else if (!cJSON_IsObject(s->body)) {
-        dtq_web_reply_error(s->h.req, 502, "redis_error", "%s did not answer a JSON object", s->fn);
+        dtq_web_reply_error(s->h.req, 502, "redis_error", "%s did not answer a JSON %s", s->fn,
+                            s->wrap ? "array" : "object");
     } else if (s->answer) {
         s->answer(s->h.w, s->h.req, s->body);
     } else {
@@ -62,7 +72,8 @@ static void rd_answer(dtq_rsteps *j) {
 }
 
 static void read_callv(dtq_web *w, struct evhttp_request *req, const char *fn, finish_fn *finish,
-                       dtq_web_read_answer_fn *answer, const char *arg, va_list ap) {
+                       dtq_web_read_answer_fn *answer, const char *wrap, const char *arg,
+                       va_list ap) {
     rd *s = dtq_xcalloc(1, sizeof(*s));
     dtq_rsteps *j;
     dtq_argv argv;
@@ -72,6 +83,7 @@ static void read_callv(dtq_web *w, struct evhttp_request *req, const char *fn, f
     s->fn = fn;
     s->finish = finish;
     s->answer = answer;
+    s->wrap = wrap;
     s->arg = arg ? dtq_xstrdup(arg) : NULL;
     dtq_argv_init(&argv);
     dtq_argv_adds(&argv, "FCALL_RO");
@@ -90,7 +102,17 @@ static void read_call(dtq_web *w, struct evhttp_request *req, const char *fn, fi
                       const char *arg, ...) {
     va_list ap;
     va_start(ap, arg);
-    read_callv(w, req, fn, finish, NULL, arg, ap);
+    read_callv(w, req, fn, finish, NULL, NULL, arg, ap);
+    va_end(ap);
+}
+
+/* FCALL_RO fn 0 <args...> (NULL-terminated) of a Function that answers a JSON array:
+ * answered as {"<key>": [...]}. */
+static void read_array(dtq_web *w, struct evhttp_request *req, const char *fn, const char *key,
+                       ...) {
+    va_list ap;
+    va_start(ap, key);
+    read_callv(w, req, fn, NULL, NULL, key, NULL, ap);
     va_end(ap);
 }
 
@@ -98,7 +120,7 @@ void dtq_web_read_function(dtq_web *w, struct evhttp_request *req, const char *f
                            dtq_web_read_answer_fn *answer, ...) {
     va_list ap;
     va_start(ap, answer);
-    read_callv(w, req, fn, NULL, answer, NULL, ap);
+    read_callv(w, req, fn, NULL, answer, NULL, NULL, ap);
     va_end(ap);
 }
 
@@ -356,4 +378,14 @@ void dtq_web_api_cron(dtq_web *w, struct evhttp_request *req, const dtq_web_args
     }
     if (!dtq_web_redis_up(w, req)) return;
     read_call(w, req, w->fn.cron_list, NULL, NULL, a->arg ? a->arg : "", NULL);
+}
+
+/* ================================================================= GET /api/limits */
+
+/* <ns>_limit_list 0: every rate and concurrency limit with its use, the Function's array
+ * as it is under "limits" (every list of the API is a field of an object). */
+void dtq_web_api_limits(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    DTQ_UNUSED(a);
+    if (!dtq_web_redis_up(w, req)) return;
+    read_array(w, req, w->fn.limit_list, "limits", NULL);
 }

@@ -12,7 +12,7 @@
 
 typedef struct wr {
     dtq_web_job h;
-    char *name; /* task id, queue or schedule; NULL for the dead-letter writes */
+    char *name; /* task id, queue, schedule or limit target; NULL for the dead-letter writes */
     char *action;
     char *actor;
     const char *target_field; /* "task_id", "queue" or "name" in the answer */
@@ -200,6 +200,42 @@ void dtq_web_api_cron_write(dtq_web *w, struct evhttp_request *req, const dtq_we
     j = wr_new(w, req, a, "name");
     ((wr *)dtq_rsteps_state(j))->result_is_task = fn == w->fn.cron_run;
     dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", fn, "0", a->actor, a->arg, NULL);
+    dtq_rsteps_wait(j, wr_answer);
+}
+
+/* ================================================================= limits */
+
+/* <ns>_limit_remove 0 <actor> <queue> <task_type or ''>: the queue-wide limit, or the
+ * task type's of the body's "task_type". Answered with "target" as <ns>_limit_list names
+ * it (<queue> or <queue>:<task_type>) and result "removed"; NOT_FOUND is 404. */
+void dtq_web_api_limit_remove(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    static const char *const allowed[] = {"task_type", NULL};
+    const cJSON *tt = a->body ? cJSON_GetObjectItemCaseSensitive(a->body, "task_type") : NULL;
+    const char *type = "";
+    dtq_rsteps *j;
+    wr *s;
+    if (body_fields(req, a->body, allowed) != 0) return;
+    if (!dtq_valid_queue_name(a->arg)) {
+        dtq_web_reply_error(req, 400, "bad_request", "a queue name matches [A-Za-z0-9._:-]{1,128}");
+        return;
+    }
+    if (tt && !cJSON_IsNull(tt)) {
+        if (!cJSON_IsString(tt) || !dtq_valid_name(tt->valuestring, strlen(tt->valuestring), 128)) {
+            dtq_web_reply_error(req, 400, "bad_request",
+                                "task_type must match [A-Za-z0-9._:-]{1,128}, or be null");
+            return;
+        }
+        type = tt->valuestring;
+    }
+    if (!dtq_web_redis_up(w, req)) return;
+    j = wr_new(w, req, a, "target");
+    s = dtq_rsteps_state(j);
+    if (*type) {
+        free(s->name);
+        s->name = dtq_xasprintf("%s:%s", a->arg, type);
+    }
+    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", w->fn.limit_remove, "0", a->actor, a->arg, type,
+                     NULL);
     dtq_rsteps_wait(j, wr_answer);
 }
 

@@ -1165,19 +1165,21 @@ static int web_connected(void *arg) {
 
 /* dtq-web run by a user with the monitor role alone (docs: "ACL roles") is a working
  * read-only dashboard: its handshake, sampler and event subscriber pass, the overview, a
- * queue and a task view answer 200 with the data (not 404 "no queue"), with no denial in
- * ACL LOG; its writes (given a token that may write) are refused by Redis and answered 403
- * redis_permission, never 404, and change nothing. */
+ * queue, a task view and the limits answer 200 with the data (not 404 "no queue"), with no
+ * denial in ACL LOG; its writes (given a token that may write) are refused by Redis and
+ * answered 403 redis_permission, never 404, and change nothing. */
 START_TEST(test_web_as_monitor) {
     th_daemon web;
     char ini[400], tok[400], log[400], listen[64], out[65536];
     char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-c", ini, (char *)"--listen", listen, NULL};
     static const char *const writes[] = {"/api/queues/default/pause", "/api/tasks/w-1/cancel",
-                                         "/api/tasks/w-1/discard", "/api/dlq/purge"};
+                                         "/api/tasks/w-1/discard", "/api/dlq/purge",
+                                         "/api/limits/default/remove"};
     snapshot before;
     FILE *f;
     th_load_library(C);
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id w-1"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_limit_set 0 ops default %s concurrency 2", ""));
     apply_role("webmon", "monitor");
     web_port = free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", web_port);
@@ -1205,6 +1207,9 @@ START_TEST(test_web_as_monitor) {
     ck_assert_int_eq(web_request("GET", "/api/dlq", out, sizeof(out), 0), 200);
     ck_assert_int_eq(web_request("GET", "/api/audit?task=w-1", out, sizeof(out), 0), 200);
     ck_assert_int_eq(web_request("GET", "/api/history", out, sizeof(out), 0), 200);
+    ck_assert_int_eq(web_request("GET", "/api/limits", out, sizeof(out), 0), 200);
+    ck_assert_msg(strstr(out, "\"target\":\"default\"") && strstr(out, "\"concurrency\":2"),
+                  "limits: %s", out);
     ck_assert_int_eq(web_request("GET", "/api/events", out, sizeof(out), 1), 200);
     /* the subscriber's SUBSCRIBE and the liveness PINGs have had time to run */
     th_sleep_ms(1500);

@@ -588,6 +588,8 @@ static const char *const WRITES[][2] = {
     {"/api/cron/nightly/pause", NULL},
     {"/api/cron/nightly/resume", NULL},
     {"/api/cron/nightly/run", NULL},
+    {"/api/limits/default/remove", NULL},
+    {"/api/limits/default/remove", "{\"task_type\":\"echo\"}"},
 };
 #define NWRITES (sizeof(WRITES) / sizeof(WRITES[0]))
 
@@ -1407,12 +1409,17 @@ static int web_connected(void *arg) {
  * refused by the ACL, and each answers 403 redis_permission saying it is a permission
  * error, never 404 (which would say the task or queue does not exist). */
 START_TEST(test_acl_refusal_is_403_not_404) {
-    static const char *const paths[][2] = {
-        {"GET", "/api/tasks/t1"},         {"GET", "/api/queues/default"},
-        {"GET", "/api/overview"},         {"GET", "/api/dlq"},
-        {"GET", "/api/audit?task=t1"},    {"POST", "/api/queues/default/pause"},
-        {"POST", "/api/tasks/t1/cancel"}, {"GET", "/api/cron"},
-        {"POST", "/api/cron/nightly/run"}};
+    static const char *const paths[][2] = {{"GET", "/api/tasks/t1"},
+                                           {"GET", "/api/queues/default"},
+                                           {"GET", "/api/overview"},
+                                           {"GET", "/api/dlq"},
+                                           {"GET", "/api/audit?task=t1"},
+                                           {"POST", "/api/queues/default/pause"},
+                                           {"POST", "/api/tasks/t1/cancel"},
+                                           {"GET", "/api/cron"},
+                                           {"POST", "/api/cron/nightly/run"},
+                                           {"GET", "/api/limits"},
+                                           {"POST", "/api/limits/default/remove"}};
     char ini[400], tok[400], log[400], listen[64];
     char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-c", ini, (char *)"--listen", listen, NULL};
     redisReply *x;
@@ -1912,15 +1919,19 @@ static int crons_planned(void *arg) {
     return ok;
 }
 
-/* The last audit entry has the field `name` = want. */
-static void assert_last_audit_name(const char *want) {
+/* The last audit entry has the field `field` = want. */
+static void assert_last_audit_field(const char *field, const char *want) {
     redisReply *r = th_cmd(C, "XREVRANGE dtq:stream:audit + - COUNT 1");
     const redisReply *f = r->element[0]->element[1];
     int found = 0;
     for (size_t i = 0; i + 1 < f->elements; i += 2)
-        if (!strcmp(f->element[i]->str, "name")) found = !strcmp(f->element[i + 1]->str, want);
+        if (!strcmp(f->element[i]->str, field)) found = !strcmp(f->element[i + 1]->str, want);
     freeReplyObject(r);
-    ck_assert_msg(found, "the last audit entry does not name schedule %s", want);
+    ck_assert_msg(found, "the last audit entry has no %s %s", field, want);
+}
+
+static void assert_last_audit_name(const char *want) {
+    assert_last_audit_field("name", want);
 }
 
 /* GET /api/cron passes <ns>_cron_list through; pause, resume and run write the schedule
@@ -2040,6 +2051,135 @@ START_TEST(test_cron) {
     ck_assert_str_eq(str(o, "schedules.0.last_task_id"), tid);
     cJSON_Delete(o);
     free(tid);
+}
+END_TEST
+
+/* ----------------------------------------------------------------- limits */
+
+/* <ns>_limit_list's array, parsed (caller deletes). */
+static cJSON *limit_list(void) {
+    redisReply *x = th_cmd(C, "FCALL_RO dtq_limit_list 0");
+    cJSON *l;
+    ck_assert_msg(x->type == REDIS_REPLY_STRING, "limit_list: %s", x->str ? x->str : "");
+    l = cJSON_Parse(x->str);
+    freeReplyObject(x);
+    ck_assert(cJSON_IsArray(l));
+    return l;
+}
+
+/* The first limit holds its one slot and has deferred a task (its horizon is set). */
+static int limit_in_use(void *arg) {
+    cJSON *l = limit_list();
+    const cJSON *u = cJSON_GetObjectItem(cJSON_GetArrayItem(l, 0), "use");
+    int ok = u && cJSON_IsNumber(cJSON_GetObjectItem(u, "running")) &&
+             cJSON_GetObjectItem(u, "running")->valueint == 1 &&
+             cJSON_IsNumber(cJSON_GetObjectItem(u, "deferred_until_ms"));
+    DTQ_UNUSED(arg);
+    cJSON_Delete(l);
+    return ok;
+}
+
+/* The reply of the command must be the string want. */
+static void cmd_is(const char *want, const char *fmt, const char *arg) {
+    redisReply *x = th_cmd(C, fmt, arg);
+    ck_assert_msg(x->type == REDIS_REPLY_STRING && !strcmp(x->str, want), "%s: %s", fmt,
+                  x->str ? x->str : "");
+    freeReplyObject(x);
+}
+
+/* GET /api/limits is <ns>_limit_list's array under "limits", use included (a slot held, a
+ * task deferred by the rate); POST /api/limits/<q>/remove takes the queue-wide limit away,
+ * or a task type's named in the body, as dtq-web's actor, audited; no such limit is 404,
+ * a bad queue, task type or body 400, and none of the refusals writes. */
+START_TEST(test_limits) {
+    cJSON *o, *fn;
+    long long before;
+    double now;
+    start_worker();
+    start_web(TOKEN "\nalice " ALICE "\n");
+    o = get_json("/api/limits", 200);
+    ck_assert(cJSON_IsArray(at(o, "limits")));
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "limits")), 0);
+    cJSON_Delete(o);
+    cmd_is("set", "FCALL dtq_limit_set 0 ops default %s rate 1 period_ms 3600000 concurrency 1",
+           "sleep");
+    cmd_is("set", "FCALL dtq_limit_set 0 ops mail %s concurrency 3 per_key 1", "");
+    enqueue("default", "s1", "sleep", "{\"ms\":4000}", NULL);
+    enqueue("default", "s2", "sleep", "{\"ms\":1}", NULL);
+    ck_assert_msg(th_wait_until(limit_in_use, NULL, 10000), "s1 never held the slot");
+    now = (double)th_now_ms();
+    o = get_json("/api/limits", 200);
+    fn = limit_list();
+    ck_assert_msg(cJSON_Compare(at(o, "limits"), fn, 1),
+                  "GET /api/limits differs from dtq_limit_list");
+    cJSON_Delete(fn);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "limits")), 2);
+    ck_assert_str_eq(str(o, "limits.0.target"), "default:sleep");
+    ck_assert_str_eq(str(o, "limits.0.queue"), "default");
+    ck_assert_str_eq(str(o, "limits.0.task_type"), "sleep");
+    ck_assert_int_eq((int)num(o, "limits.0.rate"), 1);
+    ck_assert(num(o, "limits.0.period_ms") == 3600000);
+    ck_assert_int_eq((int)num(o, "limits.0.burst"), 0);
+    ck_assert_int_eq((int)num(o, "limits.0.concurrency"), 1);
+    ck_assert(cJSON_IsFalse(at(o, "limits.0.per_key")));
+    ck_assert_int_eq((int)num(o, "limits.0.use.running"), 1);
+    ck_assert_int_eq((int)num(o, "limits.0.use.tokens_left"), 0);
+    ck_assert(cJSON_IsNull(at(o, "limits.0.use.keys")));
+    ck_assert(num(o, "limits.0.use.deferred_until_ms") > now + 3000000); /* about an hour */
+    ck_assert_str_eq(str(o, "limits.1.target"), "mail");
+    ck_assert(cJSON_IsNull(at(o, "limits.1.task_type")));
+    ck_assert(cJSON_IsNull(at(o, "limits.1.rate")));
+    ck_assert(cJSON_IsNull(at(o, "limits.1.burst")));
+    ck_assert_int_eq((int)num(o, "limits.1.concurrency"), 3);
+    ck_assert(cJSON_IsTrue(at(o, "limits.1.per_key")));
+    ck_assert_int_eq((int)num(o, "limits.1.use.keys"), 0);
+    ck_assert_int_eq((int)num(o, "limits.1.use.running"), 0);
+    cJSON_Delete(o);
+    th_assert_field(C, "s2", "status", "pending");
+
+    /* refused: nothing written */
+    before = quiet();
+    expect_error("POST", "/api/limits/default/remove", "Bearer " TOKEN, NULL, 404, "not_found");
+    expect_error("POST", "/api/limits/mail/remove", "Bearer " TOKEN, "{\"task_type\":\"echo\"}",
+                 404, "not_found");
+    expect_error("POST", "/api/limits/nosuch/remove", "Bearer " TOKEN, "{\"task_type\":null}", 404,
+                 "not_found");
+    expect_error("POST", "/api/limits/a%20b/remove", "Bearer " TOKEN, NULL, 400, "bad_request");
+    expect_error("POST", "/api/limits/default/remove", "Bearer " TOKEN, "{\"task_type\":7}", 400,
+                 "bad_request");
+    expect_error("POST", "/api/limits/default/remove", "Bearer " TOKEN, "{\"task_type\":\"a b\"}",
+                 400, "bad_request");
+    expect_error("POST", "/api/limits/default/remove", "Bearer " TOKEN, "{\"task_type\":\"\"}", 400,
+                 "bad_request");
+    expect_error("POST", "/api/limits/default/remove", "Bearer " TOKEN, "{\"force\":1}", 400,
+                 "bad_request");
+    expect_error("POST", "/api/limits/default/remove", NULL, "{\"task_type\":\"sleep\"}", 401,
+                 "unauthorized");
+    expect_error("GET", "/api/limits/default/remove", NULL, NULL, 405, "method_not_allowed");
+    expect_error("POST", "/api/limits", "Bearer " TOKEN, NULL, 405, "method_not_allowed");
+    ck_assert_int_eq(redis_changes(), before);
+    ck_assert_int_eq(th_int(th_cmd(C, "HLEN dtq:limits:default")), 1);
+
+    /* the task type's limit, then the queue's */
+    o = post_ok("/api/limits/default/remove", ALICE, "{\"task_type\":\"sleep\"}");
+    ck_assert_str_eq(str(o, "action"), "remove");
+    ck_assert_str_eq(str(o, "target"), "default:sleep");
+    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
+    ck_assert_str_eq(str(o, "result"), "removed");
+    cJSON_Delete(o);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:limits:default")), 0);
+    assert_last_audit("dtq-web:alice limit_remove ");
+    assert_last_audit_field("target", "default:sleep");
+    o = post_ok("/api/limits/mail/remove", TOKEN, "{\"task_type\":null}");
+    ck_assert_str_eq(str(o, "target"), "mail");
+    cJSON_Delete(o);
+    assert_last_audit("dtq-web limit_remove ");
+    assert_last_audit_field("target", "mail");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:limits")), 0);
+    o = get_json("/api/limits", 200);
+    ck_assert_int_eq(cJSON_GetArraySize(at(o, "limits")), 0);
+    cJSON_Delete(o);
+    expect_error("POST", "/api/limits/mail/remove", "Bearer " TOKEN, NULL, 404, "not_found");
 }
 END_TEST
 
@@ -2231,6 +2371,7 @@ int main(void) {
     tcase_add_test(tc, test_bulk_writes_refused);
     tcase_add_test(tc, test_bulk_writes_with_the_token);
     tcase_add_test(tc, test_cron);
+    tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_healthz_under_idle_flood);
     tcase_add_test(tc, test_slow_client_cut_at_deadline);
     tcase_add_test(tc, test_wrong_tokens_logged_rate_limited);

@@ -2,7 +2,7 @@
 # web_browser.sh: dtq-web's page in a real browser (headless Chromium) against a private
 # redis-server and a dtq-worker that has run tasks: some succeeded, one dead-lettered, one
 # queue paused. Asserts what the rendered DOM shows (--dump-dom) for the overview, the
-# dead letters, a task, the Scheduled, Retries and Periodic tabs, takes a screenshot
+# dead letters, a task, the Scheduled, Retries, Periodic and Limits tabs, takes a screenshot
 # (--screenshot), then clicks Requeue through the DevTools protocol (web_cdp.py) and checks
 # in Redis that the task is queued again, audited as dtq-web.
 #
@@ -76,6 +76,8 @@ sample_interval_s = 1
 builtin = echo
 [handler:fail]
 builtin = fail
+[handler:metered]
+builtin = echo
 [handler:flaky]
 builtin = fail
 base_delay = 3600
@@ -202,6 +204,24 @@ check "$tmp/periodic.html" "re.search(r'in [\\d.]+ (s|min|h)\\b', row('schedule'
 check "$tmp/periodic.html" "'$cron_task' in row('schedule', 'nightly') and 'href=\"#/task/$cron_task\"' in dom"
 check "$tmp/periodic.html" "'Pause' in row('schedule', 'nightly') and 'Run now' in row('schedule', 'nightly')"
 check "$tmp/periodic.html" "re.search(r'<tr class=\"has-error\" data-schedule=\"broken\"', dom) and 'spec' in row('schedule', 'broken')"
+
+echo "== the Limits tab"
+browse "$base/#/limits" "$tmp/limits-none.html"
+check "$tmp/limits-none.html" "'data-state=\"ready\"' in dom and 'No rate or concurrency limit' in dom"
+rc FCALL dtq_limit_set 0 ops default metered rate 1 period_ms 3600000 concurrency 2 >/dev/null
+rc FCALL dtq_limit_set 0 ops mail '' rate 100 period_ms 10000 burst 5 concurrency 3 per_key 1 >/dev/null
+rc FCALL dtq_enqueue 0 default metered '{"n":1}' task_id metered-1 >/dev/null
+rc FCALL dtq_enqueue 0 default metered '{"n":2}' task_id metered-2 >/dev/null
+deferred() { rc FCALL_RO dtq_limit_list 0 | grep -q '"deferred_until_ms":[0-9]'; }
+wait_for "metered-1" status_is metered-1 succeeded
+wait_for "metered-2 deferred by the rate" deferred
+browse "$base/#/limits" "$tmp/limits.html"
+check "$tmp/limits.html" "'1/h' in row('limit', 'default:metered') and 'href=\"#/queue/default\"' in dom"
+check "$tmp/limits.html" "'0 / 2' in row('limit', 'default:metered') and 'class=\"usebar\"' in dom"
+check "$tmp/limits.html" "re.search(r'deferring until \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\s+in (5\\d|60) min', row('limit', 'default:metered'))"
+check "$tmp/limits.html" "re.search(r'data-col=\"tokens\"[^>]*>0<', dom) and 'Remove' in row('limit', 'default:metered')"
+check "$tmp/limits.html" "'100/10s' in row('limit', 'mail') and 'burst 5' in row('limit', 'mail') and 'yes' in row('limit', 'mail')"
+check "$tmp/limits.html" "'whole queue' in row('limit', 'mail') and 'deferring' not in row('limit', 'mail')"
 
 echo "== the attempt history with no events stream"
 rc DEL dtq:stream:events >/dev/null

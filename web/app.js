@@ -655,6 +655,66 @@ async function renderPeriodic() {
       'Run now enqueues one task at once without moving the schedule.'), table);
 }
 
+// ------------------------------------------------------------------ limits
+
+// "20/s", "100/10s", "5/1500ms": a rate as `dtqctl limit set --rate` takes it.
+function fmtRate(rate, periodMs) {
+  if (rate === null || rate === undefined || !periodMs) return null;
+  for (const [unit, ms] of [['d', 86400000], ['h', 3600000], ['m', 60000], ['s', 1000], ['ms', 1]]) {
+    if (periodMs % ms) continue;
+    return rate + '/' + (periodMs === ms ? '' : periodMs / ms) + unit;
+  }
+  return rate + '/' + periodMs + 'ms';
+}
+
+// The slots held of a concurrency limit: a small bar and "1 / 3".
+function useBar(used, max) {
+  const fill = h('i');
+  fill.style.width = Math.round(Math.min(1, used / max) * 100) + '%';
+  return h('span', { title: used + ' of ' + max + ' slots held' },
+    h('span.usebar' + (used >= max ? '.full' : ''), {}, fill), fmtNum(used) + ' / ' + fmtNum(max));
+}
+
+function limitRow(l) {
+  const u = l.use || {};
+  const rate = fmtRate(l.rate, l.period_ms);
+  const until = u.deferred_until_ms, left = until ? Number(until) - Date.now() : 0;
+  const body = l.task_type ? { task_type: l.task_type } : {};
+  return h('tr', { dataset: { limit: l.target } },
+    h('td', {}, h('a', { href: '#/queue/' + enc(l.queue) }, l.queue),
+      l.task_type ? h('span.mono', {}, ':' + l.task_type) : h('div.muted', {}, 'whole queue')),
+    h('td', { dataset: { col: 'rate' } }, rate ? h('span.mono', {}, rate) : h('span.muted', {}, '–'),
+      rate && l.burst ? h('div.muted', {}, 'burst ' + fmtNum(l.burst)) : ''),
+    h('td.num', {}, fmtNum(l.concurrency)),
+    h('td', {}, l.per_key ? 'yes' : 'no'),
+    h('td', { dataset: { col: 'running' } }, l.concurrency ? useBar(u.running || 0, l.concurrency)
+      : h('span.muted', {}, '–')),
+    h('td.num', { dataset: { col: 'tokens' }, title: rate && !l.per_key ? 'of ' + (l.burst + 1) + ' at most' : null },
+      fmtNum(u.tokens_left)),
+    h('td.num', {}, fmtNum(u.keys)),
+    h('td', { dataset: { col: 'deferred' } }, until
+      ? h('span.warn', { title: fmtTime(until) }, 'deferring until ' + fmtLocal(until),
+        left > 0 ? h('div.muted', {}, 'in ' + fmtAge(left)) : '')
+      : ''),
+    h('td', {}, writeButton('Remove', '/api/limits/' + enc(l.queue) + '/remove', body,
+      { danger: true, action: 'limit-remove', what: 'remove the limit on ' + l.target,
+        confirm: 'Remove the limit on ' + l.target + '? Its deferred tasks run unlimited when due.' })));
+}
+
+async function renderLimits() {
+  const d = await api('/api/limits');
+  const heads = ['target', 'rate', 'concurrency', 'per key', 'running', 'tokens left', 'keys', 'deferral', ''];
+  const table = h('table', { id: 'limits' },
+    h('thead', {}, h('tr', {}, heads.map((x, i) => h(i === 2 || i === 5 || i === 6 ? 'th.num' : 'th', {}, x)))),
+    h('tbody', {}, d.limits.length ? d.limits.map(limitRow)
+      : h('tr', {}, h('td', { colspan: heads.length }, h('span.muted', { id: 'limits-none' },
+        'No rate or concurrency limit. Set one with dtqctl limit set, or FCALL <ns>_limit_set.')))));
+  setView(h('h1', {}, 'Limits'),
+    h('p.muted', {}, 'Rate and concurrency limits of queues and task types, and their use now. ' +
+      'A task over a limit is deferred, not failed; tokens left is how many could start at once. ' +
+      'Set limits with dtqctl limit set; Remove takes one away.'), table);
+}
+
 // ------------------------------------------------------------------ dead letters
 
 function parseQuery(s) {
@@ -822,6 +882,7 @@ async function refresh() {
     else if (parts[0] === 'dlq') await renderDlq(params);
     else if (SCHED_TABS[parts[0]]) await renderSched(parts[0], params);
     else if (parts[0] === 'periodic') await renderPeriodic();
+    else if (parts[0] === 'limits') await renderLimits();
     else if (parts[0] === 'audit') await renderAudit(params);
     else if (parts[0] === 'events') { /* a stream, not polled */ }
     else showError({ status: 404, message: 'no such page' });
@@ -843,6 +904,7 @@ function route() {
   if (name === 'overview' || name === 'queue') every(POLL_MS, refresh);
   if (name === 'task') every(POLL_MS * 2, refresh);
   if (name === 'periodic') every(POLL_MS * 2, refresh);
+  if (name === 'limits') every(POLL_MS, refresh);
 }
 
 function setConn(ok, why) {
