@@ -609,10 +609,6 @@ static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, co
     }
 }
 
-static void cluster_note(const dtq_rsync_opts *o, const char *where, const char *reason, int more) {
-    note(o, "cluster node %s: %s%s", where, reason, more ? "; trying the next" : "");
-}
-
 /* A cluster URL: the first seed that answers gives the map. */
 static dtq_rsync *cluster_connect(const dtq_redis_url *url, const dtq_rsync_opts *o, char *why,
                                   size_t whylen) {
@@ -633,7 +629,8 @@ static dtq_rsync *cluster_connect(const dtq_redis_url *url, const dtq_rsync_opts
             return c;
         }
         if (refused) break; /* a node that is not in a cluster: the URL is wrong */
-        cluster_note(o, c->nodes[k].link.where, reason, i + 1 < url->nseeds);
+        /* the reason names the node */
+        note(o, "%s%s", reason, i + 1 < url->nseeds ? "; trying the next" : "");
     }
     snprintf(why, whylen, "%s", reason);
     dtq_rsync_close(c);
