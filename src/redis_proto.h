@@ -3,8 +3,7 @@
  * the handshake (its commands, and what each reply must be) and the answer of a sentinel
  * (SENTINEL get-master-addr-by-name). No I/O here: a client sends the commands of a plan
  * its own way and hands each reply back to be checked.
- * A Redis Cluster router would put its pure parts here too (key slots, MOVED/ASK
- * replies), for both clients alike. */
+ * A Redis Cluster's pure parts (key slots, the slot map, MOVED/ASK) are in cluster.h. */
 #ifndef DTQ_REDIS_PROTO_H
 #define DTQ_REDIS_PROTO_H
 

@@ -119,6 +119,34 @@ static int parse_sentinel(const char *p, dtq_redis_url *out, char *err, size_t e
     return DTQ_OK;
 }
 
+/* After "redis-cluster://": [user:password@]h[:p][,h[:p]...][/]. */
+static int parse_cluster(const char *p, dtq_redis_url *out, char *err, size_t errlen) {
+    const char *at = NULL, *hosts, *end;
+    for (const char *q = p; *q; q++)
+        if (*q == '@') at = q; /* a password may hold '/' and '@'; a host list neither */
+    hosts = parse_userinfo(p, at ? at + 1 : p, out);
+    end = strchr(hosts, '/');
+    if (end && end[1])
+        return url_fail(err, errlen,
+                        "a cluster URL takes no database number (a Redis Cluster has database 0 "
+                        "only): end it after the last host:port");
+    if (!end) end = hosts + strlen(hosts);
+    for (const char *h = hosts; h < end;) {
+        const char *comma = memchr(h, ',', (size_t)(end - h));
+        const char *e = comma ? comma : end;
+        dtq_redis_endpoint ep;
+        if (e == h) return url_fail(err, errlen, "empty cluster node address");
+        if (parse_hostport(h, (size_t)(e - h), 6379, &ep.host, &ep.port, err, errlen) != DTQ_OK)
+            return DTQ_ERR;
+        out->seeds = dtq_xrealloc(out->seeds, sizeof(*out->seeds) * (size_t)(out->nseeds + 1));
+        out->seeds[out->nseeds++] = ep;
+        h = comma ? comma + 1 : end;
+        if (comma && h == end) return url_fail(err, errlen, "empty cluster node address");
+    }
+    if (!out->nseeds) return url_fail(err, errlen, "cluster URL has no node");
+    return DTQ_OK;
+}
+
 int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     out->port = 6379;
@@ -149,12 +177,22 @@ int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t e
         }
         return DTQ_OK;
     }
+    if (!strncmp(url, "redis-cluster://", 16) || !strncmp(url, "rediss-cluster://", 17)) {
+        out->tls = url[5] == 's';
+        out->cluster = 1;
+        out->port = 0;
+        if (parse_cluster(url + (out->tls ? 17 : 16), out, err, errlen) != DTQ_OK) {
+            dtq_redis_url_deinit(out);
+            return DTQ_ERR;
+        }
+        return DTQ_OK;
+    }
     if (!strncmp(url, "rediss://", 9))
         out->tls = 1;
     else if (strncmp(url, "redis://", 8))
         return url_fail(err, errlen,
-                        "URL must start with redis://, rediss://, unix://, redis-sentinel:// or "
-                        "rediss-sentinel://");
+                        "URL must start with redis://, rediss://, unix://, redis-sentinel://, "
+                        "rediss-sentinel://, redis-cluster:// or rediss-cluster://");
     {
         const char *p = url + (out->tls ? 9 : 8), *slash;
         p = parse_userinfo(p, p + strlen(p), out);
@@ -180,7 +218,20 @@ void dtq_redis_url_deinit(dtq_redis_url *u) {
     for (int i = 0; i < u->nsentinels; i++) free(u->sentinels[i].host);
     free(u->sentinels);
     free(u->master_name);
+    for (int i = 0; i < u->nseeds; i++) free(u->seeds[i].host);
+    free(u->seeds);
     memset(u, 0, sizeof(*u));
+}
+
+static dtq_redis_endpoint *copy_endpoints(const dtq_redis_endpoint *src, int n) {
+    dtq_redis_endpoint *dst;
+    if (!n) return NULL;
+    dst = dtq_xcalloc((size_t)n, sizeof(*dst));
+    for (int i = 0; i < n; i++) {
+        dst[i].host = dtq_xstrdup(src[i].host);
+        dst[i].port = src[i].port;
+    }
+    return dst;
 }
 
 void dtq_redis_url_copy(dtq_redis_url *dst, const dtq_redis_url *src) {
@@ -190,14 +241,8 @@ void dtq_redis_url_copy(dtq_redis_url *dst, const dtq_redis_url *src) {
     dst->user = src->user ? dtq_xstrdup(src->user) : NULL;
     dst->password = src->password ? dtq_xstrdup(src->password) : NULL;
     dst->master_name = src->master_name ? dtq_xstrdup(src->master_name) : NULL;
-    dst->sentinels = NULL;
-    if (src->nsentinels) {
-        dst->sentinels = dtq_xcalloc((size_t)src->nsentinels, sizeof(*dst->sentinels));
-        for (int i = 0; i < src->nsentinels; i++) {
-            dst->sentinels[i].host = dtq_xstrdup(src->sentinels[i].host);
-            dst->sentinels[i].port = src->sentinels[i].port;
-        }
-    }
+    dst->sentinels = copy_endpoints(src->sentinels, src->nsentinels);
+    dst->seeds = copy_endpoints(src->seeds, src->nseeds);
 }
 
 int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, socklen_t *sslen,
@@ -215,7 +260,8 @@ int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, s
         return DTQ_OK;
     }
     if (!u->host) {
-        snprintf(why, whylen, "connect failed: no address (a sentinel URL needs the sentinels)");
+        snprintf(why, whylen, "connect failed: no address (a %s URL names no single node)",
+                 u->cluster ? "cluster" : "sentinel");
         return DTQ_ERR;
     }
     {
@@ -256,5 +302,7 @@ const char *dtq_redis_url_where(const dtq_redis_url *u, char *buf, size_t len) {
         snprintf(buf, len, "%s", u->path);
         return buf;
     }
+    if (!u->host && u->nseeds) /* a cluster URL: its first seed */
+        return dtq_redis_hostport(buf, len, u->seeds[0].host, u->seeds[0].port);
     return dtq_redis_hostport(buf, len, u->host ? u->host : "?", u->port);
 }

@@ -1,7 +1,7 @@
 /* redis_url.h: where Redis is, as a URL says it: redis://, rediss:// (TLS), unix://,
- * redis-sentinel:// and rediss-sentinel://. Pure (no connection); shared by the loader
- * (config.c checks [redis] url), the async client (rconn.c, sentinel.c), the blocking
- * client (rsync.c) and dtq-web. */
+ * redis-sentinel://, rediss-sentinel://, redis-cluster:// and rediss-cluster://. Pure (no
+ * connection); shared by the loader (config.c checks [redis] url), the async client (rconn.c,
+ * sentinel.c), the blocking client (rsync.c) and dtq-web. */
 #ifndef DTQ_REDIS_URL_H
 #define DTQ_REDIS_URL_H
 
@@ -9,7 +9,7 @@
 
 #include <sys/socket.h>
 
-/* One host:port of a sentinel list. */
+/* One host:port of a sentinel list or a cluster's seed list. */
 typedef struct dtq_redis_endpoint {
     char *host;
     int port;
@@ -17,8 +17,8 @@ typedef struct dtq_redis_endpoint {
 
 typedef struct dtq_redis_url {
     int is_unix;
-    int tls;    /* rediss://, rediss-sentinel:// */
-    char *host; /* tcp host; NULL for a sentinel URL (the sentinels say where) */
+    int tls;    /* rediss://, rediss-sentinel://, rediss-cluster:// */
+    char *host; /* tcp host; NULL for a sentinel or cluster URL (the sentinels, the seeds say) */
     int port;
     char *path; /* unix socket path */
     char *user; /* ACL user, NULL for the default user (of the data nodes) */
@@ -29,15 +29,26 @@ typedef struct dtq_redis_url {
     dtq_redis_endpoint *sentinels; /* in the URL's order */
     int nsentinels;
     char *master_name;
+    /* redis-cluster:// and rediss-cluster:// (db is 0: a cluster has no other) */
+    int cluster;
+    dtq_redis_endpoint *seeds; /* the nodes to learn the slot map from, in the URL's order */
+    int nseeds;
 } dtq_redis_url;
 
 #define DTQ_SENTINEL_DEFAULT_PORT 26379
+/* What dtq-worker and dtq-web say of a cluster URL (only dtqctl routes over a cluster yet). */
+#define DTQ_CLUSTER_URL_UNSUPPORTED                                                                \
+    "[redis] url: redis-cluster:// is supported by dtqctl only so far; dtq-worker and dtq-web "    \
+    "need redis://, rediss://, unix:// or a Sentinel URL"
 
 /* Parses redis://[user:password@]host[:port][/db], the same with rediss:// (TLS),
  * unix:///path.sock[?db=N], or
  * redis-sentinel://[user:password@]host[:port][,host[:port]...]/master_name[/db] (the
  * sentinels' addresses, port 26379 unless given; user and password are the data nodes'),
- * the same with rediss-sentinel:// (TLS to the sentinels and the data nodes). */
+ * the same with rediss-sentinel:// (TLS to the sentinels and the data nodes), or
+ * redis-cluster://[user:password@]host[:port][,host[:port]...][/] (a Redis Cluster: any of
+ * its nodes as seeds, port 6379 unless given; no database number, a cluster has db 0 only),
+ * the same with rediss-cluster:// (TLS to every node). */
 int dtq_redis_url_parse(const char *url, dtq_redis_url *out, char *err, size_t errlen);
 void dtq_redis_url_deinit(dtq_redis_url *u);
 /* A deep copy; free it with dtq_redis_url_deinit. */
@@ -49,7 +60,7 @@ int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, s
 /* host:port, or [host]:port for an IPv6 literal, into buf; returns buf. */
 const char *dtq_redis_hostport(char *buf, size_t len, const char *host, int port);
 /* Where a URL points, for messages (never the URL itself, which may hold a password): the
- * socket path or host:port. */
+ * socket path or host:port (a cluster URL: its first seed). */
 const char *dtq_redis_url_where(const dtq_redis_url *u, char *buf, size_t len);
 
 #endif

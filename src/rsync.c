@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "redis_proto.h"
 #include "tls.h"
 #include "util.h"
@@ -29,8 +30,27 @@ typedef struct rlink {
     char where[300]; /* the socket path or host:port, for messages */
 } rlink;
 
+/* A node of a cluster, with its link while open (fd -1 otherwise). */
+typedef struct cnode {
+    char *host;
+    int port;
+    rlink link;
+} cnode;
+
 struct dtq_rsync {
-    rlink link; /* the one node (a cluster router would keep one per node) */
+    rlink link; /* the one node (not a cluster) */
+    /* a cluster URL: the nodes known (the seeds, then every node a map or a redirection
+     * named), the slot map, and the node of the last command */
+    int cluster;
+    dtq_redis_url url; /* credentials and tls of every node */
+    int64_t connect_timeout_ms;
+    struct dtq_tls *tls; /* a reference */
+    char *client_name;
+    cnode *nodes;
+    int nnodes;
+    dtq_cluster_map *map;
+    int last;
+    dtq_rsync_cluster_stats stats;
 };
 
 /* Where link_open failed. */
@@ -359,6 +379,264 @@ static int sentinel_lookup(const dtq_redis_url *url, const dtq_rsync_opts *o, dt
     return DTQ_ERR;
 }
 
+/* ----------------------------------------------------------------- a cluster */
+
+/* The index of host:port among the known nodes, added (closed) when new. */
+static int node_add(dtq_rsync *c, const char *host, int port) {
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i].port == port && !strcmp(c->nodes[i].host, host)) return i;
+    c->nodes = dtq_xrealloc(c->nodes, sizeof(*c->nodes) * (size_t)(c->nnodes + 1));
+    memset(&c->nodes[c->nnodes], 0, sizeof(*c->nodes));
+    c->nodes[c->nnodes].host = dtq_xstrdup(host);
+    c->nodes[c->nnodes].port = port;
+    c->nodes[c->nnodes].link.fd = -1;
+    dtq_redis_hostport(c->nodes[c->nnodes].link.where, sizeof(c->nodes[0].link.where), host, port);
+    return c->nnodes++;
+}
+
+/* An idle link the server has closed (EOF, an error, or anything readable: nothing comes
+ * unasked on a connection that is not subscribed) is closed here, before a command is
+ * written to it: a node restarted or killed since the last command is reconnected to, or
+ * found down, with nothing sent. */
+static void node_check_idle(cnode *n) {
+    struct pollfd p = {n->link.fd, POLLIN, 0};
+    if (n->link.fd < 0) return;
+    if (n->link.ssl && SSL_pending(n->link.ssl) > 0) {
+        link_close(&n->link);
+        return;
+    }
+    if (poll(&p, 1, 0) > 0) link_close(&n->link);
+}
+
+/* Opens node i's link (connect, TLS, AUTH, CLIENT SETNAME) if it is not open. */
+static int node_open(dtq_rsync *c, int i, char *why, size_t whylen) {
+    cnode *n = &c->nodes[i];
+    dtq_redis_url u;
+    dtq_hs_opts hs = {0, c->client_name, 0};
+    char reason[600];
+    enum stage stage;
+    dtq_hs_kind kind;
+    int res;
+    int64_t deadline = dtq_monotonic_ms() + c->connect_timeout_ms;
+    node_check_idle(n);
+    if (n->link.fd >= 0) return DTQ_OK;
+    memset(&u, 0, sizeof(u));
+    u.tls = c->url.tls;
+    u.host = n->host;
+    u.port = n->port;
+    u.user = c->url.user;
+    u.password = c->url.password;
+    c->stats.connects++;
+    if (link_open(&n->link, &u, c->tls, deadline, &stage, reason, sizeof(reason)) != DTQ_OK) {
+        snprintf(why, whylen, "%s Redis at %s%s %s",
+                 stage == ST_TLS_SETUP ? "TLS setup for"
+                 : stage == ST_TLS     ? "TLS handshake with"
+                                       : "cannot connect to",
+                 n->link.where, stage == ST_CONNECT ? ":" : " failed:", reason);
+        link_close(&n->link);
+        return DTQ_ERR;
+    }
+    if (link_handshake(&n->link, &u, &hs, deadline, &kind, &res, reason, sizeof(reason)) !=
+        DTQ_OK) {
+        if (res)
+            snprintf(why, whylen, "redis %s at %s: %s", dtq_handshake_step_name(kind),
+                     n->link.where, reason);
+        else
+            snprintf(why, whylen, "redis at %s: %s", n->link.where, reason);
+        link_close(&n->link);
+        return DTQ_ERR;
+    }
+    return DTQ_OK;
+}
+
+/* CLUSTER SLOTS on node i (opened if need be) becomes the map. DTQ_ERR with why; a reply
+ * that is not a map (cluster support disabled) sets *refused. */
+static int map_from_node(dtq_rsync *c, int i, int *refused, char *why, size_t whylen) {
+    static const char *argv[] = {"CLUSTER", "SLOTS"};
+    char reason[600];
+    redisReply *r;
+    dtq_cluster_map *m;
+    int64_t deadline;
+    *refused = 0;
+    if (node_open(c, i, why, whylen) != DTQ_OK) return DTQ_ERR;
+    deadline = dtq_monotonic_ms() + c->connect_timeout_ms;
+    r = link_send(&c->nodes[i].link, 2, argv, NULL, deadline, reason, sizeof(reason)) == DTQ_OK
+            ? link_read(&c->nodes[i].link, deadline, reason, sizeof(reason))
+            : NULL;
+    if (!r) {
+        snprintf(why, whylen, "redis at %s: %.300s", c->nodes[i].link.where, reason);
+        link_close(&c->nodes[i].link);
+        return DTQ_ERR;
+    }
+    m = dtq_cluster_map_from_slots(r, c->nodes[i].host, reason, sizeof(reason));
+    freeReplyObject(r);
+    if (!m) {
+        *refused = 1;
+        snprintf(why, whylen, "Redis at %s gave no slot map (%.300s): is it a cluster node?",
+                 c->nodes[i].link.where, reason);
+        return DTQ_ERR;
+    }
+    if (!dtq_cluster_map_covered(m)) {
+        dtq_cluster_map_free(m);
+        snprintf(why, whylen, "Redis at %s: no slot of the cluster is assigned yet",
+                 c->nodes[i].link.where);
+        return DTQ_ERR;
+    }
+    dtq_cluster_map_free(c->map);
+    c->map = m;
+    c->stats.refreshes++;
+    for (int k = 0; k < m->nnodes; k++) node_add(c, m->nodes[k].host, m->nodes[k].port);
+    return DTQ_OK;
+}
+
+/* A new map from any node but `skip` (-1: none), those with an open link first. The old
+ * map stays when none answers. */
+static int refresh_map(dtq_rsync *c, int skip, char *why, size_t whylen) {
+    char reason[700] = "no other node known";
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < c->nnodes; i++) {
+            int refused;
+            if (i == skip || (c->nodes[i].link.fd >= 0) != (pass == 0)) continue;
+            if (map_from_node(c, i, &refused, reason, sizeof(reason)) == DTQ_OK) return DTQ_OK;
+        }
+    snprintf(why, whylen, "cannot refresh the cluster's slot map: %s", reason);
+    return DTQ_ERR;
+}
+
+/* The node for slot (-1: any node: the last one used, else the first primary of the map);
+ * -1 when the map has no primary for it. */
+static int node_for(dtq_rsync *c, int slot) {
+    const dtq_redis_endpoint *e;
+    if (slot < 0) {
+        if (c->last >= 0) return c->last;
+        if (c->map && c->map->nprimaries) {
+            e = &c->map->nodes[c->map->primaries[0]];
+            return node_add(c, e->host, e->port);
+        }
+        return c->nnodes ? 0 : -1;
+    }
+    e = c->map ? dtq_cluster_map_primary(c->map, (uint16_t)slot) : NULL;
+    return e ? node_add(c, e->host, e->port) : -1;
+}
+
+/* One command on node i (ASKING first when asking); *sent once the command may have left. */
+static redisReply *node_call(dtq_rsync *c, int i, int asking, int argc, const char **argv,
+                             const size_t *lens, int *sent, char *why, size_t whylen) {
+    static const char *ask[] = {"ASKING"};
+    char reason[600];
+    rlink *l;
+    redisReply *r;
+    *sent = 0;
+    if (node_open(c, i, why, whylen) != DTQ_OK) return NULL;
+    l = &c->nodes[i].link;
+    if (asking && link_send(l, 1, ask, NULL, NO_DEADLINE, reason, sizeof(reason)) != DTQ_OK)
+        goto fail;
+    *sent = 1;
+    if (link_send(l, argc, argv, lens, NO_DEADLINE, reason, sizeof(reason)) != DTQ_OK) goto fail;
+    if (asking) {
+        r = link_read(l, NO_DEADLINE, reason, sizeof(reason)); /* +OK */
+        if (!r) goto fail;
+        freeReplyObject(r);
+    }
+    r = link_read(l, NO_DEADLINE, reason, sizeof(reason));
+    if (r) return r;
+fail:
+    snprintf(why, whylen, "cluster node %s: %s", l->where, reason);
+    return NULL;
+}
+
+/* Sends a command to the node of slot (-1: any), following MOVED (a new map, then the node
+ * named) and ASK (ASKING and the command at the node named, once, the map unchanged), at
+ * most DTQ_CLUSTER_MAX_REDIRECTS times. A node that cannot be reached before the command
+ * is sent: a new map from another node and one more try. A link lost after the command
+ * was sent: NULL (the command may have run; it is not sent twice), the map refreshed for
+ * the next command. */
+static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, const size_t *lens,
+                         char *why, size_t whylen) {
+    int target = node_for(c, slot), asking = 0, redirects = 0, retried = 0;
+    for (;;) {
+        dtq_cluster_redirect d;
+        dtq_cluster_redirect_kind kind;
+        redisReply *r;
+        int sent;
+        if (target < 0) {
+            char ignored[200];
+            if (!retried && refresh_map(c, -1, ignored, sizeof(ignored)) == DTQ_OK) {
+                retried = 1;
+                target = node_for(c, slot);
+                continue;
+            }
+            snprintf(why, whylen, "no node of the cluster serves slot %d", slot);
+            return NULL;
+        }
+        r = node_call(c, target, asking, argc, argv, lens, &sent, why, whylen);
+        asking = 0;
+        if (!r) {
+            char ignored[200];
+            c->stats.node_failures++;
+            link_close(&c->nodes[target].link);
+            if (c->last == target) c->last = -1;
+            refresh_map(c, target, ignored, sizeof(ignored));
+            if (sent || retried) return NULL;
+            retried = 1;
+            target = node_for(c, slot);
+            continue;
+        }
+        c->last = target;
+        if (r->type != REDIS_REPLY_ERROR) return r;
+        kind = dtq_cluster_redirect_parse(r->str, &d);
+        if (kind != DTQ_REDIRECT_MOVED && kind != DTQ_REDIRECT_ASK) return r;
+        if (++redirects > DTQ_CLUSTER_MAX_REDIRECTS) {
+            snprintf(why, whylen, "more than %d cluster redirections for slot %d (the last: %s)",
+                     DTQ_CLUSTER_MAX_REDIRECTS, slot, r->str);
+            freeReplyObject(r);
+            return NULL;
+        }
+        freeReplyObject(r);
+        {
+            char host[DTQ_CLUSTER_HOST_MAX + 1];
+            snprintf(host, sizeof(host), "%s", d.host[0] ? d.host : c->nodes[target].host);
+            if (kind == DTQ_REDIRECT_MOVED) {
+                char ignored[200];
+                c->stats.moved++;
+                refresh_map(c, -1, ignored, sizeof(ignored));
+            } else {
+                c->stats.ask++;
+                asking = 1;
+            }
+            target = node_add(c, host, d.port);
+        }
+    }
+}
+
+/* A cluster URL: the first seed that answers gives the map. */
+static dtq_rsync *cluster_connect(const dtq_redis_url *url, const dtq_rsync_opts *o, char *why,
+                                  size_t whylen) {
+    dtq_rsync *c = dtq_xcalloc(1, sizeof(*c));
+    char reason[700] = "";
+    c->cluster = 1;
+    c->link.fd = -1;
+    c->last = -1;
+    dtq_redis_url_copy(&c->url, url);
+    c->connect_timeout_ms = o->connect_timeout_ms;
+    c->tls = url->tls ? dtq_tls_ref(o->tls) : NULL;
+    c->client_name = o->client_name ? dtq_xstrdup(o->client_name) : NULL;
+    for (int i = 0; i < url->nseeds; i++) node_add(c, url->seeds[i].host, url->seeds[i].port);
+    for (int i = 0; i < url->nseeds; i++) {
+        int refused, k = node_add(c, url->seeds[i].host, url->seeds[i].port);
+        if (map_from_node(c, k, &refused, reason, sizeof(reason)) == DTQ_OK) {
+            c->last = k;
+            return c;
+        }
+        if (refused) break; /* a node that is not in a cluster: the URL is wrong */
+        /* the reason names the node */
+        note(o, "%s%s", reason, i + 1 < url->nseeds ? "; trying the next" : "");
+    }
+    snprintf(why, whylen, "%s", reason);
+    dtq_rsync_close(c);
+    return NULL;
+}
+
 dtq_rsync *dtq_rsync_connect(const dtq_redis_url *url, const dtq_rsync_opts *o, char *why,
                              size_t whylen) {
     dtq_redis_url at;
@@ -369,6 +647,7 @@ dtq_rsync *dtq_rsync_connect(const dtq_redis_url *url, const dtq_rsync_opts *o, 
     dtq_hs_kind kind;
     int res;
     int64_t deadline;
+    if (url->cluster) return cluster_connect(url, o, why, whylen);
     if (url->sentinel) {
         if (sentinel_lookup(url, o, &at, why, whylen) != DTQ_OK) return NULL;
     } else {
@@ -409,20 +688,77 @@ fail:
 
 redisReply *dtq_rsync_command(dtq_rsync *c, int argc, const char **argv, const size_t *lens,
                               char *why, size_t whylen) {
-    if (link_send(&c->link, argc, argv, lens, NO_DEADLINE, why, whylen) != DTQ_OK) return NULL;
-    return link_read(&c->link, NO_DEADLINE, why, whylen);
+    int k;
+    if (!c->cluster) {
+        if (link_send(&c->link, argc, argv, lens, NO_DEADLINE, why, whylen) != DTQ_OK) return NULL;
+        return link_read(&c->link, NO_DEADLINE, why, whylen);
+    }
+    k = dtq_cluster_key_index(argc, argv, lens);
+    return route(c, k < 0 ? -1 : dtq_cluster_keyslot(argv[k], lens ? lens[k] : strlen(argv[k])),
+                 argc, argv, lens, why, whylen);
+}
+
+redisReply *dtq_rsync_command_at(dtq_rsync *c, const char *slot_key, int argc, const char **argv,
+                                 const size_t *lens, char *why, size_t whylen) {
+    if (!c->cluster) return dtq_rsync_command(c, argc, argv, lens, why, whylen);
+    return route(c, slot_key ? dtq_cluster_keyslot(slot_key, strlen(slot_key)) : -1, argc, argv,
+                 lens, why, whylen);
+}
+
+redisReply *dtq_rsync_command_slot(dtq_rsync *c, int slot, int argc, const char **argv,
+                                   const size_t *lens, char *why, size_t whylen) {
+    if (!c->cluster) return dtq_rsync_command(c, argc, argv, lens, why, whylen);
+    if (slot >= DTQ_CLUSTER_SLOTS) slot = -1;
+    return route(c, slot, argc, argv, lens, why, whylen);
 }
 
 redisReply *dtq_rsync_read(dtq_rsync *c, char *why, size_t whylen) {
+    if (c->cluster) {
+        if (c->last < 0 || c->nodes[c->last].link.fd < 0) {
+            snprintf(why, whylen, "read failed: not connected");
+            return NULL;
+        }
+        return link_read(&c->nodes[c->last].link, NO_DEADLINE, why, whylen);
+    }
     return link_read(&c->link, NO_DEADLINE, why, whylen);
 }
 
 const char *dtq_rsync_where(const dtq_rsync *c) {
+    if (c->cluster) return c->nodes[c->last >= 0 ? c->last : 0].link.where;
     return c->link.where;
+}
+
+int dtq_rsync_is_cluster(const dtq_rsync *c) {
+    return c->cluster;
+}
+
+const dtq_cluster_map *dtq_rsync_cluster_map(const dtq_rsync *c) {
+    return c->cluster ? c->map : NULL;
+}
+
+void dtq_rsync_cluster_stats_get(const dtq_rsync *c, dtq_rsync_cluster_stats *st) {
+    if (c->cluster)
+        *st = c->stats;
+    else
+        memset(st, 0, sizeof(*st));
+}
+
+int dtq_rsync_cluster_refresh(dtq_rsync *c, char *why, size_t whylen) {
+    if (!c->cluster) return DTQ_OK;
+    return refresh_map(c, -1, why, whylen);
 }
 
 void dtq_rsync_close(dtq_rsync *c) {
     if (!c) return;
     link_close(&c->link);
+    for (int i = 0; i < c->nnodes; i++) {
+        link_close(&c->nodes[i].link);
+        free(c->nodes[i].host);
+    }
+    free(c->nodes);
+    dtq_cluster_map_free(c->map);
+    dtq_redis_url_deinit(&c->url);
+    dtq_tls_unref(c->tls);
+    free(c->client_name);
     free(c);
 }

@@ -556,6 +556,10 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
         }
     }
     if (dtq_redis_url_parse(cfg->redis_url, &w->url, err, errlen) != DTQ_OK) goto fail;
+    if (w->url.cluster) {
+        snprintf(err, errlen, "%s", DTQ_CLUSTER_URL_UNSUPPORTED);
+        goto fail;
+    }
     if (w->url.tls) {
         w->tls = dtq_tls_from_config(cfg, err, errlen);
         if (!w->tls) goto fail;

@@ -576,6 +576,12 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
         dtq_handler_registry_free(reg, 1);
         return NULL;
     }
+    if (url.cluster) {
+        snprintf(err, errlen, "%s", DTQ_CLUSTER_URL_UNSUPPORTED);
+        dtq_redis_url_deinit(&url);
+        dtq_handler_registry_free(reg, 1);
+        return NULL;
+    }
     if (url.tls) {
         tls = dtq_tls_from_config(cfg, err, errlen);
         if (!tls) {

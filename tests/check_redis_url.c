@@ -1,6 +1,6 @@
 /* check_redis_url.c: redis_url.c: parsing of redis://, rediss://, unix://,
- * redis-sentinel:// and rediss-sentinel:// URLs, the deep copy, and the address shown in
- * messages. */
+ * redis-sentinel://, rediss-sentinel://, redis-cluster:// and rediss-cluster:// URLs, the deep
+ * copy, and the address shown in messages. */
 #include <check.h>
 #include <string.h>
 
@@ -154,6 +154,70 @@ START_TEST(test_url_sentinel) {
 }
 END_TEST
 
+START_TEST(test_url_cluster) {
+    dtq_redis_url u, c;
+    char err[256], buf[64];
+    ck_assert_int_eq(dtq_redis_url_parse("redis-cluster://127.0.0.1:7000,h2.example,[::1]:7002", &u,
+                                         err, sizeof(err)),
+                     0);
+    ck_assert(u.cluster);
+    ck_assert(!u.tls);
+    ck_assert(!u.sentinel);
+    ck_assert_ptr_null(u.host);
+    ck_assert_int_eq(u.db, 0);
+    ck_assert_int_eq(u.nseeds, 3);
+    ck_assert_str_eq(u.seeds[0].host, "127.0.0.1");
+    ck_assert_int_eq(u.seeds[0].port, 7000);
+    ck_assert_str_eq(u.seeds[1].host, "h2.example");
+    ck_assert_int_eq(u.seeds[1].port, 6379);
+    ck_assert_str_eq(u.seeds[2].host, "::1");
+    ck_assert_int_eq(u.seeds[2].port, 7002);
+    ck_assert_ptr_null(u.password);
+    ck_assert_str_eq(dtq_redis_url_where(&u, buf, sizeof(buf)), "127.0.0.1:7000");
+    dtq_redis_url_copy(&c, &u);
+    dtq_redis_url_deinit(&u);
+    ck_assert(c.cluster);
+    ck_assert_int_eq(c.nseeds, 3);
+    ck_assert_str_eq(c.seeds[2].host, "::1");
+    ck_assert_int_eq(c.seeds[2].port, 7002);
+    dtq_redis_url_deinit(&c);
+
+    /* TLS, credentials (a password with '/' and '@'), a trailing '/' */
+    ck_assert_int_eq(
+        dtq_redis_url_parse("rediss-cluster://alice:p/w@d@n1:7000/", &u, err, sizeof(err)), 0);
+    ck_assert(u.cluster);
+    ck_assert(u.tls);
+    ck_assert_str_eq(u.user, "alice");
+    ck_assert_str_eq(u.password, "p/w@d");
+    ck_assert_int_eq(u.nseeds, 1);
+    ck_assert_str_eq(u.seeds[0].host, "n1");
+    ck_assert_int_eq(u.seeds[0].port, 7000);
+    dtq_redis_url_deinit(&u);
+    ck_assert_int_eq(dtq_redis_url_parse("redis-cluster://:pw@n1", &u, err, sizeof(err)), 0);
+    ck_assert_ptr_null(u.user);
+    ck_assert_str_eq(u.password, "pw");
+    dtq_redis_url_deinit(&u);
+
+    /* no database number: a cluster has db 0 only */
+    ck_assert_int_ne(dtq_redis_url_parse("redis-cluster://n1:7000/0", &u, err, sizeof(err)), 0);
+    ck_assert_ptr_nonnull(strstr(err, "database 0 only"));
+    ck_assert_int_ne(dtq_redis_url_parse("redis-cluster://n1:7000,n2:7001/3", &u, err, sizeof(err)),
+                     0);
+    ck_assert_ptr_nonnull(strstr(err, "no database number"));
+    {
+        const char *bad[] = {
+            "redis-cluster://",     "redis-cluster:///",         "redis-cluster://n1,,n2",
+            "redis-cluster://n1,",  "redis-cluster://,n1",       "redis-cluster://n1:0",
+            "redis-cluster://n1:x", "redis-cluster://[::1:7000", "rediss-cluster://",
+            "redis-cluster://n1/x", "redis-clusters://n1:7000",  NULL};
+        for (const char **b = bad; *b; b++) {
+            ck_assert_msg(dtq_redis_url_parse(*b, &u, err, sizeof(err)) != 0, "accepted %s", *b);
+            ck_assert(strlen(err) > 0);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_url_errors) {
     dtq_redis_url u;
     char err[128];
@@ -200,6 +264,7 @@ int main(void) {
     tcase_add_test(tc, test_url_tls);
     tcase_add_test(tc, test_url_unix);
     tcase_add_test(tc, test_url_sentinel);
+    tcase_add_test(tc, test_url_cluster);
     tcase_add_test(tc, test_url_errors);
     tcase_add_test(tc, test_url_where);
     suite_add_tcase(s, tc);

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,20 +25,27 @@
 
 #define MAX_CHILDREN 32
 
+/* What the atexit hook stops and removes, each with the process that started it: a
+ * Check test runs in a fork of the suite's process, and its exit must not take what the
+ * suite's process started (an unchecked fixture's servers) with it. */
 static pid_t children[MAX_CHILDREN];
+static pid_t child_owner[MAX_CHILDREN];
 static int nchildren;
 static char cleanup_dirs[8][256];
+static pid_t dir_owner[8];
 static int ndirs;
 static int hooked;
 
 static void cleanup(void) {
+    pid_t me = getpid();
     for (int i = 0; i < nchildren; i++)
-        if (children[i] > 0) {
+        if (children[i] > 0 && child_owner[i] == me) {
             kill(children[i], SIGKILL);
             waitpid(children[i], NULL, 0);
         }
     for (int i = 0; i < ndirs; i++) {
         char cmd[1100];
+        if (dir_owner[i] != me) continue;
         snprintf(cmd, sizeof(cmd), "rm -rf '%.255s'", cleanup_dirs[i]);
         if (system(cmd) != 0) { /* best effort */
         }
@@ -53,9 +61,25 @@ static void track(pid_t pid) {
     for (int i = 0; i < nchildren; i++)
         if (children[i] <= 0) {
             children[i] = pid;
+            child_owner[i] = getpid();
             return;
         }
-    if (nchildren < MAX_CHILDREN) children[nchildren++] = pid;
+    if (nchildren < MAX_CHILDREN) {
+        child_owner[nchildren] = getpid();
+        children[nchildren++] = pid;
+    }
+}
+
+/* A temp dir removed at exit. */
+static void track_dir(const char *dir) {
+    if (!hooked) {
+        atexit(cleanup);
+        hooked = 1;
+    }
+    if (ndirs < 8) {
+        dir_owner[ndirs] = getpid();
+        snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", dir);
+    }
 }
 
 static void untrack(pid_t pid) {
@@ -188,7 +212,7 @@ void th_redis_start(th_redis *r, int persist) {
                      REDIS_SERVER_BIN);
     snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
     ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
-    if (ndirs < 8) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    track_dir(r->dir);
     snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
     snprintf(r->url, sizeof(r->url), "unix://%s", r->sock);
     r->persist = persist;
@@ -200,7 +224,7 @@ void th_redis_start_tcp(th_redis *r, const char *extra, const char *password) {
     snprintf(harness_password, sizeof(harness_password), "%s", password ? password : "");
     snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
     ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
-    if (ndirs < 8) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    track_dir(r->dir);
     snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
     snprintf(r->extra, sizeof(r->extra), "%s", extra ? extra : "");
     /* a port from the pid spreads parallel test processes; redis fails fast if taken */
@@ -214,7 +238,7 @@ void th_redis_start_port(th_redis *r, int port, const char *extra) {
     harness_password[0] = '\0';
     snprintf(r->dir, sizeof(r->dir), "/tmp/dtq-test-XXXXXX");
     ck_assert_msg(mkdtemp(r->dir) != NULL, "mkdtemp failed");
-    if (ndirs < 8) snprintf(cleanup_dirs[ndirs++], sizeof(cleanup_dirs[0]), "%s", r->dir);
+    track_dir(r->dir);
     snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
     snprintf(r->extra, sizeof(r->extra), "%s", extra ? extra : "");
     r->port = port;
@@ -708,4 +732,277 @@ redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_reco
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "finish: %s", r->str);
     return r;
+}
+
+/* ----------------------------------------------------------------- a local cluster */
+
+#ifndef REDIS_CLI_BIN
+#define REDIS_CLI_BIN "redis-cli"
+#endif
+
+/* 1 when nothing listens on 127.0.0.1:port (a bind succeeds). */
+static int port_free(int port) {
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
+    if (fd < 0) return 0;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The next port from *next (in 20000-29999, wrapping) that is free with its bus port. */
+static int cluster_port(int *next) {
+    for (int tries = 0; tries < 10000; tries++) {
+        int p = *next;
+        *next = p >= 29999 ? 20000 : p + 1;
+        if (port_free(p) && port_free(p + 10000)) return p;
+    }
+    ck_abort_msg("no free port pair for a cluster node in 20000-29999");
+    return 0;
+}
+
+/* Launches node i on a free port; 1 once it answers PING on its socket, 0 when it exited
+ * at once (its port was taken in between). */
+static int cluster_node_up(th_cluster *cl, int i, int *next) {
+    th_redis *r = &cl->node[i];
+    r->port = cluster_port(next);
+    snprintf(r->dir, sizeof(r->dir), "%.200s/node-%d", cl->dir, r->port);
+    ck_assert_msg(mkdir(r->dir, 0700) == 0, "mkdir %s failed", r->dir);
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+    snprintf(r->extra, sizeof(r->extra),
+             "--cluster-enabled yes --cluster-config-file nodes-%d.conf --cluster-node-timeout "
+             "2000 --cluster-require-full-coverage no --repl-diskless-sync-delay 0 "
+             "--repl-ping-replica-period 1",
+             r->port);
+    ck_assert_msg(th_redis_launch(r) > 0, "fork failed");
+    track(r->pid);
+    for (int k = 0; k < 200; k++) {
+        redisContext *c;
+        if (waitpid(r->pid, NULL, WNOHANG) == r->pid) {
+            untrack(r->pid);
+            r->pid = 0;
+            return 0;
+        }
+        c = redisConnectUnix(r->sock);
+        if (c && !c->err) {
+            redisReply *rep = redisCommand(c, "PING");
+            redisFree(c);
+            if (rep) {
+                freeReplyObject(rep);
+                return 1;
+            }
+        } else if (c) {
+            redisFree(c);
+        }
+        th_sleep_ms(10);
+    }
+    ck_abort_msg("cluster node on port %d did not start; see %s/redis.log", r->port, r->dir);
+    return 0;
+}
+
+redisContext *th_cluster_connect(const th_cluster *cl, int i) {
+    redisContext *c = redisConnectUnix(cl->node[i].sock);
+    ck_assert_msg(c && !c->err, "cannot connect to cluster node %d at %s", i, cl->node[i].sock);
+    return c;
+}
+
+int th_cluster_node_index(const th_cluster *cl, int port) {
+    for (int i = 0; i < cl->n; i++)
+        if (cl->node[i].port == port) return i;
+    return -1;
+}
+
+typedef struct cluster_ready {
+    th_cluster *cl;
+    int primaries, replicas;
+    char why[512];
+} cluster_ready;
+
+/* One node's CLUSTER SLOTS as "start-end:port ..." sorted by start, or "" on an error; the
+ * distinct primaries and the fewest replicas a range has. */
+static void slots_signature(redisContext *c, char *out, size_t len, int *nprimaries,
+                            int *min_replicas) {
+    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    int ports[TH_CLUSTER_MAX], np = 0;
+    long long starts[64];
+    char parts[64][48];
+    int n = 0;
+    out[0] = '\0';
+    *nprimaries = 0;
+    *min_replicas = 0;
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        if (r) freeReplyObject(r);
+        return;
+    }
+    for (size_t i = 0; i < r->elements && n < 64; i++) {
+        const redisReply *e = r->element[i];
+        int port = (int)e->element[2]->element[1]->integer, seen = 0;
+        if (i == 0 || (int)e->elements - 3 < *min_replicas) *min_replicas = (int)e->elements - 3;
+        starts[n] = e->element[0]->integer;
+        snprintf(parts[n++], sizeof(parts[0]), "%lld-%lld:%d ", e->element[0]->integer,
+                 e->element[1]->integer, port);
+        for (int k = 0; k < np; k++) seen |= ports[k] == port;
+        if (!seen && np < TH_CLUSTER_MAX) ports[np++] = port;
+    }
+    freeReplyObject(r);
+    for (int i = 0; i < n; i++) /* a selection sort of a handful of ranges */
+        for (int j = i + 1; j < n; j++)
+            if (starts[j] < starts[i]) {
+                long long t = starts[i];
+                char tp[48];
+                starts[i] = starts[j];
+                starts[j] = t;
+                memcpy(tp, parts[i], sizeof(tp));
+                memcpy(parts[i], parts[j], sizeof(tp));
+                memcpy(parts[j], tp, sizeof(tp));
+            }
+    for (int i = 0, off = 0; i < n && (size_t)off < len; i++)
+        off += snprintf(out + off, len - (size_t)off, "%s", parts[i]);
+    *nprimaries = np;
+}
+
+static int cluster_is_ready(void *arg) {
+    cluster_ready *cr = arg;
+    th_cluster *cl = cr->cl;
+    char first[2048] = "", sig[2048];
+    for (int i = 0; i < cl->n; i++) {
+        redisContext *c = redisConnectUnix(cl->node[i].sock);
+        redisReply *r;
+        int np, nr, ok;
+        if (!c || c->err) {
+            snprintf(cr->why, sizeof(cr->why), "node %d: cannot connect", cl->node[i].port);
+            if (c) redisFree(c);
+            return 0;
+        }
+        r = redisCommand(c, "CLUSTER INFO");
+        ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        if (r) freeReplyObject(r);
+        if (!ok) {
+            snprintf(cr->why, sizeof(cr->why), "node %d: cluster_state not ok", cl->node[i].port);
+            redisFree(c);
+            return 0;
+        }
+        r = redisCommand(c, "CLUSTER NODES");
+        ok = r && r->type == REDIS_REPLY_STRING && !strstr(r->str, "fail") &&
+             !strstr(r->str, "handshake") && !strstr(r->str, "noaddr");
+        if (ok) {
+            int lines = 0;
+            for (const char *p = r->str; *p; p++) lines += *p == '\n';
+            ok = lines == cl->n;
+        }
+        if (r) freeReplyObject(r);
+        if (!ok) {
+            snprintf(cr->why, sizeof(cr->why), "node %d: CLUSTER NODES does not list %d healthy",
+                     cl->node[i].port, cl->n);
+            redisFree(c);
+            return 0;
+        }
+        r = redisCommand(c, "INFO replication");
+        ok = r && r->type == REDIS_REPLY_STRING &&
+             (strstr(r->str, "role:master") || strstr(r->str, "master_link_status:up"));
+        if (r) freeReplyObject(r);
+        if (!ok) {
+            snprintf(cr->why, sizeof(cr->why), "node %d: replica link not up", cl->node[i].port);
+            redisFree(c);
+            return 0;
+        }
+        slots_signature(c, sig, sizeof(sig), &np, &nr);
+        redisFree(c);
+        if (np != cr->primaries || nr != cr->replicas) {
+            snprintf(cr->why, sizeof(cr->why),
+                     "node %d: CLUSTER SLOTS names %d primaries, %d replicas for a range",
+                     cl->node[i].port, np, nr);
+            return 0;
+        }
+        if (i == 0) {
+            snprintf(first, sizeof(first), "%s", sig);
+        } else if (strcmp(first, sig)) {
+            snprintf(cr->why, sizeof(cr->why), "nodes disagree on the slots: %.200s vs %.200s",
+                     first, sig);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void th_cluster_start(th_cluster *cl, int primaries, int replicas_per) {
+    int total = primaries * (1 + replicas_per), next, off;
+    char log[400], *argv[TH_CLUSTER_MAX + 8], addrs[TH_CLUSTER_MAX][32], reps[16];
+    pid_t pid;
+    int status = 0, argc = 0;
+    int64_t end;
+    cluster_ready cr;
+    memset(cl, 0, sizeof(*cl));
+    ck_assert_msg(primaries >= 3 && total <= TH_CLUSTER_MAX,
+                  "a cluster needs 3 primaries or more (redis-cli), at most %d nodes",
+                  TH_CLUSTER_MAX);
+    if (access(REDIS_SERVER_BIN, X_OK) != 0)
+        ck_abort_msg("redis-server not found at %s: run scripts/test, which installs it",
+                     REDIS_SERVER_BIN);
+    harness_password[0] = '\0';
+    snprintf(cl->dir, sizeof(cl->dir), "/tmp/dtq-test-XXXXXX");
+    ck_assert_msg(mkdtemp(cl->dir) != NULL, "mkdtemp failed");
+    track_dir(cl->dir);
+    /* ports from the pid spread parallel test processes over 20000-29999 */
+    next = 20000 + (int)((getpid() * 37) % 10000);
+    for (int i = 0; i < total; i++) {
+        int tries = 0;
+        while (!cluster_node_up(cl, i, &next)) {
+            char old[300];
+            ck_assert_msg(++tries < 20, "cluster node %d could not start on a free port", i);
+            snprintf(old, sizeof(old), "rm -rf '%s'", cl->node[i].dir);
+            if (system(old) != 0) { /* best effort */
+            }
+        }
+        cl->n++;
+    }
+    off = snprintf(cl->url, sizeof(cl->url), "redis-cluster://");
+    for (int i = 0; i < cl->n; i++)
+        off += snprintf(cl->url + off, sizeof(cl->url) - (size_t)off, "%s127.0.0.1:%d",
+                        i ? "," : "", cl->node[i].port);
+    argv[argc++] = (char *)REDIS_CLI_BIN;
+    argv[argc++] = (char *)"--cluster";
+    argv[argc++] = (char *)"create";
+    for (int i = 0; i < cl->n; i++) {
+        snprintf(addrs[i], sizeof(addrs[i]), "127.0.0.1:%d", cl->node[i].port);
+        argv[argc++] = addrs[i];
+    }
+    snprintf(reps, sizeof(reps), "%d", replicas_per);
+    argv[argc++] = (char *)"--cluster-replicas";
+    argv[argc++] = reps;
+    argv[argc++] = (char *)"--cluster-yes";
+    argv[argc] = NULL;
+    snprintf(log, sizeof(log), "%s/create.log", cl->dir);
+    pid = th_spawn_child(argv, log);
+    ck_assert_msg(pid > 0, "fork failed");
+    end = th_now_ms() + 30000;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (th_now_ms() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            ck_abort_msg("redis-cli --cluster create did not finish in 30 s; see %s", log);
+        }
+        th_sleep_ms(20);
+    }
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "redis-cli --cluster create failed; see %s", log);
+    cr.cl = cl;
+    cr.primaries = primaries;
+    cr.replicas = replicas_per;
+    snprintf(cr.why, sizeof(cr.why), "not asked");
+    ck_assert_msg(th_wait_until(cluster_is_ready, &cr, 30000),
+                  "the cluster did not settle in 30 s: %s", cr.why);
+}
+
+void th_cluster_stop(th_cluster *cl) {
+    for (int i = 0; i < cl->n; i++)
+        if (cl->node[i].pid > 0) {
+            th_stop_child(cl->node[i].pid, SIGKILL);
+            cl->node[i].pid = 0;
+        }
 }

@@ -1,7 +1,8 @@
 /* harness.h: integration-test plumbing. Starts a private redis-server on a unix socket
  * in a fresh temp dir, and dtq-worker daemons as child processes with generated configs.
- * Children get PR_SET_PDEATHSIG, and an atexit hook stops them and removes the temp dir,
- * so a failing test (its forked Check process exits) leaves nothing behind. */
+ * A local Redis Cluster too (th_cluster_start). Children get PR_SET_PDEATHSIG, and an atexit hook
+ * stops them and removes the temp dir, so a failing test (its forked Check process exits) leaves
+ * nothing behind. */
 #ifndef DTQ_TEST_HARNESS_H
 #define DTQ_TEST_HARNESS_H
 
@@ -78,6 +79,33 @@ enum {
 };
 void th_fixture_start(th_redis *r, redisContext **c, int flags, const char *tcp_extra);
 void th_fixture_stop(th_redis *r, redisContext **c);
+
+/* ---- A local Redis Cluster: primaries * (1 + replicas_per) redis-server processes on free
+ * ports of 127.0.0.1 (each port and its bus port, +10000, free when picked), each in its own
+ * directory (node-<port>, with its unix socket and redis.log) under one temp dir, started
+ * with --cluster-enabled yes, --cluster-node-timeout 2000, --cluster-require-full-coverage
+ * no, no persistence, --repl-diskless-sync-delay 0 and --repl-ping-replica-period 1 (a
+ * replica is listed by CLUSTER SLOTS once its offset moves: seconds, not 10); joined by `redis-cli
+ * --cluster create ... --cluster-replicas R
+ * --cluster-yes` (its output in <dir>/create.log); ready when every node says
+ * cluster_state:ok, every node's CLUSTER SLOTS names the same primaries for the same
+ * ranges, and every replica's link to its primary is up. Stopped at exit like the other
+ * children. */
+#define TH_CLUSTER_MAX 12
+typedef struct th_cluster {
+    char dir[256];
+    int n;                              /* the nodes started */
+    th_redis node[TH_CLUSTER_MAX];      /* node[i].port, .pid (0 once stopped), .sock, .dir */
+    char url[TH_CLUSTER_MAX * 24 + 32]; /* redis-cluster://127.0.0.1:p1,127.0.0.1:p2,... */
+} th_cluster;
+/* Starts and joins the cluster; fails the test with one clear line if it cannot. */
+void th_cluster_start(th_cluster *cl, int primaries, int replicas_per);
+/* Stops every node still running (SIGKILL: no data is kept). */
+void th_cluster_stop(th_cluster *cl);
+/* A connection to node i (its unix socket, no timeouts). */
+redisContext *th_cluster_connect(const th_cluster *cl, int i);
+/* The index of the node on port, or -1. */
+int th_cluster_node_index(const th_cluster *cl, int port);
 
 /* Writes a config ([redis] url + `ini`) and starts dtq-worker -c on it. */
 void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini);

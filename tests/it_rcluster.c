@@ -1,0 +1,491 @@
+/* it_rcluster.c: dtq's Redis Cluster client against a real local cluster of 3 primaries and
+ * 3 replicas (th_cluster_start, once for the suite, in the parent process: the cases run in
+ * order and the later ones change the cluster: a slot migrated, a primary killed). The
+ * slot map from CLUSTER SLOTS, dtq_cluster_keyslot against CLUSTER KEYSLOT, the routing
+ * blocking client (rsync.c) over every shard, MOVED after a slot migration, ASK during one,
+ * a primary SIGKILLed and replaced by its replica, and the daemon's refusal of a cluster
+ * URL. (it_cluster.c is another thing: several daemons on
+ * one Redis.) */
+#include <check.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#include "cluster.h"
+#include "rsync.h"
+
+static th_cluster CL;
+
+static void cluster_setup(void) {
+    th_cluster_start(&CL, 3, 1);
+}
+
+static void cluster_teardown(void) {
+    th_cluster_stop(&CL);
+}
+
+/* The map from node i's CLUSTER SLOTS. */
+static dtq_cluster_map *map_of(int i) {
+    redisContext *c = th_cluster_connect(&CL, i);
+    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+    char why[256];
+    dtq_cluster_map *m = dtq_cluster_map_from_slots(r, "127.0.0.1", why, sizeof(why));
+    ck_assert_msg(m != NULL, "map: %s", why);
+    freeReplyObject(r);
+    redisFree(c);
+    return m;
+}
+
+/* (a) 3 primaries covering 0-16383, each a node of the cluster, each with its replica. */
+START_TEST(test_map) {
+    for (int i = 0; i < CL.n; i++) {
+        dtq_cluster_map *m = map_of(i);
+        int seen[TH_CLUSTER_MAX] = {0};
+        ck_assert_int_eq(m->nprimaries, 3);
+        ck_assert_int_eq(dtq_cluster_map_covered(m), DTQ_CLUSTER_SLOTS);
+        ck_assert_int_eq(m->nnodes, 6);
+        for (int k = 0; k < m->nprimaries; k++) {
+            const dtq_redis_endpoint *e = &m->nodes[m->primaries[k]];
+            int idx = th_cluster_node_index(&CL, e->port);
+            ck_assert_str_eq(e->host, "127.0.0.1");
+            ck_assert_int_ge(idx, 0);
+            ck_assert_int_eq(seen[idx], 0);
+            seen[idx] = 1;
+        }
+        for (int k = 0; k < m->nranges; k++) ck_assert_int_eq(m->ranges[k].nreplicas, 1);
+        /* the ranges tile 0..16383 */
+        ck_assert_uint_eq(m->ranges[0].start, 0);
+        ck_assert_uint_eq(m->ranges[m->nranges - 1].end, 16383);
+        for (int k = 1; k < m->nranges; k++)
+            ck_assert_uint_eq(m->ranges[k].start, m->ranges[k - 1].end + 1);
+        dtq_cluster_map_free(m);
+    }
+}
+END_TEST
+
+/* (b) 2000 random keys (some with hash tags, some with braces that are not tags, some
+ * binary) against CLUSTER KEYSLOT. */
+START_TEST(test_keyslot_oracle) {
+    redisContext *c = th_cluster_connect(&CL, 0);
+    unsigned seed = (unsigned)getpid();
+    int tagged = 0, n = 2000;
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        size_t len = 1 + (size_t)(rand_r(&seed) % 40);
+        for (size_t k = 0; k < len; k++) {
+            int x = rand_r(&seed) % 100;
+            key[k] = x < 8    ? '{'
+                     : x < 16 ? '}'
+                     : x < 18 ? (char)(rand_r(&seed) % 256)
+                              : (char)('a' + rand_r(&seed) % 26);
+        }
+        if (i % 4 == 0) {                            /* a clean tag at a random place */
+            size_t at = (size_t)rand_r(&seed) % len; /* len + 3 <= 43 < sizeof(key) */
+            memmove(key + at + 3, key + at, len - at);
+            key[at] = '{';
+            key[at + 1] = (char)('a' + i % 26);
+            key[at + 2] = '}';
+            len += 3;
+            tagged++;
+        }
+        {
+            redisReply *r = th_cmd(c, "CLUSTER KEYSLOT %b", key, len);
+            ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+            ck_assert_msg(r->integer == dtq_cluster_keyslot(key, len),
+                          "key %d (%zu bytes): Redis says %lld, dtq %u", i, len, r->integer,
+                          dtq_cluster_keyslot(key, len));
+            freeReplyObject(r);
+        }
+    }
+    ck_assert_int_ge(tagged, 400);
+    redisFree(c);
+}
+END_TEST
+
+/* ---- the routing client (rsync.c) */
+
+static dtq_rsync *rclient(void) {
+    dtq_redis_url u;
+    dtq_rsync_opts o;
+    char err[512];
+    dtq_rsync *c;
+    ck_assert_msg(dtq_redis_url_parse(CL.url, &u, err, sizeof(err)) == 0, "%s", err);
+    memset(&o, 0, sizeof(o));
+    o.connect_timeout_ms = 2000;
+    c = dtq_rsync_connect(&u, &o, err, sizeof(err));
+    dtq_redis_url_deinit(&u);
+    ck_assert_msg(c != NULL, "connect: %s", err);
+    ck_assert(dtq_rsync_is_cluster(c));
+    return c;
+}
+
+/* A command through the router; fails the test on NULL (a lost connection). */
+static redisReply *rcmd(dtq_rsync *c, int argc, const char **argv) {
+    char why[512];
+    redisReply *r = dtq_rsync_command(c, argc, argv, NULL, why, sizeof(why));
+    ck_assert_msg(r != NULL, "%s: %s", argv[0], why);
+    return r;
+}
+
+static void rset(dtq_rsync *c, const char *k, const char *v) {
+    const char *a[] = {"SET", k, v};
+    redisReply *r = rcmd(c, 3, a);
+    ck_assert_msg(r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "OK"), "SET %s: %s", k,
+                  r->str ? r->str : "?");
+    freeReplyObject(r);
+}
+
+/* GET through the router must answer v. */
+static void rget_is(dtq_rsync *c, const char *k, const char *v) {
+    const char *a[] = {"GET", k};
+    redisReply *r = rcmd(c, 2, a);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, v), "GET %s: type %d %s", k,
+                  r->type, r->str ? r->str : "");
+    freeReplyObject(r);
+}
+
+static dtq_rsync_cluster_stats stats_of(const dtq_rsync *c) {
+    dtq_rsync_cluster_stats st;
+    dtq_rsync_cluster_stats_get(c, &st);
+    return st;
+}
+
+/* The port of the primary that serves key's slot, as node 0... of the live nodes says. */
+static int owner_port(const char *key) {
+    for (int i = 0; i < CL.n; i++) {
+        dtq_cluster_map *m;
+        int port;
+        if (CL.node[i].pid <= 0 || kill(CL.node[i].pid, 0) != 0) continue;
+        m = map_of(i);
+        port = dtq_cluster_map_primary(m, dtq_cluster_keyslot(key, strlen(key)))->port;
+        dtq_cluster_map_free(m);
+        return port;
+    }
+    ck_abort_msg("no live node");
+    return 0;
+}
+
+static char *node_id(int port) {
+    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
+    redisReply *r = th_cmd(c, "CLUSTER MYID");
+    char *id;
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    id = strdup(r->str);
+    freeReplyObject(r);
+    redisFree(c);
+    return id;
+}
+
+/* A command on the node of port that must not answer an error. */
+static void node_ok(int port, const char *fmt, ...) {
+    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
+    redisReply *r;
+    va_list ap;
+    va_start(ap, fmt);
+    r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s on %d: %s", fmt, port,
+                  r ? r->str : c->errstr);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* A primary other than port. */
+static int other_primary(int port) {
+    dtq_cluster_map *m = map_of(th_cluster_node_index(&CL, port));
+    int other = 0;
+    for (int k = 0; k < m->nprimaries; k++)
+        if (m->nodes[m->primaries[k]].port != port) other = m->nodes[m->primaries[k]].port;
+    dtq_cluster_map_free(m);
+    ck_assert_int_ne(other, 0);
+    return other;
+}
+
+/* The first half of moving key's slot from src to dst: IMPORTING, MIGRATING, the key moved. */
+static void migrate_start(const char *key, int src, int dst) {
+    int slot = dtq_cluster_keyslot(key, strlen(key));
+    char *sid = node_id(src), *did = node_id(dst), dport[16];
+    snprintf(dport, sizeof(dport), "%d", dst);
+    node_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, sid);
+    node_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, did);
+    node_ok(src, "MIGRATE 127.0.0.1 %s %s 0 5000", dport, key);
+    free(sid);
+    free(did);
+}
+
+/* The second half: the slot given to dst on every primary (dst first, then src). */
+static void migrate_finish(const char *key, int src, int dst) {
+    int slot = dtq_cluster_keyslot(key, strlen(key)), third = 0;
+    char *did = node_id(dst);
+    dtq_cluster_map *m = map_of(th_cluster_node_index(&CL, dst));
+    for (int k = 0; k < m->nprimaries; k++) {
+        int p = m->nodes[m->primaries[k]].port;
+        if (p != src && p != dst) third = p;
+    }
+    dtq_cluster_map_free(m);
+    node_ok(dst, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    node_ok(src, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    if (third) node_ok(third, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    free(did);
+}
+
+/* (c) SET and GET of 200 keys (half of them hash-tagged) through the router: every key is
+ * on the primary its slot maps to (read there directly), every primary holds some, and no
+ * redirection was needed. */
+START_TEST(test_route_all_shards) {
+    dtq_rsync *c = rclient();
+    const dtq_cluster_map *m = dtq_rsync_cluster_map(c);
+    int per[TH_CLUSTER_MAX] = {0};
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(dtq_cluster_map_covered(m), DTQ_CLUSTER_SLOTS);
+    for (int i = 0; i < 200; i++) {
+        char k[64], v[64];
+        if (i % 2)
+            snprintf(k, sizeof(k), "route:%d", i);
+        else
+            snprintf(k, sizeof(k), "{tag%d}:route:%d", i % 17, i);
+        snprintf(v, sizeof(v), "value-%d", i);
+        rset(c, k, v);
+    }
+    m = dtq_rsync_cluster_map(c);
+    for (int i = 0; i < 200; i++) {
+        char k[64], v[64];
+        const dtq_redis_endpoint *e;
+        redisContext *d;
+        redisReply *r;
+        int idx;
+        if (i % 2)
+            snprintf(k, sizeof(k), "route:%d", i);
+        else
+            snprintf(k, sizeof(k), "{tag%d}:route:%d", i % 17, i);
+        snprintf(v, sizeof(v), "value-%d", i);
+        rget_is(c, k, v);
+        m = dtq_rsync_cluster_map(c);
+        e = dtq_cluster_map_primary(m, dtq_cluster_keyslot(k, strlen(k)));
+        idx = th_cluster_node_index(&CL, e->port);
+        ck_assert_int_ge(idx, 0);
+        per[idx]++;
+        d = th_cluster_connect(&CL, idx);
+        r = th_cmd(d, "GET %s", k);
+        ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, v),
+                      "%s is not on its slot's primary %d", k, e->port);
+        freeReplyObject(r);
+        redisFree(d);
+    }
+    {
+        int shards = 0;
+        for (int i = 0; i < CL.n; i++) shards += per[i] > 0;
+        ck_assert_int_eq(shards, 3);
+    }
+    ck_assert_int_eq(stats_of(c).moved, 0);
+    ck_assert_int_eq(stats_of(c).ask, 0);
+    ck_assert_int_eq(stats_of(c).refreshes, 1);
+    ck_assert_int_eq(stats_of(c).connects, 3); /* one link per primary */
+    /* a command without a key goes to the node of the previous one: WAIT counts the
+     * replica of the write before it */
+    {
+        const char *w[] = {"WAIT", "1", "2000"};
+        redisReply *r;
+        rset(c, "route:wait", "x");
+        r = rcmd(c, 3, w);
+        ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
+    }
+    dtq_rsync_close(c);
+}
+END_TEST
+
+/* (d) A slot migrated to another primary behind the client's back: its map is stale, the
+ * old owner answers MOVED, the client reads the map again and gets the key from the new
+ * owner. */
+START_TEST(test_moved) {
+    const char *key = "moved:key";
+    dtq_rsync *c = rclient();
+    int src, dst, slot = dtq_cluster_keyslot(key, strlen(key));
+    rset(c, key, "before-the-move");
+    rget_is(c, key, "before-the-move");
+    src = owner_port(key);
+    dst = other_primary(src);
+    ck_assert_int_eq(dtq_cluster_map_primary(dtq_rsync_cluster_map(c), (uint16_t)slot)->port, src);
+    migrate_start(key, src, dst);
+    migrate_finish(key, src, dst);
+    ck_assert_int_eq(stats_of(c).moved, 0);
+    rget_is(c, key, "before-the-move");
+    ck_assert_int_eq(stats_of(c).moved, 1);
+    ck_assert_int_eq(stats_of(c).ask, 0);
+    ck_assert_int_ge(stats_of(c).refreshes, 2);
+    ck_assert_int_eq(dtq_cluster_map_primary(dtq_rsync_cluster_map(c), (uint16_t)slot)->port, dst);
+    /* the next command of that slot goes straight to the new owner */
+    rset(c, key, "after-the-move");
+    rget_is(c, key, "after-the-move");
+    ck_assert_int_eq(stats_of(c).moved, 1);
+    dtq_rsync_close(c);
+}
+END_TEST
+
+/* (e) During a migration (the key already moved, the slot still MIGRATING on the source)
+ * the source answers ASK: the client sends ASKING and the command to the target, once,
+ * and keeps its map; once the slot is given to the target, MOVED. */
+START_TEST(test_ask) {
+    const char *key = "ask:key";
+    dtq_rsync *c = rclient();
+    int src, dst, slot = dtq_cluster_keyslot(key, strlen(key));
+    rset(c, key, "asked");
+    src = owner_port(key);
+    dst = other_primary(src);
+    migrate_start(key, src, dst);
+    rget_is(c, key, "asked");
+    ck_assert_int_eq(stats_of(c).ask, 1);
+    ck_assert_int_eq(stats_of(c).moved, 0);
+    ck_assert_int_eq(stats_of(c).refreshes, 1); /* ASK does not change the map */
+    ck_assert_int_eq(dtq_cluster_map_primary(dtq_rsync_cluster_map(c), (uint16_t)slot)->port, src);
+    rget_is(c, key, "asked"); /* ASK again: it is one command's detour, not a new route */
+    ck_assert_int_eq(stats_of(c).ask, 2);
+    migrate_finish(key, src, dst);
+    rget_is(c, key, "asked");
+    ck_assert_int_eq(stats_of(c).moved, 1);
+    ck_assert_int_eq(stats_of(c).ask, 2);
+    ck_assert_int_eq(dtq_cluster_map_primary(dtq_rsync_cluster_map(c), (uint16_t)slot)->port, dst);
+    dtq_rsync_close(c);
+}
+END_TEST
+
+/* (f) A primary SIGKILLed: its replica takes over after the node timeout (2 s); the client
+ * finds the node gone, reads the map again and answers for that shard's keys within ~10 s;
+ * the other shards answer all along. */
+START_TEST(test_failover) {
+    const char *key = "failover:key", *other = NULL;
+    char cand[32];
+    dtq_rsync *c = rclient();
+    int victim, idx, ok = 0, fails = 0;
+    int64_t t0, took;
+    rset(c, key, "survives");
+    {
+        const char *w[] = {"WAIT", "1", "2000"};
+        redisReply *r = rcmd(c, 3, w);
+        ck_assert_int_eq(r->integer, 1); /* the replica has it before the kill */
+        freeReplyObject(r);
+    }
+    victim = owner_port(key);
+    for (int i = 0; i < 100 && !other; i++) { /* a key of another shard */
+        snprintf(cand, sizeof(cand), "other:%d", i);
+        if (owner_port(cand) != victim) other = cand;
+    }
+    ck_assert_ptr_nonnull(other);
+    rset(c, other, "elsewhere");
+    idx = th_cluster_node_index(&CL, victim);
+    ck_assert_int_eq(kill(CL.node[idx].pid, SIGKILL), 0);
+    CL.node[idx].pid = 0;
+    t0 = th_now_ms();
+    while (th_now_ms() - t0 < 15000) {
+        const char *a[] = {"GET", key};
+        char why[512];
+        redisReply *r = dtq_rsync_command(c, 2, a, NULL, why, sizeof(why));
+        if (r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "survives")) {
+            freeReplyObject(r);
+            ok = 1;
+            break;
+        }
+        fails++;
+        if (r) freeReplyObject(r);
+        rget_is(c, other, "elsewhere"); /* the other shards serve meanwhile */
+        th_sleep_ms(100);
+    }
+    took = th_now_ms() - t0;
+    ck_assert_msg(ok, "no answer for the failed shard's key in 15 s");
+    ck_assert_msg(took < 10000, "the failed shard's key answered only after %lld ms",
+                  (long long)took);
+    ck_assert_int_ge(fails, 1);
+    ck_assert_int_ge(stats_of(c).node_failures, 1);
+    ck_assert_int_ge(stats_of(c).refreshes, 2);
+    ck_assert_int_ne(
+        dtq_cluster_map_primary(dtq_rsync_cluster_map(c), dtq_cluster_keyslot(key, strlen(key)))
+            ->port,
+        victim);
+    rset(c, key, "written-after");
+    rget_is(c, key, "written-after");
+    dtq_rsync_close(c);
+}
+END_TEST
+
+/* A seed that is not a cluster node ends the connect with a clear line; dead seeds are
+ * skipped (named through the note). */
+static int notes;
+static void count_note(const char *line, void *arg) {
+    (void)arg;
+    ck_assert_msg(strstr(line, "cannot connect to Redis at 127.0.0.1:") &&
+                      strstr(line, "; trying the next"),
+                  "%s", line);
+    notes++;
+}
+
+START_TEST(test_seeds) {
+    th_redis single;
+    dtq_redis_url u;
+    dtq_rsync_opts o;
+    char url[256], err[512];
+    dtq_rsync *c;
+    th_redis_start_tcp(&single, NULL, NULL);
+    snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d", single.port);
+    ck_assert_int_eq(dtq_redis_url_parse(url, &u, err, sizeof(err)), 0);
+    memset(&o, 0, sizeof(o));
+    o.connect_timeout_ms = 2000;
+    ck_assert_ptr_null(dtq_rsync_connect(&u, &o, err, sizeof(err)));
+    ck_assert_msg(strstr(err, "is it a cluster node?"), "%s", err);
+    dtq_redis_url_deinit(&u);
+    th_redis_stop(&single);
+    /* a dead seed (the single server, now stopped) before a live one */
+    snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", single.port,
+             CL.node[1].port);
+    ck_assert_int_eq(dtq_redis_url_parse(url, &u, err, sizeof(err)), 0);
+    o.note = count_note;
+    c = dtq_rsync_connect(&u, &o, err, sizeof(err));
+    ck_assert_msg(c != NULL, "%s", err);
+    ck_assert_int_eq(notes, 1);
+    rset(c, "seeds:k", "v");
+    rget_is(c, "seeds:k", "v");
+    dtq_rsync_close(c);
+    dtq_redis_url_deinit(&u);
+}
+END_TEST
+
+/* dtq-worker refuses a cluster URL at start, saying so. */
+START_TEST(test_daemon_refuses) {
+    char *out = NULL, cfg[400], ini[600];
+    FILE *f;
+    int rc;
+    snprintf(cfg, sizeof(cfg), "%s/worker.ini", CL.dir);
+    snprintf(ini, sizeof(ini), "[redis]\nurl = %s\n", CL.url);
+    f = fopen(cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(ini, f);
+    fclose(f);
+    rc = th_run_worker(&out, "-c", cfg, NULL);
+    ck_assert_int_ne(rc, 0);
+    ck_assert_msg(strstr(out, "redis-cluster:// is supported by dtqctl only so far"), "%s", out);
+    free(out);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("rcluster");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
+    tcase_add_test(tc, test_map);
+    tcase_add_test(tc, test_keyslot_oracle);
+    tcase_add_test(tc, test_daemon_refuses);
+    tcase_add_test(tc, test_seeds);
+    tcase_add_test(tc, test_route_all_shards);
+    tcase_add_test(tc, test_moved);
+    tcase_add_test(tc, test_ask);
+    tcase_add_test(tc, test_failover); /* the last: it kills a primary */
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
