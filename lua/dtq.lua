@@ -2824,8 +2824,9 @@ end
 local function cron_key(queue, name) return k('cron', queue, name) end
 local function cron_index() return k('crons') end
 
--- The schedule `name` as a table, with its key; nil when there is none (or the index
--- points at a key that is not a schedule hash: the index entry is dropped).
+-- The schedule `name` as a table, with its key; nil when there is none (an index entry
+-- that points at a key that is not this schedule's hash reads as none; cron_set and
+-- cron_remove overwrite or drop it).
 local function cron_read(name)
   local queue = redis.pcall('HGET', cron_index(), name)
   if type(queue) ~= 'string' then return nil end
@@ -2902,7 +2903,15 @@ local function cron_set(keys, args)
       if old[f] ~= v then verdict = 'replaced' end
     end
     if o.paused and o.paused ~= old.paused then verdict = 'replaced' end
-    if verdict == 'unchanged' then return verdict end
+    if verdict == 'unchanged' then
+      -- Setting a schedule again clears the error a leader recorded (the cause may have
+      -- been fixed outside the schedule: a zone the hosts now know): it is planned afresh.
+      if (old.error or '') ~= '' then
+        redis.call('HSET', oldkey, 'error', '', 'next_fire', '', 'gen', fmt(seq_incr(1)),
+                   'updated_at', fmt(now_ms()))
+      end
+      return verdict
+    end
     s.paused = o.paused or old.paused or '0'
     s.last_fire, s.last_task_id = old.last_fire or '', old.last_task_id or ''
     s.created_at = old.created_at or fmt(ms)
@@ -2911,7 +2920,7 @@ local function cron_set(keys, args)
       if old[f] ~= s[f] then replan = true end
     end
     if replan then
-      s.anchor_ms, s.next_fire, s.gen = fmt(ms), '', fmt((tonumber(old.gen) or 0) + 1)
+      s.anchor_ms, s.next_fire, s.gen = fmt(ms), '', fmt(seq_incr(1))
     else
       s.anchor_ms, s.next_fire = old.anchor_ms or fmt(ms), old.next_fire or ''
       s.gen = old.gen or '1'
@@ -2919,7 +2928,9 @@ local function cron_set(keys, args)
     if old.queue ~= queue then redis.call('DEL', oldkey) end
   else
     s.paused, s.last_fire, s.last_task_id = o.paused or '0', '', ''
-    s.created_at, s.anchor_ms, s.next_fire, s.gen = fmt(ms), fmt(ms), '', '1'
+    -- gen comes from the namespace's counter: a schedule removed and set again never
+    -- takes a generation an old leader's cron_fire still carries.
+    s.created_at, s.anchor_ms, s.next_fire, s.gen = fmt(ms), fmt(ms), '', fmt(seq_incr(1))
   end
   s.updated_at, s.error = fmt(ms), ''
   local flat = {}
@@ -2962,7 +2973,7 @@ local function cron_pause_resume(action, args)
   local ms = now_ms()
   if want == '0' then
     redis.call('HSET', key, 'paused', '0', 'next_fire', '', 'anchor_ms', fmt(ms), 'gen',
-               fmt((tonumber(s.gen) or 0) + 1), 'updated_at', fmt(ms))
+               fmt(seq_incr(1)), 'updated_at', fmt(ms))
   else
     redis.call('HSET', key, 'paused', '1', 'updated_at', fmt(ms))
   end
@@ -3110,7 +3121,12 @@ local function cron_fire(keys, args)
   for i = 8, #args do
     local f = tonumber(args[i])
     if not f or f ~= math.floor(f) then return opt_error('fire times must be integers') end
-    if f > ms then break end -- never early, whatever the caller's clock says
+    if f > ms then
+      -- Never early, whatever the caller's clock says (Redis's may have stepped back, on
+      -- a failover): this one is the next fire time, not lost.
+      next_ms = fmt(f)
+      break
+    end
     if f > last then
       if ms - f <= grace then on_time[#on_time + 1] = f else missed[#missed + 1] = f end
       if f > newest then newest = f end
@@ -3120,6 +3136,7 @@ local function cron_fire(keys, args)
   if s.catch_up == 'all' then
     for i = math.max(1, #missed - CRON.CATCH_UP_ALL + 1), #missed do run[#run + 1] = missed[i] end
   elseif s.catch_up == 'skip' and #missed > 0 then
+    -- Of the missed fire times only the latest runs (the ones on time run as usual).
     run[1] = missed[#missed]
   end
   local dropped = #missed
@@ -3139,7 +3156,12 @@ local function cron_fire(keys, args)
   if newest > last then
     upd[#upd + 1], upd[#upd + 2] = 'last_fire', fmt(newest)
   end
-  if last_tid ~= '' then upd[#upd + 1], upd[#upd + 2] = 'last_task_id', last_tid end
+  if last_tid ~= '' then
+    upd[#upd + 1], upd[#upd + 2] = 'last_task_id', last_tid
+    if refused == 0 and (s.last_refusal or '') ~= '' then
+      upd[#upd + 1], upd[#upd + 2] = 'last_refusal', ''
+    end
+  end
   redis.call('HSET', key, unpack(upd))
   return {fired, dropped, refused, last_tid}
 end

@@ -474,7 +474,9 @@ static void validate_cron(load_state *st, dtq_cron_conf *c) {
     if (!c->task_type || !dtq_valid_queue_name(c->task_type))
         return fail(st, section, "task_type", "required, matching [A-Za-z0-9._:-]{1,128}");
     if (!c->payload) c->payload = dtq_xstrdup("{}");
-    if (!(payload = cJSON_Parse(c->payload))) return fail(st, section, "payload", "not valid JSON");
+    /* require_null_terminated: "{} x" is not JSON (<ns>_cron_set would refuse it) */
+    if (!(payload = cJSON_ParseWithOpts(c->payload, NULL, 1)))
+        return fail(st, section, "payload", "not valid JSON");
     cJSON_Delete(payload);
     if (!c->catch_up) c->catch_up = dtq_xstrdup("skip");
     if (strcmp(c->catch_up, "skip") && strcmp(c->catch_up, "none") && strcmp(c->catch_up, "all"))

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "calls.h"
 #include "cron.h"
@@ -30,13 +29,15 @@ struct dtq_cron_pass {
     dtq_ctx *ctx;
     struct event *tick_ev;
     int running;
-    int inflight;     /* replies awaited in this step (due, then fires) */
-    int synced;       /* the config's schedules are written on this connection */
-    int sync_pending; /* replies awaited by the sync */
-    int64_t soonest;  /* earliest next fire time this step saw (Redis ms), 0 = none */
-    int64_t now;      /* Redis's clock at this step's cron_due */
-    int full;         /* cron_due had more due schedules than it handed out */
-    int fires_max;    /* fire times one <ns>_cron_fire takes (cron_due says) */
+    int inflight;           /* replies awaited in this step (due, then fires) */
+    int synced;             /* the config's schedules are written on this connection */
+    int sync_pending;       /* replies awaited by the sync */
+    int resync;             /* the config changed while a sync was in flight: sync again */
+    int64_t zone_warned_at; /* host ms of the last "zone unknown here" line */
+    int64_t soonest;        /* earliest next fire time this step saw (Redis ms), 0 = none */
+    int64_t now;            /* Redis's clock at this step's cron_due */
+    int full;               /* cron_due had more due schedules than it handed out */
+    int fires_max;          /* fire times one <ns>_cron_fire takes (cron_due says) */
 };
 
 static void arm(dtq_cron_pass *cp, int64_t ms) {
@@ -60,10 +61,11 @@ static void arm_next(dtq_cron_pass *cp) {
     arm(cp, wait);
 }
 
-/* How late a fire time may run and still be on time: longer than a leader failover takes
- * (the lock's lifetime) and two passes, so a change of leader is not downtime. */
+/* How late a fire time may run and still be on time: longer than a leader failover takes,
+ * so a change of leader is not downtime: the lock's lifetime, then up to 1.2 intervals
+ * until a daemon's lock attempt, then up to one until its cron step, and a round trip. */
 static int64_t grace_ms(const dtq_config *cfg) {
-    return cfg->leader_lock_ms + 2 * cfg->scheduler_interval_ms;
+    return cfg->leader_lock_ms + 3 * cfg->scheduler_interval_ms;
 }
 
 static void step_reply_done(dtq_cron_pass *cp) {
@@ -82,7 +84,9 @@ static void fire_cb(redisAsyncContext *ac, void *r, void *priv) {
                   refused = reply->element[2]->integer;
         if (dropped) dtq_info("cron: %lld missed fire time(s) dropped by catch-up", dropped);
         if (refused)
-            dtq_warn("cron: %lld fire time(s) not enqueued (queue full: see cron list)", refused);
+            dtq_warn("cron: %lld fire time(s) not enqueued (refused: see last_refusal in "
+                     "cron list)",
+                     refused);
         DTQ_UNUSED(fired);
     }
     step_reply_done(cp);
@@ -112,7 +116,16 @@ static void plan_one(dtq_cron_pass *cp, const redisReply *item) {
     if (dtq_cron_parse(spec, &cron, msg, sizeof(msg)) != 0) {
         snprintf(why, sizeof(why), "spec: %s", msg);
     } else if (dtq_cron_zone_valid(tz, msg, sizeof(msg)) != 0) {
-        snprintf(why, sizeof(why), "tz: %s", msg);
+        /* This host's tzdata lacks the zone (a slim image, an older tzdata): the schedule
+         * is not at fault, so nothing is recorded; it waits for a leader that knows it. */
+        int64_t now = dtq_now_ms();
+        if (now - cp->zone_warned_at >= 60000) {
+            dtq_warn("cron: schedule %s: this host does not know its zone (%s); it fires "
+                     "when a daemon that does leads",
+                     name, msg);
+            cp->zone_warned_at = now;
+        }
+        return;
     } else if (!*next_s || dtq_parse_int64(next_s, 0, INT64_MAX, &next) != DTQ_OK) {
         /* Unplanned (new, changed, resumed): its first fire time after now. */
         if (dtq_cron_next(&cron, tz, anchor, cp->now, &next) != 0)
@@ -122,7 +135,18 @@ static void plan_one(dtq_cron_pass *cp, const redisReply *item) {
         /* Every fire time from the planned one up to now; the newest fires_max kept
          * (in a ring: `first` is the oldest kept), the Function decides which run. */
         int64_t walked = 0;
-        while (next <= cp->now && walked < CRON_WALK_MAX) {
+        while (next <= cp->now) {
+            if (walked == CRON_WALK_MAX) {
+                /* Ages down: the ring keeps the newest missed ones walked so far; go on
+                 * from just before the on-time window, which is all that still matters. */
+                int64_t from = cp->now - grace_ms(ctx->cfg) - 1;
+                if (next < from && dtq_cron_next(&cron, tz, anchor, from, &next) != 0) {
+                    next = -1;
+                    break;
+                }
+                walked++;
+                continue;
+            }
             if (nfires < cp->fires_max) {
                 fires[nfires++] = next;
             } else {
@@ -156,6 +180,8 @@ static void due_cb(redisAsyncContext *ac, void *r, void *priv) {
         reply->elements < 4) {
         dtq_error("cron: cron_due failed: %s",
                   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        cp->full = 0; /* the next step after an interval, not at once */
+        cp->soonest = 0;
         step_reply_done(cp);
         return;
     }
@@ -184,16 +210,18 @@ static void sync_cb(redisAsyncContext *ac, void *r, void *priv) {
     } else if (reply->type == REDIS_REPLY_STRING && strcmp(reply->str, "unchanged")) {
         dtq_info("cron: config schedule %s", reply->str);
     }
-    if (--cp->sync_pending == 0) cp->synced = 1;
+    if (--cp->sync_pending == 0) {
+        cp->synced = !cp->resync; /* a SIGHUP meanwhile: its file is written next tick */
+        cp->resync = 0;
+    }
 }
 
-/* "config:<host>:<path>": the origin of this file's schedules, so that a sync removes the
- * sections this file no longer has and nothing another file or dtqctl defined. */
+/* "config:<path>": the origin of this file's schedules, so that a sync removes the
+ * sections this file no longer has and nothing dtqctl or a file of another path defined.
+ * No host name in it: the daemons of a fleet share one file path, and a section deleted
+ * from it must go whichever host wrote it last. */
 static void config_origin(const dtq_config *cfg, char *buf, size_t size) {
-    char host[256] = "?";
-    if (gethostname(host, sizeof(host) - 1) != 0) snprintf(host, sizeof(host), "?");
-    host[sizeof(host) - 1] = '\0';
-    snprintf(buf, size, "config:%s:%s", host, cfg->path ? cfg->path : "(none)");
+    snprintf(buf, size, "config:%s", cfg->path ? cfg->path : "(none)");
 }
 
 static void sync_config(dtq_cron_pass *cp) {
@@ -265,6 +293,7 @@ void dtq_cron_pass_connection_lost(dtq_cron_pass *cp) {
      * connection, the config's schedules written again (Redis may be a new one). */
     cp->inflight = 0;
     cp->sync_pending = 0;
+    cp->resync = 0;
     cp->synced = 0;
     evtimer_del(cp->tick_ev);
     arm(cp, cp->ctx->cfg->scheduler_interval_ms);
@@ -272,6 +301,7 @@ void dtq_cron_pass_connection_lost(dtq_cron_pass *cp) {
 
 void dtq_cron_pass_config_changed(dtq_cron_pass *cp) {
     cp->synced = 0;
+    if (cp->sync_pending) cp->resync = 1;
     if (cp->running && !cp->inflight) {
         evtimer_del(cp->tick_ev);
         arm(cp, 0);

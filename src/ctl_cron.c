@@ -1,4 +1,4 @@
-/* ctl_cron.c: dtqctl's periodic-task verbs, each one Function of reference 5.7 with dtqctl
+/* ctl_cron.c: dtqctl's periodic-task verbs, each one Function of reference 5.8 with dtqctl
  * as the actor. `cron add` checks the spec and the zone here first (cron.c, the parser the
  * scheduler leader plans with), so that a bad one is refused at once, naming the field. */
 #include <stdio.h>
@@ -31,9 +31,12 @@ int ctl_cron_add(ctl *x, const ctl_verb *v, int argc, char **argv) {
     redisReply *r;
     DTQ_UNUSED(v);
     a[0] = CTL_ACTOR;
+    unsigned seen = 0; /* bit j: add_opts[j] given; bit NADD_OPTS: --paused */
     for (int i = 0; i < argc; i++) {
         size_t j;
         if (!strcmp(argv[i], "--paused")) {
+            if (seen & (1u << NADD_OPTS)) ctl_usage_error("cron add: --paused given twice");
+            seen |= 1u << NADD_OPTS;
             a[n++] = "paused";
             a[n++] = "1";
             continue;
@@ -41,6 +44,8 @@ int ctl_cron_add(ctl *x, const ctl_verb *v, int argc, char **argv) {
         for (j = 0; j < NADD_OPTS; j++)
             if (!strcmp(argv[i], add_opts[j].flag)) break;
         if (j < NADD_OPTS) {
+            if (seen & (1u << j)) ctl_usage_error("cron add: %s given twice", argv[i]);
+            seen |= 1u << j;
             if (i + 1 >= argc) ctl_usage_error("cron add: %s needs a value", argv[i]);
             if (!strcmp(add_opts[j].opt, "tz")) tz = argv[i + 1];
             a[n++] = add_opts[j].opt;

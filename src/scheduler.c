@@ -21,6 +21,7 @@ struct dtq_scheduler {
     int batch_full;     /* the last claim filled its batch */
     int new_leader;     /* the first pass since taking the lock: no claim can be in use */
     int promoting;      /* this pass sent a promote: its reply ends the pass */
+    int claim_failed;   /* this pass's claim was refused: the next one after an interval */
     int64_t next_score; /* the schedule's soonest due time after the claim, -1: empty */
     int64_t next_in_ms; /* ... as a wait on Redis's clock (TIME), -1: none */
     char *lock_key, *schedule_key, *claimed_key;
@@ -121,7 +122,10 @@ static void time_cb(redisAsyncContext *ac, void *r, void *priv) {
     }
     if (!s->promoting) {
         s->busy = 0;
-        arm_next(s);
+        if (s->claim_failed)
+            arm_interval(s);
+        else
+            arm_next(s);
     }
 }
 
@@ -136,7 +140,8 @@ static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (reply->type != REDIS_REPLY_ARRAY) {
         dtq_error("scheduler: claim failed: %s",
                   reply->type == REDIS_REPLY_ERROR ? reply->str : "?");
-        return; /* time_cb ends the pass */
+        s->claim_failed = 1; /* time_cb ends the pass, an interval away: no 10 ms loop */
+        return;
     }
     if (reply->elements == 0) return;
     dtq_call_sched_promote(&a, ctx->fn.sched_promote, s->claimed_key, ctx->cfg->worker_id, reply);
@@ -165,6 +170,7 @@ static void pass(dtq_scheduler *s) {
         dtq_argv_deinit(&g);
     }
     s->promoting = 0;
+    s->claim_failed = 0;
     if (sched_send(s, claim_cb, &a) != DTQ_OK) return;
     {
         dtq_argv n, t;

@@ -210,7 +210,8 @@ START_TEST(test_fire_once_and_never_early) {
     ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 2);
     /* the same fire times again (a second leader, a retried call): nothing */
     ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 0);
-    /* a fire time in the future is not enqueued, whatever the caller says */
+    /* a fire time in the future is not enqueued, whatever the caller says: it becomes
+     * the next fire time (Redis's clock may have stepped back), not lost */
     snprintf(fires, sizeof(fires), "%lld", (long long)(now + 60000));
     ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 0);
     /* a stale generation (the schedule changed since cron_due) writes nothing */
@@ -221,7 +222,7 @@ START_TEST(test_fire_once_and_never_early) {
     ck_assert_int_eq(f[1], now - 1000);
     s = schedule("tick", &root);
     ck_assert_int_eq((int64_t)num(s, "last_fire_ms"), now - 1000);
-    ck_assert_int_eq((int64_t)num(s, "next_fire_ms"), now + 1000);
+    ck_assert_int_eq((int64_t)num(s, "next_fire_ms"), now + 60000);
     ck_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "last_task_id")));
     cJSON_Delete(root);
     /* the task is an ordinary task of the queue, with cron and fire_time */
@@ -239,8 +240,10 @@ START_TEST(test_fire_once_and_never_early) {
 }
 END_TEST
 
-/* Six fire times, four of them missed (older than the grace), under each policy. */
-static int catch_up_fired(const char *name, const char *policy, int64_t *newest_missed) {
+/* Six fire times, one a second up to now, under `policy`; with grace 2500 the four oldest
+ * are missed and the two newest on time, with grace 500 all six are missed. */
+static void catch_up_fired(const char *name, const char *policy, long long grace,
+                           int64_t *newest_missed) {
     int64_t now = redis_ms();
     char fires[256], *g;
     int n = 0;
@@ -250,27 +253,61 @@ static int catch_up_fired(const char *name, const char *policy, int64_t *newest_
     for (int i = 6; i >= 1; i--)
         n += snprintf(fires + n, sizeof(fires) - (size_t)n, "%s%lld", n ? " " : "",
                       (long long)(now - i * 1000 + 10));
-    *newest_missed = now - 3000 + 10;
-    /* grace 2500: now-6s..now-3s are missed, now-2s and now-1s on time */
-    fire("q", name, g, 2500, "", fires);
+    *newest_missed = grace > 1000 ? now - 3000 + 10 : now - 1000 + 10;
+    fire("q", name, g, grace, "", fires);
     free(g);
-    return 0;
 }
 
 START_TEST(test_catch_up_policies) {
     int64_t f[16], newest;
     int n;
-    catch_up_fired("s_all", "all", &newest);
-    n = fire_times("s_all", f, 16);
-    ck_assert_int_eq(n, 6);
-    catch_up_fired("s_skip", "skip", &newest);
+    catch_up_fired("s_all", "all", 2500, &newest);
+    ck_assert_int_eq(fire_times("s_all", f, 16), 6);
+    /* skip: of the missed ones the latest runs, once; the two on time run as usual... */
+    catch_up_fired("s_skip", "skip", 2500, &newest);
     n = fire_times("s_skip", f, 16);
-    ck_assert_int_eq(n, 3); /* the latest missed one and the two on time */
+    ck_assert_int_eq(n, 3);
     ck_assert_int_eq(f[0], newest);
-    catch_up_fired("s_none", "none", &newest);
+    /* ... and with nothing on time, the latest missed one alone */
+    catch_up_fired("s_skip2", "skip", 500, &newest);
+    n = fire_times("s_skip2", f, 16);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(f[0], newest);
+    catch_up_fired("s_none", "none", 2500, &newest);
     n = fire_times("s_none", f, 16);
     ck_assert_int_eq(n, 2);
     ck_assert_int_gt(f[0], newest);
+    catch_up_fired("s_none2", "none", 500, &newest);
+    ck_assert_int_eq(fire_times("s_none2", f, 16), 0);
+}
+END_TEST
+
+/* A schedule removed and set again never takes a generation an old cron_fire carries, and
+ * setting a schedule again clears the error a leader recorded. */
+START_TEST(test_generations_and_error_reset) {
+    int64_t now = redis_ms(), f[4];
+    char fires[32], *g_old, *g_new;
+    cJSON *root;
+    const cJSON *s;
+    redisReply *r;
+    expect_str(cmd("FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "created");
+    g_old = gen_of("q", "re");
+    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_remove 0 a re")), 1);
+    expect_str(cmd("FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "created");
+    g_new = gen_of("q", "re");
+    ck_assert_str_ne(g_old, g_new);
+    snprintf(fires, sizeof(fires), "%lld", (long long)(now - 500));
+    ck_assert_int_eq(fire("q", "re", g_old, 60000, "", fires), 0);
+    ck_assert_int_eq(fire_times("re", f, 4), 0);
+    /* an error recorded, then the same set again: cleared and planned afresh */
+    r = cmd("FCALL dtq_cron_fire 0 w1 re q %s 1000 %s %s", g_new, "", "spec: broken");
+    freeReplyObject(r);
+    expect_str(cmd("FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "unchanged");
+    s = schedule("re", &root);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "error")));
+    cJSON_Delete(root);
+    free(g_old);
+    free(g_new);
 }
 END_TEST
 
@@ -548,6 +585,7 @@ int main(void) {
     tcase_add_test(fn, test_fire_once_and_never_early);
     tcase_add_test(fn, test_catch_up_policies);
     tcase_add_test(fn, test_run_error_and_sync);
+    tcase_add_test(fn, test_generations_and_error_reset);
     tcase_add_test(fn, test_dtqctl_cron);
     suite_add_tcase(s, fn);
     tcase_add_checked_fixture(dm, setup, teardown);
