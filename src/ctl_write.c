@@ -344,20 +344,49 @@ int ctl_enqueue_bulk(ctl *x, const ctl_verb *v, int argc, char **argv) {
 /* functions install: the library the daemon would load, for this namespace and key prefix.
  * For deployments whose workers may not FUNCTION LOAD (dtqctl acl worker): they check that
  * the installed library's <ns>_version is their own. */
+/* FUNCTION LOAD REPLACE of `lib` on the node that serves `slot` (-1: the one connection). */
+static void load_library(ctl *x, const char *lib, int slot) {
+    const char *a[4] = {"FUNCTION", "LOAD", "REPLACE", lib};
+    char why[512];
+    redisReply *r = slot < 0 ? ctl_command(x, 4, a) /* the library text holds no NUL */
+                             : dtq_rsync_command_slot(x->conn, slot, 4, a, NULL, why, sizeof(why));
+    if (!r) ctl_refused("redis: %s", why);
+    if (r->type == REDIS_REPLY_ERROR) ctl_refused("FUNCTION LOAD: %s", r->str);
+    freeReplyObject(r);
+}
+
+/* functions install: the library on the one Redis, or on every primary of a cluster (a
+ * Function runs on the node that serves its keys; a replica gets it by replication). */
 int ctl_functions_install(ctl *x, const ctl_verb *v, int argc, char **argv) {
     size_t len;
     char *lib = dtq_scripts_library(x->ns, x->prefix, &len);
-    const char *a[4] = {"FUNCTION", "LOAD", "REPLACE", lib};
-    redisReply *r = ctl_command(x, 4, a); /* the library text holds no NUL */
+    int nodes = 1;
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
     DTQ_UNUSED(len);
+    if (dtq_rsync_is_cluster(x->conn)) {
+        const dtq_cluster_map *m = dtq_rsync_cluster_map(x->conn);
+        nodes = 0;
+        for (int p = 0; m && p < m->nprimaries; p++)
+            for (int i = 0; i < m->nranges; i++)
+                if (m->ranges[i].primary == m->primaries[p]) {
+                    load_library(x, lib, m->ranges[i].start);
+                    nodes++;
+                    break;
+                }
+        if (!nodes)
+            ctl_refused("the cluster serves no slot yet: no primary to load the library on");
+    } else {
+        load_library(x, lib, -1);
+    }
     free(lib);
-    if (r->type == REDIS_REPLY_ERROR) ctl_refused("FUNCTION LOAD: %s", r->str);
-    freeReplyObject(r);
     if (x->json)
-        printf("{\"library\":\"%s\",\"version\":\"%s\"}\n", x->ns, dtq_scripts_version());
+        printf("{\"library\":\"%s\",\"version\":\"%s\",\"primaries\":%d}\n", x->ns,
+               dtq_scripts_version(), nodes);
+    else if (dtq_rsync_is_cluster(x->conn))
+        printf("installed library %s version %s on %d primaries\n", x->ns, dtq_scripts_version(),
+               nodes);
     else
         printf("installed library %s version %s\n", x->ns, dtq_scripts_version());
     return 0;

@@ -18,6 +18,7 @@
 
 #include "cluster.h"
 #include "rsync.h"
+#include "scripts.h"
 
 static th_cluster CL;
 
@@ -473,6 +474,29 @@ START_TEST(test_daemon_refuses) {
 }
 END_TEST
 
+/* dtqctl functions install on a cluster: the library on every primary (a Function runs on
+ * the node that serves its keys), so each answers <ns>_version. */
+START_TEST(test_functions_install_every_primary) {
+    char *out = NULL, env[sizeof(CL.url) + 32];
+    dtq_cluster_map *m = map_of(0);
+    int rc;
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", CL.url);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "functions install");
+    ck_assert_msg(rc == 0 && strstr(out, "on 3 primaries"), "exit %d: %s", rc, out);
+    free(out);
+    for (int p = 0; p < m->nprimaries; p++) {
+        int i = th_cluster_node_index(&CL, m->nodes[m->primaries[p]].port);
+        redisContext *c = th_cluster_connect(&CL, i);
+        redisReply *r = th_cmd(c, "FCALL_RO dtq_version 0");
+        ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, dtq_scripts_version()),
+                      "primary %d: %s", m->nodes[m->primaries[p]].port, r->str ? r->str : "?");
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("rcluster");
     TCase *tc = tcase_create("core");
@@ -481,6 +505,7 @@ int main(void) {
     tcase_add_test(tc, test_map);
     tcase_add_test(tc, test_keyslot_oracle);
     tcase_add_test(tc, test_daemon_refuses);
+    tcase_add_test(tc, test_functions_install_every_primary);
     tcase_add_test(tc, test_seeds);
     tcase_add_test(tc, test_route_all_shards);
     tcase_add_test(tc, test_moved);
