@@ -53,6 +53,7 @@ struct node {
     int up;
     int down;              /* lost, or not up within connect_timeout_ms: a map read is wanted */
     int64_t since;         /* when the link was made or lost (for the connect time-out) */
+    int announced;         /* node_fn told of this link (a primary's) since it came up */
     int inflight;          /* commands of ours (the caller's, CLUSTER SLOTS) sent, unanswered */
     req *wait, *wait_tail; /* commands waiting for the link, in order */
 };
@@ -66,6 +67,8 @@ struct dtq_rcluster {
     char *name;
     dtq_rcluster_state_fn *fn;
     void *arg;
+    dtq_rcluster_node_fn *node_fn;
+    void *node_arg;
     struct dtq_tls *tls;
     node **nodes;
     int nnodes;
@@ -189,6 +192,7 @@ static void node_link(dtq_rcluster *rc, int i) {
     if (rc->liveness_ms > 0) dtq_rconn_set_liveness(n->conn, rc->liveness_ms);
     n->up = 0;
     n->down = 0;
+    n->announced = 0;
     n->since = dtq_monotonic_ms();
     dtq_rconn_start(n->conn);
 }
@@ -219,6 +223,26 @@ static void node_flush(dtq_rcluster *rc, node *n) {
     }
 }
 
+/* The slot of the first range node i is the primary of; -1 when it is not one. */
+static int primary_slot(dtq_rcluster *rc, int i) {
+    const dtq_cluster_map *m = rc->map;
+    int k;
+    if (!m || (k = dtq_cluster_map_find(m, rc->nodes[i]->host, rc->nodes[i]->port)) < 0) return -1;
+    for (int r = 0; r < m->nranges; r++)
+        if (m->ranges[r].primary == k) return m->ranges[r].start;
+    return -1;
+}
+
+/* node_fn hears of a primary's link up, once per link, before its waiting commands go. */
+static void announce(dtq_rcluster *rc, node *n) {
+    int slot;
+    if (n->announced || !n->up || !rc->node_fn || rc->stopping) return;
+    slot = primary_slot(rc, n->idx);
+    if (slot < 0) return;
+    n->announced = 1;
+    rc->node_fn(rc, n->host, n->port, slot, rc->node_arg);
+}
+
 static void node_state(dtq_rconn *conn, int up, void *arg) {
     node *n = arg;
     dtq_rcluster *rc = n->rc;
@@ -226,8 +250,10 @@ static void node_state(dtq_rconn *conn, int up, void *arg) {
     if (rc->stopping) return;
     enter(rc);
     n->up = up;
+    n->announced = 0;
     if (up) {
         n->down = 0;
+        announce(rc, n);
         node_flush(rc, n);
         if (rc->refresh_wanted) refresh_maybe(rc);
     } else {
@@ -365,7 +391,9 @@ static int is_primary(dtq_rcluster *rc, int i) {
 static void map_changed(dtq_rcluster *rc) {
     for (int k = 0; k < rc->map->nprimaries; k++) {
         const dtq_redis_endpoint *e = &rc->map->nodes[rc->map->primaries[k]];
-        node_link(rc, node_add(rc, e->host, e->port));
+        int i = node_add(rc, e->host, e->port);
+        node_link(rc, i);
+        announce(rc, rc->nodes[i]); /* a link up before the map named it a primary */
     }
     for (int i = 0; i < rc->nnodes; i++) {
         node *n = rc->nodes[i];
@@ -406,6 +434,7 @@ static void map_changed(dtq_rcluster *rc) {
             n->conn = NULL;
             n->up = 0;
             n->down = 0;
+            n->announced = 0;
         }
     }
 }
@@ -550,6 +579,11 @@ void dtq_rcluster_set_liveness(dtq_rcluster *rc, int64_t liveness_ms) {
     rc->liveness_ms = liveness_ms;
 }
 
+void dtq_rcluster_set_node_fn(dtq_rcluster *rc, dtq_rcluster_node_fn *fn, void *arg) {
+    rc->node_fn = fn;
+    rc->node_arg = arg;
+}
+
 void dtq_rcluster_set_max_wait(dtq_rcluster *rc, int64_t max_wait_ms) {
     rc->max_wait_ms = max_wait_ms;
 }
@@ -675,6 +709,7 @@ void dtq_rcluster_free(dtq_rcluster *rc) {
     if (!rc || rc->stopping) return;
     rc->stopping = 1;
     rc->fn = NULL;
+    rc->node_fn = NULL;
     if (rc->dispatching) {
         struct timeval zero = {0, 0};
         rc->free_ev = evtimer_new(rc->base, free_cb, rc);

@@ -76,6 +76,13 @@ void dtq_rcluster_set_tls(dtq_rcluster *rc, struct dtq_tls *tls);
 void dtq_rcluster_set_liveness(dtq_rcluster *rc, int64_t liveness_ms);
 /* How long a command waits for its node's link to come up (default 5000 ms). */
 void dtq_rcluster_set_max_wait(dtq_rcluster *rc, int64_t max_wait_ms);
+/* Told of every primary's link that comes up (at start, after a reconnect, a replica
+ * promoted by a failover, a node that got slots), once per link, with one slot it serves,
+ * before the commands waiting for it are sent: what fn sends to that slot
+ * (dtq_rcluster_command_slot, e.g. the Functions' check and load) goes first. */
+typedef void dtq_rcluster_node_fn(dtq_rcluster *rc, const char *host, int port, int slot,
+                                  void *arg);
+void dtq_rcluster_set_node_fn(dtq_rcluster *rc, dtq_rcluster_node_fn *fn, void *arg);
 void dtq_rcluster_start(dtq_rcluster *rc);
 int dtq_rcluster_is_up(const dtq_rcluster *rc);
 

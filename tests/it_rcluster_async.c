@@ -148,7 +148,23 @@ typedef struct router {
     struct event_base *base;
     dtq_rcluster *rc;
     int ups, downs;
+    int primaries_up[16]; /* the ports node_fn was told of, in order */
+    int nprimaries_up;
+    answer pings[16]; /* what node_fn sent to each */
 } router;
+
+/* node_fn: notes the port and sends a PING by the slot given, which the node must answer. */
+static void on_primary_up(dtq_rcluster *rc, const char *host, int port, int slot, void *arg) {
+    router *r = arg;
+    const char *argv[] = {"PING"};
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_int_ge(slot, 0);
+    ck_assert_int_lt(r->nprimaries_up, 16);
+    ck_assert_int_eq(
+        dtq_rcluster_command_slot(rc, slot, on_answer, &r->pings[r->nprimaries_up], 1, argv, NULL),
+        DTQ_OK);
+    r->primaries_up[r->nprimaries_up++] = port;
+}
 
 static void on_state(dtq_rcluster *rc, int up, void *arg) {
     router *r = arg;
@@ -180,6 +196,7 @@ static void router_open(router *r, const char *url) {
     r->rc = dtq_rcluster_new(r->base, &u, 1000, "rcluster", on_state, r);
     dtq_redis_url_deinit(&u);
     ck_assert_ptr_nonnull(r->rc);
+    dtq_rcluster_set_node_fn(r->rc, on_primary_up, r);
     dtq_rcluster_start(r->rc);
 }
 
@@ -286,6 +303,14 @@ START_TEST(test_pipeline_all_shards) {
         ck_assert(dtq_rcluster_slot_up(r.rc, p[k].slot));
     }
     for (int s = 0; s < DTQ_CLUSTER_SLOTS; s += 97) ck_assert(dtq_rcluster_slot_up(r.rc, s));
+    /* node_fn was told of each primary's link once, and its PING went there */
+    ck_assert_int_eq(r.nprimaries_up, 3);
+    for (int k = 0; k < 3; k++) {
+        int found = 0;
+        for (int j = 0; j < 3; j++) found += r.primaries_up[j] == p[k].port;
+        ck_assert_int_eq(found, 1);
+        ck_assert_msg(r.pings[k].done && !strcmp(r.pings[k].str, "PONG"), "node_fn's PING %d", k);
+    }
     answered = 0;
     for (int i = 0; i < NKEYS; i++) {
         char k[64], v[64];
@@ -548,6 +573,15 @@ START_TEST(test_failover) {
     ck_assert_int_ne(map_owner(&r, key), victim);
     ck_assert(dtq_rcluster_slot_up(r.rc, dtq_cluster_keyslot(key, strlen(key))));
     ck_assert_int_eq(r.downs, 0); /* the router stayed up: other nodes were */
+    /* node_fn heard of the promoted replica, and its PING was answered there */
+    {
+        int promoted = map_owner(&r, key), seen = -1;
+        for (int j = 0; j < r.nprimaries_up; j++)
+            if (r.primaries_up[j] == promoted) seen = j;
+        ck_assert_msg(seen >= 3, "node_fn not told of the new primary %d", promoted);
+        ck_assert(run_until(&r, &r.pings[seen].done, 2000));
+        ck_assert_str_eq(r.pings[seen].str, "PONG");
+    }
     rset(&r, key, "written-after");
     rget_is(&r, key, "written-after");
     fprintf(stderr, "failover: answered after %lld ms, %d lost/failed, other shard %d times\n",
