@@ -289,6 +289,16 @@ static void on_reply(redisAsyncContext *ctx, void *reply, void *priv);
 
 /* Sends q to its node (q->node, or the map's choice when -1), or queues it there until
  * the link is up. */
+/* Appends q to the list (*head, *tail): the waiting lists keep the callers' order. */
+static void req_append(req **head, req **tail, req *q) {
+    q->next = NULL;
+    if (*tail)
+        (*tail)->next = q;
+    else
+        *head = q;
+    *tail = q;
+}
+
 static void dispatch_req(dtq_rcluster *rc, req *q) {
     node *n;
     if (q->node < 0) q->node = node_for(rc, q->slot);
@@ -310,12 +320,7 @@ static void dispatch_req(dtq_rcluster *rc, req *q) {
         }
     }
     if (!q->since) q->since = dtq_monotonic_ms();
-    q->next = NULL;
-    if (n->wait_tail)
-        n->wait_tail->next = q;
-    else
-        n->wait = q;
-    n->wait_tail = q;
+    req_append(&n->wait, &n->wait_tail, q);
 }
 
 /* A reply (or NULL: the link died) to one of the caller's commands. */
@@ -404,17 +409,9 @@ static void map_changed(dtq_rcluster *rc) {
             q->next = NULL;
             if (to >= 0 && to != i) {
                 q->node = to;
-                if (move_tail)
-                    move_tail->next = q;
-                else
-                    move = q;
-                move_tail = q;
+                req_append(&move, &move_tail, q);
             } else {
-                if (keep_tail)
-                    keep_tail->next = q;
-                else
-                    keep = q;
-                keep_tail = q;
+                req_append(&keep, &keep_tail, q);
             }
             q = next;
         }
@@ -530,11 +527,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
                 q->next = late;
                 late = q;
             } else {
-                if (keep_tail)
-                    keep_tail->next = q;
-                else
-                    keep = q;
-                keep_tail = q;
+                req_append(&keep, &keep_tail, q);
             }
             q = next;
         }
