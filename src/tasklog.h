@@ -11,7 +11,7 @@
 #include <hiredis/hiredis.h>
 
 #include "ctx.h"
-#include "finisher.h"
+#include "finish_record.h"
 #include "metrics.h"
 
 /* The error as a log line carries it: its first line, at most this many bytes. */
