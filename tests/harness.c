@@ -769,10 +769,12 @@ static int cluster_port(int *next) {
  * at once (its port was taken in between). */
 static int cluster_node_up(th_cluster *cl, int i, int *next) {
     th_redis *r = &cl->node[i];
+    char dir[sizeof(r->dir)]; /* a copy: source and destination in one object upset -Wrestrict */
     r->port = cluster_port(next);
-    snprintf(r->dir, sizeof(r->dir), "%.200s/node-%d", cl->dir, r->port);
+    snprintf(dir, sizeof(dir), "%.200s/node-%d", cl->dir, r->port);
+    snprintf(r->dir, sizeof(r->dir), "%s", dir);
     ck_assert_msg(mkdir(r->dir, 0700) == 0, "mkdir %s failed", r->dir);
-    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+    snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", dir);
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
     snprintf(r->extra, sizeof(r->extra),
              "--cluster-enabled yes --cluster-config-file nodes-%d.conf --cluster-node-timeout "
