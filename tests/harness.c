@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -295,6 +296,128 @@ redisReply *th_cmd(redisContext *c, const char *fmt, ...) {
     return r;
 }
 
+void th_expect_status(redisContext *c, const char *task_id, const char *status, int timeout_ms) {
+    if (!th_wait_status(c, task_id, status, timeout_ms)) {
+        char *s = th_task_field(c, task_id, "status"), *e = th_task_field(c, task_id, "last_error");
+        ck_abort_msg("task %s: want status %s within %d ms, have %s (last_error %s)", task_id,
+                     status, timeout_ms, s ? s : "(nil)", e ? e : "(nil)");
+    }
+}
+
+void th_enqueue(redisContext *c, const char *queue, const char *id, const char *type,
+                const char *payload, const char *opts) {
+    char cmd[512];
+    redisReply *r;
+    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s %%s task_id %s %s", queue, type, id,
+             opts ? opts : "");
+    r = th_cmd(c, cmd, payload);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+void th_expect_str(redisReply *r, const char *want) {
+    ck_assert_msg(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS,
+                  "want %s, got type %d %s", want, r->type, r->str ? r->str : "");
+    ck_assert_str_eq(r->str, want);
+    freeReplyObject(r);
+}
+
+void th_expect_refused(redisReply *r, const char *prefix) {
+    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "not refused (want %s): type %d %s", prefix,
+                  r->type, r->str ? r->str : "");
+    ck_assert_msg(!strncmp(r->str, prefix, strlen(prefix)), "%s, want %s", r->str, prefix);
+    freeReplyObject(r);
+}
+
+void th_queue_groups(redisContext *c, const char *queue) {
+    for (int b = 0; b < DTQ_BANDS; b++)
+        freeReplyObject(th_cmd(c, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", queue, b));
+}
+
+const cJSON *th_overview_queue(const cJSON *ov, const char *name) {
+    const cJSON *q;
+    cJSON_ArrayForEach(q, cJSON_GetObjectItem(ov, "queues")) {
+        if (!strcmp(cJSON_GetObjectItem(q, "name")->valuestring, name)) return q;
+    }
+    ck_abort_msg("queue %s is not in the overview", name);
+    return NULL;
+}
+
+const char *th_entry_field(const redisReply *entry, const char *name) {
+    const redisReply *f = entry->element[1];
+    for (size_t i = 0; i + 1 < f->elements; i += 2)
+        if (!strcmp(f->element[i]->str, name)) return f->element[i + 1]->str;
+    return NULL;
+}
+
+int th_events_subscribed(void *arg) {
+    redisReply *r = th_cmd(arg, "PUBSUB NUMSUB dtq:events");
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->integer > 0;
+    freeReplyObject(r);
+    return ok;
+}
+
+int64_t th_redis_ms(redisContext *c) {
+    redisReply *r = th_cmd(c, "TIME");
+    int64_t ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+cJSON *th_read_json(redisContext *c, char **text, const char *fmt, ...) {
+    char cmd[512];
+    va_list ap;
+    redisReply *r;
+    cJSON *o;
+    snprintf(cmd, sizeof(cmd), "FCALL_RO %s", fmt);
+    va_start(ap, fmt);
+    r = redisvCommand(c, cmd, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "%s: %s", cmd, c->errstr);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "%s: type %d %s", cmd, r->type,
+                  r->str ? r->str : "");
+    o = cJSON_Parse(r->str);
+    ck_assert_msg(o != NULL, "%s: not JSON: %s", cmd, r->str);
+    if (text) *text = strdup(r->str);
+    freeReplyObject(r);
+    return o;
+}
+
+const cJSON *th_json_at(const cJSON *o, const char *path) {
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save)) {
+        if (cJSON_IsArray(o))
+            o = cJSON_GetArrayItem(o, atoi(k));
+        else
+            o = cJSON_GetObjectItemCaseSensitive(o, k);
+    }
+    ck_assert_msg(o != NULL, "no %s in the answer", path);
+    return o;
+}
+
+double th_json_num(const cJSON *o, const char *path) {
+    const cJSON *v = th_json_at(o, path);
+    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", path);
+    return v->valuedouble;
+}
+
+long long th_json_int(const cJSON *o, const char *path) {
+    return (long long)th_json_num(o, path);
+}
+
+const char *th_json_str(const cJSON *o, const char *path) {
+    const cJSON *v = th_json_at(o, path);
+    ck_assert_msg(cJSON_IsString(v), "%s is not a string", path);
+    return v->valuestring;
+}
+
+int th_json_size(const cJSON *o, const char *path) {
+    const cJSON *v = th_json_at(o, path);
+    ck_assert_msg(cJSON_IsArray(v), "%s is not an array", path);
+    return cJSON_GetArraySize(v);
+}
+
 void th_load_library(redisContext *c) {
     size_t len;
     char *lib = dtq_scripts_library("dtq", "dtq", &len);
@@ -419,6 +542,73 @@ int th_run_worker(char **stderr_out, ...) {
     close(fd);
     unlink(path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int th_ctl(const th_redis *r, char **out, const char *args) {
+    char env[600];
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", r->url);
+    return th_run_dtqctl(r, out, env, args);
+}
+
+int th_free_port(void) {
+    struct sockaddr_in sa = {0};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, len), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+cJSON *th_metrics_parse(const th_redis *r, const char *body) {
+    char in[512], out[512], cmd[1600], *json;
+    FILE *f;
+    cJSON *fams;
+    th_path(r, "metrics.txt", in, sizeof(in));
+    th_path(r, "metrics.json", out, sizeof(out));
+    f = fopen(in, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(body, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/prom_parse.py < %s > %s", DTQ_SOURCE_DIR,
+             in, out);
+    ck_assert_msg(system(cmd) == 0,
+                  "prometheus_client cannot parse /metrics (is python3-prometheus-client "
+                  "installed? scripts/test installs it): %s",
+                  in);
+    json = th_read_file(out);
+    fams = cJSON_Parse(json);
+    free(json);
+    ck_assert_ptr_nonnull(fams);
+    return fams;
+}
+
+double th_metrics_value(cJSON *fams, const char *name, const char *labels) {
+    cJSON *f, *s;
+    cJSON_ArrayForEach(f, fams) {
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "samples")) {
+            cJSON *l = cJSON_GetObjectItem(s, "labels"), *v = cJSON_GetObjectItem(s, "value");
+            char want[512], *save = NULL, *tok;
+            int n = 0, match = 1;
+            if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name)) continue;
+            snprintf(want, sizeof(want), "%s", labels);
+            for (tok = strtok_r(want, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(tok, '=');
+                cJSON *have;
+                *eq = '\0';
+                have = cJSON_GetObjectItem(l, tok);
+                if (!have || strcmp(have->valuestring, eq + 1)) match = 0;
+                n++;
+            }
+            if (match && n == cJSON_GetArraySize(l))
+                return cJSON_IsNumber(v) ? v->valuedouble : INFINITY;
+        }
+    }
+    return NAN;
 }
 
 int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *args) {
@@ -817,6 +1007,91 @@ int th_cluster_node_index(const th_cluster *cl, int port) {
     for (int i = 0; i < cl->n; i++)
         if (cl->node[i].port == port) return i;
     return -1;
+}
+
+dtq_cluster_map *th_cluster_map(const th_cluster *cl, int i) {
+    redisContext *c = th_cluster_connect(cl, i);
+    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
+    char why[256];
+    dtq_cluster_map *m = dtq_cluster_map_from_slots(r, "127.0.0.1", why, sizeof(why));
+    ck_assert_msg(m != NULL, "map: %s", why);
+    freeReplyObject(r);
+    redisFree(c);
+    return m;
+}
+
+int th_cluster_owner_port(const th_cluster *cl, const char *key) {
+    for (int i = 0; i < cl->n; i++) {
+        dtq_cluster_map *m;
+        int port;
+        if (cl->node[i].pid <= 0 || kill(cl->node[i].pid, 0) != 0) continue;
+        m = th_cluster_map(cl, i);
+        port = dtq_cluster_map_primary(m, dtq_cluster_keyslot(key, strlen(key)))->port;
+        dtq_cluster_map_free(m);
+        return port;
+    }
+    ck_abort_msg("no live node");
+    return 0;
+}
+
+char *th_cluster_node_id(const th_cluster *cl, int port) {
+    redisContext *c = th_cluster_connect(cl, th_cluster_node_index(cl, port));
+    redisReply *r = th_cmd(c, "CLUSTER MYID");
+    char *id;
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    id = strdup(r->str);
+    freeReplyObject(r);
+    redisFree(c);
+    return id;
+}
+
+void th_cluster_node_ok(const th_cluster *cl, int port, const char *fmt, ...) {
+    redisContext *c = th_cluster_connect(cl, th_cluster_node_index(cl, port));
+    redisReply *r;
+    va_list ap;
+    va_start(ap, fmt);
+    r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s on %d: %s", fmt, port,
+                  r ? r->str : c->errstr);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+int th_cluster_other_primary(const th_cluster *cl, int port) {
+    dtq_cluster_map *m = th_cluster_map(cl, th_cluster_node_index(cl, port));
+    int other = 0;
+    for (int k = 0; k < m->nprimaries; k++)
+        if (m->nodes[m->primaries[k]].port != port) other = m->nodes[m->primaries[k]].port;
+    dtq_cluster_map_free(m);
+    ck_assert_int_ne(other, 0);
+    return other;
+}
+
+void th_cluster_migrate_start(const th_cluster *cl, const char *key, int src, int dst) {
+    int slot = dtq_cluster_keyslot(key, strlen(key));
+    char *sid = th_cluster_node_id(cl, src), *did = th_cluster_node_id(cl, dst), dport[16];
+    snprintf(dport, sizeof(dport), "%d", dst);
+    th_cluster_node_ok(cl, dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, sid);
+    th_cluster_node_ok(cl, src, "CLUSTER SETSLOT %d MIGRATING %s", slot, did);
+    th_cluster_node_ok(cl, src, "MIGRATE 127.0.0.1 %s %s 0 5000", dport, key);
+    free(sid);
+    free(did);
+}
+
+void th_cluster_migrate_finish(const th_cluster *cl, const char *key, int src, int dst) {
+    int slot = dtq_cluster_keyslot(key, strlen(key)), third = 0;
+    char *did = th_cluster_node_id(cl, dst);
+    dtq_cluster_map *m = th_cluster_map(cl, th_cluster_node_index(cl, dst));
+    for (int k = 0; k < m->nprimaries; k++) {
+        int p = m->nodes[m->primaries[k]].port;
+        if (p != src && p != dst) third = p;
+    }
+    dtq_cluster_map_free(m);
+    th_cluster_node_ok(cl, dst, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    th_cluster_node_ok(cl, src, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    if (third) th_cluster_node_ok(cl, third, "CLUSTER SETSLOT %d NODE %s", slot, did);
+    free(did);
 }
 
 typedef struct cluster_ready {

@@ -7,10 +7,12 @@
 #define DTQ_TEST_HARNESS_H
 
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cluster.h"
 #include "finisher.h"
 #include "util.h"
 
@@ -58,6 +60,9 @@ void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue
                    const char *policy);
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
                      const char *policy);
+/* The consumer group (workers) of each of queue's band streams, as the daemon's setup makes
+ * them (XGROUP CREATE ... MKSTREAM; an existing group is left as it is). */
+void th_queue_groups(redisContext *c, const char *queue);
 /* The finish record of one claimed task (an element of a fetch reply's claimed list),
  * outcome succeeded with no result; the caller sets the rest. Its strings are the
  * reply's. */
@@ -66,6 +71,34 @@ dtq_finish_record th_finish_record(const redisReply *claimed);
  * tests pin the record both sides read and write; fails the test unless the reply is an
  * array, and returns it. */
 redisReply *th_finish(redisContext *c, const char *worker, const dtq_finish_record *recs, size_t n);
+/* The reply of the command (formatted as by redisCommand) must be the status or string
+ * `want`; frees it. */
+void th_expect_str(redisReply *r, const char *want);
+/* The reply must be an error starting with `prefix`; frees it. */
+void th_expect_refused(redisReply *r, const char *prefix);
+/* The Redis clock (TIME) in ms since the epoch, as the Functions read it. */
+int64_t th_redis_ms(redisContext *c);
+/* The JSON reply of FCALL_RO <fmt...> (formatted as by redisCommand), parsed (caller
+ * frees); fails the test unless the reply is a string of JSON. With text not NULL, the
+ * reply's text too (caller frees). */
+cJSON *th_read_json(redisContext *c, char **text, const char *fmt, ...);
+/* The value at a dotted path ("queues.0.name": array items by index) of o; fails the test
+ * when it is missing. */
+const cJSON *th_json_at(const cJSON *o, const char *path);
+/* The queue object named `name` in an overview (<ns>_overview's "queues"); fails the test
+ * when there is none. */
+const cJSON *th_overview_queue(const cJSON *ov, const char *name);
+/* The value of `name` in a stream entry's flat field/value list (NULL when absent). */
+const char *th_entry_field(const redisReply *entry, const char *name);
+/* A th_wait_until predicate (arg: the redisContext): true once a client (dtqctl events) is
+ * subscribed to the events channel dtq:events. */
+int th_events_subscribed(void *arg);
+/* The number, integer, string and array size at a path; each fails the test when the value
+ * is missing or of another type. */
+double th_json_num(const cJSON *o, const char *path);
+long long th_json_int(const cJSON *o, const char *path);
+const char *th_json_str(const cJSON *o, const char *path);
+int th_json_size(const cJSON *o, const char *path);
 /* Loads the embedded Functions library into Redis (script tests run without a daemon). */
 void th_load_library(redisContext *c);
 
@@ -79,6 +112,19 @@ enum {
 };
 void th_fixture_start(th_redis *r, redisContext **c, int flags, const char *tcp_extra);
 void th_fixture_stop(th_redis *r, redisContext **c);
+/* `TH_LIBRARY_FIXTURE();` at file scope: the fixture of a suite that runs no daemon, its
+ * static th_redis R and redisContext *C, and setup and teardown for
+ * tcase_add_checked_fixture (th_fixture_start with TH_LIBRARY, th_fixture_stop). */
+#define TH_LIBRARY_FIXTURE()                                                                       \
+    static th_redis R;                                                                             \
+    static redisContext *C;                                                                        \
+    static void setup(void) {                                                                      \
+        th_fixture_start(&R, &C, TH_LIBRARY, NULL);                                                \
+    }                                                                                              \
+    static void teardown(void) {                                                                   \
+        th_fixture_stop(&R, &C);                                                                   \
+    }                                                                                              \
+    static void teardown(void)
 
 /* ---- A local Redis Cluster: primaries * (1 + replicas_per) redis-server processes on free
  * ports of 127.0.0.1 (each port and its bus port, +10000, free when picked), each in its own
@@ -106,6 +152,22 @@ void th_cluster_stop(th_cluster *cl);
 redisContext *th_cluster_connect(const th_cluster *cl, int i);
 /* The index of the node on port, or -1. */
 int th_cluster_node_index(const th_cluster *cl, int port);
+/* The slot map from node i's CLUSTER SLOTS (caller frees); fails the test when it does not
+ * parse. */
+dtq_cluster_map *th_cluster_map(const th_cluster *cl, int i);
+/* The port of the primary that serves key's slot, as the first live node says. */
+int th_cluster_owner_port(const th_cluster *cl, const char *key);
+/* CLUSTER MYID of the node on port (caller frees). */
+char *th_cluster_node_id(const th_cluster *cl, int port);
+/* A command on the node on port that fails the test unless it answers a non-error. */
+void th_cluster_node_ok(const th_cluster *cl, int port, const char *fmt, ...);
+/* A primary other than the one on port. */
+int th_cluster_other_primary(const th_cluster *cl, int port);
+/* The first half of moving key's slot from the primary on src to the one on dst:
+ * IMPORTING, MIGRATING, the key moved. */
+void th_cluster_migrate_start(const th_cluster *cl, const char *key, int src, int dst);
+/* The second half: the slot given to dst on every primary (dst first, then src). */
+void th_cluster_migrate_finish(const th_cluster *cl, const char *key, int src, int dst);
 
 /* Writes a config ([redis] url + `ini`) and starts dtq-worker -c on it. */
 void th_daemon_start(th_daemon *d, const th_redis *r, const char *ini);
@@ -125,6 +187,18 @@ int th_run_worker(char **stderr_out, ...);
  * (stdout, then stderr) in *out (caller frees). The output goes through a file in r's
  * directory. */
 int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *args);
+/* th_run_dtqctl told r's URL (DTQ_REDIS_URL) and nothing else. */
+int th_ctl(const th_redis *r, char **out, const char *args);
+/* A TCP port of 127.0.0.1 that was free a moment ago (bound, then closed). */
+int th_free_port(void);
+/* The families of a /metrics body as tests/prom_parse.py (Prometheus' own parser, Debian's
+ * python3-prometheus-client) reports them (caller deletes), through files in r's directory;
+ * fails the test when the text does not parse. */
+cJSON *th_metrics_parse(const th_redis *r, const char *body);
+/* The value of the sample `name` whose labels are exactly `labels` ("k=v,k=v", "" for
+ * none) in th_metrics_parse's families; INFINITY for a value that is not finite, NAN when
+ * there is no such sample. */
+double th_metrics_value(cJSON *fams, const char *name, const char *labels);
 /* A datagram socket bound at `path` (filled in, in r's directory) for a child's systemd
  * notifications (NOTIFY_SOCKET), whose receives time out after timeout_s; returns it. */
 int th_notify_socket(const th_redis *r, char *path, size_t pathlen, int timeout_s);
@@ -141,6 +215,14 @@ int th_count_in_file(const char *path, const char *needle);
 int th_wait_log(const char *path, const char *needle, int count, int timeout_ms);
 /* Polls the task hash until its status equals `status`; returns 1 on success. */
 int th_wait_status(redisContext *c, const char *task_id, const char *status, int timeout_ms);
+/* th_wait_status that fails the test (naming the status and last_error the task has) when
+ * the status does not come within timeout_ms. */
+void th_expect_status(redisContext *c, const char *task_id, const char *status, int timeout_ms);
+/* FCALL dtq_enqueue of a task of `type` on `queue` with id `id`: the payload as one
+ * argument, opts (NULL: none) as space-separated words; fails the test unless the reply
+ * is an array. */
+void th_enqueue(redisContext *c, const char *queue, const char *id, const char *type,
+                const char *payload, const char *opts);
 /* HGET dtq:task:<id> <field> as a caller-owned string (NULL when absent). */
 char *th_task_field(redisContext *c, const char *task_id, const char *field);
 /* The whole file as a caller-owned string; fails the test when it cannot be read. */

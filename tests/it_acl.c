@@ -723,13 +723,6 @@ static void start_worker(const char *worker_id, const char *extra) {
     th_daemon_start(&D, &as, ini);
 }
 
-static void wait_status(const char *id, const char *status) {
-    char *now;
-    if (th_wait_status(C, id, status, 15000)) return;
-    now = th_task_field(C, id, "status");
-    ck_abort_msg("task %s: status %s, want %s", id, now ? now : "(none)", status);
-}
-
 /* Every read Function as `user`, each answering JSON that holds `want` (a task, a queue or
  * a worker it must show); ACL LOG must then hold no denial of the user (a redis.pcall in
  * a Function would hide one). */
@@ -787,11 +780,11 @@ START_TEST(test_worker_role_end_to_end) {
     free(ctl_expect(0, "prod", "enqueue default echo 1 --id e-later --delay-ms 300"));
     free(ctl_expect(0, "prod", "enqueue default fail '{\"message\":\"no\"}' --id e-dead"));
     free(ctl_expect(0, "prod", "enqueue default echo 2 --id e-cancel --delay-ms 600000"));
-    wait_status("e-ok", "succeeded");
-    wait_status("e-flaky", "succeeded");
+    th_expect_status(C, "e-ok", "succeeded", 15000);
+    th_expect_status(C, "e-flaky", "succeeded", 15000);
     th_assert_field(C, "e-flaky", "attempt", "2");
-    wait_status("e-later", "succeeded");
-    wait_status("e-dead", "dead_lettered");
+    th_expect_status(C, "e-later", "succeeded", 15000);
+    th_expect_status(C, "e-dead", "dead_lettered", 15000);
 
     /* the monitor reads */
     out = ctl_expect(0, "mon", "show e-ok");
@@ -843,7 +836,7 @@ START_TEST(test_worker_role_end_to_end) {
     ck_assert_str_eq((out = ctl_expect(0, "adm", "dlq requeue-all")), "1\n");
     free(out);
     ck_assert(th_wait_until_cmd_str(C, "XLEN dtq:stream:dead-letter", "1", 10000));
-    wait_status("e-dead", "dead_lettered");
+    th_expect_status(C, "e-dead", "dead_lettered", 15000);
     ck_assert_str_eq((out = ctl_expect(0, "adm", "dlq discard e-dead")), "discarded\n");
     free(out);
     free(ctl_expect(0, "adm", "dlq purge"));
@@ -873,7 +866,7 @@ START_TEST(test_worker_role_end_to_end) {
         freeReplyObject(r);
         redisFree(a);
     }
-    wait_status("e-s1", "succeeded");
+    th_expect_status(C, "e-s1", "succeeded", 15000);
     th_assert_field(C, "e-s2", "status", "cancelled");
     th_assert_field(C, "e-sp1", "last_error_class", "cleared");
     th_assert_field(C, "e-sp3", "last_error_class", "cleared");
@@ -888,7 +881,7 @@ START_TEST(test_worker_role_end_to_end) {
             if (!tid) th_sleep_ms(50);
         }
         ck_assert_msg(tid != NULL, "the leader fired nothing");
-        wait_status(tid, "succeeded");
+        th_expect_status(C, tid, "succeeded", 15000);
         th_assert_field(C, tid, "cron", "tick");
         free(tid);
     }
@@ -914,8 +907,8 @@ START_TEST(test_worker_role_end_to_end) {
     free(ctl_expect(0, "adm", "limit set default --rate 1000/s --burst 10"));
     free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":300}' --id e-l1 --limit-key k"));
     free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":300}' --id e-l2 --limit-key k"));
-    wait_status("e-l1", "succeeded");
-    wait_status("e-l2", "succeeded");
+    th_expect_status(C, "e-l1", "succeeded", 15000);
+    th_expect_status(C, "e-l2", "succeeded", 15000);
     {
         char *s1 = th_task_field(C, "e-l1", "started_at"),
              *f1 = th_task_field(C, "e-l1", "finished_at");
@@ -941,7 +934,7 @@ START_TEST(test_worker_role_end_to_end) {
 
     /* drain: a running task is handed back (attempt 2, queued), the lock released */
     free(ctl_expect(0, "prod", "enqueue default sleep '{\"ms\":60000}' --id e-long"));
-    wait_status("e-long", "running");
+    th_expect_status(C, "e-long", "running", 15000);
     /* running in the daemon, not only claimed in Redis: a task whose fetch reply arrives
      * after the drain timer expired would run on until the hard stop */
     ck_assert(th_wait_until_cmd_str(C, "HGET dtq:worker:w-acl active_tasks", "1", 10000));
@@ -1011,7 +1004,7 @@ START_TEST(test_worker_waits_for_the_library) {
     th_daemon_wait_ready(C, "w-wait", 15000);
     ck_assert_int_eq(th_count_in_file(D.log, "is installed; serving"), 1);
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id after-install"));
-    wait_status("after-install", "succeeded");
+    th_expect_status(C, "after-install", "succeeded", 15000);
     ck_assert_int_eq(th_daemon_stop(&D, SIGTERM, 15000), 0);
     assert_no_denials("adm");
     free(lua);
@@ -1104,19 +1097,6 @@ END_TEST
 
 static int web_port;
 
-static int free_port(void) {
-    struct sockaddr_in sa = {0};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 /* One HTTP request to dtq-web (Connection: close); the status, and the start of the answer
  * in out (headers and body). With stop_at_headers the connection is closed once the
  * headers are in (an event stream never ends). */
@@ -1181,7 +1161,7 @@ START_TEST(test_web_as_monitor) {
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id w-1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_limit_set 0 ops default %s concurrency 2", ""));
     apply_role("webmon", "monitor");
-    web_port = free_port();
+    web_port = th_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", web_port);
     th_path(&R, "webmon.ini", ini, sizeof(ini));
     th_path(&R, "webmon.token", tok, sizeof(tok));

@@ -33,13 +33,6 @@ static void teardown(void) {
     th_fixture_stop(&R, &C);
 }
 
-/* dtqctl told the URL only. */
-static int ctl(char **out, const char *args) {
-    char env[600];
-    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", R.url);
-    return th_run_dtqctl(&R, out, env, args);
-}
-
 /* dtqctl told the URL and DTQ_REDIS_CLUSTER_HASH_TAG=true. */
 static int tag(char **out, const char *args) {
     char env[600];
@@ -109,7 +102,7 @@ static int tag_wait_status(const char *id, const char *status, int timeout_ms) {
 
 START_TEST(test_enqueue_wait_and_show) {
     char *out;
-    ck_assert_int_eq(ctl(&out, "enqueue default echo '{\"x\":1}' --priority 7 --wait"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo '{\"x\":1}' --priority 7 --wait"), 0);
     ck_assert_ptr_nonnull(strstr(out, "created"));
     ck_assert_ptr_nonnull(strstr(out, "succeeded"));
     ck_assert_ptr_nonnull(strstr(out, "{\"x\":1}"));
@@ -120,14 +113,14 @@ START_TEST(test_enqueue_wait_and_show) {
         ck_assert(id[14] == '4');
     }
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json enqueue default echo 5 --id my-task --wait"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json enqueue default echo 5 --id my-task --wait"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"id\":\"my-task\""));
     ck_assert_ptr_nonnull(strstr(out, "\"result\":5"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "show my-task"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "show my-task"), 0);
     ck_assert_ptr_nonnull(strstr(out, "succeeded"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json show my-task"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json show my-task"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"status\":\"succeeded\""));
     free(out);
 }
@@ -135,29 +128,29 @@ END_TEST
 
 START_TEST(test_refusals_and_usage) {
     char *out;
-    ck_assert_int_eq(ctl(&out, "show nope"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "show nope"), 1);
     ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo '{bad'"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo '{bad'"), 1);
     ck_assert_ptr_nonnull(strstr(out, "INVALID_ARGUMENT"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id dup"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --id dup"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id dup"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --id dup"), 1);
     ck_assert_ptr_nonnull(strstr(out, "ID_EXISTS"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "frobnicate"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "frobnicate"), 2);
     ck_assert_ptr_nonnull(strstr(out, "unknown command"));
     ck_assert_ptr_nonnull(strstr(out, "dtqctl --help"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default"), 2);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --bogus 3"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --bogus 3"), 2);
     free(out);
-    ck_assert_int_eq(ctl(&out, "-u unix:///nonexistent/redis.sock stats"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "-u unix:///nonexistent/redis.sock stats"), 1);
     ck_assert_ptr_nonnull(strstr(out, "cannot connect"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "--help"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--help"), 0);
     ck_assert_ptr_nonnull(strstr(out, "usage: dtqctl"));
     free(out);
 }
@@ -165,41 +158,42 @@ END_TEST
 
 START_TEST(test_dlq_queues_workers) {
     char *out;
-    ck_assert_int_eq(ctl(&out, "enqueue default fail '{\"message\":\"nope\"}' --id f1 --wait"), 1);
+    ck_assert_int_eq(
+        th_ctl(&R, &out, "enqueue default fail '{\"message\":\"nope\"}' --id f1 --wait"), 1);
     ck_assert_ptr_nonnull(strstr(out, "dead_lettered"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq list"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list"), 0);
     ck_assert_ptr_nonnull(strstr(out, "f1"));
     ck_assert_ptr_nonnull(strstr(out, "nope"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json dlq list --count 5"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json dlq list --count 5"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"f1\""));
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq requeue f1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue f1"), 0);
     ck_assert_ptr_nonnull(strstr(out, "queued"));
     free(out);
     ck_assert(th_wait_status(C, "f1", "dead_lettered", 5000));
-    ck_assert_int_eq(ctl(&out, "dlq discard f1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq discard f1"), 0);
     ck_assert_ptr_nonnull(strstr(out, "discarded"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq purge"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq purge"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "pause default"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause default"), 0);
     ck_assert_ptr_nonnull(strstr(out, "paused"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "queues"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "queues"), 0);
     ck_assert_ptr_nonnull(strstr(out, "default"));
     ck_assert_ptr_nonnull(strstr(out, "paused"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json queues"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json queues"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"queue\":\"default\""));
     free(out);
-    ck_assert_int_eq(ctl(&out, "resume default"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "resume default"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "workers"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "workers"), 0);
     ck_assert_ptr_nonnull(strstr(out, "w-ctl"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json stats"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json stats"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"workers\":1"));
     free(out);
     {
@@ -229,26 +223,17 @@ START_TEST(test_dlq_requeue_all_chunks) {
         ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
         freeReplyObject(r);
     }
-    ck_assert_int_eq(ctl(&out, "dlq requeue-all"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue-all"), 0);
     ck_assert_str_eq(out, "2500\n");
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:parked:p5")), 2500);
     th_assert_field(C, "dl2500", "status", "queued");
-    ck_assert_int_eq(ctl(&out, "--json dlq requeue-all"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json dlq requeue-all"), 0);
     ck_assert_str_eq(out, "0\n");
     free(out);
 }
 END_TEST
-
-/* True once a client (dtqctl events) is subscribed to the events channel. */
-static int events_subscribed(void *arg) {
-    redisReply *r = th_cmd(C, "PUBSUB NUMSUB dtq:events");
-    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->integer > 0;
-    (void)arg;
-    freeReplyObject(r);
-    return ok;
-}
 
 START_TEST(test_events_follow) {
     char path[400], cmd[1200], *out;
@@ -257,8 +242,8 @@ START_TEST(test_events_follow) {
     snprintf(cmd, sizeof(cmd), "DTQ_REDIS_URL='%s' timeout 2 %s events >%s 2>&1 &", R.url,
              DTQCTL_BIN, path);
     ck_assert_int_eq(system(cmd), 0);
-    ck_assert_msg(th_wait_until(events_subscribed, NULL, 5000), "dtqctl events did not subscribe");
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id ev-task --wait"), 0);
+    ck_assert_msg(th_wait_until(th_events_subscribed, C, 5000), "dtqctl events did not subscribe");
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --id ev-task --wait"), 0);
     free(out);
     ck_assert_msg(th_wait_log(path, "\"type\":\"TASK_SUCCEEDED\"", 1, 5000), "no TASK_SUCCEEDED");
     out = th_read_file(path);
@@ -279,13 +264,13 @@ START_TEST(test_bad_config_and_secrets) {
     fputs("[redis]\nnamespace = jobs\ncluster_hash_tag = perhaps\n", f);
     fclose(f);
     snprintf(args, sizeof(args), "-c '%s' show x", path);
-    ck_assert_int_eq(ctl(&out, args), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 2);
     ck_assert_int_eq(count_lines(out), 1);
     ck_assert_msg(!strncmp(out, "dtqctl: config error: ", 22), "%s", out);
     ck_assert_ptr_nonnull(strstr(out, path));
     ck_assert_ptr_nonnull(strstr(out, "[redis] cluster_hash_tag"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "-c /nonexistent/worker.ini show x"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "-c /nonexistent/worker.ini show x"), 2);
     ck_assert_int_eq(count_lines(out), 1);
     ck_assert_ptr_nonnull(
         strstr(out, "dtqctl: config error: /nonexistent/worker.ini: cannot open"));
@@ -298,11 +283,11 @@ START_TEST(test_bad_config_and_secrets) {
     ck_assert_ptr_nonnull(strstr(out, "DTQ_REDIS_CLUSTER_HASH_TAG"));
     free(out);
     /* passwords: unreachable, malformed (-u), malformed (environment) */
-    ck_assert_int_eq(ctl(&out, "-u redis://u:s3cret@127.0.0.1:1/0 stats"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "-u redis://u:s3cret@127.0.0.1:1/0 stats"), 1);
     ck_assert_ptr_nonnull(strstr(out, "cannot connect to Redis at 127.0.0.1:1:"));
     ck_assert_ptr_null(strstr(out, "s3cret"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "-u redis://u:s3cret@127.0.0.1:99999/0 stats"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "-u redis://u:s3cret@127.0.0.1:99999/0 stats"), 2);
     ck_assert_ptr_nonnull(strstr(out, "bad Redis URL"));
     ck_assert_ptr_null(strstr(out, "s3cret"));
     free(out);
@@ -351,7 +336,7 @@ START_TEST(test_tag_enqueue_show_cancel) {
     free(out);
     /* without the setting too: show reads through dtq_task_view, and the library the
      * daemon loaded names {dtq}:task:t1 */
-    ck_assert_int_eq(ctl(&out, "show t1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "show t1"), 0);
     assert_shown(out, "id", "t1");
     free(out);
 
@@ -392,7 +377,7 @@ START_TEST(test_tag_dlq) {
     ck_assert_ptr_nonnull(strstr(out, "nope"));
     ck_assert_int_eq(count_lines(out), 1);
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq list"), 0); /* dtq_dead_letters: the library's keys */
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list"), 0); /* dtq_dead_letters: the library's keys */
     ck_assert_msg(!strncmp(out, "f1  fail  attempts=", 19), "%s", out);
     free(out);
     ck_assert_int_eq(tag(&out, "--json dlq list --count 5"), 0);
@@ -472,7 +457,7 @@ START_TEST(test_tag_queues_workers_stats) {
     ck_assert_ptr_nonnull(strstr(out, "\"worker_id\":\"w-tag\""));
     ck_assert_ptr_nonnull(strstr(out, "\"status\":\"running\""));
     free(out);
-    ck_assert_int_eq(ctl(&out, "workers"), 0); /* dtq_workers: the library's keys */
+    ck_assert_int_eq(th_ctl(&R, &out, "workers"), 0); /* dtq_workers: the library's keys */
     ck_assert_msg(strstr(out, "\nw-tag ") != NULL, "%s", out);
     free(out);
 
@@ -671,7 +656,7 @@ START_TEST(test_help_is_the_table) {
     };
     size_t n = sizeof(want) / sizeof(want[0]), i = 0;
     char *out, *p, *end;
-    ck_assert_int_eq(ctl(&out, "--help"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--help"), 0);
     p = strstr(out, "\ncommands:\n");
     ck_assert_ptr_nonnull(p);
     p += strlen("\ncommands:\n");
@@ -696,19 +681,19 @@ START_TEST(test_help_is_the_table) {
     for (i = 0; i < n; i++) {
         char line[200];
         if (!want[i].wrong) continue; /* dlq list takes any count of words (its options) */
-        ck_assert_int_eq(ctl(&out, want[i].wrong), 2);
+        ck_assert_int_eq(th_ctl(&R, &out, want[i].wrong), 2);
         snprintf(line, sizeof(line), "dtqctl: %s\nTry 'dtqctl --help'.\n", want[i].usage);
         ck_assert_str_eq(out, line);
         free(out);
     }
-    ck_assert_int_eq(ctl(&out, "dlq"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq"), 2);
     ck_assert_str_eq(out, "dtqctl: usage: dtqctl dlq list|requeue|requeue-all|discard|purge\n"
                           "Try 'dtqctl --help'.\n");
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq requeue-al"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue-al"), 2);
     ck_assert_ptr_nonnull(strstr(out, "dtqctl: unknown dlq command 'requeue-al'\n"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq list --count 0"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list --count 0"), 2);
     ck_assert_ptr_nonnull(strstr(out, "dtqctl: dlq list: bad argument '--count'\n"));
     free(out);
 }
@@ -732,11 +717,11 @@ START_TEST(test_dlq_list_pages) {
         ck_assert_int_ne(r->type, REDIS_REPLY_ERROR);
         freeReplyObject(r);
     }
-    ck_assert_int_eq(ctl(&out, "dlq list"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list"), 0);
     ck_assert_int_eq(count_lines(out), 20);
     ck_assert_msg(!strncmp(out, "dl1  echo  attempts=1  e1\n", 26), "%s", out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "dlq list --count 1100"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list --count 1100"), 0);
     ck_assert_int_eq(count_lines(out), 1100);
     ck_assert_msg(!strncmp(out, "dl1  echo  attempts=1  e1\n", 26), "%.200s", out);
     snprintf(line, sizeof(line), "\ndl501  echo  attempts=%d  e501\n", 501 % 7);
@@ -745,7 +730,7 @@ START_TEST(test_dlq_list_pages) {
     ck_assert_ptr_nonnull(strstr(out, line));
     ck_assert_ptr_null(strstr(out, "dl1101 "));
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json dlq list --count 1000000"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json dlq list --count 1000000"), 0);
     arr = cJSON_Parse(out);
     ck_assert_msg(cJSON_IsArray(arr), "%.300s", out);
     ck_assert_int_eq(cJSON_GetArraySize(arr), 1203);
@@ -773,8 +758,9 @@ END_TEST
 START_TEST(test_show_renders_task_view) {
     char *out;
     ck_assert_int_eq(
-        ctl(&out, "enqueue default echo '{\"a\": [1, 2],  \"n\": 12345678901234567890}' --id s1 "
-                  "--wait"),
+        th_ctl(&R, &out,
+               "enqueue default echo '{\"a\": [1, 2],  \"n\": 12345678901234567890}' --id s1 "
+               "--wait"),
         0);
     {
         const char *head = "s1 created\nid                 s1\nqueue              default\n"
@@ -783,23 +769,23 @@ START_TEST(test_show_renders_task_view) {
     }
     assert_shown(out, "result", "{\"a\": [1, 2],  \"n\": 12345678901234567890}");
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json show s1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json show s1"), 0);
     ck_assert_msg(strstr(out, "\"result\":{\"a\":[1,2],\"n\":") != NULL, "%s", out);
     ck_assert_msg(!strncmp(out, "{\"id\":\"s1\",\"queue\":\"default\",", 29), "%s", out);
     free(out);
     freeReplyObject(th_cmd(C, "HSET dtq:task:s2 id s2 queue default status succeeded zz 1"));
     freeReplyObject(th_cmd(C, "SET dtq:result:s2 %s", "not json"));
-    ck_assert_int_eq(ctl(&out, "show s2"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "show s2"), 0);
     ck_assert_str_eq(out, "id                 s2\nqueue              default\n"
                           "status             succeeded\nzz                 1\n"
                           "result             not json\n");
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json show s2"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json show s2"), 0);
     ck_assert_str_eq(out, "{\"id\":\"s2\",\"queue\":\"default\",\"status\":\"succeeded\","
                           "\"zz\":\"1\",\"result\":null}\n");
     free(out);
     freeReplyObject(th_cmd(C, "DEL dtq:result:s2"));
-    ck_assert_int_eq(ctl(&out, "show s2"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "show s2"), 0);
     assert_shown(out, "result", "null");
     free(out);
 }
@@ -809,13 +795,13 @@ END_TEST
 START_TEST(test_version) {
     char *out, want[64];
     snprintf(want, sizeof(want), "dtqctl %s\n", DTQ_VERSION);
-    ck_assert_int_eq(ctl(&out, "--version"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--version"), 0);
     ck_assert_str_eq(out, want);
     free(out);
-    ck_assert_int_eq(ctl(&out, "-c /nonexistent/worker.ini -V"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "-c /nonexistent/worker.ini -V"), 0);
     ck_assert_str_eq(out, want);
     free(out);
-    ck_assert_int_eq(ctl(&out, "--help"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--help"), 0);
     ck_assert_ptr_nonnull(strstr(out, "--version"));
     ck_assert_ptr_nonnull(strstr(out, "\n  -V, --version "));
     ck_assert_ptr_nonnull(strstr(out, " 3 enqueue --wait\n--timeout S ran out"));
@@ -845,10 +831,11 @@ START_TEST(test_json_numbers) {
     char *out, *created;
     cJSON *o, *w;
     const cJSON *v;
-    ck_assert_int_eq(ctl(&out, "enqueue default echo '{\"x\":1}' --id n1 --priority 7 --wait"), 0);
+    ck_assert_int_eq(
+        th_ctl(&R, &out, "enqueue default echo '{\"x\":1}' --id n1 --priority 7 --wait"), 0);
     free(out);
     created = hget("dtq:task:n1", "created_at");
-    ck_assert_int_eq(ctl(&out, "--json show n1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json show n1"), 0);
     o = cJSON_Parse(out);
     assert_json_num(o, "attempt", 1, out);
     assert_json_num(o, "priority", 7, out);
@@ -870,13 +857,13 @@ START_TEST(test_json_numbers) {
                            "HSET dtq:task:n2 id n2 queue default status queued attempt 2x "
                            "priority %s created_at 1796159654123 zz 7",
                            ""));
-    ck_assert_int_eq(ctl(&out, "--json show n2"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json show n2"), 0);
     ck_assert_str_eq(out, "{\"id\":\"n2\",\"queue\":\"default\",\"status\":\"queued\","
                           "\"attempt\":\"2x\",\"priority\":null,\"created_at\":1796159654123,"
                           "\"zz\":\"7\",\"result\":null}\n");
     free(out);
 
-    ck_assert_int_eq(ctl(&out, "--json workers"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json workers"), 0);
     o = cJSON_Parse(out);
     ck_assert_msg(cJSON_IsArray(o) && cJSON_GetArraySize(o) == 1, "%s", out);
     w = cJSON_GetArrayItem(o, 0);
@@ -900,7 +887,7 @@ START_TEST(test_json_numbers) {
     free(out);
     /* the per-queue counters, once a beat carries them */
     freeReplyObject(th_cmd(C, "HSET dtq:worker:w-ctl q:default:succeeded 4 q:default:failed 1"));
-    ck_assert_int_eq(ctl(&out, "--json workers"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json workers"), 0);
     ck_assert_msg(strstr(out, "\"queues\":{\"default\":{") != NULL, "%s", out);
     o = cJSON_Parse(out);
     v = cJSON_GetObjectItem(
@@ -910,9 +897,10 @@ START_TEST(test_json_numbers) {
     cJSON_Delete(o);
     free(out);
 
-    ck_assert_int_eq(ctl(&out, "enqueue default fail '{\"message\":\"no\"}' --id n3 --wait"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default fail '{\"message\":\"no\"}' --id n3 --wait"),
+                     1);
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json dlq list"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json dlq list"), 0);
     o = cJSON_Parse(out);
     ck_assert_msg(cJSON_IsArray(o) && cJSON_GetArraySize(o) == 1, "%s", out);
     w = cJSON_GetArrayItem(o, 0);
@@ -931,13 +919,13 @@ START_TEST(test_json_numbers) {
     cJSON_Delete(o);
     free(out);
 
-    ck_assert_int_eq(ctl(&out, "--json queues"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json queues"), 0);
     o = cJSON_Parse(out);
     assert_json_num(cJSON_GetArrayItem(o, 0), "depth", 0, out);
     assert_json_num(cJSON_GetArrayItem(o, 0), "scheduled", 0, out);
     cJSON_Delete(o);
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json stats"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json stats"), 0);
     o = cJSON_Parse(out);
     assert_json_num(o, "workers", 1, out);
     cJSON_Delete(o);
@@ -961,9 +949,9 @@ static void iso_of(const char *ms_text, char *buf, size_t size) {
 START_TEST(test_show_times_due_and_errors) {
     char *out, *ms, iso[96];
     redisReply *r;
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id d1 --delay-ms 600000"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --id d1 --delay-ms 600000"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "show d1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "show d1"), 0);
     ms = hget("dtq:task:d1", "created_at");
     iso_of(ms, iso, sizeof(iso));
     assert_shown(out, "created_at", iso);
@@ -985,7 +973,7 @@ START_TEST(test_show_times_due_and_errors) {
         ck_assert_msg(strstr(out, line) != NULL, "no '%s' in: %s", line, out);
     }
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json show d1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json show d1"), 0);
     {
         cJSON *o = cJSON_Parse(out);
         assert_json_num(o, "due_at", atoll(r->str), out);
@@ -995,7 +983,7 @@ START_TEST(test_show_times_due_and_errors) {
     freeReplyObject(r);
     free(out);
     /* a task that is not scheduled has no due time */
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id d2 --wait"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --id d2 --wait"), 0);
     ck_assert_ptr_null(strstr(out, "due_at"));
     ms = hget("dtq:task:d2", "finished_at");
     iso_of(ms, iso, sizeof(iso));
@@ -1004,7 +992,7 @@ START_TEST(test_show_times_due_and_errors) {
     free(out);
     /* a multi-line last_error: its continuation lines under its first */
     freeReplyObject(th_cmd(C, "HSET dtq:task:d2 last_error %s", "Traceback:\n  at f()\nboom"));
-    ck_assert_int_eq(ctl(&out, "show d2"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "show d2"), 0);
     ck_assert_msg(strstr(out, "\nlast_error         Traceback:\n"
                               "                     at f()\n"
                               "                   boom\n") != NULL,
@@ -1017,34 +1005,34 @@ END_TEST
  * and exit 1, nothing written; --create pauses it (and lists it). */
 START_TEST(test_pause_unknown_queue) {
     char *out;
-    ck_assert_int_eq(ctl(&out, "pause nosuch"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause nosuch"), 1);
     ck_assert_msg(strstr(out, "NOT_FOUND queue nosuch") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "--create") != NULL, "%s", out);
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:nosuch:paused")), 0);
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues nosuch")), 0);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:audit")), 0);
-    ck_assert_int_eq(ctl(&out, "resume nosuch"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "resume nosuch"), 1);
     ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "pause nosuch --create"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause nosuch --create"), 0);
     ck_assert_str_eq(out, "paused\n");
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:nosuch:paused")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues nosuch")), 1);
-    ck_assert_int_eq(ctl(&out, "--json queues"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json queues"), 0);
     ck_assert_msg(strstr(out, "{\"queue\":\"nosuch\",\"depth\":0,\"pending\":0,\"scheduled\":0,"
                               "\"paused\":true}") != NULL,
                   "%s", out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "resume nosuch"), 0); /* known now */
+    ck_assert_int_eq(th_ctl(&R, &out, "resume nosuch"), 0); /* known now */
     ck_assert_str_eq(out, "resumed\n");
     free(out);
-    ck_assert_int_eq(ctl(&out, "resume --create other"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "resume --create other"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "pause default"), 0); /* the daemon's queue is known */
+    ck_assert_int_eq(th_ctl(&R, &out, "pause default"), 0); /* the daemon's queue is known */
     free(out);
-    ck_assert_int_eq(ctl(&out, "pause default --bogus"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause default --bogus"), 2);
     free(out);
 }
 END_TEST
@@ -1060,7 +1048,7 @@ START_TEST(test_enqueue_wait_pipe_and_timeout) {
     size_t len = 0;
     char *out;
     int64_t t0;
-    ck_assert_int_eq(ctl(&out, "pause default"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause default"), 0);
     free(out);
     ck_assert_int_eq(pipe(fds), 0);
     pid = fork();
@@ -1087,7 +1075,7 @@ START_TEST(test_enqueue_wait_pipe_and_timeout) {
     ck_assert_str_eq(buf, "p1 created\n");
     len = (size_t)n;
     ck_assert_int_eq(waitpid(pid, &status, WNOHANG), 0); /* still waiting: the queue is paused */
-    ck_assert_int_eq(ctl(&out, "resume default"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "resume default"), 0);
     free(out);
     while (len < sizeof(buf) - 1 && (n = read(fds[0], buf + len, sizeof(buf) - 1 - len)) > 0)
         len += (size_t)n;
@@ -1098,27 +1086,28 @@ START_TEST(test_enqueue_wait_pipe_and_timeout) {
     ck_assert_msg(strstr(buf, "\nstatus             succeeded\n") != NULL, "%s", buf);
 
     /* --timeout: exit 3, after about S seconds, the id printed, the reason on stderr */
-    ck_assert_int_eq(ctl(&out, "pause default"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause default"), 0);
     free(out);
     t0 = th_now_ms();
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --id p2 --wait --timeout 0.6"), 3);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --id p2 --wait --timeout 0.6"), 3);
     ck_assert_int_ge(th_now_ms() - t0, 600);
     ck_assert_str_eq(out, "p2 created\ndtqctl: task p2 is still queued after --timeout 0.6 s\n");
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json enqueue default echo 1 --id p3 --wait --timeout 0.2"), 3);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json enqueue default echo 1 --id p3 --wait --timeout 0.2"),
+                     3);
     {
         const char *head = "{\"task_id\":\"p3\",\"result\":\"created\"}\n";
         ck_assert_msg(!strncmp(out, head, strlen(head)), "%s", out);
     }
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --timeout 1"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --timeout 1"), 2);
     ck_assert_ptr_nonnull(strstr(out, "--timeout goes with --wait"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --wait --timeout 0"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --wait --timeout 0"), 2);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue default echo 1 --wait --timeout soon"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo 1 --wait --timeout soon"), 2);
     free(out);
-    ck_assert_int_eq(ctl(&out, "resume default"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "resume default"), 0);
     free(out);
     ck_assert(th_wait_status(C, "p2", "succeeded", 5000));
 }
@@ -1130,20 +1119,20 @@ END_TEST
 START_TEST(test_scheduled_and_queue_verbs) {
     char *out, args[200];
     cJSON *list;
-    ck_assert_int_eq(ctl(&out, "pause qs --create"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "pause qs --create"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue qs echo {} --id s1 --delay-ms 600000"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue qs echo {} --id s1 --delay-ms 600000"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue qs echo {} --id s2 --delay-ms 700000"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue qs echo {} --id s2 --delay-ms 700000"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue qt echo {} --id t1 --delay-ms 650000"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue qt echo {} --id t1 --delay-ms 650000"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "scheduled list"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "scheduled list"), 0);
     ck_assert_int_eq(count_lines(out), 3);
     ck_assert_msg(strstr(out, "s1  qs  echo  delayed  due=") == out, "%s", out);
     ck_assert_msg(strstr(out, "\nt1  qt") < strstr(out, "\ns2  qs"), "not by due time: %s", out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "--json scheduled list --queue qs"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json scheduled list --queue qs"), 0);
     list = cJSON_Parse(out);
     ck_assert_msg(cJSON_IsArray(list) && cJSON_GetArraySize(list) == 2, "%s", out);
     ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "task_id")->valuestring,
@@ -1151,38 +1140,38 @@ START_TEST(test_scheduled_and_queue_verbs) {
     ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "due_ms")));
     cJSON_Delete(list);
     free(out);
-    ck_assert_int_eq(ctl(&out, "scheduled run-now s1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "scheduled run-now s1"), 0);
     ck_assert_str_eq(out, "s1 done\n");
     free(out);
     th_assert_field(C, "s1", "status", "queued"); /* its queue is paused: it waits there */
-    ck_assert_int_eq(ctl(&out, "scheduled delete s2"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "scheduled delete s2"), 0);
     free(out);
     th_assert_field(C, "s2", "status", "cancelled");
-    ck_assert_int_eq(ctl(&out, "scheduled run-now s2"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "scheduled run-now s2"), 1);
     ck_assert_ptr_nonnull(strstr(out, "not in the schedule"));
     free(out);
-    ck_assert_int_eq(ctl(&out, "scheduled delete nope"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "scheduled delete nope"), 1);
     free(out);
     /* queue remove is refused while qs holds s1 */
-    ck_assert_int_eq(ctl(&out, "queue remove qs"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "queue remove qs"), 1);
     ck_assert_ptr_nonnull(strstr(out, "NOT_EMPTY"));
     free(out);
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof(args), "enqueue qs echo {} --id c%d", i);
-        ck_assert_int_eq(ctl(&out, args), 0);
+        ck_assert_int_eq(th_ctl(&R, &out, args), 0);
         free(out);
     }
-    ck_assert_int_eq(ctl(&out, "queue clear qs"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "queue clear qs"), 0);
     ck_assert_str_eq(out, "4 dead-lettered (class cleared)\n"); /* s1 and c0..c2 */
     free(out);
     th_assert_field(C, "c1", "status", "dead_lettered");
     th_assert_field(C, "c1", "last_error_class", "cleared");
-    ck_assert_int_eq(ctl(&out, "queue remove qs"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "queue remove qs"), 0);
     ck_assert_str_eq(out, "qs removed\n");
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue qt echo {} --id d1"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue qt echo {} --id d1"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "queue clear qt --delete"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "queue clear qt --delete"), 0);
     ck_assert_str_eq(out, "1 deleted\n");
     free(out);
     th_assert_field(C, "d1", "status", "cancelled");

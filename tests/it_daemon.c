@@ -45,24 +45,6 @@ static void start(th_daemon *d, const char *id, const char *extra) {
     th_daemon_wait_ready(C, id, 10000);
 }
 
-static void enqueue(const char *id, const char *type, const char *payload, const char *opts) {
-    char cmd[512];
-    redisReply *r;
-    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 default %s %%s task_id %s %s", type, id,
-             opts ? opts : "");
-    r = th_cmd(C, cmd, payload);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
-static void wait_status(const char *id, const char *status, int ms) {
-    if (!th_wait_status(C, id, status, ms)) {
-        char *s = th_task_field(C, id, "status");
-        ck_abort_msg("task %s: want status %s within %d ms, have %s", id, status, ms,
-                     s ? s : "(nil)");
-    }
-}
-
 /* Events of one task from the events stream, as "TYPE:attempt" joined by spaces. */
 static char *event_trail(const char *id) {
     redisReply *r = th_cmd(C, "XRANGE dtq:stream:events - +");
@@ -97,12 +79,12 @@ START_TEST(test_fcall_and_raw_xadd_succeed) {
     redisReply *r;
     char id[128];
     start(&d, "w-basic", NULL);
-    enqueue("f1", "echo", "{\"hello\":\"world\"}", NULL);
+    th_enqueue(C, "default", "f1", "echo", "{\"hello\":\"world\"}", NULL);
     r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload %s", "[1,2]");
     snprintf(id, sizeof(id), "default:p5:%s", r->str);
     freeReplyObject(r);
-    wait_status("f1", "succeeded", 5000);
-    wait_status(id, "succeeded", 5000);
+    th_expect_status(C, "f1", "succeeded", 5000);
+    th_expect_status(C, id, "succeeded", 5000);
     r = th_cmd(C, "GET dtq:result:f1");
     ck_assert_str_eq(r->str, "{\"hello\":\"world\"}");
     freeReplyObject(r);
@@ -116,8 +98,8 @@ START_TEST(test_fcall_and_raw_xadd_succeed) {
     /* entries acknowledged and deleted, nothing pending */
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
     /* a null result writes no key */
-    enqueue("n1", "noop", "{}", NULL);
-    wait_status("n1", "succeeded", 5000);
+    th_enqueue(C, "default", "n1", "noop", "{}", NULL);
+    th_expect_status(C, "n1", "succeeded", 5000);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:n1")), 0);
     /* the daemon published its limits for the Functions */
     r = th_cmd(C, "HGET dtq:config max_payload_bytes");
@@ -137,15 +119,15 @@ START_TEST(test_priority_order) {
     /* the documented pause key; the Functions are not loaded before the first daemon */
     freeReplyObject(th_cmd(C, "SET dtq:queue:default:paused 1"));
     start(&d, "w-prio", "concurrency = 1\n");
-    enqueue("low", "echo", "1", "priority 0");
-    enqueue("mid", "echo", "1", "priority 5");
-    enqueue("high", "echo", "1", "priority 9");
+    th_enqueue(C, "default", "low", "echo", "1", "priority 0");
+    th_enqueue(C, "default", "mid", "echo", "1", "priority 5");
+    th_enqueue(C, "default", "high", "echo", "1", "priority 9");
     th_sleep_ms(300); /* deliberate: time in which a paused queue must not be served */
     th_assert_field(C, "high", "status", "queued"); /* paused: nothing ran */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
-    wait_status("low", "succeeded", 5000);
-    wait_status("mid", "succeeded", 5000);
-    wait_status("high", "succeeded", 5000);
+    th_expect_status(C, "low", "succeeded", 5000);
+    th_expect_status(C, "mid", "succeeded", 5000);
+    th_expect_status(C, "high", "succeeded", 5000);
     a = th_task_field(C, "high", "started_at");
     b = th_task_field(C, "mid", "started_at");
     ck_assert_int_le(atoll(a), atoll(b));
@@ -163,16 +145,16 @@ START_TEST(test_dead_letters_and_keeps_serving) {
     redisReply *r;
     char bad[128];
     start(&d, "w-dlq", NULL);
-    enqueue("u1", "nosuchtype", "{}", NULL);
-    enqueue("p1", "fail", "{\"retryable\":false,\"message\":\"bad input\"}", NULL);
-    enqueue("s1", "sleep", "\"not an object\"", NULL);
+    th_enqueue(C, "default", "u1", "nosuchtype", "{}", NULL);
+    th_enqueue(C, "default", "p1", "fail", "{\"retryable\":false,\"message\":\"bad input\"}", NULL);
+    th_enqueue(C, "default", "s1", "sleep", "\"not an object\"", NULL);
     r = th_cmd(C, "XADD dtq:stream:default:p2 * task_type echo payload {broken");
     snprintf(bad, sizeof(bad), "default:p2:%s", r->str);
     freeReplyObject(r);
-    wait_status("u1", "dead_lettered", 5000);
-    wait_status("p1", "dead_lettered", 5000);
-    wait_status("s1", "dead_lettered", 5000);
-    wait_status(bad, "dead_lettered", 5000);
+    th_expect_status(C, "u1", "dead_lettered", 5000);
+    th_expect_status(C, "p1", "dead_lettered", 5000);
+    th_expect_status(C, "s1", "dead_lettered", 5000);
+    th_expect_status(C, bad, "dead_lettered", 5000);
     th_assert_field(C, "u1", "last_error", "unknown_task_type:nosuchtype");
     th_assert_field(C, "u1", "last_error_class", "unknown_task_type");
     th_assert_field(C, "u1", "attempt", "1");
@@ -193,13 +175,13 @@ START_TEST(test_dead_letters_and_keeps_serving) {
         }
     }
     freeReplyObject(r);
-    enqueue("after", "echo", "2", NULL);
-    wait_status("after", "succeeded", 5000);
+    th_enqueue(C, "default", "after", "echo", "2", NULL);
+    th_expect_status(C, "after", "succeeded", 5000);
     /* requeue from the DLQ with redis-cli's Function; it dead-letters again, attempt 1 */
     r = th_cmd(C, "FCALL dtq_requeue 0 p1");
     ck_assert_str_eq(r->str, "queued");
     freeReplyObject(r);
-    wait_status("p1", "dead_lettered", 5000);
+    th_expect_status(C, "p1", "dead_lettered", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -210,12 +192,12 @@ START_TEST(test_dlq_disabled_ends_failed) {
     char bad[128];
     char *buf;
     start(&d, "w-nodlq", "[limits]\ndlq_enabled = false\n");
-    enqueue("nf", "fail", "{\"message\":\"no\"}", "idempotency_key nk");
+    th_enqueue(C, "default", "nf", "fail", "{\"message\":\"no\"}", "idempotency_key nk");
     r = th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo");
     snprintf(bad, sizeof(bad), "default:p5:%s", r->str);
     freeReplyObject(r);
-    wait_status("nf", "failed", 5000);
-    wait_status(bad, "failed", 5000);
+    th_expect_status(C, "nf", "failed", 5000);
+    th_expect_status(C, bad, "failed", 5000);
     th_assert_field(C, bad, "last_error", "invalid entry: missing field payload");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     r = th_cmd(C, "GET dtq:idempotency:default:nk");
@@ -225,7 +207,7 @@ START_TEST(test_dlq_disabled_ends_failed) {
     r = th_cmd(C, "FCALL dtq_requeue 0 nf");
     ck_assert_str_eq(r->str, "queued");
     freeReplyObject(r);
-    wait_status("nf", "failed", 5000);
+    th_expect_status(C, "nf", "failed", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     buf = th_read_file(d.log);
     ck_assert_ptr_nonnull(strstr(buf, "dlq_enabled = false"));
@@ -243,7 +225,7 @@ START_TEST(test_events_on_channel) {
     freeReplyObject(th_cmd(sub, "SUBSCRIBE dtq:events"));
     redisSetTimeout(sub, tv);
     start(&d, "w-events", NULL);
-    enqueue("e1", "echo", "{}", NULL);
+    th_enqueue(C, "default", "e1", "echo", "{}", NULL);
     while (got < 4 && redisGetReply(sub, (void **)&r) == REDIS_OK) {
         const char *msg = r->element[2]->str;
         if (strstr(msg, want[got])) {
@@ -268,14 +250,14 @@ START_TEST(test_result_truncated_and_timeout) {
           "[limits]\nresult_max_bytes = 8\nevents_stream_maxlen = 1000\n"
           "[handler:slow]\nbuiltin = sleep\ntimeout_ms = 200\nmax_attempts = 2\n" FAST_RETRY
               FAST_SCHED);
-    enqueue("big", "echo", "\"0123456789abcdef\"", NULL);
-    enqueue("slow1", "slow", "{\"ms\":5000}", NULL);
-    wait_status("big", "succeeded", 5000);
+    th_enqueue(C, "default", "big", "echo", "\"0123456789abcdef\"", NULL);
+    th_enqueue(C, "default", "slow1", "slow", "{\"ms\":5000}", NULL);
+    th_expect_status(C, "big", "succeeded", 5000);
     th_assert_field(C, "big", "result_truncated", "1");
     r = th_cmd(C, "GET dtq:result:big");
     ck_assert_int_eq(r->len, 8);
     freeReplyObject(r);
-    wait_status("slow1", "dead_lettered", 10000);
+    th_expect_status(C, "slow1", "dead_lettered", 10000);
     th_assert_field(C, "slow1", "last_error_class", "timeout");
     th_assert_field(C, "slow1", "attempt", "2");
     {
@@ -296,8 +278,8 @@ START_TEST(test_flaky_succeeds_on_third_attempt) {
     char *trail;
     redisReply *r;
     start(&d, "w-flaky", "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED);
-    enqueue("fl", "flaky", "{\"succeed_on\":3}", "idempotency_key fk");
-    wait_status("fl", "succeeded", 10000);
+    th_enqueue(C, "default", "fl", "flaky", "{\"succeed_on\":3}", "idempotency_key fk");
+    th_expect_status(C, "fl", "succeeded", 10000);
     th_assert_field(C, "fl", "attempt", "3");
     r = th_cmd(C, "GET dtq:result:fl");
     ck_assert_str_eq(r->str, "{\"succeeded_on\":3}");
@@ -337,10 +319,11 @@ START_TEST(test_always_failing_exhausts_attempts) {
     th_daemon d;
     char *trail;
     start(&d, "w-exhaust", "[limits]\nevents_stream_maxlen = 1000\n" FAST_RETRY FAST_SCHED);
-    enqueue("af", "fail", "{\"retryable\":true,\"message\":\"try later\"}", "max_attempts 3");
-    enqueue("pf", "fail", "{\"retryable\":false}", "max_attempts 3");
-    wait_status("af", "dead_lettered", 10000);
-    wait_status("pf", "dead_lettered", 10000);
+    th_enqueue(C, "default", "af", "fail", "{\"retryable\":true,\"message\":\"try later\"}",
+               "max_attempts 3");
+    th_enqueue(C, "default", "pf", "fail", "{\"retryable\":false}", "max_attempts 3");
+    th_expect_status(C, "af", "dead_lettered", 10000);
+    th_expect_status(C, "pf", "dead_lettered", 10000);
     th_assert_field(C, "af", "attempt", "3");
     th_assert_field(C, "af", "last_error", "try later");
     th_assert_field(C, "pf", "attempt", "1");
@@ -362,14 +345,14 @@ START_TEST(test_delayed_task_and_ttl_expiry) {
     int64_t t0;
     start(&d, "w-delay", FAST_SCHED);
     t0 = th_now_ms();
-    enqueue("dl", "echo", "1", "delay_ms 1500");
-    enqueue("ttl", "echo", "1", "delay_ms 2500 ttl_seconds 1");
+    th_enqueue(C, "default", "dl", "echo", "1", "delay_ms 1500");
+    th_enqueue(C, "default", "ttl", "echo", "1", "delay_ms 2500 ttl_seconds 1");
     th_sleep_ms(900); /* deliberate: most of the 1500 ms delay passes, and the task waits */
     th_assert_field(C, "dl", "status", "pending");
-    wait_status("dl", "succeeded", 5000);
+    th_expect_status(C, "dl", "succeeded", 5000);
     ck_assert_int_ge(th_now_ms() - t0, 1400);
     th_assert_field(C, "dl", "attempt", "1");
-    wait_status("ttl", "expired", 6000);
+    th_expect_status(C, "ttl", "expired", 6000);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:ttl")), 0);
     th_daemon_stop(&d, SIGTERM, 10000);
 }
@@ -381,15 +364,15 @@ START_TEST(test_cancel_running_task) {
     th_daemon d;
     redisReply *r;
     start(&d, "w-cancel", NULL);
-    enqueue("long", "sleep", "{\"ms\":20000}", NULL);
-    wait_status("long", "running", 5000);
+    th_enqueue(C, "default", "long", "sleep", "{\"ms\":20000}", NULL);
+    th_expect_status(C, "long", "running", 5000);
     r = th_cmd(C, "FCALL dtq_cancel 0 long");
     ck_assert_str_eq(r->str, "cancel_requested");
     freeReplyObject(r);
-    wait_status("long", "cancelled", 5000);
+    th_expect_status(C, "long", "cancelled", 5000);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
-    enqueue("next", "echo", "1", NULL);
-    wait_status("next", "succeeded", 5000);
+    th_enqueue(C, "default", "next", "echo", "1", NULL);
+    th_expect_status(C, "next", "succeeded", 5000);
     th_daemon_stop(&d, SIGTERM, 10000);
 }
 END_TEST
@@ -412,16 +395,16 @@ START_TEST(test_sighup_reload) {
     char *base, *log, want[600];
     start(&d, "w-reload", NULL);
     base = th_read_file(d.cfg); /* HANDLERS, without [handler:later] */
-    enqueue("before", "later", "1", NULL);
-    wait_status("before", "dead_lettered", 5000);
+    th_enqueue(C, "default", "before", "later", "1", NULL);
+    th_expect_status(C, "before", "dead_lettered", 5000);
     th_assert_field(C, "before", "last_error", "unknown_task_type:later");
 
     /* a valid reload takes effect: the new handler runs */
     write_config(&d, base, "[handler:later]\nbuiltin = echo\n");
     kill(d.pid, SIGHUP);
     ck_assert_msg(th_wait_log(d.log, RELOADED " (6 handler(s))", 1, 5000), "no reload logged");
-    enqueue("after", "later", "1", NULL);
-    wait_status("after", "succeeded", 5000);
+    th_enqueue(C, "default", "after", "later", "1", NULL);
+    th_expect_status(C, "after", "succeeded", 5000);
 
     /* an invalid file (which also lacks [handler:later]) is refused and the old config
      * stays: 'later' still runs, which it could not under the new file */
@@ -432,16 +415,16 @@ START_TEST(test_sighup_reload) {
     snprintf(want, sizeof(want), REFUSED "%s: [worker] concurrency: 'lots'", d.cfg);
     ck_assert_msg(strstr(log, want) != NULL, "want '%s' in log: %s", want, log);
     free(log);
-    enqueue("still", "later", "1", NULL);
-    wait_status("still", "succeeded", 5000);
+    th_enqueue(C, "default", "still", "later", "1", NULL);
+    th_expect_status(C, "still", "succeeded", 5000);
     ck_assert_int_eq(th_count_in_file(d.log, RELOADED), 1);
 
     /* the converse once more: a valid file without [handler:later] takes it away */
     write_config(&d, base, "");
     kill(d.pid, SIGHUP);
     ck_assert_msg(th_wait_log(d.log, RELOADED " (5 handler(s))", 1, 5000), "no reload logged");
-    enqueue("gone", "later", "1", NULL);
-    wait_status("gone", "dead_lettered", 5000);
+    th_enqueue(C, "default", "gone", "later", "1", NULL);
+    th_expect_status(C, "gone", "dead_lettered", 5000);
     th_assert_field(C, "gone", "last_error", "unknown_task_type:later");
     free(base);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
@@ -470,21 +453,21 @@ START_TEST(test_sighup_max_attempts_applies_from_the_next_claim) {
     reload_slow_max_attempts(&d, base, 1, 1);
 
     /* claimed under max_attempts = 1, raised to 5 while it runs: it is dead-lettered */
-    enqueue("down", "slow", "{\"ms\":10000}", NULL);
-    wait_status("down", "running", 5000);
+    th_enqueue(C, "default", "down", "slow", "{\"ms\":10000}", NULL);
+    th_expect_status(C, "down", "running", 5000);
     th_assert_field(C, "down", "max_attempts", "1");
     reload_slow_max_attempts(&d, base, 5, 2);
-    wait_status("down", "dead_lettered", 10000);
+    th_expect_status(C, "down", "dead_lettered", 10000);
     th_assert_field(C, "down", "attempt", "1");
     th_assert_field(C, "down", "max_attempts", "1");
 
     /* claimed under 5, lowered to 1 while it runs: attempt 1 is retried (the hash says 5),
      * and attempt 2, claimed after the reload, runs under 1 and is the last */
-    enqueue("up", "slow", "{\"ms\":10000}", NULL);
-    wait_status("up", "running", 5000);
+    th_enqueue(C, "default", "up", "slow", "{\"ms\":10000}", NULL);
+    th_expect_status(C, "up", "running", 5000);
     th_assert_field(C, "up", "max_attempts", "5");
     reload_slow_max_attempts(&d, base, 1, 3);
-    wait_status("up", "dead_lettered", 15000);
+    th_expect_status(C, "up", "dead_lettered", 15000);
     th_assert_field(C, "up", "attempt", "2");
     th_assert_field(C, "up", "max_attempts", "1");
     free(base);
@@ -495,10 +478,10 @@ END_TEST
 START_TEST(test_sigterm_drains_running_tasks) {
     th_daemon d;
     start(&d, "w-drain", NULL);
-    enqueue("d1", "sleep", "{\"ms\":800}", NULL);
-    enqueue("d2", "sleep", "{\"ms\":800}", NULL);
-    wait_status("d1", "running", 5000);
-    wait_status("d2", "running", 5000);
+    th_enqueue(C, "default", "d1", "sleep", "{\"ms\":800}", NULL);
+    th_enqueue(C, "default", "d2", "sleep", "{\"ms\":800}", NULL);
+    th_expect_status(C, "d1", "running", 5000);
+    th_expect_status(C, "d2", "running", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     th_assert_field(C, "d1", "status", "succeeded");
     th_assert_field(C, "d2", "status", "succeeded");
@@ -510,10 +493,10 @@ START_TEST(test_drain_timeout_hands_tasks_back) {
     th_daemon a, b;
     int64_t t0;
     start(&a, "w-handback", "drain_timeout_s = 1\n");
-    enqueue("hb", "sleep", "{\"ms\":30000}", NULL);
-    enqueue("last", "sleep", "{\"ms\":30000}", "max_attempts 1");
-    wait_status("hb", "running", 5000);
-    wait_status("last", "running", 5000);
+    th_enqueue(C, "default", "hb", "sleep", "{\"ms\":30000}", NULL);
+    th_enqueue(C, "default", "last", "sleep", "{\"ms\":30000}", "max_attempts 1");
+    th_expect_status(C, "hb", "running", 5000);
+    th_expect_status(C, "last", "running", 5000);
     t0 = th_now_ms();
     ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
     ck_assert_int_lt(th_now_ms() - t0, 4000);
@@ -527,8 +510,8 @@ START_TEST(test_drain_timeout_hands_tasks_back) {
     freeReplyObject(th_cmd(C, "HSET dtq:task:hb payload %s", "{\"ms\":10}"));
     freeReplyObject(th_cmd(C, "HSET dtq:task:last payload %s", "{\"ms\":10}"));
     start(&b, "w-handback-2", NULL);
-    wait_status("hb", "succeeded", 5000);
-    wait_status("last", "succeeded", 5000);
+    th_expect_status(C, "hb", "succeeded", 5000);
+    th_expect_status(C, "last", "succeeded", 5000);
     th_assert_field(C, "hb", "worker_id", "w-handback-2");
     th_daemon_stop(&b, SIGTERM, 10000);
 }
@@ -538,28 +521,28 @@ START_TEST(test_sigkill_recovered_by_reaper) {
     th_daemon a, b;
     char raw[128];
     start(&a, "w-victim", NULL);
-    enqueue("k1", "sleep", "{\"ms\":1500}", NULL);
-    enqueue("k2", "sleep", "{\"ms\":1500}", "max_attempts 1");
+    th_enqueue(C, "default", "k1", "sleep", "{\"ms\":1500}", NULL);
+    th_enqueue(C, "default", "k2", "sleep", "{\"ms\":1500}", "max_attempts 1");
     {
         redisReply *x =
             th_cmd(C, "XADD dtq:stream:default:p5 * task_type sleep payload %s", "{\"ms\":1500}");
         snprintf(raw, sizeof(raw), "default:p5:%s", x->str);
         freeReplyObject(x);
     }
-    wait_status("k1", "running", 5000);
-    wait_status("k2", "running", 5000);
-    wait_status(raw, "running", 5000);
+    th_expect_status(C, "k1", "running", 5000);
+    th_expect_status(C, "k2", "running", 5000);
+    th_expect_status(C, raw, "running", 5000);
     th_daemon_stop(&a, SIGKILL, 5000);
     start(&b, "w-rescuer", NULL);
     /* visibility_timeout_s = 3: the reaper adopts after the entries have been idle that long */
-    wait_status("k1", "succeeded", 15000);
+    th_expect_status(C, "k1", "succeeded", 15000);
     th_assert_field(C, "k1", "attempt", "2");
     th_assert_field(C, "k1", "worker_id", "w-rescuer");
     /* the lost attempt was the last one: dead-lettered without running */
-    wait_status("k2", "dead_lettered", 15000);
+    th_expect_status(C, "k2", "dead_lettered", 15000);
     th_assert_field(C, "k2", "last_error", "worker_lost");
     /* the raw entry, redelivered, maps to the same task (its id comes from the entry) */
-    wait_status(raw, "succeeded", 15000);
+    th_expect_status(C, raw, "succeeded", 15000);
     th_assert_field(C, raw, "attempt", "2");
     {
         redisReply *k = th_cmd(C, "KEYS dtq:task:*");
@@ -574,22 +557,22 @@ END_TEST
 START_TEST(test_survives_redis_restart) {
     th_daemon d;
     start(&d, "w-restart", NULL);
-    enqueue("r1", "sleep", "{\"ms\":1500}", NULL);
-    enqueue("r2", "sleep", "{\"ms\":1500}", NULL);
-    wait_status("r1", "running", 5000);
-    wait_status("r2", "running", 5000);
+    th_enqueue(C, "default", "r1", "sleep", "{\"ms\":1500}", NULL);
+    th_enqueue(C, "default", "r2", "sleep", "{\"ms\":1500}", NULL);
+    th_expect_status(C, "r1", "running", 5000);
+    th_expect_status(C, "r2", "running", 5000);
     th_redis_stop(&R);
     /* Redis comes back only once the daemon has seen it go (both connections) */
     ck_assert_msg(th_wait_log(d.log, "; reconnecting", 2, 5000), "loss of Redis not logged");
     th_redis_restart(&R); /* same socket and data dir (appendonly) */
     redisFree(C);
     C = th_connect(&R);
-    wait_status("r1", "succeeded", 15000);
-    wait_status("r2", "succeeded", 15000);
+    th_expect_status(C, "r1", "succeeded", 15000);
+    th_expect_status(C, "r2", "succeeded", 15000);
     th_assert_field(C, "r1", "attempt", "1"); /* the completion waited for Redis, no re-run */
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:default:p5")), 0);
-    enqueue("r3", "echo", "1", NULL);
-    wait_status("r3", "succeeded", 10000);
+    th_enqueue(C, "default", "r3", "echo", "1", NULL);
+    th_expect_status(C, "r3", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -640,32 +623,32 @@ START_TEST(test_exec_handlers) {
         "[handler:x-junk]\nexec = %s\n",
         ok, temp, perm, sig, slow, junk);
     start(&d, "w-exec", ini);
-    enqueue("xo", "x-ok", "{\"cmd\":\"$(touch PWNED); `touch PWNED`\"}", NULL);
-    enqueue("xt", "x-temp", "{}", NULL);
-    enqueue("xp", "x-perm", "{}", NULL);
-    enqueue("xs", "x-sig", "{}", NULL);
-    enqueue("xw", "x-slow", "{}", NULL);
-    enqueue("xj", "x-junk", "{}", NULL);
-    wait_status("xo", "succeeded", 10000);
+    th_enqueue(C, "default", "xo", "x-ok", "{\"cmd\":\"$(touch PWNED); `touch PWNED`\"}", NULL);
+    th_enqueue(C, "default", "xt", "x-temp", "{}", NULL);
+    th_enqueue(C, "default", "xp", "x-perm", "{}", NULL);
+    th_enqueue(C, "default", "xs", "x-sig", "{}", NULL);
+    th_enqueue(C, "default", "xw", "x-slow", "{}", NULL);
+    th_enqueue(C, "default", "xj", "x-junk", "{}", NULL);
+    th_expect_status(C, "xo", "succeeded", 10000);
     r = th_cmd(C, "GET dtq:result:xo");
     ck_assert_str_eq(r->str, "{\"in\":{\"cmd\":\"$(touch PWNED); `touch PWNED`\"},\"id\":\"xo\","
                              "\"attempt\":1,\"max\":5,\"q\":\"default\",\"t\":\"x-ok\","
                              "\"extra\":\"hello\",\"arg\":\"first-arg\"}");
     freeReplyObject(r);
     ck_assert_int_ne(access("PWNED", F_OK), 0);
-    wait_status("xt", "dead_lettered", 10000);
+    th_expect_status(C, "xt", "dead_lettered", 10000);
     th_assert_field(C, "xt", "attempt", "2"); /* exit 75 was retried */
     th_assert_field(C, "xt", "last_error", "upstream busy");
     th_assert_field(C, "xt", "last_error_class", "retryable");
-    wait_status("xp", "dead_lettered", 10000);
+    th_expect_status(C, "xp", "dead_lettered", 10000);
     th_assert_field(C, "xp", "attempt", "1");
     th_assert_field(C, "xp", "last_error", "noise\nfatal: bad record");
-    wait_status("xs", "dead_lettered", 10000);
+    th_expect_status(C, "xs", "dead_lettered", 10000);
     th_assert_field(C, "xs", "last_error", "signal:9");
     th_assert_field(C, "xs", "last_error_class", "signal");
-    wait_status("xw", "dead_lettered", 10000);
+    th_expect_status(C, "xw", "dead_lettered", 10000);
     th_assert_field(C, "xw", "last_error_class", "timeout");
-    wait_status("xj", "dead_lettered", 10000);
+    th_expect_status(C, "xj", "dead_lettered", 10000);
     th_assert_field(C, "xj", "last_error_class", "bad_result");
     /* the slow program ignored SIGTERM: SIGKILL after the grace, nothing left running */
     {
@@ -695,9 +678,9 @@ START_TEST(test_exec_payload_larger_than_a_pipe) {
     memset(payload + 1, 'a', n);
     payload[n + 1] = '"';
     payload[n + 2] = '\0';
-    enqueue("big", "count", payload, NULL);
+    th_enqueue(C, "default", "big", "count", payload, NULL);
     free(payload);
-    wait_status("big", "succeeded", 10000);
+    th_expect_status(C, "big", "succeeded", 10000);
     r = th_cmd(C, "GET dtq:result:big");
     ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
     ck_assert_int_eq(strtoll(r->str, NULL, 10), (long long)(n + 2));
@@ -723,12 +706,12 @@ START_TEST(test_exec_many_children) {
     for (int i = 0; i < 40; i++) {
         char id[16];
         snprintf(id, sizeof(id), "m%d", i);
-        enqueue(id, i % 2 ? "sig" : "ok", "{\"n\":1}", NULL);
+        th_enqueue(C, "default", id, i % 2 ? "sig" : "ok", "{\"n\":1}", NULL);
     }
     for (int i = 0; i < 40; i++) {
         char id[16];
         snprintf(id, sizeof(id), "m%d", i);
-        wait_status(id, i % 2 ? "dead_lettered" : "succeeded", 15000);
+        th_expect_status(C, id, i % 2 ? "dead_lettered" : "succeeded", 15000);
     }
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
@@ -744,12 +727,12 @@ START_TEST(test_plugin_handlers) {
                                 "\nsymbol = dtq_example_upper\nmax_attempts = 2\n"
                                 "[handler:later]\nplugin = " DTQ_PLUGIN_EXAMPLE
                                 "\nsymbol = dtq_example_later\n");
-    enqueue("pl1", "up", "[1,2,3]", NULL);
-    enqueue("pl2", "later", "{}", NULL);
-    enqueue("pl3", "up", "\"please retry\"", NULL);
-    wait_status("pl1", "succeeded", 5000);
-    wait_status("pl2", "succeeded", 5000);
-    wait_status("pl3", "dead_lettered", 10000);
+    th_enqueue(C, "default", "pl1", "up", "[1,2,3]", NULL);
+    th_enqueue(C, "default", "pl2", "later", "{}", NULL);
+    th_enqueue(C, "default", "pl3", "up", "\"please retry\"", NULL);
+    th_expect_status(C, "pl1", "succeeded", 5000);
+    th_expect_status(C, "pl2", "succeeded", 5000);
+    th_expect_status(C, "pl3", "dead_lettered", 10000);
     r = th_cmd(C, "GET dtq:result:pl1");
     ck_assert_str_eq(r->str, "{\"len\":7,\"attempt\":1}");
     freeReplyObject(r);
@@ -808,8 +791,8 @@ START_TEST(test_http_endpoints) {
     char ini[128];
     snprintf(ini, sizeof(ini), "[http]\nlisten = 127.0.0.1:%d\n", port);
     start(&d, "w-http", ini);
-    enqueue("h1", "echo", "1", NULL);
-    wait_status("h1", "succeeded", 5000);
+    th_enqueue(C, "default", "h1", "echo", "1", NULL);
+    th_expect_status(C, "h1", "succeeded", 5000);
     ck_assert_int_eq(http_get(port, "/healthz", &body), 200);
     free(body);
     ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
@@ -873,8 +856,8 @@ START_TEST(test_hung_redis_detected) {
     const char *p;
     long silent_ms;
     start(&d, "w-hung", "[redis]\nconnect_timeout_ms = 300\nliveness_timeout_ms = 1500\n");
-    enqueue("hg", "sleep", "{\"ms\":500}", NULL);
-    wait_status("hg", "running", 5000);
+    th_enqueue(C, "default", "hg", "sleep", "{\"ms\":500}", NULL);
+    th_expect_status(C, "hg", "running", 5000);
     kill(R.pid, SIGSTOP);
     /* Redis stays hung until the liveness PING has gone unanswered for liveness_timeout_ms:
      * its own setting, not a multiple of connect_timeout_ms */
@@ -886,9 +869,9 @@ START_TEST(test_hung_redis_detected) {
     ck_assert_msg(silent_ms >= 1500 && silent_ms < 4000, "dropped after %ld ms", silent_ms);
     free(buf);
     kill(R.pid, SIGCONT);
-    wait_status("hg", "succeeded", 10000);
-    enqueue("hg2", "echo", "1", NULL);
-    wait_status("hg2", "succeeded", 10000);
+    th_expect_status(C, "hg", "succeeded", 10000);
+    th_enqueue(C, "default", "hg2", "echo", "1", NULL);
+    th_expect_status(C, "hg2", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     buf = th_read_file(d.log);
     ck_assert_msg(strstr(buf, "dropping the connection") != NULL, "log: %s", buf);
@@ -950,11 +933,11 @@ START_TEST(test_json_logs) {
     int lines = 0, failed = 0, ready = 0, shutdown = 0, debug = 0;
     start(&d, "w-json", "[log]\nformat = json\nlevel = debug\n");
     /* the error text has quotes and a second line; "secret" is payload only */
-    enqueue("j1", "fail", "{\"message\":\"line1 \\\"q\\\"\\nline2\",\"secret\":\"pay-load-only\"}",
-            NULL);
-    enqueue("j0", "noop", "{}", NULL); /* a success: logged at debug */
-    wait_status("j1", "dead_lettered", 5000);
-    wait_status("j0", "succeeded", 5000);
+    th_enqueue(C, "default", "j1", "fail",
+               "{\"message\":\"line1 \\\"q\\\"\\nline2\",\"secret\":\"pay-load-only\"}", NULL);
+    th_enqueue(C, "default", "j0", "noop", "{}", NULL); /* a success: logged at debug */
+    th_expect_status(C, "j1", "dead_lettered", 5000);
+    th_expect_status(C, "j0", "succeeded", 5000);
     ck_assert(th_wait_log(d.log, "\"task_id\":\"j0\"", 1, 5000));
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
     f = fopen(d.log, "r");
@@ -1067,8 +1050,8 @@ START_TEST(test_acl_user_password_and_db) {
              R.port);
     th_daemon_start(&good, &R, ini);
     th_daemon_wait_ready(C, "w-acl", 10000);
-    enqueue("acl1", "echo", "1", NULL);
-    wait_status("acl1", "succeeded", 5000);
+    th_enqueue(C, "default", "acl1", "echo", "1", NULL);
+    th_expect_status(C, "acl1", "succeeded", 5000);
     /* a wrong password is logged and retried; the daemon does not exit */
     snprintf(ini, sizeof(ini),
              "[redis]\nurl = redis://alice:wrong@127.0.0.1:%d/3\n"

@@ -43,21 +43,6 @@ static void start(th_daemon *d, const char *id, const char *worker, const char *
     th_daemon_wait_ready(C, id, 10000);
 }
 
-static void enqueue(const char *id, const char *type) {
-    redisReply *r =
-        th_cmd(C, "FCALL dtq_enqueue 0 default %s %s task_id %s", type, "{\"n\":1}", id);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
-static void wait_status(const char *id, const char *status, int ms) {
-    if (!th_wait_status(C, id, status, ms)) {
-        char *s = th_task_field(C, id, "status"), *e = th_task_field(C, id, "last_error");
-        ck_abort_msg("task %s: want status %s within %d ms, have %s (last_error %s)", id, status,
-                     ms, s ? s : "(nil)", e ? e : "(nil)");
-    }
-}
-
 /* GET dtq:result:<id>, caller-owned ("" when there is none). */
 static char *result_of(const char *id) {
     redisReply *r = th_cmd(C, "GET dtq:result:%s", id);
@@ -161,19 +146,19 @@ START_TEST(test_external_kill_is_retried) {
              "[handler:victim]\nexec = %s\n[handler:suicide]\nexec = %s\nmax_attempts = 2\n",
              victim, suicide);
     start(&d, "w-kill", NULL, ini);
-    enqueue("a1", "victim");
-    wait_status("a1", "running", 5000);
+    th_enqueue(C, "default", "a1", "victim", "{\"n\":1}", NULL);
+    th_expect_status(C, "a1", "running", 5000);
     k.ppid = d.pid;
     ck_assert_msg(th_wait_until(has_kids, &k, 5000), "the daemon's sleep child never appeared");
     ck_assert_int_eq(kill(k.pids[0], SIGKILL), 0);
-    wait_status("a1", "succeeded", 10000);
+    th_expect_status(C, "a1", "succeeded", 10000);
     th_assert_field(C, "a1", "attempt", "2");
     th_assert_field(C, "a1", "last_error", "signal:9");
     th_assert_field(C, "a1", "last_error_class", "signal");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
 
-    enqueue("a2", "suicide");
-    wait_status("a2", "dead_lettered", 10000);
+    th_enqueue(C, "default", "a2", "suicide", "{\"n\":1}", NULL);
+    th_expect_status(C, "a2", "dead_lettered", 10000);
     th_assert_field(C, "a2", "attempt", "2"); /* retried once, then max_attempts */
     th_assert_field(C, "a2", "last_error_class", "signal");
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
@@ -195,8 +180,8 @@ START_TEST(test_unit_stop_hands_back) {
            prog, sizeof(prog));
     snprintf(ini, sizeof(ini), "[handler:stop]\nexec = %s\n", prog);
     start(&a, "w-stop", "concurrency = 4\ndrain_timeout_s = 30", ini);
-    for (int i = 0; i < 3; i++) enqueue(ids[i], "stop");
-    for (int i = 0; i < 3; i++) wait_status(ids[i], "running", 5000);
+    for (int i = 0; i < 3; i++) th_enqueue(C, "default", ids[i], "stop", "{\"n\":1}", NULL);
+    for (int i = 0; i < 3; i++) th_expect_status(C, ids[i], "running", 5000);
     k.ppid = a.pid;
     ck_assert_msg(th_wait_until(has_kids, &k, 5000), "three sleep children never appeared");
     t0 = th_now_ms();
@@ -214,7 +199,7 @@ START_TEST(test_unit_stop_hands_back) {
     start(&b, "w-stop-2", NULL, ini);
     for (int i = 0; i < 3; i++) {
         char *res;
-        wait_status(ids[i], "succeeded", 10000);
+        th_expect_status(C, ids[i], "succeeded", 10000);
         th_assert_field(C, ids[i], "attempt", "2");
         res = result_of(ids[i]);
         ck_assert_str_eq(res, "\"again\"");
@@ -308,8 +293,8 @@ START_TEST(test_stdout_capped_while_read) {
              big, raw, small);
     start(&d, "w-big", NULL, ini);
     hwm0 = vm_hwm_kb(d.pid);
-    enqueue("o1", "big");
-    wait_status("o1", "succeeded", 30000);
+    th_enqueue(C, "default", "o1", "big", "{\"n\":1}", NULL);
+    th_expect_status(C, "o1", "succeeded", 30000);
     th_assert_field(C, "o1", "result_truncated", "1");
     res = result_of("o1");
     ck_assert_int_eq(strlen(res), 1024);
@@ -320,15 +305,16 @@ START_TEST(test_stdout_capped_while_read) {
 #if !defined(__SANITIZE_ADDRESS__)
     ck_assert_msg(hwm1 < 30 * 1024, "VmHWM %ld kB", hwm1);
 #endif
-    enqueue("o2", "raw"); /* not JSON, and too long to tell: kept as it is */
-    wait_status("o2", "succeeded", 30000);
+    th_enqueue(C, "default", "o2", "raw", "{\"n\":1}",
+               NULL); /* not JSON, and too long to tell: kept as it is */
+    th_expect_status(C, "o2", "succeeded", 30000);
     th_assert_field(C, "o2", "result_truncated", "1");
     res = result_of("o2");
     ck_assert_int_eq(strspn(res, "b"), 1024);
     ck_assert_int_eq(strlen(res), 1024);
     free(res);
-    enqueue("o3", "small");
-    wait_status("o3", "dead_lettered", 10000);
+    th_enqueue(C, "default", "o3", "small", "{\"n\":1}", NULL);
+    th_expect_status(C, "o3", "dead_lettered", 10000);
     th_assert_field(C, "o3", "last_error_class", "bad_result");
     ck_assert_int_lt(vm_hwm_kb(d.pid) - hwm0, 8 * 1024);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
@@ -387,10 +373,10 @@ START_TEST(test_child_sees_only_0_1_2) {
     start(&d, "w-fds", NULL, ini);
     close(high);
     close(nullfd);
-    enqueue("f1", "fds");
-    enqueue("f2", "fds");
-    wait_status("f1", "succeeded", 10000);
-    wait_status("f2", "succeeded", 10000);
+    th_enqueue(C, "default", "f1", "fds", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "f2", "fds", "{\"n\":1}", NULL);
+    th_expect_status(C, "f1", "succeeded", 10000);
+    th_expect_status(C, "f2", "succeeded", 10000);
     res = result_of("f1");
     ck_assert_str_eq(res, "\"0,1,2\"");
     free(res);
@@ -435,8 +421,8 @@ START_TEST(test_child_signals_default) {
     ck_assert_msg(strtoull(ign, NULL, 16) & (1ULL << (SIGUSR1 - 1)),
                   "the daemon does not ignore SIGUSR1 (SigIgn %s): the test proves nothing", ign);
     free(ign);
-    enqueue("g1", "sig");
-    wait_status("g1", "succeeded", 10000);
+    th_enqueue(C, "default", "g1", "sig", "{\"n\":1}", NULL);
+    th_expect_status(C, "g1", "succeeded", 10000);
     res = result_of("g1");
     {
         /* glibc's posix_spawn leaves its two internal signals (32 and 33, which no glibc
@@ -465,8 +451,8 @@ START_TEST(test_section_env_overrides_inherited) {
              prog);
     setenv("PATH", "/usr/local/bin:/usr/bin:/bin", 0); /* the daemon inherits a PATH */
     start(&d, "w-env", NULL, ini);
-    enqueue("e1", "env");
-    wait_status("e1", "succeeded", 10000);
+    th_enqueue(C, "default", "e1", "env", "{\"n\":1}", NULL);
+    th_expect_status(C, "e1", "succeeded", 10000);
     res = result_of("e1");
     ck_assert_str_eq(res, "\"DTQ_TASK_ID=e1 PATH=/custom|/custom\"");
     free(res);
@@ -515,17 +501,17 @@ START_TEST(test_retry_exit_codes) {
              "[handler:anyexit]\nexec = %s\nretry_exit_codes = any\nmax_attempts = 3\n",
              curl, curl, one);
     start(&d, "w-codes", NULL, ini);
-    enqueue("c1", "listed");
-    enqueue("c2", "plain");
-    enqueue("c3", "anyexit");
-    wait_status("c1", "succeeded", 10000);
+    th_enqueue(C, "default", "c1", "listed", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "c2", "plain", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "c3", "anyexit", "{\"n\":1}", NULL);
+    th_expect_status(C, "c1", "succeeded", 10000);
     th_assert_field(C, "c1", "attempt", "2");
     th_assert_field(C, "c1", "last_error", "curl: (7) Failed to connect");
     th_assert_field(C, "c1", "last_error_class", "retryable");
-    wait_status("c2", "dead_lettered", 10000);
+    th_expect_status(C, "c2", "dead_lettered", 10000);
     th_assert_field(C, "c2", "attempt", "1"); /* not retried: 7 is not in the default */
     th_assert_field(C, "c2", "last_error_class", "permanent");
-    wait_status("c3", "succeeded", 10000);
+    th_expect_status(C, "c3", "succeeded", 10000);
     th_assert_field(C, "c3", "attempt", "2");
     th_assert_field(C, "c3", "last_error", "exit 1");
     th_assert_field(C, "c3", "last_error_class", "retryable");
@@ -547,10 +533,10 @@ START_TEST(test_result_text_and_ignore) {
              "[handler:latin1]\nexec = %s\nresult = text\nmax_attempts = 3\n",
              done, done, latin1);
     start(&d, "w-text", NULL, ini);
-    enqueue("t1", "text");
-    enqueue("t2", "ignore");
-    enqueue("t3", "latin1");
-    wait_status("t1", "succeeded", 10000);
+    th_enqueue(C, "default", "t1", "text", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "t2", "ignore", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "t3", "latin1", "{\"n\":1}", NULL);
+    th_expect_status(C, "t1", "succeeded", 10000);
     res = result_of("t1");
     ck_assert_str_eq(res, "\"done\\n\"");
     free(res);
@@ -558,9 +544,9 @@ START_TEST(test_result_text_and_ignore) {
         char *trunc = th_task_field(C, "t1", "result_truncated");
         ck_assert_ptr_null(trunc);
     }
-    wait_status("t2", "succeeded", 10000);
+    th_expect_status(C, "t2", "succeeded", 10000);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:result:t2")), 0);
-    wait_status("t3", "dead_lettered", 10000);
+    th_expect_status(C, "t3", "dead_lettered", 10000);
     th_assert_field(C, "t3", "attempt", "1");
     th_assert_field(C, "t3", "last_error_class", "bad_result");
     th_assert_field(C, "t3", "last_error", "result is not UTF-8 text (byte 4 of stdout)");
@@ -598,7 +584,7 @@ START_TEST(test_unknown_type_handed_back) {
     }
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     start(&b, "w-new", NULL, "[handler:newtype]\nbuiltin = echo\n");
-    wait_status("u1", "succeeded", 30000);
+    th_expect_status(C, "u1", "succeeded", 30000);
     th_assert_field(C, "u1", "attempt", "1");
     th_assert_field(C, "u1", "worker_id", "w-new");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
@@ -614,8 +600,8 @@ START_TEST(test_unknown_type_grace_over) {
     char *trail, *created, *finished;
     start(&a, "w-old", "unknown_task_type = hand_back\nunknown_task_type_grace_s = 2",
           "[limits]\nevents_stream_maxlen = 10000\n");
-    enqueue("u2", "newtype");
-    wait_status("u2", "dead_lettered", 10000);
+    th_enqueue(C, "default", "u2", "newtype", "{\"n\":1}", NULL);
+    th_expect_status(C, "u2", "dead_lettered", 10000);
     th_assert_field(C, "u2", "attempt", "1");
     th_assert_field(C, "u2", "last_error", "unknown_task_type:newtype");
     th_assert_field(C, "u2", "last_error_class", "unknown_task_type");
@@ -648,18 +634,18 @@ START_TEST(test_exec_quoted_words) {
           "[handler:args]\nexec = /bin/sh -c 'printf \"<%s>\" \"$@\"' sh 'a b' \"c\\\"d $HOME\" "
           "e\\ f ''\n"
           "result = text\n");
-    enqueue("q1", "json");
-    enqueue("q2", "py");
-    enqueue("q3", "args");
-    wait_status("q1", "succeeded", 10000);
+    th_enqueue(C, "default", "q1", "json", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "q2", "py", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "q3", "args", "{\"n\":1}", NULL);
+    th_expect_status(C, "q1", "succeeded", 10000);
     res = result_of("q1");
     ck_assert_str_eq(res, "{\"a\": 1}\n");
     free(res);
-    wait_status("q2", "succeeded", 10000);
+    th_expect_status(C, "q2", "succeeded", 10000);
     res = result_of("q2");
     ck_assert_str_eq(res, "1\n");
     free(res);
-    wait_status("q3", "succeeded", 10000);
+    th_expect_status(C, "q3", "succeeded", 10000);
     res = result_of("q3");
     /* four arguments: "a b", c"d $HOME (no variable expansion), "e f", "" */
     ck_assert_str_eq(res, "\"<a b><c\\\"d $HOME><e f><>\"");

@@ -58,25 +58,6 @@ static void rewrite(const th_daemon *d, const char *id, const char *worker_ini, 
     fclose(f);
 }
 
-static void enqueue(const char *queue, const char *id, const char *type, const char *payload,
-                    const char *opts) {
-    char cmd[512];
-    redisReply *r;
-    /* the payload goes as one argument; opts are space-separated words */
-    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s %%s task_id %s%s%s", queue, type, id,
-             opts ? " " : "", opts ? opts : "");
-    r = th_cmd(C, cmd, payload);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
-static void wait_status(const char *id, const char *status, int ms) {
-    if (!th_wait_status(C, id, status, ms)) {
-        char *s = th_task_field(C, id, "status");
-        ck_abort_msg("task %s: want %s within %d ms, have %s", id, status, ms, s ? s : "(nil)");
-    }
-}
-
 static int exists(const char *key) {
     return (int)th_int(th_cmd(C, "EXISTS %s", key));
 }
@@ -87,14 +68,14 @@ static int exists(const char *key) {
 START_TEST(test_reload_dropping_a_queue_keeps_its_running_claims) {
     th_daemon a, b;
     start(&a, "w-a", "queues = qa, qb", NULL, 1);
-    enqueue("qb", "long", "sleep", "{\"ms\":7000}", NULL);
-    wait_status("long", "running", 5000);
+    th_enqueue(C, "qb", "long", "sleep", "{\"ms\":7000}", NULL);
+    th_expect_status(C, "long", "running", 5000);
     th_assert_field(C, "long", "worker_id", "w-a");
     rewrite(&a, "w-a", "queues = qa", NULL);
     kill(a.pid, SIGHUP);
     ck_assert(th_wait_log(a.log, RELOADED, 1, 5000));
     start(&b, "w-b", "queues = qb", NULL, 1); /* its reaper looks every 1.5 s */
-    wait_status("long", "succeeded", 15000);
+    th_expect_status(C, "long", "succeeded", 15000);
     th_assert_field(C, "long", "attempt", "1");
     th_assert_field(C, "long", "worker_id", "w-a");
     ck_assert_int_eq(th_count_in_file(b.log, "adopted"), 0);
@@ -111,7 +92,7 @@ START_TEST(test_new_leader_promotes_stranded_claims_at_once) {
     redisReply *t;
     long long now_ms;
     th_load_library(C);
-    enqueue("default", "stranded", "echo", "{\"x\":1}", "delay_ms 600000");
+    th_enqueue(C, "default", "stranded", "echo", "{\"x\":1}", "delay_ms 600000");
     t = th_cmd(C, "TIME");
     now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
     freeReplyObject(t);
@@ -119,7 +100,7 @@ START_TEST(test_new_leader_promotes_stranded_claims_at_once) {
     freeReplyObject(th_cmd(C, "ZREM dtq:retry:schedule stranded"));
     freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed %lld stranded", now_ms));
     start(&d, "w-leader", NULL, NULL, 1);
-    wait_status("stranded", "succeeded", 10000);
+    th_expect_status(C, "stranded", "succeeded", 10000);
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 0);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
@@ -151,8 +132,8 @@ START_TEST(test_readonly_replica_is_a_connection_failure) {
     th_redis other;
     int lines;
     start(&d, "w-ro", NULL, NULL, 1);
-    enqueue("default", "before", "echo", "1", NULL);
-    wait_status("before", "succeeded", 5000);
+    th_enqueue(C, "default", "before", "echo", "1", NULL);
+    th_expect_status(C, "before", "succeeded", 5000);
     th_redis_start_tcp(&other, NULL, NULL);
     freeReplyObject(th_cmd(C, "REPLICAOF 127.0.0.1 %d", other.port));
     ck_assert_msg(th_wait_log(d.log, "server cannot serve", 1, 10000), "READONLY not noticed");
@@ -164,8 +145,8 @@ START_TEST(test_readonly_replica_is_a_connection_failure) {
     /* the replica's sync emptied the data set: wait for the daemon to load its library */
     ck_assert(th_wait_until_cmd_str(C, "FUNCTION LIST LIBRARYNAME dtq", NULL, 15000));
     th_daemon_wait_ready(C, "w-ro", 15000);
-    enqueue("default", "after", "echo", "1", NULL);
-    wait_status("after", "succeeded", 10000);
+    th_enqueue(C, "default", "after", "echo", "1", NULL);
+    th_expect_status(C, "after", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -178,13 +159,13 @@ START_TEST(test_eviction_policy_that_can_lose_tasks_is_refused) {
     start(&d, "w-evict", NULL, NULL, 0);
     ck_assert(th_wait_log(d.log, "maxmemory-policy is allkeys-lru", 1, 10000));
     th_load_library(C);
-    enqueue("default", "waits", "echo", "1", NULL);
+    th_enqueue(C, "default", "waits", "echo", "1", NULL);
     th_sleep_ms(1000); /* deliberate: nothing may run while the policy is refused */
     th_assert_field(C, "waits", "status", "queued");
     ck_assert_int_eq(exists("dtq:worker:w-evict"), 0);
     freeReplyObject(th_cmd(C, "CONFIG SET maxmemory-policy volatile-lru"));
     th_daemon_wait_ready(C, "w-evict", 15000);
-    wait_status("waits", "succeeded", 5000);
+    th_expect_status(C, "waits", "succeeded", 5000);
     ck_assert(th_wait_log(d.log, "maxmemory-policy is volatile-lru", 1, 1000));
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
@@ -199,11 +180,11 @@ START_TEST(test_refused_finishes_are_held_and_their_claims_kept) {
     start(&a, "w-hold", "concurrency = 4", NULL, 1);
     for (int i = 0; i < 3; i++) {
         snprintf(id, sizeof(id), "held%d", i);
-        enqueue("default", id, "sleep", "{\"ms\":1500}", NULL);
+        th_enqueue(C, "default", id, "sleep", "{\"ms\":1500}", NULL);
     }
     for (int i = 0; i < 3; i++) {
         snprintf(id, sizeof(id), "held%d", i);
-        wait_status(id, "running", 5000);
+        th_expect_status(C, id, "running", 5000);
     }
     start(&b, "w-other", "concurrency = 4", NULL, 1);
     freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 1"));
@@ -217,7 +198,7 @@ START_TEST(test_refused_finishes_are_held_and_their_claims_kept) {
     freeReplyObject(th_cmd(C, "CONFIG SET maxmemory 0"));
     for (int i = 0; i < 3; i++) {
         snprintf(id, sizeof(id), "held%d", i);
-        wait_status(id, "succeeded", 10000);
+        th_expect_status(C, id, "succeeded", 10000);
         th_assert_field(C, id, "attempt", "1");
         th_assert_field(C, id, "worker_id", "w-hold");
     }
@@ -275,13 +256,13 @@ START_TEST(test_restart_with_a_fixed_id_recovers_its_own_attempts_at_once) {
              "[worker]\nworker_id = w-fixed\nvisibility_timeout_s = 600\n" HANDLERS);
     th_daemon_start(&d, &R, ini);
     th_daemon_wait_ready(C, "w-fixed", 10000);
-    enqueue("default", "crashy", "sleep", "{\"ms\":60000}", NULL);
-    wait_status("crashy", "running", 5000);
+    th_enqueue(C, "default", "crashy", "sleep", "{\"ms\":60000}", NULL);
+    th_expect_status(C, "crashy", "running", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGKILL, 5000), 128 + SIGKILL);
     th_daemon_start(&d, &R, ini);
     /* requeued as attempt 2 at once; visibility_timeout_s would take ten minutes */
     ck_assert(th_wait_until_cmd_str(C, "HGET dtq:task:crashy attempt", "2", 10000));
-    wait_status("crashy", "running", 10000);
+    th_expect_status(C, "crashy", "running", 10000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGKILL, 5000), 128 + SIGKILL);
 }
 END_TEST
@@ -306,8 +287,8 @@ static int dead_consumer_gone(void *arg) {
 START_TEST(test_workers_and_consumers_do_not_accumulate) {
     th_daemon a, b, c;
     start(&a, "w-stops", NULL, NULL, 1);
-    enqueue("default", "g1", "echo", "1", NULL);
-    wait_status("g1", "succeeded", 5000);
+    th_enqueue(C, "default", "g1", "echo", "1", NULL);
+    th_expect_status(C, "g1", "succeeded", 5000);
     ck_assert_int_eq(consumers_named("dtq:stream:default:p5", "w-stops"), 1);
     ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
     ck_assert_int_eq(consumers_named("dtq:stream:default:p5", "w-stops"), 0);
@@ -315,16 +296,16 @@ START_TEST(test_workers_and_consumers_do_not_accumulate) {
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:workers w-stops")), 0);
 
     start(&b, "w-dies", NULL, NULL, 1);
-    enqueue("default", "g2", "echo", "1", NULL);
-    wait_status("g2", "succeeded", 5000);
+    th_enqueue(C, "default", "g2", "echo", "1", NULL);
+    th_expect_status(C, "g2", "succeeded", 5000);
     ck_assert_int_eq(th_daemon_stop(&b, SIGKILL, 5000), 128 + SIGKILL);
     start(&c, "w-prunes", NULL, NULL, 1);
     /* heartbeat expiry (3 s) + idle beyond visibility_timeout_s (3 s) + a reap cycle */
     ck_assert_msg(th_wait_until(dead_consumer_gone, (void *)"w-dies", 15000),
                   "dead worker not pruned");
     /* a live worker's idle consumer stays (Redis 7.0 creates it on its first delivery) */
-    enqueue("default", "g3", "echo", "1", NULL);
-    wait_status("g3", "succeeded", 5000);
+    th_enqueue(C, "default", "g3", "echo", "1", NULL);
+    th_expect_status(C, "g3", "succeeded", 5000);
     th_sleep_ms(5000); /* deliberate: idle beyond visibility_timeout_s, reaps in between */
     ck_assert_int_eq(consumers_named("dtq:stream:default:p5", "w-prunes"), 1);
 
@@ -339,7 +320,7 @@ START_TEST(test_workers_and_consumers_do_not_accumulate) {
         snprintf(id, sizeof(id), "default:p5:%s", r->str);
         freeReplyObject(r);
         free(payload);
-        wait_status(id, "dead_lettered", 5000);
+        th_expect_status(C, id, "dead_lettered", 5000);
         ck_assert_int_le(th_int(th_cmd(C, "HSTRLEN dtq:task:%s payload", id)), 262144);
         r = th_cmd(C, "XREVRANGE dtq:stream:dead-letter + - COUNT 1");
         for (size_t i = 0; i + 1 < r->element[0]->element[1]->elements; i += 2) {
@@ -431,14 +412,14 @@ START_TEST(test_reaper_finds_lost_entries_behind_live_ones) {
     start(&a, "w-full", "concurrency = 60", NULL, 1);
     for (int i = 0; i < 60; i++) {
         snprintf(id, sizeof(id), "live%d", i);
-        enqueue("default", id, "sleep", "{\"ms\":25000}", NULL);
+        th_enqueue(C, "default", id, "sleep", "{\"ms\":25000}", NULL);
     }
     ck_assert(th_wait_until(sixty_pending, NULL, 10000));
     start(&b, "w-free", "concurrency = 4", NULL, 1);
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
     for (int i = 0; i < 5; i++) {
         snprintf(id, sizeof(id), "lost%d", i);
-        enqueue("default", id, "echo", "1", NULL);
+        th_enqueue(C, "default", id, "echo", "1", NULL);
     }
     /* a worker that claims five and dies (its fetch ignores the pause: another key) */
     redisReply *r = th_cmd(C, "FCALL dtq_fetch 11 dtq:nopause dtq:stream:default:p9 "
@@ -453,7 +434,7 @@ START_TEST(test_reaper_finds_lost_entries_behind_live_ones) {
     for (int i = 0; i < 5; i++) {
         snprintf(id, sizeof(id), "lost%d", i);
         /* visibility_timeout_s (3) plus a few seconds; the live tasks run for 25 */
-        wait_status(id, "succeeded", (int)(12000 - (th_now_ms() - t0)));
+        th_expect_status(C, id, "succeeded", (int)(12000 - (th_now_ms() - t0)));
         th_assert_field(C, id, "attempt", "2");
     }
     th_assert_field(C, "live0", "attempt", "1");
@@ -476,8 +457,8 @@ START_TEST(test_redis_outage_does_not_make_live_workers_look_lost) {
     th_redis_start(&R, 1);
     C = th_connect(&R);
     start(&a, "w-late", NULL, NULL, 1);
-    enqueue("default", "outlived", "sleep", "{\"ms\":12000}", "max_attempts 1");
-    wait_status("outlived", "running", 5000);
+    th_enqueue(C, "default", "outlived", "sleep", "{\"ms\":12000}", "max_attempts 1");
+    th_expect_status(C, "outlived", "running", 5000);
     start(&b, "w-early", NULL, NULL, 1);
     kill(a.pid, SIGSTOP);
     th_redis_stop(&R);
@@ -489,7 +470,7 @@ START_TEST(test_redis_outage_does_not_make_live_workers_look_lost) {
     ck_assert(th_wait_log(b.log, "redis setup done after reconnect", 1, 15000));
     th_sleep_ms(2000); /* deliberate: w-early's reaper (every 1.5 s) looks while w-late is away */
     kill(a.pid, SIGCONT);
-    wait_status("outlived", "succeeded", 20000);
+    th_expect_status(C, "outlived", "succeeded", 20000);
     th_assert_field(C, "outlived", "attempt", "1");
     th_assert_field(C, "outlived", "worker_id", "w-late");
     ck_assert_int_eq(pending_count_of("default"), 0);
@@ -510,8 +491,8 @@ END_TEST
 START_TEST(test_fresh_daemon_after_an_outage_does_not_take_live_work) {
     th_daemon a, b;
     start(&a, "w-late", NULL, NULL, 1);
-    enqueue("default", "outlived2", "sleep", "{\"ms\":9000}", "max_attempts 1");
-    wait_status("outlived2", "running", 5000);
+    th_enqueue(C, "default", "outlived2", "sleep", "{\"ms\":9000}", "max_attempts 1");
+    th_expect_status(C, "outlived2", "running", 5000);
     kill(a.pid, SIGSTOP);
     kill(R.pid, SIGSTOP);
     th_sleep_ms(4500); /* deliberate: longer than visibility_timeout_s (3) */
@@ -519,7 +500,7 @@ START_TEST(test_fresh_daemon_after_an_outage_does_not_take_live_work) {
     start(&b, "w-fresh", NULL, NULL, 1);
     th_sleep_ms(2000); /* deliberate: w-fresh's first reaps (1 s, then every 1.5 s) */
     kill(a.pid, SIGCONT);
-    wait_status("outlived2", "succeeded", 20000);
+    th_expect_status(C, "outlived2", "succeeded", 20000);
     th_assert_field(C, "outlived2", "attempt", "1");
     th_assert_field(C, "outlived2", "worker_id", "w-late");
     ck_assert_int_eq(pending_count_of("default"), 0);

@@ -20,35 +20,11 @@
 #include "harness.h"
 #include "util.h"
 
-static th_redis R;
-static redisContext *C;
+TH_LIBRARY_FIXTURE();
 
 #define POLICY "{\"d\":[5,30000],\"t\":{}}"
 
-static void setup(void) {
-    th_fixture_start(&R, &C, TH_LIBRARY, NULL);
-}
-
-static void teardown(void) {
-    th_fixture_stop(&R, &C);
-}
-
 /* ----------------------------------------------------------------- helpers */
-
-/* The reply of the command (formatted as by redisCommand) must be the status or string
- * `want`. */
-static void expect_str(const char *want, const char *fmt, ...) {
-    va_list ap;
-    redisReply *r;
-    va_start(ap, fmt);
-    r = redisvCommand(C, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "%s: %s", fmt, C->errstr);
-    ck_assert_msg((r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
-                      !strcmp(r->str, want),
-                  "%s: got type %d '%s', want '%s'", fmt, r->type, r->str ? r->str : "", want);
-    freeReplyObject(r);
-}
 
 /* The command must be refused with an error starting with `prefix` and holding `needle`. */
 static void expect_err(const char *prefix, const char *needle, const char *fmt, ...) {
@@ -83,14 +59,6 @@ static long long score_of(const char *key, const char *member) {
     return v;
 }
 
-/* The Redis clock in ms, as the Functions read it. */
-static long long redis_ms(void) {
-    redisReply *r = th_cmd(C, "TIME");
-    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
-    freeReplyObject(r);
-    return ms;
-}
-
 static void enqueue(const char *queue, const char *type, const char *id, const char *opts) {
     char cmd[256];
     redisReply *r;
@@ -112,14 +80,9 @@ static void enqueue_p(const char *queue, const char *type, const char *id, const
     freeReplyObject(r);
 }
 
-static void groups(const char *queue) {
-    for (int b = 0; b < 10; b++)
-        freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", queue, b));
-}
-
 /* Fetches up to n tasks of `queue` as w1; returns the reply (the caller frees). */
 static redisReply *fetch(const char *queue, int n) {
-    groups(queue);
+    th_queue_groups(C, queue);
     return th_fetch(C, "w1", n, queue, POLICY);
 }
 
@@ -149,18 +112,6 @@ static cJSON *limit_list(void) {
     ck_assert_msg(cJSON_IsArray(o), "limit_list: not a JSON array: %s", r->str);
     freeReplyObject(r);
     return o;
-}
-
-static const cJSON *get(const cJSON *o, const char *name) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    ck_assert_msg(v != NULL, "no %s in the answer", name);
-    return v;
-}
-
-static double num(const cJSON *o, const char *name) {
-    const cJSON *v = get(o, name);
-    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", name);
-    return v->valuedouble;
 }
 
 /* Finishes the claimed task i of r as w1 with `outcome`; returns the reply's word. */
@@ -206,16 +157,17 @@ START_TEST(test_limit_set_refusals) {
     ck_assert_int_eq(int_of("EXISTS dtq:limits:q dtq:limits"), 0); /* nothing written */
     expect_err("NOT_FOUND", "q:send", "FCALL dtq_limit_remove 0 me q send");
 
-    expect_str("set", "FCALL dtq_limit_set 0 alice q send concurrency 3");
-    expect_str("set", "FCALL dtq_limit_set 0 alice q send rate 10 period_ms 1000"); /* replaces */
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 alice q send concurrency 3"), "set");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 alice q send rate 10 period_ms 1000"),
+                  "set"); /* replaces */
     {
         cJSON *l = limit_list();
         ck_assert_int_eq(cJSON_GetArraySize(l), 1);
-        ck_assert(cJSON_IsNull(get(cJSON_GetArrayItem(l, 0), "concurrency")));
-        ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 0), "rate"), 10);
+        ck_assert(cJSON_IsNull(th_json_at(cJSON_GetArrayItem(l, 0), "concurrency")));
+        ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 0), "rate"), 10);
         cJSON_Delete(l);
     }
-    expect_str("removed", "FCALL dtq_limit_remove 0 alice q send");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_remove 0 alice q send"), "removed");
     expect_err("NOT_FOUND", "q:send", "FCALL dtq_limit_remove 0 alice q send");
     ck_assert_int_eq(int_of("EXISTS dtq:limits:q dtq:limits"), 0); /* the index too */
     { /* audited: two sets and a remove, by alice, with the target */
@@ -244,9 +196,11 @@ END_TEST
 START_TEST(test_limit_list_shape) {
     redisReply *r;
     cJSON *l, *q, *t, *u;
-    expect_str("set",
-               "FCALL dtq_limit_set 0 me mail %s rate 2 period_ms 1000 burst 1 concurrency 5", "");
-    expect_str("set", "FCALL dtq_limit_set 0 me mail send concurrency 1 per_key 1");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_limit_set 0 me mail %s rate 2 period_ms 1000 burst 1 concurrency 5",
+               ""),
+        "set");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me mail send concurrency 1 per_key 1"), "set");
     enqueue("mail", "send", "a1", "limit_key cust1");
     enqueue("mail", "send", "a2", "limit_key cust2");
     r = fetch("mail", 10);
@@ -255,30 +209,30 @@ START_TEST(test_limit_list_shape) {
     l = limit_list();
     ck_assert_int_eq(cJSON_GetArraySize(l), 2);
     q = cJSON_GetArrayItem(l, 0); /* the queue-wide limit first */
-    ck_assert_str_eq(get(q, "queue")->valuestring, "mail");
-    ck_assert(cJSON_IsNull(get(q, "task_type")));
-    ck_assert_str_eq(get(q, "target")->valuestring, "mail");
-    ck_assert_int_eq((int)num(q, "rate"), 2);
-    ck_assert_int_eq((int)num(q, "period_ms"), 1000);
-    ck_assert_int_eq((int)num(q, "burst"), 1);
-    ck_assert_int_eq((int)num(q, "concurrency"), 5);
-    ck_assert(cJSON_IsFalse(get(q, "per_key")));
-    u = (cJSON *)get(q, "use");
-    ck_assert_int_eq((int)num(u, "running"), 2);
-    ck_assert_int_eq((int)num(u, "tokens_left"), 0); /* burst 1: both tokens taken */
-    ck_assert(cJSON_IsNull(get(u, "keys")));
-    ck_assert(cJSON_IsNull(get(u, "deferred_until_ms")));
+    ck_assert_str_eq(th_json_at(q, "queue")->valuestring, "mail");
+    ck_assert(cJSON_IsNull(th_json_at(q, "task_type")));
+    ck_assert_str_eq(th_json_at(q, "target")->valuestring, "mail");
+    ck_assert_int_eq((int)th_json_num(q, "rate"), 2);
+    ck_assert_int_eq((int)th_json_num(q, "period_ms"), 1000);
+    ck_assert_int_eq((int)th_json_num(q, "burst"), 1);
+    ck_assert_int_eq((int)th_json_num(q, "concurrency"), 5);
+    ck_assert(cJSON_IsFalse(th_json_at(q, "per_key")));
+    u = (cJSON *)th_json_at(q, "use");
+    ck_assert_int_eq((int)th_json_num(u, "running"), 2);
+    ck_assert_int_eq((int)th_json_num(u, "tokens_left"), 0); /* burst 1: both tokens taken */
+    ck_assert(cJSON_IsNull(th_json_at(u, "keys")));
+    ck_assert(cJSON_IsNull(th_json_at(u, "deferred_until_ms")));
     t = cJSON_GetArrayItem(l, 1);
-    ck_assert_str_eq(get(t, "task_type")->valuestring, "send");
-    ck_assert_str_eq(get(t, "target")->valuestring, "mail:send");
-    ck_assert(cJSON_IsNull(get(t, "rate")) && cJSON_IsNull(get(t, "period_ms")) &&
-              cJSON_IsNull(get(t, "burst")));
-    ck_assert_int_eq((int)num(t, "concurrency"), 1);
-    ck_assert(cJSON_IsTrue(get(t, "per_key")));
-    u = (cJSON *)get(t, "use");
-    ck_assert_int_eq((int)num(u, "running"), 2); /* one per key */
-    ck_assert_int_eq((int)num(u, "keys"), 2);
-    ck_assert(cJSON_IsNull(get(u, "tokens_left")));
+    ck_assert_str_eq(th_json_at(t, "task_type")->valuestring, "send");
+    ck_assert_str_eq(th_json_at(t, "target")->valuestring, "mail:send");
+    ck_assert(cJSON_IsNull(th_json_at(t, "rate")) && cJSON_IsNull(th_json_at(t, "period_ms")) &&
+              cJSON_IsNull(th_json_at(t, "burst")));
+    ck_assert_int_eq((int)th_json_num(t, "concurrency"), 1);
+    ck_assert(cJSON_IsTrue(th_json_at(t, "per_key")));
+    u = (cJSON *)th_json_at(t, "use");
+    ck_assert_int_eq((int)th_json_num(u, "running"), 2); /* one per key */
+    ck_assert_int_eq((int)th_json_num(u, "keys"), 2);
+    ck_assert(cJSON_IsNull(th_json_at(u, "tokens_left")));
     cJSON_Delete(l);
     /* the keys the limits touch all name the queue */
     r = th_cmd(C, "KEYS dtq:limit*");
@@ -296,7 +250,7 @@ END_TEST
 START_TEST(test_deferral_uses_no_attempt) {
     redisReply *r;
     char *w;
-    expect_str("set", "FCALL dtq_limit_set 0 me q %s concurrency 1", "");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q %s concurrency 1", ""), "set");
     enqueue("q", "echo", "t1", NULL);
     enqueue("q", "echo", "t2", NULL);
     r = fetch("q", 10);
@@ -334,7 +288,7 @@ START_TEST(test_slots_released) {
                                           DTQ_OUTCOME_CANCELLED};
     const char *words[] = {"retrying", "dead_lettered", "cancelled"};
     redisReply *r;
-    expect_str("set", "FCALL dtq_limit_set 0 me q work concurrency 1");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q work concurrency 1"), "set");
     for (int i = 0; i < 3; i++) {
         char id[16];
         char *w;
@@ -344,7 +298,7 @@ START_TEST(test_slots_released) {
         ck_assert_msg(claimed_n(r) == 1, "%s: not claimed", id);
         ck_assert_int_eq(int_of("ZCARD dtq:limit:q/t:work/run"), 1);
         if (ends[i] == DTQ_OUTCOME_CANCELLED)
-            expect_str("cancel_requested", "FCALL dtq_cancel 0 %s", id);
+            th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 %s", id), "cancel_requested");
         w = finish(r, 0, ends[i]);
         ck_assert_str_eq(w, words[i]);
         free(w);
@@ -375,7 +329,7 @@ END_TEST
 /* A slot whose task is gone (or no longer running) is taken back when the set is full. */
 START_TEST(test_stale_slot_healed) {
     redisReply *r;
-    expect_str("set", "FCALL dtq_limit_set 0 me q %s concurrency 1", "");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q %s concurrency 1", ""), "set");
     enqueue("q", "echo", "gone", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
@@ -395,7 +349,7 @@ END_TEST
  * bucket of the empty key; a raw entry's limit_key counts too. */
 START_TEST(test_per_key) {
     redisReply *r;
-    expect_str("set", "FCALL dtq_limit_set 0 me q t concurrency 1 per_key 1");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q t concurrency 1 per_key 1"), "set");
     enqueue("q", "t", "a1", "limit_key A");
     enqueue("q", "t", "a2", "limit_key A");
     enqueue("q", "t", "b1", "limit_key B");
@@ -430,13 +384,14 @@ END_TEST
 START_TEST(test_rate_deferrals_spaced) {
     redisReply *r;
     long long t0, due[4];
-    expect_str("set", "FCALL dtq_limit_set 0 me q %s rate 2 period_ms 1000 burst 1", "");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q %s rate 2 period_ms 1000 burst 1", ""),
+                  "set");
     for (int i = 0; i < 6; i++) {
         char id[8];
         snprintf(id, sizeof(id), "r%d", i);
         enqueue("q", "echo", id, NULL);
     }
-    t0 = redis_ms();
+    t0 = th_redis_ms(C);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 2);
     freeReplyObject(r);
@@ -479,7 +434,7 @@ START_TEST(test_unlimited_unchanged) {
     r = th_cmd(C, "KEYS dtq:limit*");
     ck_assert_int_eq((int)r->elements, 0);
     freeReplyObject(r);
-    expect_str("set", "FCALL dtq_limit_set 0 me mixed slow concurrency 1");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me mixed slow concurrency 1"), "set");
     for (int i = 0; i < 4; i++) {
         char id[8];
         snprintf(id, sizeof(id), "m%d", i);
@@ -495,55 +450,49 @@ START_TEST(test_unlimited_unchanged) {
 END_TEST
 
 /* dtqctl limit set | list | remove, and enqueue --limit-key. */
-static int ctl(char **out, const char *args) {
-    char env[600];
-    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", R.url);
-    return th_run_dtqctl(&R, out, env, args);
-}
-
 START_TEST(test_dtqctl_limits) {
     char *out = NULL;
     cJSON *l;
-    ck_assert_int_eq(ctl(&out, "limit set mail:send --rate 100/10s --burst 3 --per-key"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit set mail:send --rate 100/10s --burst 3 --per-key"), 0);
     ck_assert_msg(strstr(out, "set"), "%s", out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit set mail --concurrency 4"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit set mail --concurrency 4"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit set mail:other --rate 5/m"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit set mail:other --rate 5/m"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit set mail:x --rate 5/fortnight"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit set mail:x --rate 5/fortnight"), 2);
     ck_assert_msg(strstr(out, "--rate needs N/PERIOD"), "%s", out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit set mail:x --per-key"), 2);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit set mail:x --per-key"), 2);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit set mail:x --rate 5/s --burst -1"), 1); /* refused */
+    ck_assert_int_eq(th_ctl(&R, &out, "limit set mail:x --rate 5/s --burst -1"), 1); /* refused */
     ck_assert_msg(strstr(out, "burst must be an integer"), "%s", out);
     free(out);
     l = limit_list();
     ck_assert_int_eq(cJSON_GetArraySize(l), 3);
-    ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 0), "concurrency"), 4);
-    ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 1), "rate"), 5);
-    ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 1), "period_ms"), 60000);
-    ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 2), "rate"), 100);
-    ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 2), "period_ms"), 10000);
-    ck_assert_int_eq((int)num(cJSON_GetArrayItem(l, 2), "burst"), 3);
-    ck_assert(cJSON_IsTrue(get(cJSON_GetArrayItem(l, 2), "per_key")));
+    ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 0), "concurrency"), 4);
+    ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 1), "rate"), 5);
+    ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 1), "period_ms"), 60000);
+    ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 2), "rate"), 100);
+    ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 2), "period_ms"), 10000);
+    ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 2), "burst"), 3);
+    ck_assert(cJSON_IsTrue(th_json_at(cJSON_GetArrayItem(l, 2), "per_key")));
     cJSON_Delete(l);
-    ck_assert_int_eq(ctl(&out, "limit list"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit list"), 0);
     ck_assert_msg(strstr(out, "mail:send") && strstr(out, "100/10s") && strstr(out, "5/m"), "%s",
                   out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit list --json"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit list --json"), 0);
     l = cJSON_Parse(out);
     ck_assert_msg(cJSON_IsArray(l) && cJSON_GetArraySize(l) == 3, "%s", out);
     cJSON_Delete(l);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit remove mail:other"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit remove mail:other"), 0);
     free(out);
-    ck_assert_int_eq(ctl(&out, "limit remove mail:other"), 1);
+    ck_assert_int_eq(th_ctl(&R, &out, "limit remove mail:other"), 1);
     ck_assert_msg(strstr(out, "NOT_FOUND"), "%s", out);
     free(out);
-    ck_assert_int_eq(ctl(&out, "enqueue mail send {} --id e1 --limit-key cust-9"), 0);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue mail send {} --id e1 --limit-key cust-9"), 0);
     free(out);
     field_is("e1", "limit_key", "cust-9");
 }
@@ -611,8 +560,8 @@ START_TEST(test_rate_across_daemons) {
     th_daemon d[3];
     static long long starts[NRATE];
     long long free_end = 0, lim_end = 0;
-    expect_str("set", "FCALL dtq_limit_set 0 me lim noop rate 20 period_ms 1000");
-    groups("lim");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me lim noop rate 20 period_ms 1000"), "set");
+    th_queue_groups(C, "lim");
     for (int i = 0; i < NRATE; i++) {
         char id[16];
         snprintf(id, sizeof(id), "L%d", i);
@@ -666,8 +615,8 @@ START_TEST(test_concurrency_across_daemons) {
     long long start[NCONC + 1], end[NCONC + 1], killed_at;
     char *victim_worker = NULL;
     int victim = -1;
-    expect_str("set", "FCALL dtq_limit_set 0 me lim sleep concurrency 2");
-    groups("lim");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me lim sleep concurrency 2"), "set");
+    th_queue_groups(C, "lim");
     start_daemons(d, 3);
     for (int i = 0; i < NCONC; i++) {
         char id[16];
@@ -694,7 +643,7 @@ START_TEST(test_concurrency_across_daemons) {
         snprintf(id, sizeof(id), "w%d", i);
         if (!strcmp(id, victim_worker)) th_daemon_stop(&d[i], SIGKILL, 5000);
     }
-    killed_at = redis_ms();
+    killed_at = th_redis_ms(C);
     for (int i = 0; i < NCONC; i++) {
         char id[16];
         snprintf(id, sizeof(id), "c%d", i);
@@ -728,8 +677,8 @@ START_TEST(test_per_key_across_daemons) {
     th_daemon d[3];
     const char *ids[4] = {"a1", "a2", "b1", "b2"};
     long long start[4], end[4];
-    expect_str("set", "FCALL dtq_limit_set 0 me lim sleep concurrency 1 per_key 1");
-    groups("lim");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me lim sleep concurrency 1 per_key 1"), "set");
+    th_queue_groups(C, "lim");
     enqueue_p("lim", "sleep", "a1", "{\"ms\":1000}", "limit_key", "A");
     enqueue_p("lim", "sleep", "a2", "{\"ms\":1000}", "limit_key", "A");
     enqueue_p("lim", "sleep", "b1", "{\"ms\":1000}", "limit_key", "B");

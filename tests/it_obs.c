@@ -42,20 +42,6 @@ static void teardown(void) {
     th_fixture_stop(&R, &C);
 }
 
-static int free_port(void) {
-    struct sockaddr_in sa = {0};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, len), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 /* Starts a daemon with the test's handlers and `extra` config; with port > 0, [http] too. */
 static void start(th_daemon *d, const char *id, int port, const char *extra) {
     char ini[4096], http[64] = "";
@@ -66,24 +52,6 @@ static void start(th_daemon *d, const char *id, int port, const char *extra) {
              id, extra, http, FAST_RETRY, FAST_SCHED, HANDLERS);
     th_daemon_start(d, &R, ini);
     th_daemon_wait_ready(C, id, 10000);
-}
-
-static void enqueue(const char *id, const char *type, const char *payload, const char *opts) {
-    char cmd[512];
-    redisReply *r;
-    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 default %s %%s task_id %s %s", type, id,
-             opts ? opts : "");
-    r = th_cmd(C, cmd, payload);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
-static void wait_status(const char *id, const char *status, int ms) {
-    if (!th_wait_status(C, id, status, ms)) {
-        char *s = th_task_field(C, id, "status");
-        ck_abort_msg("task %s: want status %s within %d ms, have %s", id, status, ms,
-                     s ? s : "(nil)");
-    }
 }
 
 /* ---- /metrics through Prometheus' parser ---- */
@@ -120,31 +88,6 @@ static char *scrape(int port) {
     return body;
 }
 
-/* The families of a /metrics body as tests/prom_parse.py reports them; fails the test when
- * Prometheus' parser refuses the text. */
-static cJSON *parse_metrics(const char *body) {
-    char in[512], out[512], cmd[1600], *json;
-    FILE *f;
-    cJSON *fams;
-    th_path(&R, "metrics.txt", in, sizeof(in));
-    th_path(&R, "metrics.json", out, sizeof(out));
-    f = fopen(in, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(body, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/prom_parse.py < %s > %s", DTQ_SOURCE_DIR,
-             in, out);
-    ck_assert_msg(system(cmd) == 0,
-                  "prometheus_client cannot parse /metrics (is python3-prometheus-client "
-                  "installed? scripts/test installs it): %s",
-                  in);
-    json = th_read_file(out);
-    fams = cJSON_Parse(json);
-    free(json);
-    ck_assert_ptr_nonnull(fams);
-    return fams;
-}
-
 static cJSON *family(cJSON *fams, const char *name) {
     cJSON *f;
     cJSON_ArrayForEach(f, fams) {
@@ -153,34 +96,8 @@ static cJSON *family(cJSON *fams, const char *name) {
     return NULL;
 }
 
-/* The value of the sample `name` whose labels are exactly `labels` ("k=v,k=v", "" for
- * none); NAN when there is no such sample. */
-static double value(cJSON *fams, const char *name, const char *labels) {
-    cJSON *f, *s;
-    cJSON_ArrayForEach(f, fams) {
-        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "samples")) {
-            cJSON *l = cJSON_GetObjectItem(s, "labels"), *v = cJSON_GetObjectItem(s, "value");
-            char want[512], *save = NULL, *tok;
-            int n = 0, match = 1;
-            if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name)) continue;
-            snprintf(want, sizeof(want), "%s", labels);
-            for (tok = strtok_r(want, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                char *eq = strchr(tok, '=');
-                cJSON *have;
-                *eq = '\0';
-                have = cJSON_GetObjectItem(l, tok);
-                if (!have || strcmp(have->valuestring, eq + 1)) match = 0;
-                n++;
-            }
-            if (match && n == cJSON_GetArraySize(l))
-                return cJSON_IsNumber(v) ? v->valuedouble : INFINITY;
-        }
-    }
-    return NAN;
-}
-
 static void assert_value(cJSON *fams, const char *name, const char *labels, double want) {
-    double have = value(fams, name, labels);
+    double have = th_metrics_value(fams, name, labels);
     ck_assert_msg(have == want, "%s{%s} is %g, want %g", name, labels, have, want);
 }
 
@@ -208,7 +125,7 @@ static int total_reached(void *arg) {
     scrape_until *u = arg;
     char *body = scrape(u->port);
     if (u->fams) cJSON_Delete(u->fams);
-    u->fams = parse_metrics(body);
+    u->fams = th_metrics_parse(&R, body);
     free(body);
     return total(u->fams, u->name) >= u->want;
 }
@@ -265,37 +182,37 @@ static void assert_histogram(cJSON *fams, const char *name, const char *labels) 
     for (size_t i = 0; i < sizeof(le) / sizeof(le[0]); i++) {
         double v;
         snprintf(l, sizeof(l), "%s,le=%s", labels, le[i]);
-        v = value(fams, bucket, l);
+        v = th_metrics_value(fams, bucket, l);
         ck_assert_msg(!isnan(v), "no %s{%s}", bucket, l);
         ck_assert_msg(v >= prev, "%s{%s} = %g < the bucket before, %g", bucket, l, v, prev);
         prev = v;
     }
     snprintf(l, sizeof(l), "%s_count", name);
-    count = value(fams, l, labels);
+    count = th_metrics_value(fams, l, labels);
     ck_assert_msg(count == prev, "%s{%s} is %g, +Inf bucket %g", l, labels, count, prev);
 }
 
 START_TEST(test_metrics) {
     th_daemon d;
-    int port = free_port();
+    int port = th_free_port();
     char *body;
     cJSON *fams;
     char l[256];
     /* Three tasks wait 1.2 s before any worker runs: their wait is above 1 s. */
-    enqueue("ok1", "ok", "{}", NULL);
-    enqueue("ok2", "ok", "{}", NULL);
-    enqueue("ok3", "ok", "{}", NULL);
+    th_enqueue(C, "default", "ok1", "ok", "{}", NULL);
+    th_enqueue(C, "default", "ok2", "ok", "{}", NULL);
+    th_enqueue(C, "default", "ok3", "ok", "{}", NULL);
     th_sleep_ms(1200);
     start(&d, "w-metrics", port, "");
-    enqueue("flaky1", "flaky", "{\"succeed_on\": 2}", NULL);
-    enqueue("fail1", "fail", "{\"message\": \"no\"}", NULL);
-    enqueue("slow1", "slow", "{\"ms\": 5000}", NULL);
-    enqueue("mystery1", "mystery", "{}", NULL);
-    wait_status("flaky1", "succeeded", 10000);
-    wait_status("fail1", "dead_lettered", 10000);
-    wait_status("slow1", "dead_lettered", 10000);
-    wait_status("mystery1", "dead_lettered", 10000);
-    wait_status("ok3", "succeeded", 10000);
+    th_enqueue(C, "default", "flaky1", "flaky", "{\"succeed_on\": 2}", NULL);
+    th_enqueue(C, "default", "fail1", "fail", "{\"message\": \"no\"}", NULL);
+    th_enqueue(C, "default", "slow1", "slow", "{\"ms\": 5000}", NULL);
+    th_enqueue(C, "default", "mystery1", "mystery", "{}", NULL);
+    th_expect_status(C, "flaky1", "succeeded", 10000);
+    th_expect_status(C, "fail1", "dead_lettered", 10000);
+    th_expect_status(C, "slow1", "dead_lettered", 10000);
+    th_expect_status(C, "mystery1", "dead_lettered", 10000);
+    th_expect_status(C, "ok3", "succeeded", 10000);
 
     /* 8 attempts: 3 ok, 2 flaky (a retry, then a success), fail, slow, mystery. */
     fams = scrape_until_total(port, "dtq_tasks_total", 8);
@@ -332,7 +249,8 @@ START_TEST(test_metrics) {
     assert_value(fams, "dtq_task_duration_seconds_count", "queue=default,task_type=slow", 1);
     assert_value(fams, "dtq_task_duration_seconds_bucket", "queue=default,task_type=slow,le=0.25",
                  0);
-    ck_assert(value(fams, "dtq_task_duration_seconds_sum", "queue=default,task_type=slow") >= 0.29);
+    ck_assert(th_metrics_value(fams, "dtq_task_duration_seconds_sum",
+                               "queue=default,task_type=slow") >= 0.29);
     /* an unknown type's handler never ran: no run time */
     assert_value(fams, "dtq_task_duration_seconds_count", "queue=default,task_type=_other", 0);
 
@@ -342,8 +260,8 @@ START_TEST(test_metrics) {
         "histogram");
     assert_histogram(fams, "dtq_task_wait_seconds", "queue=default");
     assert_value(fams, "dtq_task_wait_seconds_count", "queue=default", 8);
-    ck_assert(value(fams, "dtq_task_wait_seconds_bucket", "queue=default,le=1") <= 5);
-    ck_assert(value(fams, "dtq_task_wait_seconds_sum", "queue=default") >= 3 * 1.2);
+    ck_assert(th_metrics_value(fams, "dtq_task_wait_seconds_bucket", "queue=default,le=1") <= 5);
+    ck_assert(th_metrics_value(fams, "dtq_task_wait_seconds_sum", "queue=default") >= 3 * 1.2);
 
     /* The series reference.md documented before stay, with the same meaning. */
     assert_value(fams, "dtq_tasks_processed_total", "", 8);
@@ -352,12 +270,12 @@ START_TEST(test_metrics) {
     assert_value(fams, "dtq_tasks_retried_total", "", 1);
     assert_value(fams, "dtq_concurrency", "", 16);
     assert_value(fams, "dtq_redis_connected", "", 1);
-    ck_assert(!isnan(value(fams, "dtq_finish_batches_total", "")));
-    ck_assert(!isnan(value(fams, "dtq_active_tasks", "")));
-    ck_assert(!isnan(value(fams, "dtq_scheduler_leader", "")));
-    ck_assert(!isnan(value(fams, "dtq_scheduler_scheduled", "")));
-    ck_assert(!isnan(value(fams, "dtq_scheduler_claimed", "")));
-    ck_assert(!isnan(value(fams, "dtq_scheduler_promoted_total", "")));
+    ck_assert(!isnan(th_metrics_value(fams, "dtq_finish_batches_total", "")));
+    ck_assert(!isnan(th_metrics_value(fams, "dtq_active_tasks", "")));
+    ck_assert(!isnan(th_metrics_value(fams, "dtq_scheduler_leader", "")));
+    ck_assert(!isnan(th_metrics_value(fams, "dtq_scheduler_scheduled", "")));
+    ck_assert(!isnan(th_metrics_value(fams, "dtq_scheduler_claimed", "")));
+    ck_assert(!isnan(th_metrics_value(fams, "dtq_scheduler_promoted_total", "")));
     cJSON_Delete(fams);
 
     /* The task's own type name never becomes a label value. */
@@ -376,7 +294,7 @@ START_TEST(test_metrics) {
     kill(d.pid, SIGHUP);
     ck_assert(th_wait_log(d.log, "SIGHUP: configuration reloaded", 1, 5000));
     body = scrape(port);
-    fams = parse_metrics(body);
+    fams = th_metrics_parse(&R, body);
     free(body);
     assert_value(fams, "dtq_tasks_total", "queue=default,task_type=late,outcome=succeeded", 0);
     assert_value(fams, "dtq_tasks_total", "queue=default,task_type=ok,outcome=succeeded", 3);
@@ -454,22 +372,22 @@ START_TEST(test_json_lines) {
     char *text;
     start(&d, "w-json", 0, "[log]\nformat = json\n");
     /* a retry, then a dead letter; the error's first line only */
-    enqueue("j-fail", "fail",
-            "{\"message\": \"boom \\\"quoted\\\"\\nsecond line\", \"retryable\": true}",
-            "max_attempts 2");
-    enqueue("j-slow", "slow", "{\"ms\": 5000}", NULL);
-    enqueue("j-ok", "ok", "{}", NULL);
-    enqueue("j-nap", "nap", "{\"ms\": 60000}", NULL);
-    enqueue("j-last", "nap", "{\"ms\": 60000}", NULL);
-    wait_status("j-fail", "dead_lettered", 10000);
-    wait_status("j-slow", "dead_lettered", 10000);
-    wait_status("j-ok", "succeeded", 10000);
-    wait_status("j-nap", "running", 10000);
+    th_enqueue(C, "default", "j-fail", "fail",
+               "{\"message\": \"boom \\\"quoted\\\"\\nsecond line\", \"retryable\": true}",
+               "max_attempts 2");
+    th_enqueue(C, "default", "j-slow", "slow", "{\"ms\": 5000}", NULL);
+    th_enqueue(C, "default", "j-ok", "ok", "{}", NULL);
+    th_enqueue(C, "default", "j-nap", "nap", "{\"ms\": 60000}", NULL);
+    th_enqueue(C, "default", "j-last", "nap", "{\"ms\": 60000}", NULL);
+    th_expect_status(C, "j-fail", "dead_lettered", 10000);
+    th_expect_status(C, "j-slow", "dead_lettered", 10000);
+    th_expect_status(C, "j-ok", "succeeded", 10000);
+    th_expect_status(C, "j-nap", "running", 10000);
     r = th_cmd(C, "FCALL dtq_cancel 0 j-nap");
     freeReplyObject(r);
-    wait_status("j-nap", "cancelled", 10000);
+    th_expect_status(C, "j-nap", "cancelled", 10000);
     ck_assert(th_wait_log(d.log, "\"msg\":\"task cancelled\"", 1, 5000));
-    wait_status("j-last", "running", 10000);
+    th_expect_status(C, "j-last", "running", 10000);
     /* the drain runs out of time (1 s) and hands j-last back */
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 
@@ -545,10 +463,10 @@ START_TEST(test_text_lines) {
     th_daemon d;
     char *line;
     start(&d, "w-text", 0, "[log]\nlevel = debug\n");
-    enqueue("t-ok", "ok", "{}", NULL);
-    enqueue("t-fail", "fail", "{\"message\": \"no = good\\nmore\"}", NULL);
-    wait_status("t-ok", "succeeded", 10000);
-    wait_status("t-fail", "dead_lettered", 10000);
+    th_enqueue(C, "default", "t-ok", "ok", "{}", NULL);
+    th_enqueue(C, "default", "t-fail", "fail", "{\"message\": \"no = good\\nmore\"}", NULL);
+    th_expect_status(C, "t-ok", "succeeded", 10000);
+    th_expect_status(C, "t-fail", "dead_lettered", 10000);
     ck_assert(th_wait_log(d.log, "task_id=t-fail", 1, 5000));
     ck_assert(th_wait_log(d.log, "task_id=t-ok", 1, 5000));
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
@@ -587,22 +505,23 @@ START_TEST(test_rate_limit) {
     /* A poisoned burst: N tasks that all fail the same way, there before the worker is. */
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof(id), "p%d", i);
-        enqueue(id, "fail", "{\"message\": \"poison\"}", NULL);
+        th_enqueue(C, "default", id, "fail", "{\"message\": \"poison\"}", NULL);
     }
     /* and R that fail twice, retryable: their retries must not hide their dead letters */
     for (int i = 0; i < R_N; i++) {
         snprintf(id, sizeof(id), "r%d", i);
-        enqueue(id, "fail", "{\"message\": \"again\", \"retryable\": true}", "max_attempts 2");
+        th_enqueue(C, "default", id, "fail", "{\"message\": \"again\", \"retryable\": true}",
+                   "max_attempts 2");
     }
     t0 = th_now_ms();
     start(&d, "w-burst", 0, "[log]\nformat = json\ntask_lines_per_s = 3\n");
     for (int i = 0; i < N; i++) {
         snprintf(id, sizeof(id), "p%d", i);
-        wait_status(id, "dead_lettered", 10000);
+        th_expect_status(C, id, "dead_lettered", 10000);
     }
     for (int i = 0; i < R_N; i++) {
         snprintf(id, sizeof(id), "r%d", i);
-        wait_status(id, "dead_lettered", 10000);
+        th_expect_status(C, id, "dead_lettered", 10000);
     }
     elapsed_s = (double)(th_now_ms() - t0) / 1000.0;
     ck_assert_msg(th_wait_log(d.log, "task lines suppressed by the rate limit", 1, 5000),

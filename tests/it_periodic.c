@@ -9,7 +9,6 @@
 #include <cjson/cJSON.h>
 #include <check.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,35 +16,9 @@
 #include "harness.h"
 #include "util.h"
 
-static th_redis R;
-static redisContext *C;
-
-static void setup(void) {
-    th_fixture_start(&R, &C, TH_LIBRARY, NULL);
-}
-
-static void teardown(void) {
-    th_fixture_stop(&R, &C);
-}
+TH_LIBRARY_FIXTURE();
 
 /* ----------------------------------------------------------------- helpers */
-
-static redisReply *cmd(const char *fmt, ...) {
-    va_list ap;
-    redisReply *r;
-    va_start(ap, fmt);
-    r = redisvCommand(C, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "%s: %s", fmt, C->errstr);
-    return r;
-}
-
-static void expect_str(redisReply *r, const char *want) {
-    ck_assert_msg(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS,
-                  "want %s, got type %d %s", want, r->type, r->str ? r->str : "");
-    ck_assert_str_eq(r->str, want);
-    freeReplyObject(r);
-}
 
 static void expect_error(redisReply *r, const char *prefix) {
     ck_assert_msg(r->type == REDIS_REPLY_ERROR, "want %s, got type %d", prefix, r->type);
@@ -53,16 +26,9 @@ static void expect_error(redisReply *r, const char *prefix) {
     freeReplyObject(r);
 }
 
-static int64_t redis_ms(void) {
-    redisReply *r = cmd("TIME");
-    int64_t ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
-    freeReplyObject(r);
-    return ms;
-}
-
 /* cron_list's schedule `name` as JSON (caller deletes the root in *root). */
 static const cJSON *schedule(const char *name, cJSON **root) {
-    redisReply *r = cmd("FCALL_RO dtq_cron_list 0 %s", name);
+    redisReply *r = th_cmd(C, "FCALL_RO dtq_cron_list 0 %s", name);
     ck_assert_msg(r->type == REDIS_REPLY_STRING, "cron_list: %s", r->str ? r->str : "");
     *root = cJSON_Parse(r->str);
     freeReplyObject(r);
@@ -70,22 +36,9 @@ static const cJSON *schedule(const char *name, cJSON **root) {
     return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(*root, "schedules"), 0);
 }
 
-static double num(const cJSON *o, const char *name) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", name);
-    return v->valuedouble;
-}
-
-/* dtqctl told the URL. */
-static int ctl(char **out, const char *args) {
-    char env[600];
-    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", R.url);
-    return th_run_dtqctl(&R, out, env, args);
-}
-
 /* The gen field of a schedule (what cron_due hands the leader). */
 static char *gen_of(const char *queue, const char *name) {
-    redisReply *r = cmd("HGET dtq:cron:%s:%s gen", queue, name);
+    redisReply *r = th_cmd(C, "HGET dtq:cron:%s:%s gen", queue, name);
     char *g;
     ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
     g = strdup(r->str);
@@ -95,10 +48,10 @@ static char *gen_of(const char *queue, const char *name) {
 
 /* The fire times of the tasks of schedule `name`, sorted, into out (at most max); n. */
 static int fire_times(const char *name, int64_t *out, int max) {
-    redisReply *keys = cmd("KEYS dtq:task:*");
+    redisReply *keys = th_cmd(C, "KEYS dtq:task:*");
     int n = 0;
     for (size_t i = 0; i < keys->elements; i++) {
-        redisReply *f = cmd("HMGET %s cron fire_time", keys->element[i]->str);
+        redisReply *f = th_cmd(C, "HMGET %s cron fire_time", keys->element[i]->str);
         if (f->element[0]->type == REDIS_REPLY_STRING && !strcmp(f->element[0]->str, name)) {
             ck_assert_int_lt(n, max);
             out[n++] = atoll(f->element[1]->str);
@@ -153,36 +106,40 @@ START_TEST(test_set_refusals_and_replace) {
     cJSON *root;
     const cJSON *s;
     char *g1, *g2;
-    expect_error(cmd("FCALL dtq_cron_set 0 a bad:name %s q t {}", "@every 1s"),
+    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a bad:name %s q t {}", "@every 1s"),
                  "INVALID_ARGUMENT name");
-    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {", "@every 1s"), "INVALID_ARGUMENT payload");
-    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} catch_up later", "@every 1s"),
+    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {", "@every 1s"),
+                 "INVALID_ARGUMENT payload");
+    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} catch_up later", "@every 1s"),
                  "INVALID_ARGUMENT catch_up");
-    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz ../etc", "@every 1s"),
+    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz ../etc", "@every 1s"),
                  "INVALID_ARGUMENT tz");
-    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} priority 99", "@every 1s"),
+    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} priority 99", "@every 1s"),
                  "INVALID_ARGUMENT priority");
-    expect_error(cmd("FCALL dtq_cron_set 0 a n %s q t {} color red", "@every 1s"),
+    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} color red", "@every 1s"),
                  "INVALID_ARGUMENT unknown option color");
-    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"), "created");
-    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"),
-               "unchanged");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"),
+                  "created");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"),
+                  "unchanged");
     g1 = gen_of("q", "n");
     /* a new payload replaces without replanning; a new spec replans (a new generation) */
-    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {\"x\":1} tz Europe/Berlin", "0 3 * * *"),
-               "replaced");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {\"x\":1} tz Europe/Berlin", "0 3 * * *"),
+        "replaced");
     g2 = gen_of("q", "n");
     ck_assert_str_eq(g1, g2);
     free(g2);
-    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 4 * * *"), "replaced");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 4 * * *"),
+                  "replaced");
     g2 = gen_of("q", "n");
     ck_assert_str_ne(g1, g2);
     free(g1);
     free(g2);
     /* moved to another queue: the old key is gone */
-    expect_str(cmd("FCALL dtq_cron_set 0 a n %s q2 t {} tz Europe/Berlin", "0 4 * * *"),
-               "replaced");
-    ck_assert_int_eq(th_int(cmd("EXISTS dtq:cron:q:n")), 0);
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q2 t {} tz Europe/Berlin", "0 4 * * *"),
+                  "replaced");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:cron:q:n")), 0);
     s = schedule("n", &root);
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "queue")->valuestring, "q2");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "tz")->valuestring, "Europe/Berlin");
@@ -191,19 +148,20 @@ START_TEST(test_set_refusals_and_replace) {
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "origin")->valuestring, "runtime");
     cJSON_Delete(root);
     /* every change is audited */
-    ck_assert_int_eq(th_int(cmd("XLEN dtq:stream:audit")), 4); /* not for `unchanged` */
-    expect_error(cmd("FCALL dtq_cron_remove 0 a nope"), "NOT_FOUND");
-    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_remove 0 a n")), 1);
-    ck_assert_int_eq(th_int(cmd("HLEN dtq:crons")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:audit")), 4); /* not for `unchanged` */
+    expect_error(th_cmd(C, "FCALL dtq_cron_remove 0 a nope"), "NOT_FOUND");
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_remove 0 a n")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "HLEN dtq:crons")), 0);
 }
 END_TEST
 
 START_TEST(test_fire_once_and_never_early) {
-    int64_t now = redis_ms(), f[8];
+    int64_t now = th_redis_ms(C), f[8];
     char fires[128], next[32], *g;
     cJSON *root;
     const cJSON *s;
-    expect_str(cmd("FCALL dtq_cron_set 0 a tick %s q t {\"k\":1}", "@every 1s"), "created");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a tick %s q t {\"k\":1}", "@every 1s"),
+                  "created");
     g = gen_of("q", "tick");
     snprintf(fires, sizeof(fires), "%lld %lld", (long long)(now - 2000), (long long)(now - 1000));
     snprintf(next, sizeof(next), "%lld", (long long)(now + 1000));
@@ -221,19 +179,19 @@ START_TEST(test_fire_once_and_never_early) {
     ck_assert_int_eq(f[0], now - 2000);
     ck_assert_int_eq(f[1], now - 1000);
     s = schedule("tick", &root);
-    ck_assert_int_eq((int64_t)num(s, "last_fire_ms"), now - 1000);
-    ck_assert_int_eq((int64_t)num(s, "next_fire_ms"), now + 60000);
+    ck_assert_int_eq((int64_t)th_json_num(s, "last_fire_ms"), now - 1000);
+    ck_assert_int_eq((int64_t)th_json_num(s, "next_fire_ms"), now + 60000);
     ck_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "last_task_id")));
     cJSON_Delete(root);
     /* the task is an ordinary task of the queue, with cron and fire_time */
-    ck_assert_int_eq(th_int(cmd("XLEN dtq:stream:q:p5")), 2);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:q:p5")), 2);
     /* paused: fires nothing */
-    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_pause 0 a tick")), 1);
-    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_pause 0 a tick")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_pause 0 a tick")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_pause 0 a tick")), 0);
     ck_assert_int_eq(fire("q", "tick", g, 60000, next, fires), 0);
     free(g);
     /* resumed: a new generation, replanned from now (no catch-up of the pause) */
-    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_resume 0 a tick")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_resume 0 a tick")), 1);
     s = schedule("tick", &root);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "next_fire_ms")));
     cJSON_Delete(root);
@@ -244,11 +202,12 @@ END_TEST
  * are missed and the two newest on time, with grace 500 all six are missed. */
 static void catch_up_fired(const char *name, const char *policy, long long grace,
                            int64_t *newest_missed) {
-    int64_t now = redis_ms();
+    int64_t now = th_redis_ms(C);
     char fires[256], *g;
     int n = 0;
-    expect_str(cmd("FCALL dtq_cron_set 0 a %s %s q t {} catch_up %s", name, "@every 1s", policy),
-               "created");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a %s %s q t {} catch_up %s", name, "@every 1s", policy),
+        "created");
     g = gen_of("q", name);
     for (int i = 6; i >= 1; i--)
         n += snprintf(fires + n, sizeof(fires) - (size_t)n, "%s%lld", n ? " " : "",
@@ -285,24 +244,24 @@ END_TEST
 /* A schedule removed and set again never takes a generation an old cron_fire carries, and
  * setting a schedule again clears the error a leader recorded. */
 START_TEST(test_generations_and_error_reset) {
-    int64_t now = redis_ms(), f[4];
+    int64_t now = th_redis_ms(C), f[4];
     char fires[32], *g_old, *g_new;
     cJSON *root;
     const cJSON *s;
     redisReply *r;
-    expect_str(cmd("FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "created");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "created");
     g_old = gen_of("q", "re");
-    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_remove 0 a re")), 1);
-    expect_str(cmd("FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "created");
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_remove 0 a re")), 1);
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "created");
     g_new = gen_of("q", "re");
     ck_assert_str_ne(g_old, g_new);
     snprintf(fires, sizeof(fires), "%lld", (long long)(now - 500));
     ck_assert_int_eq(fire("q", "re", g_old, 60000, "", fires), 0);
     ck_assert_int_eq(fire_times("re", f, 4), 0);
     /* an error recorded, then the same set again: cleared and planned afresh */
-    r = cmd("FCALL dtq_cron_fire 0 w1 re q %s 1000 %s %s", g_new, "", "spec: broken");
+    r = th_cmd(C, "FCALL dtq_cron_fire 0 w1 re q %s 1000 %s %s", g_new, "", "spec: broken");
     freeReplyObject(r);
-    expect_str(cmd("FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "unchanged");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a re %s q t {}", "@every 1s"), "unchanged");
     s = schedule("re", &root);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(s, "error")));
     cJSON_Delete(root);
@@ -316,13 +275,15 @@ START_TEST(test_run_error_and_sync) {
     cJSON *root;
     const cJSON *s;
     char *g;
-    expect_str(cmd("FCALL dtq_cron_set 0 a mine %s q t {} origin config:h:/a.ini", "@hourly"),
-               "created");
-    expect_str(cmd("FCALL dtq_cron_set 0 a theirs %s q t {} origin config:h:/b.ini", "@hourly"),
-               "created");
-    expect_str(cmd("FCALL dtq_cron_set 0 a live %s q t {}", "@hourly"), "created");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a mine %s q t {} origin config:h:/a.ini", "@hourly"),
+        "created");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a theirs %s q t {} origin config:h:/b.ini", "@hourly"),
+        "created");
+    th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a live %s q t {}", "@hourly"), "created");
     /* run: a task now, last_fire untouched */
-    r = cmd("FCALL dtq_cron_run 0 a live");
+    r = th_cmd(C, "FCALL dtq_cron_run 0 a live");
     ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
     th_assert_field(C, r->str, "cron", "live");
     th_assert_field(C, r->str, "status", "queued");
@@ -332,22 +293,22 @@ START_TEST(test_run_error_and_sync) {
     cJSON_Delete(root);
     /* an error the leader reports: recorded, and cron_due no longer hands it out */
     g = gen_of("q", "live");
-    r = cmd("FCALL dtq_cron_fire 0 w1 live q %s 1000 %s %s", g, "", "spec: broken");
+    r = th_cmd(C, "FCALL dtq_cron_fire 0 w1 live q %s 1000 %s %s", g, "", "spec: broken");
     freeReplyObject(r);
     free(g);
     s = schedule("live", &root);
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "error")->valuestring, "spec: broken");
     cJSON_Delete(root);
-    r = cmd("FCALL_RO dtq_cron_due 0");
+    r = th_cmd(C, "FCALL_RO dtq_cron_due 0");
     for (size_t i = 4; i < r->elements; i++)
         ck_assert_str_ne(r->element[i]->element[0]->str, "live");
     ck_assert_int_eq(r->elements, 4 + 2); /* mine and theirs, unplanned */
     freeReplyObject(r);
     /* a sync of /a.ini without `mine` removes it, and nothing of another origin */
-    ck_assert_int_eq(th_int(cmd("FCALL dtq_cron_sync 0 a config:h:/a.ini")), 1);
-    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons mine")), 0);
-    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons theirs")), 1);
-    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons live")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_sync 0 a config:h:/a.ini")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:crons mine")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:crons theirs")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:crons live")), 1);
 }
 END_TEST
 
@@ -360,7 +321,7 @@ END_TEST
     "[handler:tick]\nbuiltin = noop\n"
 
 static int leader_is(const char *id) {
-    redisReply *r = cmd("GET dtq:lock:scheduler");
+    redisReply *r = th_cmd(C, "GET dtq:lock:scheduler");
     int yes = r->type == REDIS_REPLY_STRING && !strcmp(r->str, id);
     freeReplyObject(r);
     return yes;
@@ -389,9 +350,10 @@ START_TEST(test_every_second_across_leader_kill) {
     th_daemon_wait_ready(C, "w-a", 10000);
     th_daemon_start(&b, &R, CRON_WORKER_INI("w-b"));
     th_daemon_wait_ready(C, "w-b", 10000);
-    expect_str(cmd("FCALL dtq_cron_set 0 a tick %s ticks tick {} catch_up all", "@every 1s"),
-               "created");
-    t0 = redis_ms();
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a tick %s ticks tick {} catch_up all", "@every 1s"),
+        "created");
+    t0 = th_redis_ms(C);
     th_sleep_ms(6000);
     /* SIGKILL whoever leads: the other takes the lock when it lapses */
     if (leader_is("w-a")) {
@@ -403,7 +365,7 @@ START_TEST(test_every_second_across_leader_kill) {
         th_sleep_ms(6000);
         th_daemon_stop(&a, SIGTERM, 10000);
     }
-    t1 = redis_ms();
+    t1 = th_redis_ms(C);
     n = fire_times("tick", f, 64);
     /* every second of the window exactly once (the first fire is anchor + 1 s) */
     assert_one_per_second(f, n, t0 + 1000, t1 - 2000);
@@ -418,17 +380,20 @@ START_TEST(test_catch_up_after_downtime) {
     int missing[3];
     th_daemon_start(&d, &R, CRON_WORKER_INI("w-c"));
     th_daemon_wait_ready(C, "w-c", 10000);
-    expect_str(cmd("FCALL dtq_cron_set 0 a c_all %s ticks tick {} catch_up all", "@every 1s"),
-               "created");
-    expect_str(cmd("FCALL dtq_cron_set 0 a c_skip %s ticks tick {} catch_up skip", "@every 1s"),
-               "created");
-    expect_str(cmd("FCALL dtq_cron_set 0 a c_none %s ticks tick {} catch_up none", "@every 1s"),
-               "created");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a c_all %s ticks tick {} catch_up all", "@every 1s"),
+        "created");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a c_skip %s ticks tick {} catch_up skip", "@every 1s"),
+        "created");
+    th_expect_str(
+        th_cmd(C, "FCALL dtq_cron_set 0 a c_none %s ticks tick {} catch_up none", "@every 1s"),
+        "created");
     th_sleep_ms(3000);
     th_daemon_stop(&d, SIGTERM, 10000);
-    t_stop = redis_ms();
+    t_stop = th_redis_ms(C);
     th_sleep_ms(5000);
-    t_start = redis_ms();
+    t_start = th_redis_ms(C);
     th_daemon_start(&d, &R, CRON_WORKER_INI("w-c"));
     th_daemon_wait_ready(C, "w-c", 10000);
     th_sleep_ms(3000);
@@ -468,24 +433,24 @@ START_TEST(test_config_sections_and_sighup) {
                           "[cron:hourly]\nspec = @hourly\nqueue = ticks\ntask_type = tick\n");
     th_daemon_start(&d, &R, ini);
     th_daemon_wait_ready(C, "w-cfg", 10000);
-    for (int i = 0; i < 100 && th_int(cmd("HLEN dtq:crons")) < 2; i++) th_sleep_ms(50);
-    ck_assert_int_eq(th_int(cmd("HLEN dtq:crons")), 2);
+    for (int i = 0; i < 100 && th_int(th_cmd(C, "HLEN dtq:crons")) < 2; i++) th_sleep_ms(50);
+    ck_assert_int_eq(th_int(th_cmd(C, "HLEN dtq:crons")), 2);
     /* the leader plans them: a next fire time in the future */
     for (int i = 0; i < 100; i++) {
-        redisReply *r = cmd("HGET dtq:cron:ticks:nightly next_fire");
+        redisReply *r = th_cmd(C, "HGET dtq:cron:ticks:nightly next_fire");
         int planned = r->type == REDIS_REPLY_STRING && *r->str;
         freeReplyObject(r);
         if (planned) break;
         th_sleep_ms(50);
     }
     {
-        redisReply *r = cmd("HGET dtq:cron:ticks:nightly next_fire");
+        redisReply *r = th_cmd(C, "HGET dtq:cron:ticks:nightly next_fire");
         ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
-        ck_assert_int_gt(atoll(r->str), redis_ms());
+        ck_assert_int_gt(atoll(r->str), th_redis_ms(C));
         freeReplyObject(r);
     }
     /* a runtime schedule beside them, then the file loses `hourly`: SIGHUP removes it only */
-    rc = ctl(&out, "cron add live '@every 1h' ticks tick '{}'");
+    rc = th_ctl(&R, &out, "cron add live '@every 1h' ticks tick '{}'");
     ck_assert_msg(rc == 0, "cron add: %s", out);
     free(out);
     fp = fopen(d.cfg, "w");
@@ -498,10 +463,10 @@ START_TEST(test_config_sections_and_sighup) {
             R.url);
     fclose(fp);
     kill(d.pid, SIGHUP);
-    for (int i = 0; i < 100 && th_int(cmd("HEXISTS dtq:crons hourly")); i++) th_sleep_ms(50);
-    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons hourly")), 0);
-    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons nightly")), 1);
-    ck_assert_int_eq(th_int(cmd("HEXISTS dtq:crons live")), 1);
+    for (int i = 0; i < 100 && th_int(th_cmd(C, "HEXISTS dtq:crons hourly")); i++) th_sleep_ms(50);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:crons hourly")), 0);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:crons nightly")), 1);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:crons live")), 1);
     th_daemon_stop(&d, SIGTERM, 10000);
     /* a bad section: the daemon refuses to start, naming it */
     {
@@ -523,19 +488,20 @@ START_TEST(test_dtqctl_cron) {
     char *out = NULL;
     int rc;
     cJSON *list;
-    rc = ctl(&out, "cron add bad '0 25 * * *' q t '{}'");
+    rc = th_ctl(&R, &out, "cron add bad '0 25 * * *' q t '{}'");
     ck_assert_int_eq(rc, 1);
     ck_assert_msg(strstr(out, "INVALID_ARGUMENT spec") && strstr(out, "hour"), "%s", out);
     free(out);
-    rc = ctl(&out, "cron add bad '0 3 * * *' q t '{}' --tz Mars/Olympus");
+    rc = th_ctl(&R, &out, "cron add bad '0 3 * * *' q t '{}' --tz Mars/Olympus");
     ck_assert_int_eq(rc, 1);
     ck_assert_msg(strstr(out, "INVALID_ARGUMENT tz") != NULL, "%s", out);
     free(out);
-    rc = ctl(&out, "cron add report '0 9 * * MON-FRI' reports build '{\"a\":1}' --tz "
-                   "Europe/Berlin --catch-up none --priority 7 --max-attempts 3");
+    rc = th_ctl(&R, &out,
+                "cron add report '0 9 * * MON-FRI' reports build '{\"a\":1}' --tz "
+                "Europe/Berlin --catch-up none --priority 7 --max-attempts 3");
     ck_assert_msg(rc == 0 && strstr(out, "created"), "%s", out);
     free(out);
-    rc = ctl(&out, "cron list --json");
+    rc = th_ctl(&R, &out, "cron list --json");
     ck_assert_int_eq(rc, 0);
     list = cJSON_Parse(out);
     ck_assert_ptr_nonnull(list);
@@ -545,32 +511,32 @@ START_TEST(test_dtqctl_cron) {
         ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "spec")->valuestring,
                          "0 9 * * MON-FRI");
         ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "catch_up")->valuestring, "none");
-        ck_assert_int_eq(num(s, "priority"), 7);
-        ck_assert_int_eq(num(s, "max_attempts"), 3);
+        ck_assert_int_eq(th_json_num(s, "priority"), 7);
+        ck_assert_int_eq(th_json_num(s, "max_attempts"), 3);
     }
     cJSON_Delete(list);
     free(out);
-    rc = ctl(&out, "cron list");
+    rc = th_ctl(&R, &out, "cron list");
     ck_assert_msg(rc == 0 &&
                       strstr(out, "report  '0 9 * * MON-FRI'  Europe/Berlin  reports  build"),
                   "%s", out);
     free(out);
-    rc = ctl(&out, "cron pause report");
+    rc = th_ctl(&R, &out, "cron pause report");
     ck_assert_msg(rc == 0 && !strcmp(out, "1\n"), "%s", out);
     free(out);
-    rc = ctl(&out, "cron run report");
+    rc = th_ctl(&R, &out, "cron run report");
     ck_assert_int_eq(rc, 0);
     out[strcspn(out, "\n")] = '\0';
     th_assert_field(C, out, "cron", "report");
     th_assert_field(C, out, "priority", "7");
     free(out);
-    rc = ctl(&out, "cron resume report");
+    rc = th_ctl(&R, &out, "cron resume report");
     ck_assert_msg(rc == 0 && !strcmp(out, "1\n"), "%s", out);
     free(out);
-    rc = ctl(&out, "cron remove report");
+    rc = th_ctl(&R, &out, "cron remove report");
     ck_assert_int_eq(rc, 0);
     free(out);
-    rc = ctl(&out, "cron remove report");
+    rc = th_ctl(&R, &out, "cron remove report");
     ck_assert_msg(rc == 1 && strstr(out, "NOT_FOUND"), "%s", out);
     free(out);
 }

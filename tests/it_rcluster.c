@@ -8,7 +8,6 @@
  * one Redis.) */
 #include <check.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,22 +29,10 @@ static void cluster_teardown(void) {
     th_cluster_stop(&CL);
 }
 
-/* The map from node i's CLUSTER SLOTS. */
-static dtq_cluster_map *map_of(int i) {
-    redisContext *c = th_cluster_connect(&CL, i);
-    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
-    char why[256];
-    dtq_cluster_map *m = dtq_cluster_map_from_slots(r, "127.0.0.1", why, sizeof(why));
-    ck_assert_msg(m != NULL, "map: %s", why);
-    freeReplyObject(r);
-    redisFree(c);
-    return m;
-}
-
 /* (a) 3 primaries covering 0-16383, each a node of the cluster, each with its replica. */
 START_TEST(test_map) {
     for (int i = 0; i < CL.n; i++) {
-        dtq_cluster_map *m = map_of(i);
+        dtq_cluster_map *m = th_cluster_map(&CL, i);
         int seen[TH_CLUSTER_MAX] = {0};
         ck_assert_int_eq(m->nprimaries, 3);
         ck_assert_int_eq(dtq_cluster_map_covered(m), DTQ_CLUSTER_SLOTS);
@@ -156,85 +143,6 @@ static dtq_rsync_cluster_stats stats_of(const dtq_rsync *c) {
     return st;
 }
 
-/* The port of the primary that serves key's slot, as node 0... of the live nodes says. */
-static int owner_port(const char *key) {
-    for (int i = 0; i < CL.n; i++) {
-        dtq_cluster_map *m;
-        int port;
-        if (CL.node[i].pid <= 0 || kill(CL.node[i].pid, 0) != 0) continue;
-        m = map_of(i);
-        port = dtq_cluster_map_primary(m, dtq_cluster_keyslot(key, strlen(key)))->port;
-        dtq_cluster_map_free(m);
-        return port;
-    }
-    ck_abort_msg("no live node");
-    return 0;
-}
-
-static char *node_id(int port) {
-    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
-    redisReply *r = th_cmd(c, "CLUSTER MYID");
-    char *id;
-    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
-    id = strdup(r->str);
-    freeReplyObject(r);
-    redisFree(c);
-    return id;
-}
-
-/* A command on the node of port that must not answer an error. */
-static void node_ok(int port, const char *fmt, ...) {
-    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
-    redisReply *r;
-    va_list ap;
-    va_start(ap, fmt);
-    r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s on %d: %s", fmt, port,
-                  r ? r->str : c->errstr);
-    freeReplyObject(r);
-    redisFree(c);
-}
-
-/* A primary other than port. */
-static int other_primary(int port) {
-    dtq_cluster_map *m = map_of(th_cluster_node_index(&CL, port));
-    int other = 0;
-    for (int k = 0; k < m->nprimaries; k++)
-        if (m->nodes[m->primaries[k]].port != port) other = m->nodes[m->primaries[k]].port;
-    dtq_cluster_map_free(m);
-    ck_assert_int_ne(other, 0);
-    return other;
-}
-
-/* The first half of moving key's slot from src to dst: IMPORTING, MIGRATING, the key moved. */
-static void migrate_start(const char *key, int src, int dst) {
-    int slot = dtq_cluster_keyslot(key, strlen(key));
-    char *sid = node_id(src), *did = node_id(dst), dport[16];
-    snprintf(dport, sizeof(dport), "%d", dst);
-    node_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, sid);
-    node_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, did);
-    node_ok(src, "MIGRATE 127.0.0.1 %s %s 0 5000", dport, key);
-    free(sid);
-    free(did);
-}
-
-/* The second half: the slot given to dst on every primary (dst first, then src). */
-static void migrate_finish(const char *key, int src, int dst) {
-    int slot = dtq_cluster_keyslot(key, strlen(key)), third = 0;
-    char *did = node_id(dst);
-    dtq_cluster_map *m = map_of(th_cluster_node_index(&CL, dst));
-    for (int k = 0; k < m->nprimaries; k++) {
-        int p = m->nodes[m->primaries[k]].port;
-        if (p != src && p != dst) third = p;
-    }
-    dtq_cluster_map_free(m);
-    node_ok(dst, "CLUSTER SETSLOT %d NODE %s", slot, did);
-    node_ok(src, "CLUSTER SETSLOT %d NODE %s", slot, did);
-    if (third) node_ok(third, "CLUSTER SETSLOT %d NODE %s", slot, did);
-    free(did);
-}
-
 /* (c) SET and GET of 200 keys (half of them hash-tagged) through the router: every key is
  * on the primary its slot maps to (read there directly), every primary holds some, and no
  * redirection was needed. */
@@ -311,11 +219,11 @@ START_TEST(test_moved) {
     int src, dst, slot = dtq_cluster_keyslot(key, strlen(key));
     rset(c, key, "before-the-move");
     rget_is(c, key, "before-the-move");
-    src = owner_port(key);
-    dst = other_primary(src);
+    src = th_cluster_owner_port(&CL, key);
+    dst = th_cluster_other_primary(&CL, src);
     ck_assert_int_eq(dtq_cluster_map_primary(dtq_rsync_cluster_map(c), (uint16_t)slot)->port, src);
-    migrate_start(key, src, dst);
-    migrate_finish(key, src, dst);
+    th_cluster_migrate_start(&CL, key, src, dst);
+    th_cluster_migrate_finish(&CL, key, src, dst);
     ck_assert_int_eq(stats_of(c).moved, 0);
     rget_is(c, key, "before-the-move");
     ck_assert_int_eq(stats_of(c).moved, 1);
@@ -338,9 +246,9 @@ START_TEST(test_ask) {
     dtq_rsync *c = rclient();
     int src, dst, slot = dtq_cluster_keyslot(key, strlen(key));
     rset(c, key, "asked");
-    src = owner_port(key);
-    dst = other_primary(src);
-    migrate_start(key, src, dst);
+    src = th_cluster_owner_port(&CL, key);
+    dst = th_cluster_other_primary(&CL, src);
+    th_cluster_migrate_start(&CL, key, src, dst);
     rget_is(c, key, "asked");
     ck_assert_int_eq(stats_of(c).ask, 1);
     ck_assert_int_eq(stats_of(c).moved, 0);
@@ -348,7 +256,7 @@ START_TEST(test_ask) {
     ck_assert_int_eq(dtq_cluster_map_primary(dtq_rsync_cluster_map(c), (uint16_t)slot)->port, src);
     rget_is(c, key, "asked"); /* ASK again: it is one command's detour, not a new route */
     ck_assert_int_eq(stats_of(c).ask, 2);
-    migrate_finish(key, src, dst);
+    th_cluster_migrate_finish(&CL, key, src, dst);
     rget_is(c, key, "asked");
     ck_assert_int_eq(stats_of(c).moved, 1);
     ck_assert_int_eq(stats_of(c).ask, 2);
@@ -373,10 +281,10 @@ START_TEST(test_failover) {
         ck_assert_int_eq(r->integer, 1); /* the replica has it before the kill */
         freeReplyObject(r);
     }
-    victim = owner_port(key);
+    victim = th_cluster_owner_port(&CL, key);
     for (int i = 0; i < 100 && !other; i++) { /* a key of another shard */
         snprintf(cand, sizeof(cand), "other:%d", i);
-        if (owner_port(cand) != victim) other = cand;
+        if (th_cluster_owner_port(&CL, cand) != victim) other = cand;
     }
     ck_assert_ptr_nonnull(other);
     rset(c, other, "elsewhere");
@@ -478,7 +386,7 @@ END_TEST
  * the node that serves its keys), so each answers <ns>_version. */
 START_TEST(test_functions_install_every_primary) {
     char *out = NULL, env[sizeof(CL.url) + 32];
-    dtq_cluster_map *m = map_of(0);
+    dtq_cluster_map *m = th_cluster_map(&CL, 0);
     int rc;
     snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", CL.url);
     rc = th_run_dtqctl(&CL.node[0], &out, env, "functions install");

@@ -7,7 +7,6 @@
 #include <check.h>
 #include <event2/event.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,93 +25,6 @@ static void cluster_setup(void) {
 
 static void cluster_teardown(void) {
     th_cluster_stop(&CL);
-}
-
-/* ---- direct access to the nodes (blocking hiredis), as it_rcluster.c */
-
-static dtq_cluster_map *map_of(int i) {
-    redisContext *c = th_cluster_connect(&CL, i);
-    redisReply *r = th_cmd(c, "CLUSTER SLOTS");
-    char why[256];
-    dtq_cluster_map *m = dtq_cluster_map_from_slots(r, "127.0.0.1", why, sizeof(why));
-    ck_assert_msg(m != NULL, "map: %s", why);
-    freeReplyObject(r);
-    redisFree(c);
-    return m;
-}
-
-static int owner_port(const char *key) {
-    for (int i = 0; i < CL.n; i++) {
-        dtq_cluster_map *m;
-        int port;
-        if (CL.node[i].pid <= 0 || kill(CL.node[i].pid, 0) != 0) continue;
-        m = map_of(i);
-        port = dtq_cluster_map_primary(m, dtq_cluster_keyslot(key, strlen(key)))->port;
-        dtq_cluster_map_free(m);
-        return port;
-    }
-    ck_abort_msg("no live node");
-    return 0;
-}
-
-static char *node_id(int port) {
-    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
-    redisReply *r = th_cmd(c, "CLUSTER MYID");
-    char *id;
-    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
-    id = strdup(r->str);
-    freeReplyObject(r);
-    redisFree(c);
-    return id;
-}
-
-static void node_ok(int port, const char *fmt, ...) {
-    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
-    redisReply *r;
-    va_list ap;
-    va_start(ap, fmt);
-    r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s on %d: %s", fmt, port,
-                  r ? r->str : c->errstr);
-    freeReplyObject(r);
-    redisFree(c);
-}
-
-static int other_primary(int port) {
-    dtq_cluster_map *m = map_of(th_cluster_node_index(&CL, port));
-    int other = 0;
-    for (int k = 0; k < m->nprimaries; k++)
-        if (m->nodes[m->primaries[k]].port != port) other = m->nodes[m->primaries[k]].port;
-    dtq_cluster_map_free(m);
-    ck_assert_int_ne(other, 0);
-    return other;
-}
-
-static void migrate_start(const char *key, int src, int dst) {
-    int slot = dtq_cluster_keyslot(key, strlen(key));
-    char *sid = node_id(src), *did = node_id(dst), dport[16];
-    snprintf(dport, sizeof(dport), "%d", dst);
-    node_ok(dst, "CLUSTER SETSLOT %d IMPORTING %s", slot, sid);
-    node_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, did);
-    node_ok(src, "MIGRATE 127.0.0.1 %s %s 0 5000", dport, key);
-    free(sid);
-    free(did);
-}
-
-static void migrate_finish(const char *key, int src, int dst) {
-    int slot = dtq_cluster_keyslot(key, strlen(key)), third = 0;
-    char *did = node_id(dst);
-    dtq_cluster_map *m = map_of(th_cluster_node_index(&CL, dst));
-    for (int k = 0; k < m->nprimaries; k++) {
-        int p = m->nodes[m->primaries[k]].port;
-        if (p != src && p != dst) third = p;
-    }
-    dtq_cluster_map_free(m);
-    node_ok(dst, "CLUSTER SETSLOT %d NODE %s", slot, did);
-    node_ok(src, "CLUSTER SETSLOT %d NODE %s", slot, did);
-    if (third) node_ok(third, "CLUSTER SETSLOT %d NODE %s", slot, did);
-    free(did);
 }
 
 /* ---- the router on a loop of the test's */
@@ -386,11 +298,11 @@ START_TEST(test_moved) {
     int src, dst;
     router_up(&r);
     rset(&r, key, "before-the-move");
-    src = owner_port(key);
-    dst = other_primary(src);
+    src = th_cluster_owner_port(&CL, key);
+    dst = th_cluster_other_primary(&CL, src);
     ck_assert_int_eq(map_owner(&r, key), src);
-    migrate_start(key, src, dst);
-    migrate_finish(key, src, dst);
+    th_cluster_migrate_start(&CL, key, src, dst);
+    th_cluster_migrate_finish(&CL, key, src, dst);
     rget_is(&r, key, "before-the-move");
     ck_assert_int_eq(stats_of(&r).moved, 1);
     ck_assert_int_eq(stats_of(&r).ask, 0);
@@ -417,9 +329,9 @@ START_TEST(test_ask) {
     int src, dst;
     router_up(&r);
     rset(&r, key, "asked");
-    src = owner_port(key);
-    dst = other_primary(src);
-    migrate_start(key, src, dst);
+    src = th_cluster_owner_port(&CL, key);
+    dst = th_cluster_other_primary(&CL, src);
+    th_cluster_migrate_start(&CL, key, src, dst);
     rget_is(&r, key, "asked");
     ck_assert_int_eq(stats_of(&r).ask, 1);
     ck_assert_int_eq(stats_of(&r).moved, 0);
@@ -427,7 +339,7 @@ START_TEST(test_ask) {
     ck_assert_int_eq(map_owner(&r, key), src);
     rget_is(&r, key, "asked"); /* each command takes the detour */
     ck_assert_int_eq(stats_of(&r).ask, 2);
-    migrate_finish(key, src, dst);
+    th_cluster_migrate_finish(&CL, key, src, dst);
     rget_is(&r, key, "asked");
     ck_assert_int_eq(stats_of(&r).moved, 1);
     ck_assert_int_eq(stats_of(&r).ask, 2);
@@ -445,10 +357,10 @@ START_TEST(test_redirect_limit) {
     int src, dst, slot = dtq_cluster_keyslot(key, strlen(key));
     char *did;
     router_up(&r);
-    src = owner_port(key);
-    dst = other_primary(src);
-    did = node_id(dst);
-    node_ok(src, "CLUSTER SETSLOT %d MIGRATING %s", slot, did);
+    src = th_cluster_owner_port(&CL, key);
+    dst = th_cluster_other_primary(&CL, src);
+    did = th_cluster_node_id(&CL, dst);
+    th_cluster_node_ok(&CL, src, "CLUSTER SETSLOT %d MIGRATING %s", slot, did);
     {
         const char *argv[] = {"GET", key};
         answer a;
@@ -458,7 +370,7 @@ START_TEST(test_redirect_limit) {
     }
     ck_assert_int_eq(stats_of(&r).ask + stats_of(&r).moved, DTQ_CLUSTER_MAX_REDIRECTS);
     ck_assert_int_ge(stats_of(&r).ask, 2);
-    node_ok(src, "CLUSTER SETSLOT %d STABLE", slot);
+    th_cluster_node_ok(&CL, src, "CLUSTER SETSLOT %d STABLE", slot);
     free(did);
     router_close(&r);
 }
@@ -519,10 +431,10 @@ START_TEST(test_failover) {
         ck_assert(run_until(&r, &a.done, 5000));
         ck_assert_int_eq(a.integer, 1); /* the replica has it before the kill */
     }
-    victim = owner_port(key);
+    victim = th_cluster_owner_port(&CL, key);
     for (int i = 0; i < 100 && !other; i++) {
         snprintf(cand, sizeof(cand), "aother:%d", i);
-        if (owner_port(cand) != victim) other = cand;
+        if (th_cluster_owner_port(&CL, cand) != victim) other = cand;
     }
     ck_assert_ptr_nonnull(other);
     rset(&r, other, "elsewhere");

@@ -6,7 +6,6 @@
  * <ns>_requeue_dlq's cursor form. Every read is an FCALL_RO: the Functions are no-writes. */
 #include <cjson/cJSON.h>
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,41 +33,6 @@ static void teardown(void) {
 
 /* ----------------------------------------------------------------- helpers */
 
-/* The reply of FCALL_RO <fmt...> (formatted as by redisCommand), parsed; its text too. */
-static cJSON *vread_json(char **text, const char *fmt, va_list ap) {
-    char cmd[512];
-    redisReply *r;
-    cJSON *o;
-    snprintf(cmd, sizeof(cmd), "FCALL_RO %s", fmt);
-    r = redisvCommand(C, cmd, ap);
-    ck_assert_msg(r != NULL, "%s: %s", cmd, C->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_STRING, "%s: type %d %s", cmd, r->type,
-                  r->str ? r->str : "");
-    o = cJSON_Parse(r->str);
-    ck_assert_msg(o != NULL, "%s: not JSON: %s", cmd, r->str);
-    if (text) *text = strdup(r->str);
-    freeReplyObject(r);
-    return o;
-}
-
-static cJSON *read_json_text(char **text, const char *fmt, ...) {
-    va_list ap;
-    cJSON *o;
-    va_start(ap, fmt);
-    o = vread_json(text, fmt, ap);
-    va_end(ap);
-    return o;
-}
-
-static cJSON *read_json(const char *fmt, ...) {
-    va_list ap;
-    cJSON *o;
-    va_start(ap, fmt);
-    o = vread_json(NULL, fmt, ap);
-    va_end(ap);
-    return o;
-}
-
 /* FCALL_RO <call> must be refused with an error reply starting with `prefix`. */
 static void read_error(const char *call, const char *prefix) {
     char cmd[512];
@@ -80,48 +44,8 @@ static void read_error(const char *call, const char *prefix) {
     freeReplyObject(r);
 }
 
-static const cJSON *at(const cJSON *o, const char *path) {
-    char buf[256], *save = NULL;
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save)) {
-        if (cJSON_IsArray(o))
-            o = cJSON_GetArrayItem(o, atoi(k));
-        else
-            o = cJSON_GetObjectItemCaseSensitive(o, k);
-    }
-    ck_assert_msg(o != NULL, "no %s in the answer", path);
-    return o;
-}
-
-static long long num(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", path);
-    return (long long)v->valuedouble;
-}
-
-static const char *str(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsString(v), "%s is not a string", path);
-    return v->valuestring;
-}
-
 static int is_true(const cJSON *o, const char *path) {
-    return cJSON_IsTrue(at(o, path));
-}
-
-static int size(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsArray(v), "%s is not an array", path);
-    return cJSON_GetArraySize(v);
-}
-
-static const cJSON *queue_of(const cJSON *ov, const char *name) {
-    const cJSON *q;
-    cJSON_ArrayForEach(q, cJSON_GetObjectItem(ov, "queues")) {
-        if (!strcmp(cJSON_GetObjectItem(q, "name")->valuestring, name)) return q;
-    }
-    ck_abort_msg("queue %s is not in the overview", name);
-    return NULL;
+    return cJSON_IsTrue(th_json_at(o, path));
 }
 
 /* The value of `name` in the flat reply of <ns>_stats. */
@@ -145,14 +69,8 @@ static void enqueue(const char *queue, const char *id, const char *opts) {
     freeReplyObject(r);
 }
 
-/* The consumer groups of a queue's streams, as the daemon's setup makes them. */
-static void groups(const char *queue) {
-    for (int b = 0; b < 10; b++)
-        freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", queue, b));
-}
-
 static redisReply *fetch(const char *worker, int count, const char *queue) {
-    groups(queue);
+    th_queue_groups(C, queue);
     return th_fetch(C, worker, count, queue, POLICY);
 }
 
@@ -201,55 +119,55 @@ static void heartbeat(const char *id) {
 /* Nothing there yet: every list is an empty array ([]), not {}. */
 START_TEST(test_empty_arrays) {
     char *text;
-    cJSON *o = read_json_text(&text, "dtq_overview 0");
+    cJSON *o = th_read_json(C, &text, "dtq_overview 0");
     ck_assert_ptr_nonnull(strstr(text, "\"queues\":[]"));
     ck_assert_ptr_nonnull(strstr(text, "\"workers\":[]"));
-    ck_assert_int_eq(size(o, "queues"), 0);
-    ck_assert_int_eq(size(o, "workers"), 0);
-    ck_assert(cJSON_IsNull(at(o, "scheduler.leader")));
-    ck_assert_int_eq(num(o, "dlq.length"), 0);
+    ck_assert_int_eq(th_json_size(o, "queues"), 0);
+    ck_assert_int_eq(th_json_size(o, "workers"), 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "scheduler.leader")));
+    ck_assert_int_eq(th_json_int(o, "dlq.length"), 0);
     ck_assert(is_true(o, "events.stream")); /* events_stream_maxlen > 0 */
-    ck_assert_str_eq(str(o, "events.level"), "all");
-    ck_assert(cJSON_IsFalse(at(o, "queues_truncated")));
+    ck_assert_str_eq(th_json_str(o, "events.level"), "all");
+    ck_assert(cJSON_IsFalse(th_json_at(o, "queues_truncated")));
     cJSON_Delete(o);
     free(text);
-    o = read_json_text(&text, "dtq_workers 0");
+    o = th_read_json(C, &text, "dtq_workers 0");
     ck_assert_ptr_nonnull(strstr(text, "\"workers\":[]"));
-    ck_assert_int_eq(num(o, "workers_gone"), 0);
+    ck_assert_int_eq(th_json_int(o, "workers_gone"), 0);
     cJSON_Delete(o);
     free(text);
-    o = read_json_text(&text, "dtq_dead_letters 0 -");
+    o = th_read_json(C, &text, "dtq_dead_letters 0 -");
     ck_assert_ptr_nonnull(strstr(text, "\"entries\":[]"));
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
-    ck_assert_int_eq(num(o, "total"), 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
+    ck_assert_int_eq(th_json_int(o, "total"), 0);
     cJSON_Delete(o);
     free(text);
-    o = read_json_text(&text, "dtq_audit_page 0 -");
+    o = th_read_json(C, &text, "dtq_audit_page 0 -");
     ck_assert_ptr_nonnull(strstr(text, "\"entries\":[]"));
     cJSON_Delete(o);
     free(text);
     /* a queue with nothing waiting or running; a task without events */
     freeReplyObject(th_cmd(C, "DEL dtq:config"));
     enqueue("q1", "t1", "delay_ms 600000");
-    o = read_json_text(&text, "dtq_queue_view 0 q1");
+    o = th_read_json(C, &text, "dtq_queue_view 0 q1");
     ck_assert_ptr_nonnull(strstr(text, "\"waiting\":[]"));
     ck_assert_ptr_nonnull(strstr(text, "\"running\":[]"));
-    ck_assert_int_eq(size(o, "bands"), 10);
+    ck_assert_int_eq(th_json_size(o, "bands"), 10);
     cJSON_Delete(o);
     free(text);
-    o = read_json_text(&text, "dtq_task_view 0 t1");
+    o = th_read_json(C, &text, "dtq_task_view 0 t1");
     ck_assert_ptr_nonnull(strstr(text, "\"events\":[]"));
-    ck_assert(cJSON_IsFalse(at(o, "events_stream")));
+    ck_assert(cJSON_IsFalse(th_json_at(o, "events_stream")));
     ck_assert(is_true(o, "events_complete"));
-    ck_assert_str_eq(str(o, "status"), "pending");
+    ck_assert_str_eq(th_json_str(o, "status"), "pending");
     cJSON_Delete(o);
     free(text);
     /* a scheduled task counts for its queue */
-    o = read_json("dtq_overview 0");
-    ck_assert_int_eq(num(queue_of(o, "q1"), "scheduled"), 1);
-    ck_assert_int_eq(num(o, "scheduler.scheduled"), 1);
+    o = th_read_json(C, NULL, "dtq_overview 0");
+    ck_assert_int_eq(th_json_int(th_overview_queue(o, "q1"), "scheduled"), 1);
+    ck_assert_int_eq(th_json_int(o, "scheduler.scheduled"), 1);
     ck_assert(is_true(o, "scheduler.by_queue_complete"));
-    ck_assert(cJSON_IsFalse(at(o, "events.stream")));
+    ck_assert(cJSON_IsFalse(th_json_at(o, "events.stream")));
     cJSON_Delete(o);
 }
 END_TEST
@@ -283,70 +201,72 @@ START_TEST(test_overview_depths_and_workers) {
     freeReplyObject(th_cmd(C, "SADD dtq:workers gone1")); /* a member whose hash expired */
     freeReplyObject(th_cmd(C, "SET dtq:lock:scheduler w1"));
 
-    o = read_json("dtq_overview 0");
-    ck_assert(num(o, "time_ms") >= t0 - 60000 && num(o, "time_ms") <= dtq_now_ms() + 60000);
-    ck_assert_int_eq(size(o, "queues"), 3);
-    ck_assert_str_eq(str(o, "queues.0.name"), "clamp"); /* sorted by name */
-    ck_assert_str_eq(str(o, "queues.2.name"), "mail");
-    q = queue_of(o, "mail");
+    o = th_read_json(C, NULL, "dtq_overview 0");
+    ck_assert(th_json_int(o, "time_ms") >= t0 - 60000 &&
+              th_json_int(o, "time_ms") <= dtq_now_ms() + 60000);
+    ck_assert_int_eq(th_json_size(o, "queues"), 3);
+    ck_assert_str_eq(th_json_str(o, "queues.0.name"), "clamp"); /* sorted by name */
+    ck_assert_str_eq(th_json_str(o, "queues.2.name"), "mail");
+    q = th_overview_queue(o, "mail");
     ck_assert(is_true(q, "paused"));
-    ck_assert_int_eq(num(q, "depth"), 3);
-    ck_assert_int_eq(num(q, "length"), 3);
-    ck_assert_int_eq(num(q, "pending"), 0);
-    ck_assert_int_eq(size(q, "depth_by_band"), 10);
-    ck_assert_int_eq(num(q, "depth_by_band.7"), 2);
-    ck_assert_int_eq(num(q, "depth_by_band.2"), 1);
-    ck_assert_int_eq(num(q, "depth_by_band.5"), 0);
-    ck_assert_int_eq(num(q, "scheduled"), 0);
-    q = queue_of(o, "default");
+    ck_assert_int_eq(th_json_int(q, "depth"), 3);
+    ck_assert_int_eq(th_json_int(q, "length"), 3);
+    ck_assert_int_eq(th_json_int(q, "pending"), 0);
+    ck_assert_int_eq(th_json_size(q, "depth_by_band"), 10);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.7"), 2);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.2"), 1);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.5"), 0);
+    ck_assert_int_eq(th_json_int(q, "scheduled"), 0);
+    q = th_overview_queue(o, "default");
     ck_assert(!is_true(q, "paused"));
-    ck_assert_int_eq(num(q, "depth"), 0);
-    ck_assert_int_eq(num(q, "pending"), 1);
-    ck_assert_int_eq(num(q, "length"), 1);
-    ck_assert_int_eq(num(q, "pending_by_band.5"), 1);
-    q = queue_of(o, "clamp");
-    ck_assert_int_eq(num(q, "depth"), 1);
-    ck_assert_int_eq(num(q, "pending"), 1);
-    ck_assert_int_eq(num(q, "length"), 1);
-    ck_assert_int_eq(num(q, "depth_by_band.9"), 0);
-    ck_assert_int_eq(num(q, "pending_by_band.9"), 1);
-    ck_assert_int_eq(num(q, "depth_by_band.3"), 1);
+    ck_assert_int_eq(th_json_int(q, "depth"), 0);
+    ck_assert_int_eq(th_json_int(q, "pending"), 1);
+    ck_assert_int_eq(th_json_int(q, "length"), 1);
+    ck_assert_int_eq(th_json_int(q, "pending_by_band.5"), 1);
+    q = th_overview_queue(o, "clamp");
+    ck_assert_int_eq(th_json_int(q, "depth"), 1);
+    ck_assert_int_eq(th_json_int(q, "pending"), 1);
+    ck_assert_int_eq(th_json_int(q, "length"), 1);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.9"), 0);
+    ck_assert_int_eq(th_json_int(q, "pending_by_band.9"), 1);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.3"), 1);
     /* <ns>_stats counts the same way */
     ck_assert_int_eq(stat_of("queue:clamp:depth"), 1);
     ck_assert_int_eq(stat_of("queue:mail:depth"), 3);
     ck_assert_int_eq(stat_of("queue:default:pending"), 1);
     /* workers: typed numbers, counters under queues, the age from the Redis clock */
-    ck_assert_int_eq(size(o, "workers"), 1);
-    ck_assert_int_eq(num(o, "workers_gone"), 1);
-    ck_assert(cJSON_IsFalse(at(o, "workers_truncated")));
-    w = at(o, "workers.0");
-    ck_assert_str_eq(str(w, "id"), "w1");
+    ck_assert_int_eq(th_json_size(o, "workers"), 1);
+    ck_assert_int_eq(th_json_int(o, "workers_gone"), 1);
+    ck_assert(cJSON_IsFalse(th_json_at(o, "workers_truncated")));
+    w = th_json_at(o, "workers.0");
+    ck_assert_str_eq(th_json_str(w, "id"), "w1");
     ck_assert_ptr_null(cJSON_GetObjectItem(w, "worker_id"));
-    ck_assert_str_eq(str(w, "hostname"), "vm");
-    ck_assert_str_eq(str(w, "status"), "running");
-    ck_assert_str_eq(str(w, "version"), "9.9");
-    ck_assert_int_eq(num(w, "pid"), 4242);
-    ck_assert_int_eq(num(w, "concurrency"), 4);
-    ck_assert_int_eq(num(w, "active_tasks"), 1);
-    ck_assert_int_eq(num(w, "tasks_processed"), 3);
-    ck_assert_int_eq(num(w, "last_heartbeat") - num(w, "started_at"), 5000);
-    ck_assert(num(w, "heartbeat_age_ms") >= -1000 && num(w, "heartbeat_age_ms") < 60000);
-    ck_assert_int_eq(num(w, "queues.default.succeeded"), 2);
-    ck_assert_int_eq(num(w, "queues.default.failed"), 1);
-    ck_assert_int_eq(num(w, "queues.default.retried"), 0);
+    ck_assert_str_eq(th_json_str(w, "hostname"), "vm");
+    ck_assert_str_eq(th_json_str(w, "status"), "running");
+    ck_assert_str_eq(th_json_str(w, "version"), "9.9");
+    ck_assert_int_eq(th_json_int(w, "pid"), 4242);
+    ck_assert_int_eq(th_json_int(w, "concurrency"), 4);
+    ck_assert_int_eq(th_json_int(w, "active_tasks"), 1);
+    ck_assert_int_eq(th_json_int(w, "tasks_processed"), 3);
+    ck_assert_int_eq(th_json_int(w, "last_heartbeat") - th_json_int(w, "started_at"), 5000);
+    ck_assert(th_json_int(w, "heartbeat_age_ms") >= -1000 &&
+              th_json_int(w, "heartbeat_age_ms") < 60000);
+    ck_assert_int_eq(th_json_int(w, "queues.default.succeeded"), 2);
+    ck_assert_int_eq(th_json_int(w, "queues.default.failed"), 1);
+    ck_assert_int_eq(th_json_int(w, "queues.default.retried"), 0);
     /* the rest */
-    ck_assert_str_eq(str(o, "scheduler.leader"), "w1");
-    ck_assert_int_eq(num(o, "scheduler.scheduled"), 0);
-    ck_assert_int_eq(num(o, "scheduler.claimed"), 0);
-    ck_assert_int_eq(num(o, "dlq.length"), 1);
+    ck_assert_str_eq(th_json_str(o, "scheduler.leader"), "w1");
+    ck_assert_int_eq(th_json_int(o, "scheduler.scheduled"), 0);
+    ck_assert_int_eq(th_json_int(o, "scheduler.claimed"), 0);
+    ck_assert_int_eq(th_json_int(o, "dlq.length"), 1);
     ck_assert(is_true(o, "events.stream"));
     cJSON_Delete(o);
     /* <ns>_workers: the same objects */
-    o = read_json("dtq_workers 0");
-    ck_assert_int_eq(size(o, "workers"), 1);
-    ck_assert_int_eq(num(o, "workers_gone"), 1);
-    ck_assert_int_eq(num(o, "workers.0.queues.default.succeeded"), 2);
-    ck_assert_int_eq(num(o, "workers.0.pid"), 4242);
+    o = th_read_json(C, NULL, "dtq_workers 0");
+    ck_assert_int_eq(th_json_size(o, "workers"), 1);
+    ck_assert_int_eq(th_json_int(o, "workers_gone"), 1);
+    ck_assert_int_eq(th_json_int(o, "workers.0.queues.default.succeeded"), 2);
+    ck_assert_int_eq(th_json_int(o, "workers.0.pid"), 4242);
     cJSON_Delete(o);
 }
 END_TEST
@@ -370,33 +290,33 @@ START_TEST(test_queue_view) {
     snprintf(bad_raw, sizeof(bad_raw), "mail:p2:%s", r->str);
     freeReplyObject(r);
     /* waiting: p7 first, then the raw entries at p2, oldest first within a band */
-    o = read_json("dtq_queue_view 0 mail 10");
-    ck_assert_str_eq(str(o, "name"), "mail");
+    o = th_read_json(C, NULL, "dtq_queue_view 0 mail 10");
+    ck_assert_str_eq(th_json_str(o, "name"), "mail");
     ck_assert(!is_true(o, "paused"));
-    ck_assert_int_eq(num(o, "count"), 10);
-    ck_assert_int_eq(num(o, "depth"), 5);
-    ck_assert_int_eq(num(o, "length"), 5);
-    ck_assert_int_eq(num(o, "bands.0.band"), 9); /* p9 first */
-    ck_assert_int_eq(num(o, "bands.2.band"), 7);
-    ck_assert_int_eq(num(o, "bands.2.depth"), 2);
-    ck_assert_int_eq(num(o, "bands.7.depth"), 3);
-    ck_assert_int_eq(size(o, "waiting"), 5);
-    ck_assert_str_eq(str(o, "waiting.0.task_id"), "m1");
-    ck_assert_str_eq(str(o, "waiting.0.status"), "queued");
-    ck_assert_str_eq(str(o, "waiting.0.task_type"), "echo");
-    ck_assert_int_eq(num(o, "waiting.0.attempt"), 1);
-    ck_assert_int_eq(num(o, "waiting.0.band"), 7);
+    ck_assert_int_eq(th_json_int(o, "count"), 10);
+    ck_assert_int_eq(th_json_int(o, "depth"), 5);
+    ck_assert_int_eq(th_json_int(o, "length"), 5);
+    ck_assert_int_eq(th_json_int(o, "bands.0.band"), 9); /* p9 first */
+    ck_assert_int_eq(th_json_int(o, "bands.2.band"), 7);
+    ck_assert_int_eq(th_json_int(o, "bands.2.depth"), 2);
+    ck_assert_int_eq(th_json_int(o, "bands.7.depth"), 3);
+    ck_assert_int_eq(th_json_size(o, "waiting"), 5);
+    ck_assert_str_eq(th_json_str(o, "waiting.0.task_id"), "m1");
+    ck_assert_str_eq(th_json_str(o, "waiting.0.status"), "queued");
+    ck_assert_str_eq(th_json_str(o, "waiting.0.task_type"), "echo");
+    ck_assert_int_eq(th_json_int(o, "waiting.0.attempt"), 1);
+    ck_assert_int_eq(th_json_int(o, "waiting.0.band"), 7);
     ck_assert(!is_true(o, "waiting.0.raw"));
-    ck_assert_str_eq(str(o, "waiting.1.task_id"), "m2");
-    ck_assert_str_eq(str(o, "waiting.2.task_id"), raw_id);
+    ck_assert_str_eq(th_json_str(o, "waiting.1.task_id"), "m2");
+    ck_assert_str_eq(th_json_str(o, "waiting.2.task_id"), raw_id);
     ck_assert(is_true(o, "waiting.2.raw"));
-    ck_assert_ptr_null(cJSON_GetObjectItem(at(o, "waiting.2"), "status")); /* no task yet */
-    ck_assert_str_eq(str(o, "waiting.3.task_id"), own_id);
-    ck_assert_str_eq(str(o, "waiting.4.task_id"), bad_raw);
-    ck_assert_int_eq(num(o, "waiting.2.enqueued_ms"), atoll(raw_id + strlen("mail:p2:")));
+    ck_assert_ptr_null(cJSON_GetObjectItem(th_json_at(o, "waiting.2"), "status")); /* no task yet */
+    ck_assert_str_eq(th_json_str(o, "waiting.3.task_id"), own_id);
+    ck_assert_str_eq(th_json_str(o, "waiting.4.task_id"), bad_raw);
+    ck_assert_int_eq(th_json_int(o, "waiting.2.enqueued_ms"), atoll(raw_id + strlen("mail:p2:")));
     cJSON_Delete(o);
-    o = read_json("dtq_queue_view 0 mail 1");
-    ck_assert_int_eq(size(o, "waiting"), 1);
+    o = th_read_json(C, NULL, "dtq_queue_view 0 mail 1");
+    ck_assert_int_eq(th_json_size(o, "waiting"), 1);
     cJSON_Delete(o);
     /* the ids fetch gives the raw entries are the ones shown */
     r = fetch("w1", 5, "mail");
@@ -407,20 +327,20 @@ START_TEST(test_queue_view) {
     ck_assert_str_eq(fetched[3], own_id);
     th_assert_field(C, bad_raw, "status", "dead_lettered");
     /* running: delivered, not acknowledged, with the worker that holds them */
-    o = read_json("dtq_queue_view 0 mail");
-    ck_assert_int_eq(num(o, "pending"), 4);
-    ck_assert_int_eq(num(o, "depth"), 0);
-    ck_assert_int_eq(size(o, "waiting"), 0);
-    ck_assert_int_eq(size(o, "running"), 4);
-    ck_assert_str_eq(str(o, "running.0.task_id"), "m1");
-    ck_assert_str_eq(str(o, "running.0.worker_id"), "w1");
-    ck_assert_str_eq(str(o, "running.0.status"), "running");
-    ck_assert_int_eq(num(o, "running.0.deliveries"), 1);
-    ck_assert_int_eq(num(o, "running.0.band"), 7);
-    ck_assert(num(o, "running.0.idle_ms") >= 0);
-    ck_assert_str_eq(str(o, "running.2.task_id"), raw_id);
-    ck_assert_str_eq(str(o, "running.2.status"), "running");
-    ck_assert_str_eq(str(o, "running.2.entry_id"), raw_id + strlen("mail:p2:"));
+    o = th_read_json(C, NULL, "dtq_queue_view 0 mail");
+    ck_assert_int_eq(th_json_int(o, "pending"), 4);
+    ck_assert_int_eq(th_json_int(o, "depth"), 0);
+    ck_assert_int_eq(th_json_size(o, "waiting"), 0);
+    ck_assert_int_eq(th_json_size(o, "running"), 4);
+    ck_assert_str_eq(th_json_str(o, "running.0.task_id"), "m1");
+    ck_assert_str_eq(th_json_str(o, "running.0.worker_id"), "w1");
+    ck_assert_str_eq(th_json_str(o, "running.0.status"), "running");
+    ck_assert_int_eq(th_json_int(o, "running.0.deliveries"), 1);
+    ck_assert_int_eq(th_json_int(o, "running.0.band"), 7);
+    ck_assert(th_json_int(o, "running.0.idle_ms") >= 0);
+    ck_assert_str_eq(th_json_str(o, "running.2.task_id"), raw_id);
+    ck_assert_str_eq(th_json_str(o, "running.2.status"), "running");
+    ck_assert_str_eq(th_json_str(o, "running.2.entry_id"), raw_id + strlen("mail:p2:"));
     freeReplyObject(r);
     cJSON_Delete(o);
     /* refusals */
@@ -440,76 +360,76 @@ START_TEST(test_task_view) {
     enqueue("default", "ok1", NULL);
     enqueue("default", "dead1", NULL);
     work("w1", "default", 2, "ok1", "{\"n\":[],\"m\":{}}", "dead1", "permanent");
-    o = read_json_text(&text, "dtq_task_view 0 ok1");
-    ck_assert_str_eq(str(o, "id"), "ok1");
-    ck_assert_str_eq(str(o, "status"), "succeeded");
-    ck_assert_str_eq(str(o, "fields.queue"), "default");
-    ck_assert_str_eq(str(o, "fields.worker_id"), "w1");
-    ck_assert_str_eq(str(o, "fields.attempt"), "1"); /* hash fields as Redis holds them */
-    ck_assert_str_eq(str(o, "fields.payload"), "{}");
+    o = th_read_json(C, &text, "dtq_task_view 0 ok1");
+    ck_assert_str_eq(th_json_str(o, "id"), "ok1");
+    ck_assert_str_eq(th_json_str(o, "status"), "succeeded");
+    ck_assert_str_eq(th_json_str(o, "fields.queue"), "default");
+    ck_assert_str_eq(th_json_str(o, "fields.worker_id"), "w1");
+    ck_assert_str_eq(th_json_str(o, "fields.attempt"), "1"); /* hash fields as Redis holds them */
+    ck_assert_str_eq(th_json_str(o, "fields.payload"), "{}");
     /* the result as it was written: its empty array stays one */
     ck_assert(is_true(o, "result_is_json"));
-    ck_assert(cJSON_IsArray(at(o, "result.n")));
-    ck_assert(cJSON_IsObject(at(o, "result.m")));
+    ck_assert(cJSON_IsArray(th_json_at(o, "result.n")));
+    ck_assert(cJSON_IsObject(th_json_at(o, "result.m")));
     ck_assert_ptr_nonnull(strstr(text, "\"result\":{\"n\":[],\"m\":{}}"));
-    ck_assert(num(o, "ttl_ms") > 0);
-    ck_assert(cJSON_IsNull(at(o, "dead_letter")));
+    ck_assert(th_json_int(o, "ttl_ms") > 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "dead_letter")));
     ck_assert(is_true(o, "events_stream"));
     ck_assert(is_true(o, "events_complete"));
-    ck_assert_int_eq(size(o, "events"), 3);
+    ck_assert_int_eq(th_json_size(o, "events"), 3);
     for (int i = 0; i < 3; i++) {
-        const cJSON *ev = cJSON_GetArrayItem(at(o, "events"), i);
-        ck_assert_str_eq(str(ev, "type"), want[i]);
-        ck_assert_str_eq(str(ev, "task_id"), "ok1");
-        ck_assert(strchr(str(ev, "stream_id"), '-') != NULL);
+        const cJSON *ev = cJSON_GetArrayItem(th_json_at(o, "events"), i);
+        ck_assert_str_eq(th_json_str(ev, "type"), want[i]);
+        ck_assert_str_eq(th_json_str(ev, "task_id"), "ok1");
+        ck_assert(strchr(th_json_str(ev, "stream_id"), '-') != NULL);
     }
-    ck_assert(num(o, "events_scanned") >= 3);
+    ck_assert(th_json_int(o, "events_scanned") >= 3);
     cJSON_Delete(o);
     free(text);
     /* events_max bounds the search */
-    o = read_json("dtq_task_view 0 ok1 0");
-    ck_assert_int_eq(size(o, "events"), 0);
-    ck_assert_int_eq(num(o, "events_scanned"), 0);
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1 0");
+    ck_assert_int_eq(th_json_size(o, "events"), 0);
+    ck_assert_int_eq(th_json_int(o, "events_scanned"), 0);
     ck_assert(!is_true(o, "events_complete"));
     cJSON_Delete(o);
-    o = read_json("dtq_task_view 0 ok1 1");
-    ck_assert_int_eq(num(o, "events_scanned"), 1);
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1 1");
+    ck_assert_int_eq(th_json_int(o, "events_scanned"), 1);
     ck_assert(!is_true(o, "events_complete"));
     cJSON_Delete(o);
     /* a dead letter: its record */
-    o = read_json("dtq_task_view 0 dead1");
+    o = th_read_json(C, NULL, "dtq_task_view 0 dead1");
     dlq_entry = th_task_field(C, "dead1", "dlq_entry");
-    ck_assert_str_eq(str(o, "status"), "dead_lettered");
-    ck_assert_str_eq(str(o, "fields.last_error"), "card declined");
-    ck_assert_str_eq(str(o, "dead_letter.task_id"), "dead1");
-    ck_assert_str_eq(str(o, "dead_letter.last_error_class"), "permanent");
-    ck_assert_str_eq(str(o, "dead_letter.entry_id"), dlq_entry);
-    ck_assert_str_eq(str(o, "dead_letter.attempts_made"), "1");
-    ck_assert(cJSON_IsNull(at(o, "result")));
+    ck_assert_str_eq(th_json_str(o, "status"), "dead_lettered");
+    ck_assert_str_eq(th_json_str(o, "fields.last_error"), "card declined");
+    ck_assert_str_eq(th_json_str(o, "dead_letter.task_id"), "dead1");
+    ck_assert_str_eq(th_json_str(o, "dead_letter.last_error_class"), "permanent");
+    ck_assert_str_eq(th_json_str(o, "dead_letter.entry_id"), dlq_entry);
+    ck_assert_str_eq(th_json_str(o, "dead_letter.attempts_made"), "1");
+    ck_assert(cJSON_IsNull(th_json_at(o, "result")));
     ck_assert_ptr_null(cJSON_GetObjectItem(o, "result_is_json"));
-    ck_assert(num(o, "ttl_ms") > 0); /* task_retention_s */
+    ck_assert(th_json_int(o, "ttl_ms") > 0); /* task_retention_s */
     cJSON_Delete(o);
     free(dlq_entry);
     /* results that are not JSON, or not as JSON writes it, come back as valid JSON */
     freeReplyObject(th_cmd(C, "SET dtq:result:ok1 %s", "not json"));
-    o = read_json("dtq_task_view 0 ok1");
-    ck_assert_str_eq(str(o, "result"), "not json");
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1");
+    ck_assert_str_eq(th_json_str(o, "result"), "not json");
     ck_assert(!is_true(o, "result_is_json"));
     cJSON_Delete(o);
     freeReplyObject(th_cmd(C, "SET dtq:result:ok1 %s", "0x10"));
-    o = read_json("dtq_task_view 0 ok1");
-    ck_assert_str_eq(str(o, "result"), "0x10");
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1");
+    ck_assert_str_eq(th_json_str(o, "result"), "0x10");
     cJSON_Delete(o);
     freeReplyObject(th_cmd(C, "SET dtq:result:ok1 %s", "{\"a\":\"x\ny\",\"b\":1.}"));
-    o = read_json("dtq_task_view 0 ok1");
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1");
     ck_assert(is_true(o, "result_is_json"));
-    ck_assert_str_eq(str(o, "result.a"), "x\ny");
-    ck_assert_int_eq(num(o, "result.b"), 1);
+    ck_assert_str_eq(th_json_str(o, "result.a"), "x\ny");
+    ck_assert_int_eq(th_json_int(o, "result.b"), 1);
     cJSON_Delete(o);
     freeReplyObject(th_cmd(C, "SET dtq:result:ok1 %s", "[1, 2.5, \"\\u00e9\"]\n"));
-    o = read_json("dtq_task_view 0 ok1");
-    ck_assert_int_eq(size(o, "result"), 3);
-    ck_assert_str_eq(str(o, "result.2"), "\xc3\xa9");
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1");
+    ck_assert_int_eq(th_json_size(o, "result"), 3);
+    ck_assert_str_eq(th_json_str(o, "result.2"), "\xc3\xa9");
     cJSON_Delete(o);
     /* no such task (also a key of another type), or a bad id */
     read_error("dtq_task_view 0 nosuch", "NOT_FOUND task nosuch");
@@ -536,62 +456,62 @@ START_TEST(test_dead_letter_pages) {
     /* newest first, two per page, following next_cursor to the end */
     for (int page = 0; page < 4; page++) {
         const cJSON *e;
-        o = read_json("dtq_dead_letters 0 %s 2", cursor);
-        ck_assert_int_eq(num(o, "total"), 5);
-        ck_assert_str_eq(str(o, "order"), "newest");
-        cJSON_ArrayForEach(e, at(o, "entries")) {
-            ck_assert_str_eq(str(e, "task_id"), ids[4 - seen]);
-            ck_assert(num(e, "entry_ms") > 0);
+        o = th_read_json(C, NULL, "dtq_dead_letters 0 %s 2", cursor);
+        ck_assert_int_eq(th_json_int(o, "total"), 5);
+        ck_assert_str_eq(th_json_str(o, "order"), "newest");
+        cJSON_ArrayForEach(e, th_json_at(o, "entries")) {
+            ck_assert_str_eq(th_json_str(e, "task_id"), ids[4 - seen]);
+            ck_assert(th_json_int(e, "entry_ms") > 0);
             seen++;
         }
-        if (cJSON_IsNull(at(o, "next_cursor"))) {
+        if (cJSON_IsNull(th_json_at(o, "next_cursor"))) {
             cJSON_Delete(o);
             break;
         }
-        ck_assert_int_eq(size(o, "entries"), 2);
-        snprintf(cursor, sizeof(cursor), "%s", str(o, "next_cursor"));
+        ck_assert_int_eq(th_json_size(o, "entries"), 2);
+        snprintf(cursor, sizeof(cursor), "%s", th_json_str(o, "next_cursor"));
         cJSON_Delete(o);
     }
     ck_assert_int_eq(seen, 5);
     /* oldest first is the stream's order */
-    o = read_json("dtq_dead_letters 0 - 500 oldest");
+    o = th_read_json(C, NULL, "dtq_dead_letters 0 - 500 oldest");
     r = th_cmd(C, "XRANGE dtq:stream:dead-letter - +");
-    ck_assert_int_eq(size(o, "entries"), (int)r->elements);
+    ck_assert_int_eq(th_json_size(o, "entries"), (int)r->elements);
     for (size_t i = 0; i < r->elements; i++) {
         char p[64];
         snprintf(p, sizeof(p), "entries.%zu.entry_id", i);
-        ck_assert_str_eq(str(o, p), r->element[i]->element[0]->str);
+        ck_assert_str_eq(th_json_str(o, p), r->element[i]->element[0]->str);
     }
     freeReplyObject(r);
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
-    ck_assert_int_eq(num(o, "scanned"), 5);
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
+    ck_assert_int_eq(th_json_int(o, "scanned"), 5);
     cJSON_Delete(o);
     /* a class filter, paged too */
-    o = read_json("dtq_dead_letters 0 - 1 newest timeout");
-    ck_assert_str_eq(str(o, "filter"), "timeout");
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "d3");
-    snprintf(cursor, sizeof(cursor), "%s", str(o, "next_cursor"));
+    o = th_read_json(C, NULL, "dtq_dead_letters 0 - 1 newest timeout");
+    ck_assert_str_eq(th_json_str(o, "filter"), "timeout");
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "d3");
+    snprintf(cursor, sizeof(cursor), "%s", th_json_str(o, "next_cursor"));
     cJSON_Delete(o);
-    o = read_json("dtq_dead_letters 0 %s 1 newest timeout", cursor);
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "d1");
+    o = th_read_json(C, NULL, "dtq_dead_letters 0 %s 1 newest timeout", cursor);
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "d1");
     cJSON_Delete(o);
-    o = read_json("dtq_dead_letters 0 - 50 newest nosuchclass");
-    ck_assert_int_eq(size(o, "entries"), 0);
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
+    o = th_read_json(C, NULL, "dtq_dead_letters 0 - 50 newest nosuchclass");
+    ck_assert_int_eq(th_json_size(o, "entries"), 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
     cJSON_Delete(o);
     /* long values are cut at field_max (2048 by default; 0: whole) */
     big = calloc(1, 5000);
     memset(big, 'x', 4000);
     freeReplyObject(th_cmd(C, "XADD dtq:stream:dead-letter * task_id big payload %s", big));
-    o = read_json("dtq_dead_letters 0 - 1");
-    ck_assert_int_eq((int)strlen(str(o, "entries.0.payload")), 2048);
+    o = th_read_json(C, NULL, "dtq_dead_letters 0 - 1");
+    ck_assert_int_eq((int)strlen(th_json_str(o, "entries.0.payload")), 2048);
     ck_assert(is_true(o, "entries.0.payload_truncated"));
     cJSON_Delete(o);
-    o = read_json("dtq_dead_letters 0 - 1 newest %s 0", "");
-    ck_assert_str_eq(str(o, "entries.0.payload"), big);
-    ck_assert_ptr_null(cJSON_GetObjectItem(at(o, "entries.0"), "payload_truncated"));
+    o = th_read_json(C, NULL, "dtq_dead_letters 0 - 1 newest %s 0", "");
+    ck_assert_str_eq(th_json_str(o, "entries.0.payload"), big);
+    ck_assert_ptr_null(cJSON_GetObjectItem(th_json_at(o, "entries.0"), "payload_truncated"));
     cJSON_Delete(o);
     free(big);
     /* refusals */
@@ -603,15 +523,15 @@ START_TEST(test_dead_letter_pages) {
     /* the audit stream pages the same way, filtered by task */
     freeReplyObject(th_cmd(C, "FCALL dtq_requeue 0 d0 tester"));
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default tester"));
-    o = read_json("dtq_audit_page 0 - 10");
-    ck_assert_int_eq(num(o, "total"), 2);
-    ck_assert_str_eq(str(o, "entries.0.action"), "pause");
-    ck_assert_str_eq(str(o, "entries.1.action"), "requeue");
-    ck_assert_str_eq(str(o, "entries.1.actor"), "tester");
+    o = th_read_json(C, NULL, "dtq_audit_page 0 - 10");
+    ck_assert_int_eq(th_json_int(o, "total"), 2);
+    ck_assert_str_eq(th_json_str(o, "entries.0.action"), "pause");
+    ck_assert_str_eq(th_json_str(o, "entries.1.action"), "requeue");
+    ck_assert_str_eq(th_json_str(o, "entries.1.actor"), "tester");
     cJSON_Delete(o);
-    o = read_json("dtq_audit_page 0 - 10 oldest d0");
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "d0");
+    o = th_read_json(C, NULL, "dtq_audit_page 0 - 10 oldest d0");
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "d0");
     cJSON_Delete(o);
 }
 END_TEST
@@ -710,53 +630,32 @@ START_TEST(test_task_view_due) {
     due = atoll(r->str);
     freeReplyObject(r);
     ck_assert(due > dtq_now_ms() + 500000);
-    o = read_json("dtq_task_view 0 later1 0");
-    ck_assert_int_eq(num(o, "due_ms"), due);
+    o = th_read_json(C, NULL, "dtq_task_view 0 later1 0");
+    ck_assert_int_eq(th_json_int(o, "due_ms"), due);
     ck_assert(!is_true(o, "due_claimed"));
-    ck_assert(cJSON_IsFalse(at(o, "due_claimed")));
+    ck_assert(cJSON_IsFalse(th_json_at(o, "due_claimed")));
     cJSON_Delete(o);
     /* taken by a scheduler pass: the claimed set's score */
     freeReplyObject(th_cmd(C, "ZREM dtq:retry:schedule later1"));
     freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed 1796159654123 later1"));
-    o = read_json("dtq_task_view 0 later1 0");
-    ck_assert_int_eq(num(o, "due_ms"), 1796159654123LL);
+    o = th_read_json(C, NULL, "dtq_task_view 0 later1 0");
+    ck_assert_int_eq(th_json_int(o, "due_ms"), 1796159654123LL);
     ck_assert(is_true(o, "due_claimed"));
     cJSON_Delete(o);
-    o = read_json("dtq_task_view 0 now1 0");
-    ck_assert(cJSON_IsNull(at(o, "due_ms")));
-    ck_assert(cJSON_IsFalse(at(o, "due_claimed")));
+    o = th_read_json(C, NULL, "dtq_task_view 0 now1 0");
+    ck_assert(cJSON_IsNull(th_json_at(o, "due_ms")));
+    ck_assert(cJSON_IsFalse(th_json_at(o, "due_claimed")));
     cJSON_Delete(o);
     /* a schedule of another type reads as none */
     freeReplyObject(th_cmd(C, "DEL dtq:retry:claimed"));
     freeReplyObject(th_cmd(C, "SET dtq:retry:claimed x"));
-    o = read_json("dtq_task_view 0 later1 0");
-    ck_assert(cJSON_IsNull(at(o, "due_ms")));
+    o = th_read_json(C, NULL, "dtq_task_view 0 later1 0");
+    ck_assert(cJSON_IsNull(th_json_at(o, "due_ms")));
     cJSON_Delete(o);
 }
 END_TEST
 
 /* ----------------------------------------------------------------- audit */
-
-/* A field of a stream entry (its flat field/value reply), or NULL. */
-static const char *entry_field(const redisReply *e, const char *name) {
-    const redisReply *f = e->element[1];
-    for (size_t i = 0; i + 1 < f->elements; i += 2)
-        if (!strcmp(f->element[i]->str, name)) return f->element[i + 1]->str;
-    return NULL;
-}
-
-static void expect_reply(redisReply *r, const char *want) {
-    ck_assert_msg(r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS,
-                  "want %s, got type %d %s", want, r->type, r->str ? r->str : "");
-    ck_assert_str_eq(r->str, want);
-    freeReplyObject(r);
-}
-
-static void expect_refused(redisReply *r, const char *prefix) {
-    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "not refused (want %s)", prefix);
-    ck_assert_msg(!strncmp(r->str, prefix, strlen(prefix)), "%s, want %s", r->str, prefix);
-    freeReplyObject(r);
-}
 
 /* Every admin Function's audit entry names its actor (redis-cli when none or empty is
  * given) and the task (with the task's queue) or the queue it acted on; purge_dlq, which
@@ -781,53 +680,53 @@ START_TEST(test_audit_names_target_and_actor) {
     }
     work("w1", "mail", 4, NULL, NULL, "m1 m2 m3 m4", "permanent");
     enqueue("mail", "c1", "delay_ms 600000");
-    expect_reply(th_cmd(C, "FCALL dtq_requeue 0 m1 tester"), "queued");
+    th_expect_str(th_cmd(C, "FCALL dtq_requeue 0 m1 tester"), "queued");
     r = th_cmd(C, "FCALL dtq_requeue_dlq 0 1 %s", "");
     ck_assert_int_eq(r->integer, 1);
     freeReplyObject(r);
-    expect_reply(th_cmd(C, "FCALL dtq_discard 0 m3 tester"), "discarded");
-    expect_reply(th_cmd(C, "FCALL dtq_cancel 0 c1"), "cancelled");
+    th_expect_str(th_cmd(C, "FCALL dtq_discard 0 m3 tester"), "discarded");
+    th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 c1"), "cancelled");
     r = th_cmd(C, "FCALL dtq_purge_dlq 0 tester");
     ck_assert_int_eq(r->integer, 1); /* m4 */
     freeReplyObject(r);
     /* a queue nobody has used: refused without `create`, nothing written */
-    expect_refused(th_cmd(C, "FCALL dtq_pause 0 ghost tester"),
-                   "NOT_FOUND queue ghost is not in dtq:queues");
-    expect_refused(th_cmd(C, "FCALL dtq_resume 0 ghost"), "NOT_FOUND queue ghost");
-    expect_refused(th_cmd(C, "FCALL dtq_pause 0 ghost tester yes"), "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_pause 0 ghost tester"),
+                      "NOT_FOUND queue ghost is not in dtq:queues");
+    th_expect_refused(th_cmd(C, "FCALL dtq_resume 0 ghost"), "NOT_FOUND queue ghost");
+    th_expect_refused(th_cmd(C, "FCALL dtq_pause 0 ghost tester yes"), "INVALID_ARGUMENT");
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:ghost:paused")), 0);
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues ghost")), 0);
-    expect_reply(th_cmd(C, "FCALL dtq_pause 0 ghost tester create"), "paused");
+    th_expect_str(th_cmd(C, "FCALL dtq_pause 0 ghost tester create"), "paused");
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:ghost:paused")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues ghost")), 1);
-    expect_reply(th_cmd(C, "FCALL dtq_resume 0 ghost tester"), "resumed");
+    th_expect_str(th_cmd(C, "FCALL dtq_resume 0 ghost tester"), "resumed");
     /* paused by hand (the documented key), never used: it can be resumed */
     freeReplyObject(th_cmd(C, "SET dtq:queue:legacy:paused 1"));
-    expect_reply(th_cmd(C, "FCALL dtq_resume 0 legacy"), "resumed");
+    th_expect_str(th_cmd(C, "FCALL dtq_resume 0 legacy"), "resumed");
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:legacy:paused")), 0);
-    expect_reply(th_cmd(C, "FCALL dtq_pause 0 mail ops"), "paused"); /* enqueue made it known */
+    th_expect_str(th_cmd(C, "FCALL dtq_pause 0 mail ops"), "paused"); /* enqueue made it known */
 
     r = th_cmd(C, "XRANGE dtq:stream:audit - +");
     ck_assert_int_eq(r->elements, n);
     for (size_t i = 0; i < n; i++) {
         const redisReply *e = r->element[i];
-        const char *ts = entry_field(e, "ts");
-        ck_assert_str_eq(entry_field(e, "action"), want[i].action);
-        ck_assert_str_eq(entry_field(e, "task_id"), want[i].task);
-        ck_assert_msg(entry_field(e, "queue") != NULL, "%s: no queue field", want[i].action);
-        ck_assert_str_eq(entry_field(e, "queue"), want[i].queue);
-        ck_assert_str_eq(entry_field(e, "actor"), want[i].actor);
+        const char *ts = th_entry_field(e, "ts");
+        ck_assert_str_eq(th_entry_field(e, "action"), want[i].action);
+        ck_assert_str_eq(th_entry_field(e, "task_id"), want[i].task);
+        ck_assert_msg(th_entry_field(e, "queue") != NULL, "%s: no queue field", want[i].action);
+        ck_assert_str_eq(th_entry_field(e, "queue"), want[i].queue);
+        ck_assert_str_eq(th_entry_field(e, "actor"), want[i].actor);
         ck_assert(ts && atoll(ts) > 0);
         if (!strcmp(want[i].action, "purge_dlq"))
-            ck_assert_str_eq(entry_field(e, "removed"), "1");
+            ck_assert_str_eq(th_entry_field(e, "removed"), "1");
         else
-            ck_assert_ptr_null(entry_field(e, "removed"));
+            ck_assert_ptr_null(th_entry_field(e, "removed"));
     }
     freeReplyObject(r);
     /* audit_page gives the queue too */
     {
-        cJSON *o = read_json("dtq_audit_page 0 - 1");
-        ck_assert_str_eq(str(o, "entries.0.queue"), "mail");
+        cJSON *o = th_read_json(C, NULL, "dtq_audit_page 0 - 1");
+        ck_assert_str_eq(th_json_str(o, "entries.0.queue"), "mail");
         cJSON_Delete(o);
     }
 }
@@ -923,49 +822,50 @@ START_TEST(test_metrics) {
         th_cmd(C, "XADD dtq:stream:gamma:p3 %lld-0 task_type echo payload {}", before - 3000));
     freeReplyObject(th_cmd(C, "SADD dtq:queues gamma"));
 
-    o = read_json("dtq_metrics 0");
+    o = th_read_json(C, NULL, "dtq_metrics 0");
     after = dtq_now_ms();
-    ck_assert_int_eq(size(o, "queues"), 3);
-    q = queue_of(o, "alpha");
-    ck_assert_int_eq(num(q, "depth_by_band.5"), 2);
-    ck_assert_int_eq(num(q, "depth_by_band.9"), 1);
-    ck_assert_int_eq(num(q, "depth_by_band.0"), 0);
-    ck_assert_int_eq(num(q, "pending"), 0);
-    ck_assert_int_eq(num(q, "scheduled"), 1);
+    ck_assert_int_eq(th_json_size(o, "queues"), 3);
+    q = th_overview_queue(o, "alpha");
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.5"), 2);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.9"), 1);
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.0"), 0);
+    ck_assert_int_eq(th_json_int(q, "pending"), 0);
+    ck_assert_int_eq(th_json_int(q, "scheduled"), 1);
     ck_assert(!is_true(q, "paused"));
-    ck_assert(num(q, "oldest_waiting_ms") >= 0 && num(q, "oldest_waiting_ms") < 60000);
-    q = queue_of(o, "beta");
-    ck_assert_int_eq(num(q, "depth_by_band.5"), 0);
-    ck_assert_int_eq(num(q, "pending"), 1);
-    ck_assert_int_eq(num(q, "scheduled"), 1);
-    ck_assert_int_eq(num(q, "oldest_waiting_ms"), 0);
+    ck_assert(th_json_int(q, "oldest_waiting_ms") >= 0 &&
+              th_json_int(q, "oldest_waiting_ms") < 60000);
+    q = th_overview_queue(o, "beta");
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.5"), 0);
+    ck_assert_int_eq(th_json_int(q, "pending"), 1);
+    ck_assert_int_eq(th_json_int(q, "scheduled"), 1);
+    ck_assert_int_eq(th_json_int(q, "oldest_waiting_ms"), 0);
     ck_assert(is_true(q, "paused"));
-    q = queue_of(o, "gamma");
-    ck_assert_int_eq(num(q, "depth_by_band.3"), 1);
-    ck_assert(num(q, "oldest_waiting_ms") >= 3000);
-    ck_assert(num(q, "oldest_waiting_ms") <= after - before + 3000);
-    ck_assert_int_eq(num(o, "scheduled.total"), 2);
+    q = th_overview_queue(o, "gamma");
+    ck_assert_int_eq(th_json_int(q, "depth_by_band.3"), 1);
+    ck_assert(th_json_int(q, "oldest_waiting_ms") >= 3000);
+    ck_assert(th_json_int(q, "oldest_waiting_ms") <= after - before + 3000);
+    ck_assert_int_eq(th_json_int(o, "scheduled.total"), 2);
     ck_assert(is_true(o, "scheduled.by_queue_complete"));
-    ck_assert_int_eq(num(o, "dead_letters.length"), 2);
-    ck_assert_int_eq(num(o, "dead_letters.scanned"), 2);
+    ck_assert_int_eq(th_json_int(o, "dead_letters.length"), 2);
+    ck_assert_int_eq(th_json_int(o, "dead_letters.scanned"), 2);
     ck_assert(is_true(o, "dead_letters.complete"));
-    cJSON_ArrayForEach(e, at(o, "dead_letters.by_queue_class")) {
-        ck_assert_str_eq(str(e, "queue"), "beta");
-        ck_assert_int_eq(num(e, "count"), 1);
-        ck_assert_str_eq(str(e, "class"), found++ ? "timeout" : "permanent"); /* sorted */
+    cJSON_ArrayForEach(e, th_json_at(o, "dead_letters.by_queue_class")) {
+        ck_assert_str_eq(th_json_str(e, "queue"), "beta");
+        ck_assert_int_eq(th_json_int(e, "count"), 1);
+        ck_assert_str_eq(th_json_str(e, "class"), found++ ? "timeout" : "permanent"); /* sorted */
     }
     ck_assert_int_eq(found, 2);
-    ck_assert_int_eq(num(o, "workers.running"), 1);
-    ck_assert_int_eq(num(o, "workers.draining"), 1);
-    ck_assert_int_eq(num(o, "workers.stopped"), 0);
-    ck_assert_str_eq(str(o, "leader"), "w1");
+    ck_assert_int_eq(th_json_int(o, "workers.running"), 1);
+    ck_assert_int_eq(th_json_int(o, "workers.draining"), 1);
+    ck_assert_int_eq(th_json_int(o, "workers.stopped"), 0);
+    ck_assert_str_eq(th_json_str(o, "leader"), "w1");
     ck_assert(!is_true(o, "queues_truncated"));
     ck_assert(!is_true(o, "workers_truncated"));
     cJSON_Delete(o);
 
     /* the same counts as the overview and stats */
-    o = read_json("dtq_overview 0");
-    ck_assert_int_eq(num(queue_of(o, "alpha"), "depth"), 3);
+    o = th_read_json(C, NULL, "dtq_overview 0");
+    ck_assert_int_eq(th_json_int(th_overview_queue(o, "alpha"), "depth"), 3);
     ck_assert_int_eq(stat_of("queue:alpha:depth"), 3);
     cJSON_Delete(o);
 
@@ -973,13 +873,14 @@ START_TEST(test_metrics) {
     for (int i = 0; i < 1100; i++)
         freeReplyObject(th_cmd(C, "XADD dtq:stream:dead-letter * queue delta last_error_class x"));
     freeReplyObject(th_cmd(C, "DEL dtq:lock:scheduler"));
-    o = read_json("dtq_metrics 0");
-    ck_assert_int_eq(num(o, "dead_letters.length"), 1102);
-    ck_assert_int_eq(num(o, "dead_letters.scanned"), 1000);
+    o = th_read_json(C, NULL, "dtq_metrics 0");
+    ck_assert_int_eq(th_json_int(o, "dead_letters.length"), 1102);
+    ck_assert_int_eq(th_json_int(o, "dead_letters.scanned"), 1000);
     ck_assert(!is_true(o, "dead_letters.complete"));
-    ck_assert_int_eq(size(o, "dead_letters.by_queue_class"), 1); /* the newest are delta's */
-    ck_assert_int_eq(num(o, "dead_letters.by_queue_class.0.count"), 1000);
-    ck_assert(cJSON_IsNull(at(o, "leader")));
+    ck_assert_int_eq(th_json_size(o, "dead_letters.by_queue_class"),
+                     1); /* the newest are delta's */
+    ck_assert_int_eq(th_json_int(o, "dead_letters.by_queue_class.0.count"), 1000);
+    ck_assert(cJSON_IsNull(th_json_at(o, "leader")));
     cJSON_Delete(o);
 }
 END_TEST

@@ -9,7 +9,6 @@
  * task hash (`history`, <ns>_task_view's `attempts`). */
 #include <cjson/cJSON.h>
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,39 +17,11 @@
 #include "harness.h"
 #include "util.h"
 
-static th_redis R;
-static redisContext *C;
+TH_LIBRARY_FIXTURE();
 
 #define POLICY "{\"d\":[5,30000],\"t\":{}}"
 
-static void setup(void) {
-    th_fixture_start(&R, &C, TH_LIBRARY, NULL);
-}
-
-static void teardown(void) {
-    th_fixture_stop(&R, &C);
-}
-
 /* ----------------------------------------------------------------- helpers */
-
-/* The JSON reply of FCALL_RO <fmt...> (formatted as by redisCommand), parsed. */
-static cJSON *read_json(const char *fmt, ...) {
-    char cmd[512];
-    va_list ap;
-    redisReply *r;
-    cJSON *o;
-    snprintf(cmd, sizeof(cmd), "FCALL_RO %s", fmt);
-    va_start(ap, fmt);
-    r = redisvCommand(C, cmd, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "%s: %s", cmd, C->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_STRING, "%s: type %d %s", cmd, r->type,
-                  r->str ? r->str : "");
-    o = cJSON_Parse(r->str);
-    ck_assert_msg(o != NULL, "%s: not JSON: %s", cmd, r->str);
-    freeReplyObject(r);
-    return o;
-}
 
 /* The call (FCALL or FCALL_RO ..., no formatting) must be refused with an error reply
  * starting with `prefix`; returns the reply's text (caller frees). */
@@ -65,37 +36,6 @@ static char *refused(const char *call, const char *prefix) {
     return text;
 }
 
-static const cJSON *at(const cJSON *o, const char *path) {
-    char buf[256], *save = NULL;
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save)) {
-        if (cJSON_IsArray(o))
-            o = cJSON_GetArrayItem(o, atoi(k));
-        else
-            o = cJSON_GetObjectItemCaseSensitive(o, k);
-    }
-    ck_assert_msg(o != NULL, "no %s in the answer", path);
-    return o;
-}
-
-static long long num(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", path);
-    return (long long)v->valuedouble;
-}
-
-static const char *str(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsString(v), "%s is not a string", path);
-    return v->valuestring;
-}
-
-static int size(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsArray(v), "%s is not an array", path);
-    return cJSON_GetArraySize(v);
-}
-
 static void enqueue(const char *queue, const char *id, const char *opts) {
     char cmd[256];
     redisReply *r;
@@ -106,11 +46,6 @@ static void enqueue(const char *queue, const char *id, const char *opts) {
     freeReplyObject(r);
 }
 
-static void groups(const char *queue) {
-    for (int b = 0; b < 10; b++)
-        freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", queue, b));
-}
-
 /* Fetches one task of `queue` as w1 and finishes it with `outcome`, `error` and `cls`
  * (a retry due in delay_ms); returns the task id (caller frees). */
 static char *run_once(const char *queue, enum dtq_outcome_kind outcome, const char *error,
@@ -118,7 +53,7 @@ static char *run_once(const char *queue, enum dtq_outcome_kind outcome, const ch
     redisReply *r, *f;
     dtq_finish_record rec;
     char *id;
-    groups(queue);
+    th_queue_groups(C, queue);
     r = th_fetch(C, "w1", 1, queue, POLICY);
     ck_assert_int_eq((int)r->element[0]->elements, 1);
     rec = th_finish_record(r->element[0]->element[0]);
@@ -190,83 +125,84 @@ START_TEST(test_scheduled_lists_delayed_and_retrying) {
     free(id);
     th_assert_field(C, "r1", "status", "retrying");
 
-    o = read_json("dtq_scheduled 0 -");
-    ck_assert_int_eq(num(o, "total"), 2);
-    ck_assert_int_eq(num(o, "claimed"), 0);
-    ck_assert_int_eq(num(o, "count"), 50);
-    ck_assert_int_eq(num(o, "scanned"), 2);
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
-    ck_assert_str_eq(str(o, "filter.kind"), "all");
-    ck_assert(cJSON_IsNull(at(o, "filter.queue")));
-    ck_assert_int_eq(size(o, "entries"), 2);
+    o = th_read_json(C, NULL, "dtq_scheduled 0 -");
+    ck_assert_int_eq(th_json_int(o, "total"), 2);
+    ck_assert_int_eq(th_json_int(o, "claimed"), 0);
+    ck_assert_int_eq(th_json_int(o, "count"), 50);
+    ck_assert_int_eq(th_json_int(o, "scanned"), 2);
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
+    ck_assert_str_eq(th_json_str(o, "filter.kind"), "all");
+    ck_assert(cJSON_IsNull(th_json_at(o, "filter.queue")));
+    ck_assert_int_eq(th_json_size(o, "entries"), 2);
     /* soonest due first: the retry (5 min) before the delayed task (10 min) */
-    e = at(o, "entries.0");
-    ck_assert_str_eq(str(e, "task_id"), "r1");
-    ck_assert_str_eq(str(e, "kind"), "retrying");
-    ck_assert_str_eq(str(e, "status"), "retrying");
-    ck_assert_str_eq(str(e, "queue"), "mail");
-    ck_assert_str_eq(str(e, "task_type"), "echo");
-    ck_assert_int_eq(num(e, "attempt"), 1);
-    ck_assert_int_eq(num(e, "next_attempt"), 2);
-    ck_assert_int_eq(num(e, "max_attempts"), 5);
-    ck_assert_int_eq(num(e, "priority"), 5);
-    ck_assert(num(e, "due_ms") >= t0 + 300000 - 60000 && num(e, "due_ms") <= t0 + 360000);
-    ck_assert_str_eq(str(e, "last_error_class"), "timeout");
-    ck_assert_int_eq((int)strlen(str(e, "last_error")), 200); /* first line, capped */
-    ck_assert(strchr(str(e, "last_error"), '\n') == NULL);
-    ck_assert(cJSON_IsTrue(at(e, "last_error_truncated")));
-    e = at(o, "entries.1");
-    ck_assert_str_eq(str(e, "task_id"), "later");
-    ck_assert_str_eq(str(e, "kind"), "delayed");
-    ck_assert_str_eq(str(e, "status"), "pending");
-    ck_assert_int_eq(num(e, "attempt"), 1);
-    ck_assert_int_eq(num(e, "next_attempt"), 1);
-    ck_assert(cJSON_IsNull(at(e, "max_attempts"))); /* resolved at its first claim */
-    ck_assert(cJSON_IsNull(at(e, "last_error")));
-    ck_assert(cJSON_IsNull(at(e, "last_error_class")));
-    ck_assert(num(e, "due_ms") > num(o, "entries.0.due_ms"));
-    ck_assert(num(e, "due_ms") - num(o, "time_ms") > 500000);
+    e = th_json_at(o, "entries.0");
+    ck_assert_str_eq(th_json_str(e, "task_id"), "r1");
+    ck_assert_str_eq(th_json_str(e, "kind"), "retrying");
+    ck_assert_str_eq(th_json_str(e, "status"), "retrying");
+    ck_assert_str_eq(th_json_str(e, "queue"), "mail");
+    ck_assert_str_eq(th_json_str(e, "task_type"), "echo");
+    ck_assert_int_eq(th_json_int(e, "attempt"), 1);
+    ck_assert_int_eq(th_json_int(e, "next_attempt"), 2);
+    ck_assert_int_eq(th_json_int(e, "max_attempts"), 5);
+    ck_assert_int_eq(th_json_int(e, "priority"), 5);
+    ck_assert(th_json_int(e, "due_ms") >= t0 + 300000 - 60000 &&
+              th_json_int(e, "due_ms") <= t0 + 360000);
+    ck_assert_str_eq(th_json_str(e, "last_error_class"), "timeout");
+    ck_assert_int_eq((int)strlen(th_json_str(e, "last_error")), 200); /* first line, capped */
+    ck_assert(strchr(th_json_str(e, "last_error"), '\n') == NULL);
+    ck_assert(cJSON_IsTrue(th_json_at(e, "last_error_truncated")));
+    e = th_json_at(o, "entries.1");
+    ck_assert_str_eq(th_json_str(e, "task_id"), "later");
+    ck_assert_str_eq(th_json_str(e, "kind"), "delayed");
+    ck_assert_str_eq(th_json_str(e, "status"), "pending");
+    ck_assert_int_eq(th_json_int(e, "attempt"), 1);
+    ck_assert_int_eq(th_json_int(e, "next_attempt"), 1);
+    ck_assert(cJSON_IsNull(th_json_at(e, "max_attempts"))); /* resolved at its first claim */
+    ck_assert(cJSON_IsNull(th_json_at(e, "last_error")));
+    ck_assert(cJSON_IsNull(th_json_at(e, "last_error_class")));
+    ck_assert(th_json_int(e, "due_ms") > th_json_int(o, "entries.0.due_ms"));
+    ck_assert(th_json_int(e, "due_ms") - th_json_int(o, "time_ms") > 500000);
     cJSON_Delete(o);
 
     /* the filters */
-    o = read_json("dtq_scheduled 0 - 10 kind delayed");
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "later");
-    ck_assert_str_eq(str(o, "filter.kind"), "delayed");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind delayed");
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "later");
+    ck_assert_str_eq(th_json_str(o, "filter.kind"), "delayed");
     cJSON_Delete(o);
-    o = read_json("dtq_scheduled 0 - 10 kind retrying class timeout");
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "r1");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind retrying class timeout");
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "r1");
     cJSON_Delete(o);
-    o = read_json("dtq_scheduled 0 - 10 class permanent");
-    ck_assert_int_eq(size(o, "entries"), 0);
-    ck_assert_int_eq(num(o, "scanned"), 2);
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 class permanent");
+    ck_assert_int_eq(th_json_size(o, "entries"), 0);
+    ck_assert_int_eq(th_json_int(o, "scanned"), 2);
     cJSON_Delete(o);
     enqueue("other", "o-1", "delay_ms 1000");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 other send {} task_id o-2 delay_ms 2000"));
-    o = read_json("dtq_scheduled 0 - 10 queue other");
-    ck_assert_int_eq(size(o, "entries"), 2);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "o-1");
-    ck_assert_str_eq(str(o, "filter.queue"), "other");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 queue other");
+    ck_assert_int_eq(th_json_size(o, "entries"), 2);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "o-1");
+    ck_assert_str_eq(th_json_str(o, "filter.queue"), "other");
     cJSON_Delete(o);
-    o = read_json("dtq_scheduled 0 - 10 queue other task_type send");
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "o-2");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 queue other task_type send");
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "o-2");
     cJSON_Delete(o);
-    o = read_json("dtq_scheduled 0 - 10 id_prefix o- kind all queue %s", "");
-    ck_assert_int_eq(size(o, "entries"), 2);
-    ck_assert(cJSON_IsNull(at(o, "filter.queue"))); /* an empty value is no filter */
-    ck_assert_str_eq(str(o, "filter.id_prefix"), "o-");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 id_prefix o- kind all queue %s", "");
+    ck_assert_int_eq(th_json_size(o, "entries"), 2);
+    ck_assert(cJSON_IsNull(th_json_at(o, "filter.queue"))); /* an empty value is no filter */
+    ck_assert_str_eq(th_json_str(o, "filter.id_prefix"), "o-");
     cJSON_Delete(o);
     /* a member whose task is gone is listed as kind other */
     freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 1 ghost"));
-    o = read_json("dtq_scheduled 0 - 1");
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "ghost");
-    ck_assert_str_eq(str(o, "entries.0.kind"), "other");
-    ck_assert(cJSON_IsNull(at(o, "entries.0.status")));
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 1");
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "ghost");
+    ck_assert_str_eq(th_json_str(o, "entries.0.kind"), "other");
+    ck_assert(cJSON_IsNull(th_json_at(o, "entries.0.status")));
     cJSON_Delete(o);
-    o = read_json("dtq_scheduled 0 - 10 kind delayed");
-    ck_assert_int_eq(size(o, "entries"), 3);
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind delayed");
+    ck_assert_int_eq(th_json_size(o, "entries"), 3);
     cJSON_Delete(o);
 
     /* refusals */
@@ -292,16 +228,16 @@ START_TEST(test_scheduled_paging) {
     freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 9000 z-last"));
     for (int page = 0; page < 10; page++) {
         const cJSON *e;
-        o = read_json("dtq_scheduled 0 %s 2", cursor);
-        cJSON_ArrayForEach(e, at(o, "entries")) {
-            strcat(seen, str(e, "task_id"));
+        o = th_read_json(C, NULL, "dtq_scheduled 0 %s 2", cursor);
+        cJSON_ArrayForEach(e, th_json_at(o, "entries")) {
+            strcat(seen, th_json_str(e, "task_id"));
             strcat(seen, " ");
         }
-        if (cJSON_IsNull(at(o, "next_cursor"))) {
+        if (cJSON_IsNull(th_json_at(o, "next_cursor"))) {
             cJSON_Delete(o);
             break;
         }
-        snprintf(cursor, sizeof(cursor), "%s", str(o, "next_cursor"));
+        snprintf(cursor, sizeof(cursor), "%s", th_json_str(o, "next_cursor"));
         cJSON_Delete(o);
         /* after the first page, the cursor's member leaves the set */
         if (page == 1) {
@@ -311,15 +247,15 @@ START_TEST(test_scheduled_paging) {
     }
     ck_assert_str_eq(seen, "a-first t0 t1 t2 t3 t4 t5 z-last ");
     /* a cursor whose member moved to another score goes on after its old place too */
-    o = read_json("dtq_scheduled 0 5000:t3 2");
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "t4");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 5000:t3 2");
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "t4");
     cJSON_Delete(o);
     r = th_cmd(C, "ZADD dtq:retry:schedule 1 t3");
     freeReplyObject(r);
-    o = read_json("dtq_scheduled 0 5000:t3 2");
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "t4");
-    ck_assert_str_eq(str(o, "entries.1.task_id"), "t5");
-    ck_assert_str_eq(str(o, "next_cursor"), "5000:t5");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 5000:t3 2");
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "t4");
+    ck_assert_str_eq(th_json_str(o, "entries.1.task_id"), "t5");
+    ck_assert_str_eq(th_json_str(o, "next_cursor"), "5000:t5");
     cJSON_Delete(o);
 }
 END_TEST
@@ -345,16 +281,16 @@ START_TEST(test_scheduled_scan_bound) {
         dtq_argv_deinit(&a);
     }
     enqueue("mail", "real", "delay_ms 600000");
-    o = read_json("dtq_scheduled 0 - 10 kind delayed");
-    ck_assert_int_eq(size(o, "entries"), 0);
-    ck_assert_int_eq(num(o, "scanned"), 1000);
-    ck_assert_str_eq(str(o, "next_cursor"), "1000:g0999");
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind delayed");
+    ck_assert_int_eq(th_json_size(o, "entries"), 0);
+    ck_assert_int_eq(th_json_int(o, "scanned"), 1000);
+    ck_assert_str_eq(th_json_str(o, "next_cursor"), "1000:g0999");
     cJSON_Delete(o);
-    o = read_json("dtq_scheduled 0 1000:g0999 10 kind delayed");
-    ck_assert_int_eq(size(o, "entries"), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "real");
-    ck_assert_int_eq(num(o, "scanned"), 201);
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
+    o = th_read_json(C, NULL, "dtq_scheduled 0 1000:g0999 10 kind delayed");
+    ck_assert_int_eq(th_json_size(o, "entries"), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "real");
+    ck_assert_int_eq(th_json_int(o, "scanned"), 201);
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
     cJSON_Delete(o);
 }
 END_TEST
@@ -479,7 +415,7 @@ START_TEST(test_queue_clear) {
     /* mail: one running task, three waiting (one of them a producer's raw entry), one at
      * p9, and one delayed (not waiting: it stays) */
     enqueue("mail", "run1", NULL);
-    groups("mail");
+    th_queue_groups(C, "mail");
     r = th_fetch(C, "w1", 1, "mail", POLICY);
     ck_assert_int_eq((int)r->element[0]->elements, 1);
     freeReplyObject(r);
@@ -587,7 +523,7 @@ START_TEST(test_queue_remove) {
     free(err);
     /* pending */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 mail"));
-    groups("mail");
+    th_queue_groups(C, "mail");
     r = th_fetch(C, "w1", 1, "mail", POLICY);
     freeReplyObject(r);
     err = refused("FCALL dtq_queue_remove 0 erin mail", "NOT_EMPTY");
@@ -664,8 +600,8 @@ START_TEST(test_history) {
     id = run_once("mail", DTQ_OUTCOME_SUCCEEDED, "", "", 0);
     free(id);
     ck_assert_ptr_null(th_task_field(C, "ok1", "history"));
-    o = read_json("dtq_task_view 0 ok1");
-    ck_assert_int_eq(size(o, "attempts"), 0);
+    o = th_read_json(C, NULL, "dtq_task_view 0 ok1");
+    ck_assert_int_eq(th_json_size(o, "attempts"), 0);
     cJSON_Delete(o);
 
     /* a retry, a handback, then a dead letter */
@@ -685,20 +621,20 @@ START_TEST(test_history) {
     id = run_once("mail", DTQ_OUTCOME_DEAD_LETTER, "card declined", "permanent", 0);
     free(id);
     th_assert_field(C, "f1", "status", "dead_lettered");
-    o = read_json("dtq_task_view 0 f1");
-    ck_assert_int_eq(size(o, "attempts"), 3);
-    ck_assert_int_eq(num(o, "attempts.0.attempt"), 1);
-    ck_assert_str_eq(str(o, "attempts.0.class"), "retryable");
-    ck_assert_int_eq((int)strlen(str(o, "attempts.0.error")), 200);
-    ck_assert_str_eq(str(o, "attempts.0.worker"), "w1");
-    ck_assert(num(o, "attempts.0.ended_at") > 0);
-    ck_assert_int_eq(num(o, "attempts.1.attempt"), 2);
-    ck_assert_str_eq(str(o, "attempts.1.class"), "interrupted");
-    ck_assert_str_eq(str(o, "attempts.1.error"), "interrupted: worker shut down");
-    ck_assert_int_eq(num(o, "attempts.2.attempt"), 3);
-    ck_assert_str_eq(str(o, "attempts.2.class"), "permanent");
-    ck_assert_str_eq(str(o, "attempts.2.error"), "card declined");
-    ck_assert(num(o, "attempts.2.ended_at") >= num(o, "attempts.0.ended_at"));
+    o = th_read_json(C, NULL, "dtq_task_view 0 f1");
+    ck_assert_int_eq(th_json_size(o, "attempts"), 3);
+    ck_assert_int_eq(th_json_int(o, "attempts.0.attempt"), 1);
+    ck_assert_str_eq(th_json_str(o, "attempts.0.class"), "retryable");
+    ck_assert_int_eq((int)strlen(th_json_str(o, "attempts.0.error")), 200);
+    ck_assert_str_eq(th_json_str(o, "attempts.0.worker"), "w1");
+    ck_assert(th_json_int(o, "attempts.0.ended_at") > 0);
+    ck_assert_int_eq(th_json_int(o, "attempts.1.attempt"), 2);
+    ck_assert_str_eq(th_json_str(o, "attempts.1.class"), "interrupted");
+    ck_assert_str_eq(th_json_str(o, "attempts.1.error"), "interrupted: worker shut down");
+    ck_assert_int_eq(th_json_int(o, "attempts.2.attempt"), 3);
+    ck_assert_str_eq(th_json_str(o, "attempts.2.class"), "permanent");
+    ck_assert_str_eq(th_json_str(o, "attempts.2.error"), "card declined");
+    ck_assert(th_json_int(o, "attempts.2.ended_at") >= th_json_int(o, "attempts.0.ended_at"));
     cJSON_Delete(o);
     /* the field itself is a JSON array */
     h = th_task_field(C, "f1", "history");
@@ -712,25 +648,25 @@ START_TEST(test_history) {
         free(id);
         words("FCALL dtq_sched_run_now 0 t many", "done");
     }
-    o = read_json("dtq_task_view 0 many");
-    ck_assert_int_eq(size(o, "attempts"), 10);
-    ck_assert_int_eq(num(o, "attempts.0.attempt"), 3);
-    ck_assert_int_eq(num(o, "attempts.9.attempt"), 12);
+    o = th_read_json(C, NULL, "dtq_task_view 0 many");
+    ck_assert_int_eq(th_json_size(o, "attempts"), 10);
+    ck_assert_int_eq(th_json_int(o, "attempts.0.attempt"), 3);
+    ck_assert_int_eq(th_json_int(o, "attempts.9.attempt"), 12);
     cJSON_Delete(o);
 
     /* the attempt of a lost worker, adopted and requeued by a recovery (mode crashed) */
     enqueue("lost", "l1", NULL);
-    groups("lost");
+    th_queue_groups(C, "lost");
     freeReplyObject(th_fetch(C, "w9", 1, "lost", POLICY));
     freeReplyObject(
         th_cmd(C, "FCALL dtq_recover 1 dtq:stream:lost:p5 w9 crashed %s 0 lost 5", POLICY));
     th_assert_field(C, "l1", "status", "queued");
     th_assert_field(C, "l1", "attempt", "2");
-    o = read_json("dtq_task_view 0 l1");
-    ck_assert_int_eq(size(o, "attempts"), 1);
-    ck_assert_int_eq(num(o, "attempts.0.attempt"), 1);
-    ck_assert_str_eq(str(o, "attempts.0.class"), "worker_lost");
-    ck_assert_str_eq(str(o, "attempts.0.worker"), "w9");
+    o = th_read_json(C, NULL, "dtq_task_view 0 l1");
+    ck_assert_int_eq(th_json_size(o, "attempts"), 1);
+    ck_assert_int_eq(th_json_int(o, "attempts.0.attempt"), 1);
+    ck_assert_str_eq(th_json_str(o, "attempts.0.class"), "worker_lost");
+    ck_assert_str_eq(th_json_str(o, "attempts.0.worker"), "w9");
     cJSON_Delete(o);
 
     /* a cancelled outcome is recorded too; a damaged field starts a new history */
@@ -739,9 +675,9 @@ START_TEST(test_history) {
     id = run_once("cancels", DTQ_OUTCOME_CANCELLED, "", "", 0);
     free(id);
     th_assert_field(C, "c1", "status", "cancelled");
-    o = read_json("dtq_task_view 0 c1");
-    ck_assert_int_eq(size(o, "attempts"), 1);
-    ck_assert_str_eq(str(o, "attempts.0.class"), "cancelled");
+    o = th_read_json(C, NULL, "dtq_task_view 0 c1");
+    ck_assert_int_eq(th_json_size(o, "attempts"), 1);
+    ck_assert_str_eq(th_json_str(o, "attempts.0.class"), "cancelled");
     cJSON_Delete(o);
 }
 END_TEST

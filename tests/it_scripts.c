@@ -15,16 +15,7 @@
 #include "streams.h"
 #include "util.h"
 
-static th_redis R;
-static redisContext *C;
-
-static void setup(void) {
-    th_fixture_start(&R, &C, TH_LIBRARY, NULL);
-}
-
-static void teardown(void) {
-    th_fixture_stop(&R, &C);
-}
+TH_LIBRARY_FIXTURE();
 
 #define POLICY "{\"d\":[5,30000],\"t\":{\"echo\":[3,1000]}}"
 
@@ -36,20 +27,8 @@ static redisReply *fetch(const char *worker, int count, const char *q) {
     return th_fetch(C, worker, count, q, POLICY);
 }
 
-static void create_groups(const char *q) {
-    for (int b = 0; b < 10; b++)
-        freeReplyObject(th_cmd(C, "XGROUP CREATE dtq:stream:%s:p%d workers 0 MKSTREAM", q, b));
-}
-
 static redisReply *enqueue(const char *type, const char *payload) {
     return th_cmd(C, "FCALL dtq_enqueue 0 default %s %s", type, payload);
-}
-
-static void expect_error_prefix(redisReply *r, const char *prefix) {
-    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "expected %s, got type %d", prefix, r->type);
-    ck_assert_msg(strncmp(r->str, prefix, strlen(prefix)) == 0, "expected %s, got %s", prefix,
-                  r->str);
-    freeReplyObject(r);
 }
 
 static char *field(const char *id, const char *f) {
@@ -86,39 +65,38 @@ START_TEST(test_enqueue_created_and_stream_entry) {
 END_TEST
 
 START_TEST(test_enqueue_refusals) {
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 %s echo {}", "bad queue"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default %s {}", "bad/type"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {bad"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority 10"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 0"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 1001"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} delay_ms -1"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} colour red"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority"),
-                        "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id %s", "a b"),
-                        "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 %s echo {}", "bad queue"), "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default %s {}", "bad/type"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {bad"), "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority 10"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 0"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} max_attempts 1001"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} delay_ms -1"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} colour red"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} priority"),
+                      "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id %s", "a b"),
+                      "INVALID_ARGUMENT");
     /* exactly max_payload_bytes is accepted, one more is refused */
     freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes 10"));
     redisReply *r = th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", "\"12345678\"");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
     freeReplyObject(r);
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", "\"123456789\""),
-                        "PAYLOAD_TOO_LARGE");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", "\"123456789\""),
+                      "PAYLOAD_TOO_LARGE");
     /* ID_EXISTS */
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id dup-1"));
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 2 task_id dup-1"), "ID_EXISTS");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo 2 task_id dup-1"), "ID_EXISTS");
     /* QUEUE_FULL counts all ten bands */
     freeReplyObject(th_cmd(C, "HSET dtq:config max_queue_depth 3"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 0"));
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 9"), "QUEUE_FULL");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 9"), "QUEUE_FULL");
     r = th_cmd(C, "FCALL dtq_enqueue 0 other echo 1");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY); /* another queue is not full */
     freeReplyObject(r);
@@ -133,8 +111,8 @@ START_TEST(test_enqueue_idempotency_and_delay) {
     ck_assert_ptr_nonnull(strstr(r->str, "\"state\":\"processing\""));
     freeReplyObject(r);
     ck_assert_int_gt(th_int(th_cmd(C, "TTL dtq:idempotency:default:k1")), 86000);
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 idempotency_key k1"),
-                        "IDEMPOTENCY_IN_PROGRESS i1");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 idempotency_key k1"),
+                      "IDEMPOTENCY_IN_PROGRESS i1");
     /* once completed, the same key replays the existing id */
     freeReplyObject(th_cmd(C, "SET dtq:idempotency:default:k1 %s XX KEEPTTL",
                            "{\"task_id\":\"i1\",\"state\":\"completed\",\"updated_at\":1}"));
@@ -186,9 +164,9 @@ START_TEST(test_enqueue_bulk) {
     freeReplyObject(r);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulkq:p7")), 4);
     /* bad arguments refuse the whole call and write nothing */
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 5 1 2"), "INVALID_ARGUMENT");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 1 1 task_id x"),
-                        "INVALID_ARGUMENT unknown option task_id");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 5 1 2"), "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 1 1 task_id x"),
+                      "INVALID_ARGUMENT unknown option task_id");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulkq:p7")), 4);
 }
 END_TEST
@@ -196,7 +174,7 @@ END_TEST
 /* ----------------------------------------------------------------- fetch and claim */
 
 START_TEST(test_fetch_claims_in_priority_order) {
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 1 task_id low"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 priority 8 task_id high"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default other 1 priority 5 task_id mid"));
@@ -227,7 +205,7 @@ END_TEST
 START_TEST(test_fetch_raw_entries) {
     redisReply *r, *x;
     char id[128];
-    create_groups("default");
+    th_queue_groups(C, "default");
     x = th_cmd(C, "XADD dtq:stream:default:p3 * task_type echo payload %s max_attempts 7",
                "{\"r\":1}");
     snprintf(id, sizeof(id), "default:p3:%s", x->str);
@@ -295,7 +273,7 @@ START_TEST(test_fetch_malformed_raw_entries) {
         {"task_type echo payload 1 task_id a/b", "task_id must match"},
         {"task_type echo payload 123456789012", "exceeds max_payload_bytes 10"},
     };
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes 10"));
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char cmd[256];
@@ -327,7 +305,7 @@ END_TEST
 
 START_TEST(test_duplicate_and_stale_entries_absorbed) {
     redisReply *r;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id t1"));
     /* a duplicate of the same entry (same task, same attempt) and a stale one */
     freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_id t1 attempt 1"));
@@ -343,7 +321,7 @@ END_TEST
 
 START_TEST(test_fetch_skips_paused_and_handles_cancel_and_ttl) {
     redisReply *r;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id e1 ttl_seconds 1"));
     freeReplyObject(th_cmd(C, "SADD dtq:cancelled c1"));
@@ -366,7 +344,7 @@ END_TEST
 START_TEST(test_fetch_exactly_one_winner) {
     redisReply *a, *b, *r;
     dtq_argv args;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id race"));
     redisContext *c2 = th_connect(&R);
     /* Both workers' fetches are in flight at once; Redis runs one Function at a time. */
@@ -420,7 +398,7 @@ static redisReply *finish_one(const char *worker, redisReply *claimed,
 
 START_TEST(test_finish_paths) {
     redisReply *r, *f;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id s1 idempotency_key ik"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id r1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id d1 idempotency_key ik2"));
@@ -502,7 +480,7 @@ START_TEST(test_finish_deletes_exactly_the_acknowledged_entries) {
     const char *st = "dtq:stream:default:p5";
     char ids[5][64], want[512], got[512];
     redisReply *a1, *w1, *f;
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (int i = 0; i < 5; i++) {
         redisReply *e = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a%d", i + 1);
         freeReplyObject(e);
@@ -546,7 +524,7 @@ END_TEST
 
 START_TEST(test_finish_refuses_malformed_records) {
     redisReply *r, *f;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id m1"));
     r = fetch("w1", 10, "default");
     ck_assert_int_eq(r->element[0]->elements, 1);
@@ -652,7 +630,7 @@ END_TEST
 
 START_TEST(test_admin_functions) {
     redisReply *r, *f;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a1 idempotency_key ka"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a2"));
     r = fetch("w1", 10, "default");
@@ -678,8 +656,8 @@ START_TEST(test_admin_functions) {
     }
     ck_assert_int_eq(th_int(th_cmd(C, "TTL dtq:task:a1")), -1);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
-    expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 a1"), "WRONG_STATE queued");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 nope"), "NOT_FOUND");
+    th_expect_refused(th_cmd(C, "FCALL dtq_requeue 0 a1"), "WRONG_STATE queued");
+    th_expect_refused(th_cmd(C, "FCALL dtq_requeue 0 nope"), "NOT_FOUND");
 
     r = th_cmd(C, "FCALL dtq_discard 0 a2 tester");
     ck_assert_str_eq(r->str, "discarded");
@@ -700,7 +678,7 @@ START_TEST(test_admin_functions) {
     ck_assert_str_eq(r->str, "cancel_requested");
     freeReplyObject(r);
     th_assert_field(C, "a3", "cancel_requested", "1");
-    expect_error_prefix(th_cmd(C, "FCALL dtq_cancel 0 a1"), "WRONG_STATE cancelled");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cancel 0 a1"), "WRONG_STATE cancelled");
 
     r = th_cmd(C, "FCALL dtq_pause 0 default");
     ck_assert_str_eq(r->str, "paused");
@@ -734,7 +712,7 @@ END_TEST
 
 START_TEST(test_requeue_dlq_all) {
     redisReply *r;
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (int i = 0; i < 3; i++)
         freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload {bad"));
     freeReplyObject(fetch("w1", 10, "default"));
@@ -789,7 +767,7 @@ START_TEST(test_events_escape_what_is_not_a_name) {
     } rounds[] = {{"esc1", "we\"ird\\type", "w1"}, {"esc2", "echo", "w\"2"}};
     static const char *const types[] = {"TASK_STARTED", "TASK_SUCCEEDED"};
     redisReply *r, *f;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 100"));
     for (size_t k = 0; k < 2; k++) {
         freeReplyObject(th_cmd(C, "DEL dtq:stream:events"));
@@ -887,7 +865,7 @@ static void assert_event(const char *json, const expected_event *want, int idx) 
 START_TEST(test_event_ids_within_one_call) {
     redisReply *r;
     char prefix[64], want[8];
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (const char *const *t = (const char *const[]){"i1", "i2", "i3", NULL}; *t; t++)
         freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
     freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 100"));
@@ -944,7 +922,7 @@ START_TEST(test_event_shapes) {
     };
     size_t n = sizeof(want) / sizeof(want[0]);
     redisReply *r, *f;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "HSET dtq:config events_stream_maxlen 1000"));
     /* a: retried once, then succeeds */
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id a"));
@@ -990,8 +968,7 @@ START_TEST(test_event_shapes) {
     freeReplyObject(r);
     freeReplyObject(th_cmd(C, "FCALL dtq_worker_event 0 w1 WORKER_STARTED"));
     freeReplyObject(th_cmd(C, "FCALL dtq_worker_event 0 w1 WORKER_STOPPED"));
-    expect_error_prefix(th_cmd(C, "FCALL dtq_worker_event 0 w1 TASK_SUCCEEDED"),
-                        "INVALID_ARGUMENT");
+    th_expect_refused(th_cmd(C, "FCALL dtq_worker_event 0 w1 TASK_SUCCEEDED"), "INVALID_ARGUMENT");
 
     r = th_cmd(C, "XRANGE dtq:stream:events - +");
     ck_assert_int_eq(r->elements, n);
@@ -1013,21 +990,13 @@ END_TEST
 
 /* ----------------------------------------------------------------- poisoned records */
 
-/* The value of `name` in a stream entry's field list (NULL when absent). */
-static const char *entry_field(const redisReply *entry, const char *name) {
-    const redisReply *f = entry->element[1];
-    for (size_t i = 0; i + 1 < f->elements; i += 2)
-        if (!strcmp(f->element[i]->str, name)) return f->element[i + 1]->str;
-    return NULL;
-}
-
 /* The stream entry id of the newest entry of `stream` whose `field` is `value`, into out. */
 static void entry_id_of(const char *stream, const char *fld, const char *value, char *out,
                         size_t outlen) {
     redisReply *r = th_cmd(C, "XRANGE %s - +", stream);
     out[0] = '\0';
     for (size_t i = 0; i < r->elements; i++) {
-        const char *v = entry_field(r->element[i], fld);
+        const char *v = th_entry_field(r->element[i], fld);
         if (v && !strcmp(v, value)) snprintf(out, outlen, "%s", r->element[i]->element[0]->str);
     }
     freeReplyObject(r);
@@ -1041,10 +1010,10 @@ static void assert_quarantined(size_t idx, const char *key, const char *source, 
     char want[256];
     ck_assert_int_gt(q->elements, idx);
     snprintf(want, sizeof(want), "wrong type: %s is a %s, not a hash", key, type);
-    ck_assert_str_eq(entry_field(q->element[idx], "reason"), want);
-    ck_assert_str_eq(entry_field(q->element[idx], "key"), key);
-    ck_assert_str_eq(entry_field(q->element[idx], "source"), source);
-    ck_assert_int_gt(strtoll(entry_field(q->element[idx], "ts"), NULL, 10), 0);
+    ck_assert_str_eq(th_entry_field(q->element[idx], "reason"), want);
+    ck_assert_str_eq(th_entry_field(q->element[idx], "key"), key);
+    ck_assert_str_eq(th_entry_field(q->element[idx], "source"), source);
+    ck_assert_int_gt(strtoll(th_entry_field(q->element[idx], "ts"), NULL, 10), 0);
     freeReplyObject(q);
 }
 
@@ -1081,7 +1050,7 @@ static long long pending_count(const char *stream) {
 START_TEST(test_fetch_isolates_poisoned_records) {
     redisReply *r;
     char src1[160], src2[160], id[64];
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id g1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id bad"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id g2"));
@@ -1157,7 +1126,7 @@ END_TEST
 START_TEST(test_reap_isolates_poisoned_records) {
     redisReply *r;
     char src[160];
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (const char *const *t = (const char *const[]){"a1", "a2", "a3", "a4", NULL}; *t; t++)
         freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
     r = fetch("w-lost", 10, "default");
@@ -1201,7 +1170,7 @@ END_TEST
 START_TEST(test_finish_isolates_poisoned_records) {
     redisReply *r, *f;
     char src[160];
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (const char *const *t = (const char *const[]){"f1", "f2", "f3", "f4", NULL}; *t; t++)
         freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
     r = fetch("w1", 10, "default");
@@ -1261,7 +1230,7 @@ END_TEST
 START_TEST(test_handback_and_recover_isolate_a_task_key_of_another_type) {
     redisReply *r;
     char src[2][160], entry[2][32];
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (const char *const *t = (const char *const[]){"h1", "h2", NULL}; *t; t++)
         freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
     r = fetch("w1", 10, "default");
@@ -1305,7 +1274,7 @@ START_TEST(test_handback_and_recover_isolate_a_task_key_of_another_type) {
     freeReplyObject(r);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 2);
     r = th_cmd(C, "XREVRANGE dtq:stream:quarantine + - COUNT 1");
-    ck_assert_str_eq(entry_field(r->element[0], "key"), "dtq:task:h3");
+    ck_assert_str_eq(th_entry_field(r->element[0], "key"), "dtq:task:h3");
     freeReplyObject(r);
     assert_string_key("dtq:task:h3", "junk");
     th_assert_field(C, "h2", "status", "running");
@@ -1350,7 +1319,7 @@ END_TEST
 START_TEST(test_requeue_isolates_poisoned_records) {
     redisReply *r;
     char old_entry[64], entry[64];
-    create_groups("default");
+    th_queue_groups(C, "default");
     for (const char *const *t = (const char *const[]){"d1", "d2", "d3", NULL}; *t; t++)
         freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id %s", *t));
     r = fetch("w1", 10, "default");
@@ -1383,8 +1352,8 @@ START_TEST(test_requeue_isolates_poisoned_records) {
     freeReplyObject(r);
     assert_poisoned("d2", "priority is not an integer in [0, 9]");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 1);
-    expect_error_prefix(th_cmd(C, "FCALL dtq_requeue 0 s1"),
-                        "NOT_FOUND task s1: wrong type: dtq:task:s1 is a string, not a hash");
+    th_expect_refused(th_cmd(C, "FCALL dtq_requeue 0 s1"),
+                      "NOT_FOUND task s1: wrong type: dtq:task:s1 is a string, not a hash");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:quarantine")), 1);
 }
 END_TEST
@@ -1409,9 +1378,8 @@ START_TEST(test_config_garbage_ignored) {
         r = th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", fits);
         ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s: %s", *v, r->str);
         freeReplyObject(r);
-        expect_error_prefix(
-            th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", over),
-            "PAYLOAD_TOO_LARGE payload is 262145 bytes, max_payload_bytes is 262144");
+        th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo %s", over),
+                          "PAYLOAD_TOO_LARGE payload is 262145 bytes, max_payload_bytes is 262144");
     }
     free(fits);
     free(over);
@@ -1419,7 +1387,7 @@ START_TEST(test_config_garbage_ignored) {
     freeReplyObject(th_cmd(C, "DEL dtq:config"));
     freeReplyObject(th_cmd(C, "HSET dtq:config task_retention_s -1 dlq_maxlen 0 dlq_enabled 7 "
                               "events loud events_stream_maxlen 100 default_priority 12"));
-    create_groups("default");
+    th_queue_groups(C, "default");
     r = th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
     freeReplyObject(r);
@@ -1527,7 +1495,7 @@ START_TEST(test_stats_lists_known_queues) {
     redisReply *r;
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 fresh echo 1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 later echo 1 delay_ms 60000"));
-    create_groups("rawq");
+    th_queue_groups(C, "rawq");
     freeReplyObject(th_cmd(C, "XADD dtq:stream:rawq:p5 * task_type echo payload 1"));
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues fresh")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues later")), 1);
@@ -1593,7 +1561,7 @@ END_TEST
 /* fetch reads at most 1000 entries per call and sched_claim moves at most 10000. */
 START_TEST(test_fetch_and_sched_claim_caps) {
     redisReply *r;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "EVAL %s 1 dtq:stream:default:p5",
                            "for i = 1, 1200 do redis.call('XADD', KEYS[1], '*', 'task_type', "
                            "'echo', 'payload', '1') end"));
@@ -1621,7 +1589,7 @@ END_TEST
 START_TEST(test_finish_defer) {
     redisReply *r, *f;
     dtq_finish_record rec;
-    create_groups("default");
+    th_queue_groups(C, "default");
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default newtype 1 task_id df1 max_attempts 1"));
     freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default newtype 1 task_id df2"));
     r = fetch("w1", 10, "default");

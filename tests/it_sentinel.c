@@ -200,12 +200,6 @@ static void start_daemon(th_daemon *d, const char *ini) {
     th_daemon_start(d, &fake, ini);
 }
 
-static void enqueue(redisContext *c, const char *id, const char *type) {
-    redisReply *r = th_cmd(c, "FCALL dtq_enqueue 0 default %s {\"n\":1} task_id %s", type, id);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
 /* Runs dtqctl (args: shell words) with DTQ_REDIS_URL = the sentinel URL and the extra
  * environment `env`; exit code, stdout then stderr in *out. */
 static int ctl(char **out, const char *env, const char *args) {
@@ -234,7 +228,7 @@ START_TEST(test_discovered_master_runs_tasks) {
     for (int i = 0; i < 20; i++) {
         char id[32];
         snprintf(id, sizeof(id), "d%d", i);
-        enqueue(CP, id, "echo");
+        th_enqueue(CP, "default", id, "echo", "{\"n\":1}", NULL);
     }
     for (int i = 0; i < 20; i++) {
         char id[32];
@@ -531,7 +525,7 @@ START_TEST(test_down_sentinel_skipped) {
     ck_assert_msg(th_wait_log(d.log, line, 1, 1000), "no '%s' in the log", line);
     printf("it_sentinel: ready in %lld ms with sentinel 1 of 3 down\n",
            (long long)(th_now_ms() - t0));
-    enqueue(CP, "down1", "echo");
+    th_enqueue(CP, "default", "down1", "echo", "{\"n\":1}", NULL);
     ck_assert(th_wait_status(CP, "down1", "succeeded", 10000));
     ck_assert_int_eq(ctl(&out, "", "enqueue default echo '{}' --wait"), 0);
     ck_assert_msg(strstr(out, "succeeded"), "%s", out);
@@ -550,7 +544,7 @@ START_TEST(test_down_sentinel_skipped) {
     printf("it_sentinel: ready in %lld ms with sentinel 1 down and 2 hung (connect_timeout_ms "
            "1000)\n",
            (long long)(th_now_ms() - t0));
-    enqueue(CP, "hung1", "echo");
+    th_enqueue(CP, "default", "hung1", "echo", "{\"n\":1}", NULL);
     ck_assert(th_wait_status(CP, "hung1", "succeeded", 10000));
     ck_assert_int_eq(
         ctl(&out, "DTQ_REDIS_CONNECT_TIMEOUT_MS=500", "enqueue default echo '{}' --wait"), 0);
@@ -579,7 +573,7 @@ START_TEST(test_tls) {
     th_daemon_wait_ready(CP, "w-tls", 15000);
     snprintf(line, sizeof(line), "sentinel: master m is at 127.0.0.1:%d", ptls);
     ck_assert_msg(th_wait_log(d.log, line, 1, 1000), "no '%s' in the log", line);
-    enqueue(CP, "tls1", "echo");
+    th_enqueue(CP, "default", "tls1", "echo", "{\"n\":1}", NULL);
     ck_assert(th_wait_status(CP, "tls1", "succeeded", 10000));
     snprintf(env, sizeof(env), "DTQ_REDIS_TLS_CA_FILE=%s/ca.crt", certs);
     ck_assert_int_eq(ctl(&out, env, "enqueue default echo '{}' --wait --wait-replicas 1"), 0);
@@ -598,7 +592,7 @@ START_TEST(test_tls) {
     {
         redisContext *cr = th_connect(&R);
         ck_assert(th_wait_until_cmd_str(cr, "HGET dtq:worker:w-tls status", "running", 10000));
-        enqueue(cr, "tls2", "echo");
+        th_enqueue(cr, "default", "tls2", "echo", "{\"n\":1}", NULL);
         ck_assert(th_wait_status(cr, "tls2", "succeeded", 10000));
         redisFree(cr);
     }

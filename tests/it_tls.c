@@ -82,24 +82,10 @@ static const char *cert(const char *file) {
 
 /* ----------------------------------------------------------------- fixtures */
 
-static int free_port(void) {
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 /* Redis with TLS on tls_port (clients must present a certificate when auth_clients). */
 static void start_redis(int auth_clients) {
     char extra[512];
-    tls_port = free_port();
+    tls_port = th_free_port();
     snprintf(extra, sizeof(extra),
              "--tls-port %d --tls-cert-file %s --tls-key-file %s --tls-ca-cert-file %s "
              "--tls-auth-clients %s",
@@ -124,20 +110,6 @@ static void start_daemon(th_daemon *d, const char *worker_id, const char *host, 
              "[worker]\nworker_id = %s\n[handler:echo]\nbuiltin = echo\n",
              host ? host : "127.0.0.1", tls_port, tls, worker_id);
     th_daemon_start(d, &R, ini);
-}
-
-static void enqueue(const char *id) {
-    redisReply *r = th_cmd(C, "FCALL dtq_enqueue 0 default echo {\"n\":1} task_id %s", id);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
-static void wait_status(const char *id, const char *status, int ms) {
-    if (!th_wait_status(C, id, status, ms)) {
-        char *s = th_task_field(C, id, "status");
-        ck_abort_msg("task %s: want status %s within %d ms, have %s", id, status, ms,
-                     s ? s : "(nil)");
-    }
 }
 
 /* How many clients are connected through the TLS port. */
@@ -177,7 +149,7 @@ static void assert_never_ready(th_daemon *d, const char *worker_id, const char *
 /* The Functions, loaded through the unix socket, and one task for a daemon to claim. */
 static void prepare_waiting_task(void) {
     th_load_library(C);
-    enqueue("waiting");
+    th_enqueue(C, "default", "waiting", "echo", "{\"n\":1}", NULL);
 }
 
 /* ----------------------------------------------------------------- tests */
@@ -194,12 +166,12 @@ START_TEST(test_tasks_run_over_tls) {
     for (int i = 0; i < 20; i++) {
         char id[32];
         snprintf(id, sizeof(id), "t%d", i);
-        enqueue(id);
+        th_enqueue(C, "default", id, "echo", "{\"n\":1}", NULL);
     }
     for (int i = 0; i < 20; i++) {
         char id[32];
         snprintf(id, sizeof(id), "t%d", i);
-        wait_status(id, "succeeded", 10000);
+        th_expect_status(C, id, "succeeded", 10000);
         th_assert_field(C, id, "worker_id", "w-tls");
     }
     {
@@ -213,8 +185,8 @@ START_TEST(test_tasks_run_over_tls) {
     redisFree(C);
     C = th_connect(&R);
     th_daemon_wait_ready(C, "w-tls", 15000);
-    enqueue("after-restart");
-    wait_status("after-restart", "succeeded", 15000);
+    th_enqueue(C, "default", "after-restart", "echo", "{\"n\":1}", NULL);
+    th_expect_status(C, "after-restart", "succeeded", 15000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -250,9 +222,9 @@ START_TEST(test_client_certificate) {
              cert("ca.crt"), cert("client.crt"), cert("client.key"));
     start_daemon(&good, "w-cert", NULL, line);
     th_daemon_wait_ready(C, "w-cert", 10000);
-    wait_status("waiting", "succeeded", 10000);
-    enqueue("with-cert");
-    wait_status("with-cert", "succeeded", 10000);
+    th_expect_status(C, "waiting", "succeeded", 10000);
+    th_enqueue(C, "default", "with-cert", "echo", "{\"n\":1}", NULL);
+    th_expect_status(C, "with-cert", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&good, SIGTERM, 10000), 0);
 }
 END_TEST
@@ -276,13 +248,13 @@ START_TEST(test_server_name_and_verify_off) {
     snprintf(line, sizeof(line), "tls_ca_file = %s\ntls_server_name = localhost", cert("ca.crt"));
     start_daemon(&named, "w-named", NULL, line);
     th_daemon_wait_ready(C, "w-named", 10000);
-    wait_status("waiting", "succeeded", 10000);
+    th_expect_status(C, "waiting", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&named, SIGTERM, 10000), 0);
     snprintf(line, sizeof(line), "tls_ca_file = %s\ntls_verify = false", cert("other-ca.crt"));
     start_daemon(&insecure, "w-insecure", NULL, line);
     th_daemon_wait_ready(C, "w-insecure", 10000);
-    enqueue("insecure");
-    wait_status("insecure", "succeeded", 10000);
+    th_enqueue(C, "default", "insecure", "echo", "{\"n\":1}", NULL);
+    th_expect_status(C, "insecure", "succeeded", 10000);
     ck_assert_int_eq(th_daemon_stop(&insecure, SIGTERM, 10000), 0);
     log = th_read_file(insecure.log);
     ck_assert_msg(strstr(log, "warn  [redis] tls_verify = false: the Redis server's certificate "
@@ -300,14 +272,6 @@ static int ctl(char **out, const char *env, const char *args) {
     snprintf(no_ca, sizeof(no_ca), "-u DTQ_REDIS_TLS_CA_FILE %s", env);
     snprintf(with_url, sizeof(with_url), "-u rediss://127.0.0.1:%d %s", tls_port, args);
     return th_run_dtqctl(&R, out, no_ca, with_url);
-}
-
-static int events_subscribed(void *arg) {
-    redisReply *r = th_cmd(C, "PUBSUB NUMSUB dtq:events");
-    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->integer > 0;
-    (void)arg;
-    freeReplyObject(r);
-    return ok;
 }
 
 /* (5) dtqctl over TLS: enqueue, show, stats, events; and a wrong CA is refused. With
@@ -340,8 +304,8 @@ START_TEST(test_dtqctl_over_tls) {
     snprintf(cmd, sizeof(cmd), "%s timeout 10 %s -u rediss://127.0.0.1:%d events >%s 2>&1 &", env,
              DTQCTL_BIN, tls_port, path);
     ck_assert_int_eq(system(cmd), 0);
-    ck_assert_msg(th_wait_until(events_subscribed, NULL, 5000), "dtqctl events did not subscribe");
-    enqueue("ev1");
+    ck_assert_msg(th_wait_until(th_events_subscribed, C, 5000), "dtqctl events did not subscribe");
+    th_enqueue(C, "default", "ev1", "echo", "{\"n\":1}", NULL);
     ck_assert_msg(th_wait_log(path, "\"task_id\":\"ev1\"", 1, 5000), "no event line over TLS");
     out = th_read_file(path);
     ck_assert_msg(strstr(out, "\"type\":\"TASK_") != NULL, "events: %s", out);

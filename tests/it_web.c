@@ -41,19 +41,6 @@ static int PORT;
 
 /* ----------------------------------------------------------------- plumbing */
 
-static int free_port(void) {
-    struct sockaddr_in sa = {0};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 static int tcp_connect(int port) {
     struct sockaddr_in sa = {0};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -179,41 +166,6 @@ static cJSON *post_ok(const char *path, const char *token, const char *body) {
     return j;
 }
 
-static const cJSON *at(const cJSON *o, const char *path) {
-    char buf[256], *save = NULL;
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *k = strtok_r(buf, ".", &save); k && o; k = strtok_r(NULL, ".", &save)) {
-        if (cJSON_IsArray(o))
-            o = cJSON_GetArrayItem(o, atoi(k));
-        else
-            o = cJSON_GetObjectItemCaseSensitive(o, k);
-    }
-    ck_assert_msg(o != NULL, "no %s in the answer", path);
-    return o;
-}
-
-static double num(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsNumber(v), "%s is not a number", path);
-    return v->valuedouble;
-}
-
-static const char *str(const cJSON *o, const char *path) {
-    const cJSON *v = at(o, path);
-    ck_assert_msg(cJSON_IsString(v), "%s is not a string", path);
-    return v->valuestring;
-}
-
-/* The queue object named `name` in an overview. */
-static const cJSON *queue_of(const cJSON *ov, const char *name) {
-    const cJSON *q;
-    cJSON_ArrayForEach(q, cJSON_GetObjectItem(ov, "queues")) {
-        if (!strcmp(cJSON_GetObjectItem(q, "name")->valuestring, name)) return q;
-    }
-    ck_abort_msg("queue %s is not in the overview", name);
-    return NULL;
-}
-
 /* ----------------------------------------------------------------- the world */
 
 #define WORKER_INI                                                                                 \
@@ -249,7 +201,7 @@ static void start_web(const char *tokens) {
     char tokpath[400], log[400], port[16], listen[64];
     char *argv[12];
     int n = 0;
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(port, sizeof(port), "%d", PORT);
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     th_path(&R, "web.log", log, sizeof(log));
@@ -289,24 +241,6 @@ static void start_web(const char *tokens) {
     ck_abort_msg("dtq-web took no sample; see %s", log);
 }
 
-static void enqueue(const char *queue, const char *id, const char *type, const char *payload,
-                    const char *opts) {
-    char cmd[512];
-    redisReply *r;
-    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s %%s task_id %s %s", queue, type, id,
-             opts ? opts : "");
-    r = th_cmd(C, cmd, payload);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
-static void wait_status(const char *id, const char *status) {
-    if (!th_wait_status(C, id, status, 10000)) {
-        char *s = th_task_field(C, id, "status");
-        ck_abort_msg("task %s: want %s, have %s", id, status, s ? s : "(nil)");
-    }
-}
-
 /* Redis's count of writes since start (dirty): unchanged means nothing was written. */
 static long long redis_changes(void) {
     redisReply *r = th_cmd(C, "INFO persistence");
@@ -329,18 +263,19 @@ static long long quiet(void) {
 /* The usual world: 3 tasks succeeded in "default", one dead-lettered in "mail", then
  * "mail" paused with 2 tasks waiting at p7, and one delayed task scheduled. */
 static void run_tasks(void) {
-    enqueue("default", "ok1", "echo", "{\"n\":1}", NULL);
-    enqueue("default", "ok2", "echo", "{\"n\":2}", NULL);
-    enqueue("default", "ok3", "echo", "[3]", NULL);
-    enqueue("mail", "bad1", "fail", "{\"retryable\":false,\"message\":\"card declined\"}", NULL);
-    wait_status("ok1", "succeeded");
-    wait_status("ok2", "succeeded");
-    wait_status("ok3", "succeeded");
-    wait_status("bad1", "dead_lettered");
+    th_enqueue(C, "default", "ok1", "echo", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "ok2", "echo", "{\"n\":2}", NULL);
+    th_enqueue(C, "default", "ok3", "echo", "[3]", NULL);
+    th_enqueue(C, "mail", "bad1", "fail", "{\"retryable\":false,\"message\":\"card declined\"}",
+               NULL);
+    th_expect_status(C, "ok1", "succeeded", 10000);
+    th_expect_status(C, "ok2", "succeeded", 10000);
+    th_expect_status(C, "ok3", "succeeded", 10000);
+    th_expect_status(C, "bad1", "dead_lettered", 10000);
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 mail"));
-    enqueue("mail", "m1", "echo", "{}", "priority 7");
-    enqueue("mail", "m2", "echo", "{}", "priority 7");
-    enqueue("default", "later", "echo", "{}", "delay_ms 600000");
+    th_enqueue(C, "mail", "m1", "echo", "{}", "priority 7");
+    th_enqueue(C, "mail", "m2", "echo", "{}", "priority 7");
+    th_enqueue(C, "default", "later", "echo", "{}", "delay_ms 600000");
 }
 
 /* ----------------------------------------------------------------- reads */
@@ -352,9 +287,9 @@ START_TEST(test_overview_states_and_rates) {
     start_worker();
     start_web(NULL);
     info = get_json("/api/info", 200);
-    ck_assert_str_eq(str(info, "namespace"), "dtq");
-    ck_assert(cJSON_IsFalse(at(info, "writable")));
-    ck_assert(cJSON_IsTrue(at(info, "redis_connected")));
+    ck_assert_str_eq(th_json_str(info, "namespace"), "dtq");
+    ck_assert(cJSON_IsFalse(th_json_at(info, "writable")));
+    ck_assert(cJSON_IsTrue(th_json_at(info, "redis_connected")));
     cJSON_Delete(info);
     run_tasks();
     /* the daemon's heartbeat carries per-queue counters (nothing is written per task) */
@@ -365,47 +300,49 @@ START_TEST(test_overview_states_and_rates) {
     /* rates: the sampler sees the counters move within a few samples */
     for (int i = 0; i < 250 && !ok; i++) {
         o = get_json("/api/overview", 200);
-        q = queue_of(o, "default");
-        ok = num(q, "totals.succeeded") == 3 && cJSON_IsObject(at(q, "rates.1m")) &&
-             num(q, "rates.1m.succeeded") > 0 && num(queue_of(o, "mail"), "totals.failed") == 1;
+        q = th_overview_queue(o, "default");
+        ok = th_json_num(q, "totals.succeeded") == 3 && cJSON_IsObject(th_json_at(q, "rates.1m")) &&
+             th_json_num(q, "rates.1m.succeeded") > 0 &&
+             th_json_num(th_overview_queue(o, "mail"), "totals.failed") == 1;
         if (!ok) {
             cJSON_Delete(o);
             th_sleep_ms(40);
         }
     }
     ck_assert_msg(ok, "the per-queue rates never showed the 3 successes and 1 failure");
-    ck_assert(num(o, "rates.1m.succeeded") > 0);
-    ck_assert(num(o, "totals.failed") == 1);
+    ck_assert(th_json_num(o, "rates.1m.succeeded") > 0);
+    ck_assert(th_json_num(o, "totals.failed") == 1);
     /* queues: paused, depth per band */
-    q = queue_of(o, "mail");
-    ck_assert(cJSON_IsTrue(at(q, "paused")));
-    ck_assert_int_eq((int)num(q, "depth"), 2);
-    ck_assert_int_eq((int)num(q, "depth_by_band.7"), 2);
-    ck_assert_int_eq((int)num(q, "depth_by_band.5"), 0);
-    ck_assert_int_eq((int)num(q, "pending"), 0);
-    q = queue_of(o, "default");
-    ck_assert(cJSON_IsFalse(at(q, "paused")));
-    ck_assert_int_eq((int)num(q, "depth"), 0);
+    q = th_overview_queue(o, "mail");
+    ck_assert(cJSON_IsTrue(th_json_at(q, "paused")));
+    ck_assert_int_eq((int)th_json_num(q, "depth"), 2);
+    ck_assert_int_eq((int)th_json_num(q, "depth_by_band.7"), 2);
+    ck_assert_int_eq((int)th_json_num(q, "depth_by_band.5"), 0);
+    ck_assert_int_eq((int)th_json_num(q, "pending"), 0);
+    q = th_overview_queue(o, "default");
+    ck_assert(cJSON_IsFalse(th_json_at(q, "paused")));
+    ck_assert_int_eq((int)th_json_num(q, "depth"), 0);
     /* scheduler, schedule, dead letters, events */
-    ck_assert_str_eq(str(o, "scheduler.leader"), WORKER);
-    ck_assert_int_eq((int)num(o, "scheduler.scheduled"), 1);
-    ck_assert_int_eq((int)num(o, "dlq.length"), 1);
-    ck_assert(cJSON_IsTrue(at(o, "events.stream")));
+    ck_assert_str_eq(th_json_str(o, "scheduler.leader"), WORKER);
+    ck_assert_int_eq((int)th_json_num(o, "scheduler.scheduled"), 1);
+    ck_assert_int_eq((int)th_json_num(o, "dlq.length"), 1);
+    ck_assert(cJSON_IsTrue(th_json_at(o, "events.stream")));
     /* workers: heartbeat age, concurrency, running tasks, per-queue counters */
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "workers")), 1);
-    wk = at(o, "workers.0");
-    ck_assert_str_eq(str(wk, "id"), WORKER);
-    ck_assert_str_eq(str(wk, "status"), "running");
-    ck_assert_int_eq((int)num(wk, "concurrency"), 4);
-    ck_assert_int_eq((int)num(wk, "active_tasks"), 0);
-    ck_assert(num(wk, "heartbeat_age_ms") >= 0 && num(wk, "heartbeat_age_ms") < 5000);
-    ck_assert_int_eq((int)num(wk, "queues.default.succeeded"), 3);
-    ck_assert_int_eq((int)num(wk, "queues.mail.failed"), 1);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "workers")), 1);
+    wk = th_json_at(o, "workers.0");
+    ck_assert_str_eq(th_json_str(wk, "id"), WORKER);
+    ck_assert_str_eq(th_json_str(wk, "status"), "running");
+    ck_assert_int_eq((int)th_json_num(wk, "concurrency"), 4);
+    ck_assert_int_eq((int)th_json_num(wk, "active_tasks"), 0);
+    ck_assert(th_json_num(wk, "heartbeat_age_ms") >= 0 &&
+              th_json_num(wk, "heartbeat_age_ms") < 5000);
+    ck_assert_int_eq((int)th_json_num(wk, "queues.default.succeeded"), 3);
+    ck_assert_int_eq((int)th_json_num(wk, "queues.mail.failed"), 1);
     cJSON_Delete(o);
     /* the history behind the plots */
     o = get_json("/api/history?queue=default", 200);
-    ck_assert(cJSON_GetArraySize(at(o, "samples")) >= 2);
-    ck_assert_int_eq((int)num(o, "interval_s"), 1);
+    ck_assert(cJSON_GetArraySize(th_json_at(o, "samples")) >= 2);
+    ck_assert_int_eq((int)th_json_num(o, "interval_s"), 1);
     cJSON_Delete(o);
     expect_error("GET", "/api/history?queue=no%20spaces", NULL, NULL, 400, "bad_request");
 }
@@ -423,30 +360,30 @@ START_TEST(test_queue_view) {
     freeReplyObject(r);
     /* waiting: p7 first, then the producer's raw entry at p2, oldest first in a band */
     o = get_json("/api/queues/mail?count=5", 200);
-    ck_assert(cJSON_IsTrue(at(o, "paused")));
-    ck_assert_int_eq((int)num(o, "depth"), 3);
-    ck_assert_int_eq((int)num(o, "bands.2.band"), 7); /* bands: p9 first */
-    ck_assert_int_eq((int)num(o, "bands.2.depth"), 2);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "waiting")), 3);
-    ck_assert_str_eq(str(o, "waiting.0.task_id"), "m1");
-    ck_assert_str_eq(str(o, "waiting.0.status"), "queued");
-    ck_assert_str_eq(str(o, "waiting.0.task_type"), "echo");
-    ck_assert_str_eq(str(o, "waiting.1.task_id"), "m2");
-    ck_assert_str_eq(str(o, "waiting.2.task_id"), raw_id);
-    ck_assert(cJSON_IsTrue(at(o, "waiting.2.raw")));
+    ck_assert(cJSON_IsTrue(th_json_at(o, "paused")));
+    ck_assert_int_eq((int)th_json_num(o, "depth"), 3);
+    ck_assert_int_eq((int)th_json_num(o, "bands.2.band"), 7); /* bands: p9 first */
+    ck_assert_int_eq((int)th_json_num(o, "bands.2.depth"), 2);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "waiting")), 3);
+    ck_assert_str_eq(th_json_str(o, "waiting.0.task_id"), "m1");
+    ck_assert_str_eq(th_json_str(o, "waiting.0.status"), "queued");
+    ck_assert_str_eq(th_json_str(o, "waiting.0.task_type"), "echo");
+    ck_assert_str_eq(th_json_str(o, "waiting.1.task_id"), "m2");
+    ck_assert_str_eq(th_json_str(o, "waiting.2.task_id"), raw_id);
+    ck_assert(cJSON_IsTrue(th_json_at(o, "waiting.2.raw")));
     cJSON_Delete(o);
     o = get_json("/api/queues/mail?count=1", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "waiting")), 1);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "waiting")), 1);
     cJSON_Delete(o);
     /* running: a task in its handler shows its worker */
-    enqueue("default", "slow", "sleep", "{\"ms\":4000}", NULL);
-    wait_status("slow", "running");
+    th_enqueue(C, "default", "slow", "sleep", "{\"ms\":4000}", NULL);
+    th_expect_status(C, "slow", "running", 10000);
     o = get_json("/api/queues/default", 200);
-    ck_assert_int_eq((int)num(o, "pending"), 1);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "running")), 1);
-    ck_assert_str_eq(str(o, "running.0.task_id"), "slow");
-    ck_assert_str_eq(str(o, "running.0.worker_id"), WORKER);
-    ck_assert_str_eq(str(o, "running.0.status"), "running");
+    ck_assert_int_eq((int)th_json_num(o, "pending"), 1);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "running")), 1);
+    ck_assert_str_eq(th_json_str(o, "running.0.task_id"), "slow");
+    ck_assert_str_eq(th_json_str(o, "running.0.worker_id"), WORKER);
+    ck_assert_str_eq(th_json_str(o, "running.0.status"), "running");
     cJSON_Delete(o);
     /* bad input */
     expect_error("GET", "/api/queues/nosuch", NULL, NULL, 404, "not_found");
@@ -465,30 +402,30 @@ START_TEST(test_task_view) {
     start_web(NULL);
     run_tasks();
     o = get_json("/api/tasks/ok1", 200);
-    ck_assert_str_eq(str(o, "id"), "ok1");
-    ck_assert_str_eq(str(o, "status"), "succeeded");
-    ck_assert_str_eq(str(o, "fields.queue"), "default");
-    ck_assert_str_eq(str(o, "fields.worker_id"), WORKER);
-    ck_assert_str_eq(str(o, "fields.payload"), "{\"n\":1}");
-    ck_assert_int_eq((int)num(o, "result.n"), 1); /* the result, parsed */
-    ck_assert(cJSON_IsTrue(at(o, "result_is_json")));
-    ck_assert(num(o, "ttl_ms") > 0);
-    ck_assert(cJSON_IsNull(at(o, "dead_letter")));
-    ck_assert(cJSON_IsTrue(at(o, "events_stream")));
-    ck_assert(cJSON_IsTrue(at(o, "events_complete")));
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "events")), 3);
+    ck_assert_str_eq(th_json_str(o, "id"), "ok1");
+    ck_assert_str_eq(th_json_str(o, "status"), "succeeded");
+    ck_assert_str_eq(th_json_str(o, "fields.queue"), "default");
+    ck_assert_str_eq(th_json_str(o, "fields.worker_id"), WORKER);
+    ck_assert_str_eq(th_json_str(o, "fields.payload"), "{\"n\":1}");
+    ck_assert_int_eq((int)th_json_num(o, "result.n"), 1); /* the result, parsed */
+    ck_assert(cJSON_IsTrue(th_json_at(o, "result_is_json")));
+    ck_assert(th_json_num(o, "ttl_ms") > 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "dead_letter")));
+    ck_assert(cJSON_IsTrue(th_json_at(o, "events_stream")));
+    ck_assert(cJSON_IsTrue(th_json_at(o, "events_complete")));
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "events")), 3);
     for (int i = 0; i < 3; i++) {
-        ev = cJSON_GetArrayItem(at(o, "events"), i);
-        ck_assert_str_eq(str(ev, "type"), want[i]);
-        ck_assert_str_eq(str(ev, "task_id"), "ok1");
+        ev = cJSON_GetArrayItem(th_json_at(o, "events"), i);
+        ck_assert_str_eq(th_json_str(ev, "type"), want[i]);
+        ck_assert_str_eq(th_json_str(ev, "task_id"), "ok1");
     }
     cJSON_Delete(o);
     o = get_json("/api/tasks/bad1", 200);
-    ck_assert_str_eq(str(o, "status"), "dead_lettered");
-    ck_assert_str_eq(str(o, "fields.last_error"), "card declined");
-    ck_assert_str_eq(str(o, "dead_letter.task_id"), "bad1");
-    ck_assert_str_eq(str(o, "dead_letter.last_error_class"), "permanent");
-    ck_assert(cJSON_IsNull(at(o, "result")));
+    ck_assert_str_eq(th_json_str(o, "status"), "dead_lettered");
+    ck_assert_str_eq(th_json_str(o, "fields.last_error"), "card declined");
+    ck_assert_str_eq(th_json_str(o, "dead_letter.task_id"), "bad1");
+    ck_assert_str_eq(th_json_str(o, "dead_letter.last_error_class"), "permanent");
+    ck_assert(cJSON_IsNull(th_json_at(o, "result")));
     cJSON_Delete(o);
     expect_error("GET", "/api/tasks/nosuch", NULL, NULL, 404, "not_found");
     expect_error("GET", "/api/tasks/bad%2Fid", NULL, NULL, 400, "bad_request");
@@ -509,55 +446,56 @@ START_TEST(test_dlq_paging_and_filter) {
     /* five dead letters: three permanent, two unknown_task_type, in this order */
     for (int i = 0; i < 5; i++) {
         snprintf(ids[i], sizeof(ids[i]), "d%d", i);
-        enqueue("default", ids[i], i % 2 ? "nohandler" : "fail", "{\"retryable\":false}", NULL);
-        wait_status(ids[i], "dead_lettered");
+        th_enqueue(C, "default", ids[i], i % 2 ? "nohandler" : "fail", "{\"retryable\":false}",
+                   NULL);
+        th_expect_status(C, ids[i], "dead_lettered", 10000);
     }
     /* newest first, two per page, following next_cursor to the end */
     for (int page = 0; page < 4; page++) {
         const cJSON *e;
         snprintf(path, sizeof(path), "/api/dlq?count=2%s%s", *cursor ? "&cursor=" : "", cursor);
         o = get_json(path, 200);
-        ck_assert_int_eq((int)num(o, "total"), 5);
-        cJSON_ArrayForEach(e, at(o, "entries")) {
-            ck_assert_str_eq(str(e, "task_id"), ids[4 - seen]);
+        ck_assert_int_eq((int)th_json_num(o, "total"), 5);
+        cJSON_ArrayForEach(e, th_json_at(o, "entries")) {
+            ck_assert_str_eq(th_json_str(e, "task_id"), ids[4 - seen]);
             seen++;
         }
-        if (cJSON_IsNull(at(o, "next_cursor"))) {
+        if (cJSON_IsNull(th_json_at(o, "next_cursor"))) {
             cJSON_Delete(o);
             break;
         }
-        ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 2);
-        snprintf(cursor, sizeof(cursor), "%s", str(o, "next_cursor"));
+        ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), 2);
+        snprintf(cursor, sizeof(cursor), "%s", th_json_str(o, "next_cursor"));
         cJSON_Delete(o);
     }
     ck_assert_int_eq(seen, 5);
     /* oldest first is the stream's order */
     o = get_json("/api/dlq?order=oldest&count=500", 200);
     r = th_cmd(C, "XRANGE dtq:stream:dead-letter - +");
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), (int)r->elements);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), (int)r->elements);
     for (size_t i = 0; i < r->elements; i++) {
         char p[64];
         snprintf(p, sizeof(p), "entries.%zu.entry_id", i);
-        ck_assert_str_eq(str(o, p), r->element[i]->element[0]->str);
+        ck_assert_str_eq(th_json_str(o, p), r->element[i]->element[0]->str);
     }
     freeReplyObject(r);
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
     cJSON_Delete(o);
     /* a class filter, paged too */
     o = get_json("/api/dlq?class=unknown_task_type&count=1", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "d3");
-    ck_assert_str_eq(str(o, "entries.0.last_error_class"), "unknown_task_type");
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "d3");
+    ck_assert_str_eq(th_json_str(o, "entries.0.last_error_class"), "unknown_task_type");
     snprintf(path, sizeof(path), "/api/dlq?class=unknown_task_type&count=1&cursor=%s",
-             str(o, "next_cursor"));
+             th_json_str(o, "next_cursor"));
     cJSON_Delete(o);
     o = get_json(path, 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 1);
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "d1");
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), 1);
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "d1");
     cJSON_Delete(o);
     o = get_json("/api/dlq?class=timeout", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 0);
-    ck_assert(cJSON_IsNull(at(o, "next_cursor")));
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "next_cursor")));
     cJSON_Delete(o);
     /* page sizes over the cap are refused (400), not clamped */
     expect_error("GET", "/api/dlq?count=501", NULL, NULL, 400, "bad_request");
@@ -569,7 +507,7 @@ START_TEST(test_dlq_paging_and_filter) {
     expect_error("GET", "/api/dlq?class=a%20b", NULL, NULL, 400, "bad_request");
     expect_error("GET", "/api/audit?count=501", NULL, NULL, 400, "bad_request");
     o = get_json("/api/dlq?count=500", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 5);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), 5);
     cJSON_Delete(o);
 }
 END_TEST
@@ -601,7 +539,7 @@ START_TEST(test_writes_refused_when_read_only) {
     run_tasks();
     before = quiet();
     info = get_json("/api/info", 200);
-    ck_assert(cJSON_IsFalse(at(info, "writable")));
+    ck_assert(cJSON_IsFalse(th_json_at(info, "writable")));
     cJSON_Delete(info);
     for (size_t i = 0; i < NWRITES; i++) {
         expect_error("POST", WRITES[i][0], NULL, WRITES[i][1], 403, "read_only");
@@ -676,74 +614,74 @@ START_TEST(test_writes_with_the_token) {
     run_tasks();
     /* requeue: the dead letter goes back to queued (its queue is paused: it stays there) */
     o = post_ok("/api/tasks/bad1/requeue", TOKEN, NULL);
-    ck_assert_str_eq(str(o, "result"), "queued");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web");
+    ck_assert_str_eq(th_json_str(o, "result"), "queued");
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web");
     cJSON_Delete(o);
     th_assert_field(C, "bad1", "status", "queued");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     assert_last_audit("dtq-web requeue bad1");
     /* cancel a queued task, with the named token and an empty JSON body */
     o = post_ok("/api/tasks/m1/cancel", ALICE, "{}");
-    ck_assert_str_eq(str(o, "result"), "cancelled");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
+    ck_assert_str_eq(th_json_str(o, "result"), "cancelled");
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web:alice");
     cJSON_Delete(o);
     th_assert_field(C, "m1", "status", "cancelled");
     assert_last_audit("dtq-web:alice cancel m1");
     /* pause and resume */
     o = post_ok("/api/queues/default/pause", TOKEN, NULL);
-    ck_assert_str_eq(str(o, "result"), "paused");
+    ck_assert_str_eq(th_json_str(o, "result"), "paused");
     cJSON_Delete(o);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:default:paused")), 1);
     assert_last_audit("dtq-web pause ");
     cJSON_Delete(post_ok("/api/queues/default/resume", TOKEN, NULL));
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:queue:default:paused")), 0);
     /* new dead letters of two classes (the queue "default" runs), then requeue by class */
-    enqueue("default", "p1", "fail", "{\"retryable\":false}", "max_attempts 1");
-    enqueue("default", "u1", "nohandler", "{}", NULL);
-    enqueue("default", "u2", "nohandler", "{}", NULL);
-    wait_status("p1", "dead_lettered");
-    wait_status("u1", "dead_lettered");
-    wait_status("u2", "dead_lettered");
+    th_enqueue(C, "default", "p1", "fail", "{\"retryable\":false}", "max_attempts 1");
+    th_enqueue(C, "default", "u1", "nohandler", "{}", NULL);
+    th_enqueue(C, "default", "u2", "nohandler", "{}", NULL);
+    th_expect_status(C, "p1", "dead_lettered", 10000);
+    th_expect_status(C, "u1", "dead_lettered", 10000);
+    th_expect_status(C, "u2", "dead_lettered", 10000);
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
     o = post_ok("/api/dlq/requeue-all", TOKEN, "{\"class\":\"unknown_task_type\"}");
-    ck_assert_int_eq((int)num(o, "requeued"), 2);
+    ck_assert_int_eq((int)th_json_num(o, "requeued"), 2);
     cJSON_Delete(o);
     th_assert_field(C, "u1", "status", "queued");
     th_assert_field(C, "u2", "status", "queued");
     th_assert_field(C, "p1", "status", "dead_lettered");
     /* discard the last one, then requeue-all finds nothing; purge an empty stream */
     o = post_ok("/api/tasks/p1/discard", TOKEN, NULL);
-    ck_assert_str_eq(str(o, "result"), "discarded");
+    ck_assert_str_eq(th_json_str(o, "result"), "discarded");
     cJSON_Delete(o);
     assert_last_audit("dtq-web discard p1");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     o = post_ok("/api/dlq/requeue-all", TOKEN, NULL);
-    ck_assert_int_eq((int)num(o, "requeued"), 0);
+    ck_assert_int_eq((int)th_json_num(o, "requeued"), 0);
     cJSON_Delete(o);
     /* requeue-all without a class: every dead letter there is (u1 and u2 fail again) */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
-    enqueue("default", "p2", "fail", "{\"retryable\":false}", NULL);
-    wait_status("p2", "dead_lettered");
-    wait_status("u1", "dead_lettered");
-    wait_status("u2", "dead_lettered");
+    th_enqueue(C, "default", "p2", "fail", "{\"retryable\":false}", NULL);
+    th_expect_status(C, "p2", "dead_lettered", 10000);
+    th_expect_status(C, "u1", "dead_lettered", 10000);
+    th_expect_status(C, "u2", "dead_lettered", 10000);
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
     o = post_ok("/api/dlq/requeue-all", TOKEN, "{\"class\":null}");
-    ck_assert_int_eq((int)num(o, "requeued"), 3);
+    ck_assert_int_eq((int)th_json_num(o, "requeued"), 3);
     cJSON_Delete(o);
     th_assert_field(C, "p2", "status", "queued");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     /* purge, once they are dead letters again */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
-    wait_status("p2", "dead_lettered");
+    th_expect_status(C, "p2", "dead_lettered", 10000);
     o = post_ok("/api/dlq/purge", TOKEN, NULL);
-    ck_assert(num(o, "result") >= 1);
+    ck_assert(th_json_num(o, "result") >= 1);
     cJSON_Delete(o);
     assert_last_audit("dtq-web purge_dlq ");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     /* the audit, through the API */
     o = get_json("/api/audit?count=3", 200);
-    ck_assert_str_eq(str(o, "entries.0.actor"), "dtq-web");
-    ck_assert_str_eq(str(o, "entries.0.action"), "purge_dlq");
+    ck_assert_str_eq(th_json_str(o, "entries.0.actor"), "dtq-web");
+    ck_assert_str_eq(th_json_str(o, "entries.0.action"), "purge_dlq");
     cJSON_Delete(o);
 }
 END_TEST
@@ -894,7 +832,7 @@ START_TEST(test_event_stream) {
     ck_assert(th_wait_until(one_subscriber, NULL, 5000));
     /* live: a new task's events arrive as they happen */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 mail"));
-    enqueue("default", "live1", "echo", "{}", NULL);
+    th_enqueue(C, "default", "live1", "echo", "{}", NULL);
     ck_assert_msg(read_event(fd, "\"task_id\":\"live1\"", "\"TASK_SUCCEEDED\"", 10000, buf, 65536),
                   "no TASK_SUCCEEDED of live1 on the stream: %s", buf);
     ck_assert(read_event(fd, "\"task_id\":\"m1\"", "\"TASK_SUCCEEDED\"", 10000, buf, 65536));
@@ -943,7 +881,7 @@ static int run_web(char **out, ...) {
 START_TEST(test_command_line) {
     char *out, tok[400], shortok[400], busy[64];
     FILE *f;
-    int bfd, port = free_port();
+    int bfd, port = th_free_port();
     struct sockaddr_in sa = {0};
     th_path(&R, "ok.token", tok, sizeof(tok));
     th_path(&R, "short.token", shortok, sizeof(shortok));
@@ -995,14 +933,14 @@ START_TEST(test_command_line) {
         char *argv[] = {(char *)DTQ_WEB_BIN, (char *)"-u",       R.url,  (char *)"-n",
                         (char *)"other",     (char *)"--listen", listen, NULL};
         cJSON *info;
-        PORT = free_port();
+        PORT = th_free_port();
         snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
         th_path(&R, "web2.log", log, sizeof(log));
         th_process_start(&W, argv, log);
         for (int i = 0; i < 500 && tcp_connect(PORT) < 0; i++) th_sleep_ms(20);
         info = get_json("/api/info", 200);
-        ck_assert_str_eq(str(info, "namespace"), "other");
-        ck_assert_str_eq(str(info, "prefix"), "other");
+        ck_assert_str_eq(th_json_str(info, "namespace"), "other");
+        ck_assert_str_eq(th_json_str(info, "prefix"), "other");
         cJSON_Delete(info);
         ck_assert_int_eq(th_daemon_stop(&W, SIGTERM, 10000), 0);
     }
@@ -1039,7 +977,7 @@ START_TEST(test_systemd_unit_and_ready) {
     }
     free(unit);
     fd = th_notify_socket(&R, sock, sizeof(sock), 10);
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     th_path(&R, "web3.log", log, sizeof(log));
     setenv("NOTIFY_SOCKET", sock, 1);
@@ -1196,7 +1134,7 @@ static void secret_task(void) {
 START_TEST(test_host_check_refuses_foreign_names) {
     char listen[64], log[400], host[64], wrong[64];
     secret_task();
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     start_web_cfg(listen, NULL, NULL, NULL, "rebind1.log", log, sizeof(log));
     snprintf(host, sizeof(host), "evil.example:%d", PORT);
@@ -1252,7 +1190,7 @@ END_TEST
 START_TEST(test_allowed_hosts) {
     char listen[64], log[400], host[64];
     secret_task();
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     start_web_cfg(listen, "allowed_hosts = dash.example, [::1] 10.1.2.3", NULL, NULL, "rebind2.log",
                   log, sizeof(log));
@@ -1302,7 +1240,7 @@ START_TEST(test_read_token) {
     char listen[64], log[400], rtok[400];
     resp r;
     secret_task();
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     start_web_cfg(listen, NULL, "reader " READTOK "\n", TOKEN "\n", "rebind4.log", log,
                   sizeof(log));
@@ -1362,7 +1300,7 @@ END_TEST
 START_TEST(test_non_loopback_bind_warns) {
     char listen[64], log[400], host[64];
     secret_task();
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(listen, sizeof(listen), "0.0.0.0:%d", PORT);
     start_web_cfg(listen, NULL, NULL, NULL, "rebind5.log", log, sizeof(log));
     ck_assert_msg(th_wait_log(log, "is not a loopback address and reads need no token", 1, 5000),
@@ -1430,7 +1368,7 @@ START_TEST(test_acl_refusal_is_403_not_404) {
     x = th_cmd(C, "ACL SETUSER blind reset on >" BLIND_PW " +ping");
     ck_assert_int_eq(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
-    PORT = free_port();
+    PORT = th_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", PORT);
     th_path(&R, "blind.ini", ini, sizeof(ini));
     th_path(&R, "blind.token", tok, sizeof(tok));
@@ -1498,53 +1436,6 @@ END_TEST
 
 /* ----------------------------------------------------------------- /metrics */
 
-/* The families of a /metrics body as tests/prom_parse.py (Prometheus' own parser, Debian's
- * python3-prometheus-client) reports them; fails the test when the text does not parse. */
-static cJSON *parse_metrics(const char *body) {
-    char in[512], out[512], cmd[1600], *json;
-    FILE *f;
-    cJSON *fams;
-    th_path(&R, "metrics.txt", in, sizeof(in));
-    th_path(&R, "metrics.json", out, sizeof(out));
-    f = fopen(in, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(body, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/prom_parse.py < %s > %s", DTQ_SOURCE_DIR,
-             in, out);
-    ck_assert_msg(system(cmd) == 0, "prometheus_client cannot parse /metrics: %s", in);
-    json = th_read_file(out);
-    fams = cJSON_Parse(json);
-    free(json);
-    ck_assert_ptr_nonnull(fams);
-    return fams;
-}
-
-/* The value of the sample `name` whose labels are exactly `labels` ("k=v,k=v", "" for
- * none); NAN when there is no such sample. */
-static double sample(cJSON *fams, const char *name, const char *labels) {
-    cJSON *f, *s;
-    cJSON_ArrayForEach(f, fams) {
-        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "samples")) {
-            cJSON *l = cJSON_GetObjectItem(s, "labels"), *v = cJSON_GetObjectItem(s, "value");
-            char want[512], *save = NULL, *tok;
-            int n = 0, match = 1;
-            if (strcmp(cJSON_GetObjectItem(s, "name")->valuestring, name)) continue;
-            snprintf(want, sizeof(want), "%s", labels);
-            for (tok = strtok_r(want, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                char *eq = strchr(tok, '=');
-                cJSON *have;
-                *eq = '\0';
-                have = cJSON_GetObjectItem(l, tok);
-                if (!have || strcmp(have->valuestring, eq + 1)) match = 0;
-                n++;
-            }
-            if (match && n == cJSON_GetArraySize(l)) return v->valuedouble;
-        }
-    }
-    return NAN;
-}
-
 #define METRICS_INI                                                                                \
     "[worker]\nworker_id = " WORKER "\nqueues = default, mail\nconcurrency = 4\n"                  \
     "heartbeat_interval_s = 1\n"                                                                   \
@@ -1581,16 +1472,16 @@ START_TEST(test_metrics) {
     th_daemon_wait_ready(C, WORKER, 10000);
     start_web(NULL);
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 mail it"));
-    enqueue("mail", "m7", "echo", "{}", "priority 7");
-    enqueue("mail", "m2a", "echo", "{}", "priority 2");
-    enqueue("mail", "m2b", "echo", "{}", "priority 2");
-    enqueue("default", "later", "echo", "{}", "delay_ms 600000");
-    enqueue("default", "rt", "fail", "{\"retryable\":true}", "max_attempts 3");
-    enqueue("default", "dp", "fail", "{}", "max_attempts 1");
-    enqueue("default", "dt", "sleep", "{\"ms\":5000}", "max_attempts 1 timeout_ms 100");
-    wait_status("rt", "retrying");
-    wait_status("dp", "dead_lettered");
-    wait_status("dt", "dead_lettered");
+    th_enqueue(C, "mail", "m7", "echo", "{}", "priority 7");
+    th_enqueue(C, "mail", "m2a", "echo", "{}", "priority 2");
+    th_enqueue(C, "mail", "m2b", "echo", "{}", "priority 2");
+    th_enqueue(C, "default", "later", "echo", "{}", "delay_ms 600000");
+    th_enqueue(C, "default", "rt", "fail", "{\"retryable\":true}", "max_attempts 3");
+    th_enqueue(C, "default", "dp", "fail", "{}", "max_attempts 1");
+    th_enqueue(C, "default", "dt", "sleep", "{\"ms\":5000}", "max_attempts 1 timeout_ms 100");
+    th_expect_status(C, "rt", "retrying", 10000);
+    th_expect_status(C, "dp", "dead_lettered", 10000);
+    th_expect_status(C, "dt", "dead_lettered", 10000);
     ck_assert(th_wait_until(has_leader, NULL, 10000));
     now = dtq_now_ms();
     freeReplyObject(th_cmd(C,
@@ -1603,7 +1494,7 @@ START_TEST(test_metrics) {
     r = http("GET", "/metrics", NULL, NULL);
     ck_assert_int_eq(r.status, 200);
     ck_assert_msg(strstr(r.head, "Content-Type: text/plain; version=0.0.4"), "%s", r.head);
-    fams = parse_metrics(r.body);
+    fams = th_metrics_parse(&R, r.body);
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++) {
         cJSON *t, *h;
         cJSON_ArrayForEach(f, fams) {
@@ -1616,35 +1507,36 @@ START_TEST(test_metrics) {
         ck_assert_msg(cJSON_IsString(h) && strlen(h->valuestring) > 10, "%s: no help", families[i]);
     }
     ck_assert_int_eq(cJSON_GetArraySize(fams), (int)(sizeof(families) / sizeof(families[0])));
-    ck_assert(sample(fams, "dtq_redis_connected", "") == 1);
-    ck_assert(sample(fams, "dtq_queue_depth", "queue=mail,priority=7") == 1);
-    ck_assert(sample(fams, "dtq_queue_depth", "queue=mail,priority=2") == 2);
-    ck_assert(sample(fams, "dtq_queue_depth", "queue=mail,priority=5") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_redis_connected", "") == 1);
+    ck_assert(th_metrics_value(fams, "dtq_queue_depth", "queue=mail,priority=7") == 1);
+    ck_assert(th_metrics_value(fams, "dtq_queue_depth", "queue=mail,priority=2") == 2);
+    ck_assert(th_metrics_value(fams, "dtq_queue_depth", "queue=mail,priority=5") == 0);
     for (int b = 0; b < 10; b++) {
         char l[64];
         snprintf(l, sizeof(l), "queue=default,priority=%d", b);
-        ck_assert_msg(sample(fams, "dtq_queue_depth", l) == 0, "%s", l);
+        ck_assert_msg(th_metrics_value(fams, "dtq_queue_depth", l) == 0, "%s", l);
     }
-    ck_assert(sample(fams, "dtq_queue_pending", "queue=default") == 0);
-    ck_assert(sample(fams, "dtq_queue_paused", "queue=mail") == 1);
-    ck_assert(sample(fams, "dtq_queue_paused", "queue=default") == 0);
-    ck_assert(sample(fams, "dtq_queue_oldest_waiting_seconds", "queue=mail") >= 1.0);
-    ck_assert(sample(fams, "dtq_queue_oldest_waiting_seconds", "queue=mail") < 60);
-    ck_assert(sample(fams, "dtq_queue_oldest_waiting_seconds", "queue=default") == 0);
-    ck_assert(sample(fams, "dtq_scheduled_tasks", "queue=default") == 2);
-    ck_assert(sample(fams, "dtq_scheduled_tasks", "queue=mail") == 0);
-    ck_assert(sample(fams, "dtq_schedule_length", "") == 2);
-    ck_assert(sample(fams, "dtq_dead_letters", "queue=default,class=permanent") == 1);
-    ck_assert(sample(fams, "dtq_dead_letters", "queue=default,class=timeout") == 1);
-    ck_assert(sample(fams, "dtq_dead_letter_length", "") == 2);
-    ck_assert(sample(fams, "dtq_workers", "status=running") == 1);
-    ck_assert(sample(fams, "dtq_workers", "status=draining") == 0);
-    ck_assert(sample(fams, "dtq_workers", "status=a\"b\\c\nd") == 1); /* escaped, parsed back */
-    ck_assert(sample(fams, "dtq_scheduler_leader", "worker=" WORKER) == 1);
-    ck_assert(sample(fams, "dtq_metrics_truncated", "part=queues") == 0);
-    ck_assert(sample(fams, "dtq_metrics_truncated", "part=dead_letters") == 0);
-    ck_assert(sample(fams, "dtq_metrics_truncated", "part=scheduled") == 0);
-    ck_assert(sample(fams, "dtq_metrics_truncated", "part=workers") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_queue_pending", "queue=default") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_queue_paused", "queue=mail") == 1);
+    ck_assert(th_metrics_value(fams, "dtq_queue_paused", "queue=default") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_queue_oldest_waiting_seconds", "queue=mail") >= 1.0);
+    ck_assert(th_metrics_value(fams, "dtq_queue_oldest_waiting_seconds", "queue=mail") < 60);
+    ck_assert(th_metrics_value(fams, "dtq_queue_oldest_waiting_seconds", "queue=default") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_scheduled_tasks", "queue=default") == 2);
+    ck_assert(th_metrics_value(fams, "dtq_scheduled_tasks", "queue=mail") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_schedule_length", "") == 2);
+    ck_assert(th_metrics_value(fams, "dtq_dead_letters", "queue=default,class=permanent") == 1);
+    ck_assert(th_metrics_value(fams, "dtq_dead_letters", "queue=default,class=timeout") == 1);
+    ck_assert(th_metrics_value(fams, "dtq_dead_letter_length", "") == 2);
+    ck_assert(th_metrics_value(fams, "dtq_workers", "status=running") == 1);
+    ck_assert(th_metrics_value(fams, "dtq_workers", "status=draining") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_workers", "status=a\"b\\c\nd") ==
+              1); /* escaped, parsed back */
+    ck_assert(th_metrics_value(fams, "dtq_scheduler_leader", "worker=" WORKER) == 1);
+    ck_assert(th_metrics_value(fams, "dtq_metrics_truncated", "part=queues") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_metrics_truncated", "part=dead_letters") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_metrics_truncated", "part=scheduled") == 0);
+    ck_assert(th_metrics_value(fams, "dtq_metrics_truncated", "part=workers") == 0);
     cJSON_Delete(fams);
     resp_free(&r);
 
@@ -1668,7 +1560,7 @@ START_TEST(test_metrics) {
         th_sleep_ms(50);
     }
     ck_assert_msg(r.body && strstr(r.body, "dtq_redis_connected 0"), "still connected");
-    fams = parse_metrics(r.body);
+    fams = th_metrics_parse(&R, r.body);
     ck_assert_int_eq(cJSON_GetArraySize(fams), 1);
     cJSON_Delete(fams);
     resp_free(&r);
@@ -1681,10 +1573,10 @@ END_TEST
  * after an attempt that failed with "smtp timeout". */
 static void schedule_world(void) {
     run_tasks();
-    enqueue("mail", "later2", "echo", "{}", "delay_ms 600000");
-    enqueue("default", "flaky1", "flaky", "{\"retryable\":true,\"message\":\"smtp timeout\"}",
-            NULL);
-    wait_status("flaky1", "retrying");
+    th_enqueue(C, "mail", "later2", "echo", "{}", "delay_ms 600000");
+    th_enqueue(C, "default", "flaky1", "flaky", "{\"retryable\":true,\"message\":\"smtp timeout\"}",
+               NULL);
+    th_expect_status(C, "flaky1", "retrying", 10000);
 }
 
 /* The task ids of a scheduled page, "a,b,c". */
@@ -1692,7 +1584,7 @@ static char *sched_ids_of(const cJSON *page) {
     char *out = dtq_xstrdup("");
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(page, "entries")) {
-        char *n = dtq_xasprintf("%s%s%s", out, *out ? "," : "", str(e, "task_id"));
+        char *n = dtq_xasprintf("%s%s%s", out, *out ? "," : "", th_json_str(e, "task_id"));
         free(out);
         out = n;
     }
@@ -1719,8 +1611,8 @@ START_TEST(test_scheduled_list_and_filters) {
     schedule_world();
     /* soonest due first: later2 and later (10 min), flaky1 (an hour) */
     o = get_json("/api/scheduled", 200);
-    ck_assert_int_eq((int)num(o, "total"), 3);
-    ck_assert_str_eq(str(o, "filter.kind"), "all");
+    ck_assert_int_eq((int)th_json_num(o, "total"), 3);
+    ck_assert_str_eq(th_json_str(o, "filter.kind"), "all");
     cJSON_Delete(o);
     assert_sched("?kind=delayed", "later,later2");
     assert_sched("?kind=retrying", "flaky1");
@@ -1731,25 +1623,26 @@ START_TEST(test_scheduled_list_and_filters) {
     assert_sched("?class=retryable", "flaky1");
     assert_sched("?class=timeout", "");
     o = get_json("/api/scheduled?kind=retrying", 200);
-    e = at(o, "entries.0");
-    ck_assert_str_eq(str(e, "kind"), "retrying");
-    ck_assert_str_eq(str(e, "queue"), "default");
-    ck_assert_str_eq(str(e, "last_error_class"), "retryable");
-    ck_assert_msg(strstr(str(e, "last_error"), "smtp timeout") != NULL, "%s", str(e, "last_error"));
-    ck_assert_int_eq((int)num(e, "next_attempt"), 2);
-    ck_assert(num(e, "due_ms") > num(o, "time_ms") + 3000000);
+    e = th_json_at(o, "entries.0");
+    ck_assert_str_eq(th_json_str(e, "kind"), "retrying");
+    ck_assert_str_eq(th_json_str(e, "queue"), "default");
+    ck_assert_str_eq(th_json_str(e, "last_error_class"), "retryable");
+    ck_assert_msg(strstr(th_json_str(e, "last_error"), "smtp timeout") != NULL, "%s",
+                  th_json_str(e, "last_error"));
+    ck_assert_int_eq((int)th_json_num(e, "next_attempt"), 2);
+    ck_assert(th_json_num(e, "due_ms") > th_json_num(o, "time_ms") + 3000000);
     cJSON_Delete(o);
     /* paging with the cursor */
     o = get_json("/api/scheduled?kind=delayed&count=1", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "entries")), 1);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "entries")), 1);
     {
         char path[256];
         snprintf(path, sizeof(path), "/api/scheduled?kind=delayed&count=1&cursor=%s",
-                 str(o, "next_cursor"));
+                 th_json_str(o, "next_cursor"));
         o2 = get_json(path, 200);
     }
-    ck_assert_str_eq(str(o, "entries.0.task_id"), "later");
-    ck_assert_str_eq(str(o2, "entries.0.task_id"), "later2");
+    ck_assert_str_eq(th_json_str(o, "entries.0.task_id"), "later");
+    ck_assert_str_eq(th_json_str(o2, "entries.0.task_id"), "later2");
     cJSON_Delete(o);
     cJSON_Delete(o2);
     /* bad parameters are refused before any call */
@@ -1773,18 +1666,18 @@ START_TEST(test_task_attempts_without_events_stream) {
     quiet();
     freeReplyObject(th_cmd(C, "DEL dtq:stream:events"));
     o = get_json("/api/tasks/flaky1", 200);
-    ck_assert(cJSON_IsFalse(at(o, "events_stream")));
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "attempts")), 1);
-    ck_assert_int_eq((int)num(o, "attempts.0.attempt"), 1);
-    ck_assert_str_eq(str(o, "attempts.0.class"), "retryable");
-    ck_assert_str_eq(str(o, "attempts.0.worker"), WORKER);
-    ck_assert_msg(strstr(str(o, "attempts.0.error"), "smtp timeout") != NULL, "%s",
-                  str(o, "attempts.0.error"));
-    ck_assert(num(o, "due_ms") > 0);
+    ck_assert(cJSON_IsFalse(th_json_at(o, "events_stream")));
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "attempts")), 1);
+    ck_assert_int_eq((int)th_json_num(o, "attempts.0.attempt"), 1);
+    ck_assert_str_eq(th_json_str(o, "attempts.0.class"), "retryable");
+    ck_assert_str_eq(th_json_str(o, "attempts.0.worker"), WORKER);
+    ck_assert_msg(strstr(th_json_str(o, "attempts.0.error"), "smtp timeout") != NULL, "%s",
+                  th_json_str(o, "attempts.0.error"));
+    ck_assert(th_json_num(o, "due_ms") > 0);
     cJSON_Delete(o);
     o = get_json("/api/tasks/later", 200);
-    ck_assert(num(o, "due_ms") > atof(str(o, "fields.created_at")) + 500000);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "attempts")), 0);
+    ck_assert(th_json_num(o, "due_ms") > atof(th_json_str(o, "fields.created_at")) + 500000);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "attempts")), 0);
     cJSON_Delete(o);
 }
 END_TEST
@@ -1845,12 +1738,12 @@ START_TEST(test_bulk_writes_with_the_token) {
     freeReplyObject(th_cmd(C, "FCALL dtq_pause 0 default"));
     o = post_ok("/api/scheduled/run-now", TOKEN,
                 "{\"ids\":[\"later\",\"nosuch\",\"ok1\",\"later\"]}");
-    ck_assert_str_eq(str(o, "action"), "run-now");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web");
-    ck_assert_str_eq(str(o, "results.later"), "done");
-    ck_assert_str_eq(str(o, "results.nosuch"), "not_found");
-    ck_assert_str_eq(str(o, "results.ok1"), "not_scheduled");
-    ck_assert_int_eq((int)num(o, "counts.done"), 1);
+    ck_assert_str_eq(th_json_str(o, "action"), "run-now");
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web");
+    ck_assert_str_eq(th_json_str(o, "results.later"), "done");
+    ck_assert_str_eq(th_json_str(o, "results.nosuch"), "not_found");
+    ck_assert_str_eq(th_json_str(o, "results.ok1"), "not_scheduled");
+    ck_assert_int_eq((int)th_json_num(o, "counts.done"), 1);
     cJSON_Delete(o);
     th_assert_field(C, "later", "status", "queued");
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 2); /* later2, flaky1 */
@@ -1858,9 +1751,9 @@ START_TEST(test_bulk_writes_with_the_token) {
     assert_sched("?kind=delayed", "later2");
     /* delete, with the named token */
     o = post_ok("/api/scheduled/delete", ALICE, "{\"ids\":[\"later2\",\"flaky1\"]}");
-    ck_assert_str_eq(str(o, "results.later2"), "done");
-    ck_assert_str_eq(str(o, "results.flaky1"), "done");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
+    ck_assert_str_eq(th_json_str(o, "results.later2"), "done");
+    ck_assert_str_eq(th_json_str(o, "results.flaky1"), "done");
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web:alice");
     cJSON_Delete(o);
     th_assert_field(C, "later2", "status", "cancelled");
     th_assert_field(C, "flaky1", "status", "cancelled");
@@ -1868,22 +1761,22 @@ START_TEST(test_bulk_writes_with_the_token) {
     assert_sched("", "");
     /* dead letters in bulk: bad1 (mail) and p1 (default) */
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));
-    enqueue("default", "p1", "fail", "{\"retryable\":false}", NULL);
-    wait_status("p1", "dead_lettered");
-    enqueue("default", "p2", "fail", "{\"retryable\":false}", NULL);
-    wait_status("p2", "dead_lettered");
+    th_enqueue(C, "default", "p1", "fail", "{\"retryable\":false}", NULL);
+    th_expect_status(C, "p1", "dead_lettered", 10000);
+    th_enqueue(C, "default", "p2", "fail", "{\"retryable\":false}", NULL);
+    th_expect_status(C, "p2", "dead_lettered", 10000);
     o = post_ok("/api/dlq/requeue", TOKEN, "{\"ids\":[\"bad1\",\"ok1\",\"nosuch\"]}");
-    ck_assert_str_eq(str(o, "action"), "requeue");
-    ck_assert_str_eq(str(o, "results.bad1"), "queued");
-    ck_assert_str_eq(str(o, "results.ok1"), "wrong_state");
-    ck_assert_str_eq(str(o, "results.nosuch"), "not_found");
+    ck_assert_str_eq(th_json_str(o, "action"), "requeue");
+    ck_assert_str_eq(th_json_str(o, "results.bad1"), "queued");
+    ck_assert_str_eq(th_json_str(o, "results.ok1"), "wrong_state");
+    ck_assert_str_eq(th_json_str(o, "results.nosuch"), "not_found");
     cJSON_Delete(o);
     th_assert_field(C, "bad1", "status", "queued"); /* mail is paused: it stays queued */
     assert_last_audit("dtq-web requeue bad1");
     o = post_ok("/api/dlq/discard", TOKEN, "{\"ids\":[\"p1\",\"p2\"]}");
-    ck_assert_str_eq(str(o, "results.p1"), "discarded");
-    ck_assert_str_eq(str(o, "results.p2"), "discarded");
-    ck_assert_int_eq((int)num(o, "counts.discarded"), 2);
+    ck_assert_str_eq(th_json_str(o, "results.p1"), "discarded");
+    ck_assert_str_eq(th_json_str(o, "results.p2"), "discarded");
+    ck_assert_int_eq((int)th_json_num(o, "counts.discarded"), 2);
     cJSON_Delete(o);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
 }
@@ -1946,9 +1839,9 @@ START_TEST(test_cron) {
     start_worker();
     start_web(TOKEN "\nalice " ALICE "\n");
     o = get_json("/api/cron", 200);
-    ck_assert(num(o, "now_ms") > 0);
-    ck_assert(cJSON_IsArray(at(o, "schedules")));
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "schedules")), 0);
+    ck_assert(th_json_num(o, "now_ms") > 0);
+    ck_assert(cJSON_IsArray(th_json_at(o, "schedules")));
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "schedules")), 0);
     cJSON_Delete(o);
     x = th_cmd(C,
                "FCALL dtq_cron_set 0 ops nightly %s default echo {\"n\":1} tz Europe/Berlin "
@@ -1967,21 +1860,21 @@ START_TEST(test_cron) {
     fn = cJSON_Parse(x->str);
     freeReplyObject(x);
     ck_assert(fn != NULL);
-    ck_assert_msg(cJSON_Compare(at(o, "schedules"), at(fn, "schedules"), 1),
+    ck_assert_msg(cJSON_Compare(th_json_at(o, "schedules"), th_json_at(fn, "schedules"), 1),
                   "GET /api/cron differs from dtq_cron_list");
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "schedules")), 2);
-    ck_assert_str_eq(str(o, "schedules.0.name"), "broken");
-    ck_assert(strstr(str(o, "schedules.0.error"), "spec") != NULL);
-    ck_assert_str_eq(str(o, "schedules.1.name"), "nightly");
-    ck_assert_str_eq(str(o, "schedules.1.tz"), "Europe/Berlin");
-    ck_assert(num(o, "schedules.1.next_fire_ms") > num(o, "now_ms"));
-    ck_assert(cJSON_IsNull(at(o, "schedules.1.error")));
-    ck_assert(cJSON_IsFalse(at(o, "schedules.1.paused")));
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "schedules")), 2);
+    ck_assert_str_eq(th_json_str(o, "schedules.0.name"), "broken");
+    ck_assert(strstr(th_json_str(o, "schedules.0.error"), "spec") != NULL);
+    ck_assert_str_eq(th_json_str(o, "schedules.1.name"), "nightly");
+    ck_assert_str_eq(th_json_str(o, "schedules.1.tz"), "Europe/Berlin");
+    ck_assert(th_json_num(o, "schedules.1.next_fire_ms") > th_json_num(o, "now_ms"));
+    ck_assert(cJSON_IsNull(th_json_at(o, "schedules.1.error")));
+    ck_assert(cJSON_IsFalse(th_json_at(o, "schedules.1.paused")));
     cJSON_Delete(o);
     cJSON_Delete(fn);
     o = get_json("/api/cron/nightly", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "schedules")), 1);
-    ck_assert_int_eq((int)num(o, "schedules.0.priority"), 7);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "schedules")), 1);
+    ck_assert_int_eq((int)th_json_num(o, "schedules.0.priority"), 7);
     cJSON_Delete(o);
     expect_error("GET", "/api/cron/nosuch", NULL, NULL, 404, "not_found");
     expect_error("GET", "/api/cron/bad:name", NULL, NULL, 400, "bad_request");
@@ -2006,23 +1899,23 @@ START_TEST(test_cron) {
 
     /* pause, twice (0: it was so already), resume with the named token */
     o = post_ok("/api/cron/nightly/pause", TOKEN, NULL);
-    ck_assert_str_eq(str(o, "action"), "pause");
-    ck_assert_str_eq(str(o, "name"), "nightly");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web");
-    ck_assert_int_eq((int)num(o, "result"), 1);
+    ck_assert_str_eq(th_json_str(o, "action"), "pause");
+    ck_assert_str_eq(th_json_str(o, "name"), "nightly");
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web");
+    ck_assert_int_eq((int)th_json_num(o, "result"), 1);
     cJSON_Delete(o);
     assert_cron_field("default", "nightly", "paused", "1");
     assert_last_audit("dtq-web cron_pause ");
     assert_last_audit_name("nightly");
     o = post_ok("/api/cron/nightly/pause", TOKEN, NULL);
-    ck_assert_int_eq((int)num(o, "result"), 0);
+    ck_assert_int_eq((int)th_json_num(o, "result"), 0);
     cJSON_Delete(o);
     o = get_json("/api/cron/nightly", 200);
-    ck_assert(cJSON_IsTrue(at(o, "schedules.0.paused")));
+    ck_assert(cJSON_IsTrue(th_json_at(o, "schedules.0.paused")));
     cJSON_Delete(o);
     o = post_ok("/api/cron/nightly/resume", ALICE, "{}");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
-    ck_assert_int_eq((int)num(o, "result"), 1);
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web:alice");
+    ck_assert_int_eq((int)th_json_num(o, "result"), 1);
     cJSON_Delete(o);
     assert_cron_field("default", "nightly", "paused", "0");
     assert_last_audit("dtq-web:alice cron_resume ");
@@ -2030,10 +1923,10 @@ START_TEST(test_cron) {
 
     /* run now: a new task of the schedule's queue, named in the answer and the schedule */
     o = post_ok("/api/cron/nightly/run", TOKEN, NULL);
-    ck_assert_str_eq(str(o, "action"), "run");
-    sch = at(o, "task_id");
+    ck_assert_str_eq(th_json_str(o, "action"), "run");
+    sch = th_json_at(o, "task_id");
     ck_assert(cJSON_IsString(sch));
-    ck_assert_str_eq(str(o, "result"), sch->valuestring);
+    ck_assert_str_eq(th_json_str(o, "result"), sch->valuestring);
     tid = strdup(sch->valuestring);
     cJSON_Delete(o);
     th_assert_field(C, tid, "cron", "nightly");
@@ -2048,7 +1941,7 @@ START_TEST(test_cron) {
     }
     assert_last_audit_name("nightly");
     o = get_json("/api/cron/nightly", 200);
-    ck_assert_str_eq(str(o, "schedules.0.last_task_id"), tid);
+    ck_assert_str_eq(th_json_str(o, "schedules.0.last_task_id"), tid);
     cJSON_Delete(o);
     free(tid);
 }
@@ -2098,42 +1991,42 @@ START_TEST(test_limits) {
     start_worker();
     start_web(TOKEN "\nalice " ALICE "\n");
     o = get_json("/api/limits", 200);
-    ck_assert(cJSON_IsArray(at(o, "limits")));
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "limits")), 0);
+    ck_assert(cJSON_IsArray(th_json_at(o, "limits")));
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "limits")), 0);
     cJSON_Delete(o);
     cmd_is("set", "FCALL dtq_limit_set 0 ops default %s rate 1 period_ms 3600000 concurrency 1",
            "sleep");
     cmd_is("set", "FCALL dtq_limit_set 0 ops mail %s concurrency 3 per_key 1", "");
-    enqueue("default", "s1", "sleep", "{\"ms\":4000}", NULL);
-    enqueue("default", "s2", "sleep", "{\"ms\":1}", NULL);
+    th_enqueue(C, "default", "s1", "sleep", "{\"ms\":4000}", NULL);
+    th_enqueue(C, "default", "s2", "sleep", "{\"ms\":1}", NULL);
     ck_assert_msg(th_wait_until(limit_in_use, NULL, 10000), "s1 never held the slot");
     now = (double)th_now_ms();
     o = get_json("/api/limits", 200);
     fn = limit_list();
-    ck_assert_msg(cJSON_Compare(at(o, "limits"), fn, 1),
+    ck_assert_msg(cJSON_Compare(th_json_at(o, "limits"), fn, 1),
                   "GET /api/limits differs from dtq_limit_list");
     cJSON_Delete(fn);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "limits")), 2);
-    ck_assert_str_eq(str(o, "limits.0.target"), "default:sleep");
-    ck_assert_str_eq(str(o, "limits.0.queue"), "default");
-    ck_assert_str_eq(str(o, "limits.0.task_type"), "sleep");
-    ck_assert_int_eq((int)num(o, "limits.0.rate"), 1);
-    ck_assert(num(o, "limits.0.period_ms") == 3600000);
-    ck_assert_int_eq((int)num(o, "limits.0.burst"), 0);
-    ck_assert_int_eq((int)num(o, "limits.0.concurrency"), 1);
-    ck_assert(cJSON_IsFalse(at(o, "limits.0.per_key")));
-    ck_assert_int_eq((int)num(o, "limits.0.use.running"), 1);
-    ck_assert_int_eq((int)num(o, "limits.0.use.tokens_left"), 0);
-    ck_assert(cJSON_IsNull(at(o, "limits.0.use.keys")));
-    ck_assert(num(o, "limits.0.use.deferred_until_ms") > now + 3000000); /* about an hour */
-    ck_assert_str_eq(str(o, "limits.1.target"), "mail");
-    ck_assert(cJSON_IsNull(at(o, "limits.1.task_type")));
-    ck_assert(cJSON_IsNull(at(o, "limits.1.rate")));
-    ck_assert(cJSON_IsNull(at(o, "limits.1.burst")));
-    ck_assert_int_eq((int)num(o, "limits.1.concurrency"), 3);
-    ck_assert(cJSON_IsTrue(at(o, "limits.1.per_key")));
-    ck_assert_int_eq((int)num(o, "limits.1.use.keys"), 0);
-    ck_assert_int_eq((int)num(o, "limits.1.use.running"), 0);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "limits")), 2);
+    ck_assert_str_eq(th_json_str(o, "limits.0.target"), "default:sleep");
+    ck_assert_str_eq(th_json_str(o, "limits.0.queue"), "default");
+    ck_assert_str_eq(th_json_str(o, "limits.0.task_type"), "sleep");
+    ck_assert_int_eq((int)th_json_num(o, "limits.0.rate"), 1);
+    ck_assert(th_json_num(o, "limits.0.period_ms") == 3600000);
+    ck_assert_int_eq((int)th_json_num(o, "limits.0.burst"), 0);
+    ck_assert_int_eq((int)th_json_num(o, "limits.0.concurrency"), 1);
+    ck_assert(cJSON_IsFalse(th_json_at(o, "limits.0.per_key")));
+    ck_assert_int_eq((int)th_json_num(o, "limits.0.use.running"), 1);
+    ck_assert_int_eq((int)th_json_num(o, "limits.0.use.tokens_left"), 0);
+    ck_assert(cJSON_IsNull(th_json_at(o, "limits.0.use.keys")));
+    ck_assert(th_json_num(o, "limits.0.use.deferred_until_ms") > now + 3000000); /* about an hour */
+    ck_assert_str_eq(th_json_str(o, "limits.1.target"), "mail");
+    ck_assert(cJSON_IsNull(th_json_at(o, "limits.1.task_type")));
+    ck_assert(cJSON_IsNull(th_json_at(o, "limits.1.rate")));
+    ck_assert(cJSON_IsNull(th_json_at(o, "limits.1.burst")));
+    ck_assert_int_eq((int)th_json_num(o, "limits.1.concurrency"), 3);
+    ck_assert(cJSON_IsTrue(th_json_at(o, "limits.1.per_key")));
+    ck_assert_int_eq((int)th_json_num(o, "limits.1.use.keys"), 0);
+    ck_assert_int_eq((int)th_json_num(o, "limits.1.use.running"), 0);
     cJSON_Delete(o);
     th_assert_field(C, "s2", "status", "pending");
 
@@ -2162,22 +2055,22 @@ START_TEST(test_limits) {
 
     /* the task type's limit, then the queue's */
     o = post_ok("/api/limits/default/remove", ALICE, "{\"task_type\":\"sleep\"}");
-    ck_assert_str_eq(str(o, "action"), "remove");
-    ck_assert_str_eq(str(o, "target"), "default:sleep");
-    ck_assert_str_eq(str(o, "actor"), "dtq-web:alice");
-    ck_assert_str_eq(str(o, "result"), "removed");
+    ck_assert_str_eq(th_json_str(o, "action"), "remove");
+    ck_assert_str_eq(th_json_str(o, "target"), "default:sleep");
+    ck_assert_str_eq(th_json_str(o, "actor"), "dtq-web:alice");
+    ck_assert_str_eq(th_json_str(o, "result"), "removed");
     cJSON_Delete(o);
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:limits:default")), 0);
     assert_last_audit("dtq-web:alice limit_remove ");
     assert_last_audit_field("target", "default:sleep");
     o = post_ok("/api/limits/mail/remove", TOKEN, "{\"task_type\":null}");
-    ck_assert_str_eq(str(o, "target"), "mail");
+    ck_assert_str_eq(th_json_str(o, "target"), "mail");
     cJSON_Delete(o);
     assert_last_audit("dtq-web limit_remove ");
     assert_last_audit_field("target", "mail");
     ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:limits")), 0);
     o = get_json("/api/limits", 200);
-    ck_assert_int_eq(cJSON_GetArraySize(at(o, "limits")), 0);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "limits")), 0);
     cJSON_Delete(o);
     expect_error("POST", "/api/limits/mail/remove", "Bearer " TOKEN, NULL, 404, "not_found");
 }
