@@ -82,19 +82,28 @@ static void wr_fcall(dtq_rsteps *j, redisReply *r, int a, int b) {
     }
 }
 
+/* What every write answers first: the Function's error kept (answered here; NULL back, the
+ * job ended), or a new {"ok": true, "action", ...} for the caller to fill, answer and end. */
+static cJSON *answer_start(dtq_rsteps *j, struct evhttp_request *req, const char *error,
+                           const char *action) {
+    cJSON *o;
+    if (error) {
+        dtq_web_reply_redis_error(req, error);
+        dtq_rsteps_end(j);
+        return NULL;
+    }
+    o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ok", 1);
+    cJSON_AddStringToObject(o, "action", action);
+    return o;
+}
+
 /* Answers the Function's error, or {"ok": true, "action", "<target>", "actor", "result"},
  * with "task_id" too when the result is a new task's id (POST /api/cron/<name>/run). */
 static void wr_answer(dtq_rsteps *j) {
     wr *s = dtq_rsteps_state(j);
-    cJSON *o;
-    if (s->error) {
-        dtq_web_reply_redis_error(s->h.req, s->error);
-        dtq_rsteps_end(j);
-        return;
-    }
-    o = cJSON_CreateObject();
-    cJSON_AddBoolToObject(o, "ok", 1);
-    cJSON_AddStringToObject(o, "action", s->action);
+    cJSON *o = answer_start(j, s->h.req, s->error, s->action);
+    if (!o) return;
     if (s->name) cJSON_AddStringToObject(o, s->target_field, s->name);
     cJSON_AddStringToObject(o, "actor", s->actor);
     if (s->result_is_task && cJSON_IsString(s->result))
@@ -404,15 +413,8 @@ static dtq_rsteps *bk_new(dtq_web *w, struct evhttp_request *req, const dtq_web_
  * (an id given twice keeps the word of its first call). */
 static void bk_answer(dtq_rsteps *j) {
     bk *s = dtq_rsteps_state(j);
-    cJSON *o, *results, *counts;
-    if (s->error) {
-        dtq_web_reply_redis_error(s->h.req, s->error);
-        dtq_rsteps_end(j);
-        return;
-    }
-    o = cJSON_CreateObject();
-    cJSON_AddBoolToObject(o, "ok", 1);
-    cJSON_AddStringToObject(o, "action", s->action);
+    cJSON *o = answer_start(j, s->h.req, s->error, s->action), *results, *counts;
+    if (!o) return;
     cJSON_AddStringToObject(o, "actor", s->actor);
     results = cJSON_AddObjectToObject(o, "results");
     counts = cJSON_AddObjectToObject(o, "counts");
