@@ -11,6 +11,14 @@ char *dtq_keys_prefix(const char *ns, int cluster_hash_tag) {
     return cluster_hash_tag ? dtq_xasprintf("{%s}", ns) : dtq_xstrdup(ns);
 }
 
+char *dtq_keys_queue_prefix(const char *ns, const char *queue) {
+    return dtq_xasprintf("{%s:%s}", ns, queue);
+}
+
+char *dtq_keys_global_prefix(const char *ns) {
+    return dtq_xasprintf("{%s}", ns);
+}
+
 char *dtq_keyv(const char *prefix, const char *fmt, va_list ap) {
     char *suffix = NULL, *key;
     if (vasprintf(&suffix, fmt, ap) < 0) abort();
@@ -94,4 +102,8 @@ char *dtq_key_config(const char *prefix) {
 
 char *dtq_key_scheduler_lock(const char *prefix) {
     return fixed(prefix, "lock:scheduler");
+}
+
+char *dtq_key_layout(const char *prefix) {
+    return fixed(prefix, "layout");
 }

@@ -15,6 +15,15 @@
 
 /* "ns" or "{ns}". Caller-owned. */
 char *dtq_keys_prefix(const char *ns, int cluster_hash_tag);
+
+/* The cluster layout (redis-cluster:// URLs; docs/reference.md "Redis Cluster"): every key
+ * of queue q has the prefix "{ns:q}", its hash tag, so that one queue is one slot and
+ * queues spread over the shards by their names; the worker registry, the scheduler lock,
+ * the queue index and the layout marker have the prefix "{ns}". A Function call names the
+ * slot with its first key, the bare prefix itself (lua/dtq.lua's reg()). The suffixes are
+ * the single layout's: "{ns:q}:stream:q:p9", "{ns:q}:task:<id>", "{ns}:workers". */
+char *dtq_keys_queue_prefix(const char *ns, const char *queue); /* "{ns:q}" */
+char *dtq_keys_global_prefix(const char *ns);                   /* "{ns}" */
 /* "<prefix>:<suffix>" with the suffix formatted from fmt. Caller-owned. Prefer the named
  * constructors below: this is for callers that keep a prefix of their own (dtq-web). */
 char *dtq_key(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -42,5 +51,6 @@ char *dtq_key_workers(const char *prefix);        /* workers, a set */
 char *dtq_key_cancelled(const char *prefix);      /* cancelled, a set */
 char *dtq_key_config(const char *prefix);         /* config, a hash (worker.c publishes it) */
 char *dtq_key_scheduler_lock(const char *prefix); /* lock:scheduler */
+char *dtq_key_layout(const char *prefix);         /* layout: "single" or "cluster" */
 
 #endif
