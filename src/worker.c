@@ -386,7 +386,7 @@ typedef struct cl_setup {
     int left;   /* replies to come in this phase */
     int failed; /* retry in 5 s */
     int fatal;  /* the namespace is laid out for a single Redis: stop */
-    int phase;  /* 1: the library on every primary; 2: the rest */
+    int phase;  /* 1: the library on every primary; 2: the layout; 3: the writes */
 } cl_setup;
 
 typedef struct cl_cmd {
@@ -399,6 +399,7 @@ enum { CL_POLICY, CL_VERSION, CL_LOAD, CL_LAYOUT, CL_PLAIN };
 
 static void cl_setup_send(cl_setup *s, int kind, int slot, dtq_argv *a);
 static void cl_setup_phase2(cl_setup *s);
+static void cl_setup_phase3(cl_setup *s);
 static void cl_setup_release(cl_setup *s);
 
 static void cl_setup_fail(cl_setup *s) {
@@ -452,6 +453,10 @@ static void cl_setup_release(cl_setup *s) {
     if (s->gen == w->setup_gen && !s->failed && !s->fatal) {
         if (s->phase == 1) {
             cl_setup_phase2(s);
+            return;
+        }
+        if (s->phase == 2) {
+            cl_setup_phase3(s);
             return;
         }
         free(s);
@@ -546,6 +551,14 @@ static void cl_setup_phase2(cl_setup *s) {
     dtq_argv_adds(&a, "cluster");
     free(fn);
     cl_setup_send(s, CL_LAYOUT, -1, &a);
+    cl_setup_release(s);
+}
+
+static void cl_setup_phase3(cl_setup *s) {
+    dtq_ctx *ctx = s->w->ctx;
+    dtq_argv a;
+    s->phase = 3;
+    s->left = 1; /* held while the phase's commands leave */
     cluster_publish(s->w, s);
     for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
         dtq_argv_init(&a);
@@ -574,6 +587,77 @@ static void cluster_setup(dtq_worker *w) {
     cl_setup_release(s);
 }
 
+/* The namespace's layout marker (<ns>_layout): a namespace laid out for Redis Cluster
+ * (or another layout) stops the daemon with the Function's message, which says how to
+ * move. Checked before setup writes anything. */
+static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    dtq_worker *w;
+    if (!s) return;
+    w = s->w;
+    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+        setup_reply(j, reply, a, b);
+        return;
+    }
+    dtq_error("redis setup: %s; not starting", reply->str);
+    s->failed = 1;
+    w->exit_code = DTQ_EX_CONFIG;
+    event_base_loopbreak(w->ctx->base);
+}
+
+/* The round's steps after the library: the layout, then the writes. */
+static setup_round *step_round(dtq_rsteps *j) {
+    setup_round *s = current_round(j);
+    if (!s || s->failed) {
+        dtq_rsteps_end(j);
+        return NULL;
+    }
+    return s;
+}
+
+static void setup_writes(dtq_rsteps *j) {
+    setup_round *s = step_round(j);
+    dtq_worker *w;
+    dtq_ctx *ctx;
+    dtq_argv a;
+    if (!s) return;
+    w = s->w;
+    ctx = w->ctx;
+    publish_config(w, j);
+    /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
+    {
+        char *key = dtq_key_queues(ctx->prefix);
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "SADD");
+        dtq_argv_adds(&a, key);
+        for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
+        dtq_rconn_command(ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
+        dtq_argv_deinit(&a);
+        free(key);
+    }
+    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "XGROUP");
+        dtq_argv_adds(&a, "CREATE");
+        dtq_argv_adds(&a, ctx->streams.keys[i]);
+        dtq_argv_adds(&a, DTQ_GROUP);
+        dtq_argv_adds(&a, "0");
+        dtq_argv_adds(&a, "MKSTREAM");
+        setup_command(j, setup_reply, &a);
+    }
+    dtq_rsteps_wait(j, setup_end);
+}
+
+static void setup_layout(dtq_rsteps *j) {
+    setup_round *s = step_round(j);
+    char *fn;
+    if (!s) return;
+    fn = dtq_keys_function(s->w->ctx->cfg->ns, "layout");
+    dtq_rsteps_sendl(j, layout_reply, 0, 0, "FCALL", fn, "0", "single", NULL);
+    free(fn);
+    dtq_rsteps_wait(j, setup_writes);
+}
+
 static void setup_redis(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
     setup_round *s;
@@ -598,29 +682,7 @@ static void setup_redis(dtq_worker *w) {
         dtq_rsteps_sendl(j, version_reply, 0, 0, "FCALL_RO", fn, "0", NULL);
         free(fn);
     }
-    publish_config(w, j);
-    /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
-    {
-        char *key = dtq_key_queues(ctx->prefix);
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "SADD");
-        dtq_argv_adds(&a, key);
-        for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
-        dtq_rconn_command(ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
-        dtq_argv_deinit(&a);
-        free(key);
-    }
-    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "XGROUP");
-        dtq_argv_adds(&a, "CREATE");
-        dtq_argv_adds(&a, ctx->streams.keys[i]);
-        dtq_argv_adds(&a, DTQ_GROUP);
-        dtq_argv_adds(&a, "0");
-        dtq_argv_adds(&a, "MKSTREAM");
-        setup_command(j, setup_reply, &a);
-    }
-    dtq_rsteps_wait(j, setup_end);
+    dtq_rsteps_wait(j, setup_layout);
 }
 
 static void redis_state(dtq_worker *w, int up) {
