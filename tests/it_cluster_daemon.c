@@ -24,6 +24,7 @@ static const char *Q[NQ] = {"q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9"
 #define HANDLERS                                                                                   \
     "[handler:echo]\nbuiltin = echo\n[handler:sleep]\nbuiltin = sleep\n"                           \
     "[handler:fail]\nbuiltin = fail\n[handler:flaky]\nbuiltin = flaky\n"
+#define CRON "[cron:tick]\nspec = @every 1s\nqueue = q3\ntask_type = echo\n"
 #define FAST                                                                                       \
     "[retry]\nbase_delay = 0.2\nmax_delay = 0.5\njitter = 0\n"                                     \
     "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"                                      \
@@ -126,11 +127,12 @@ static int terminal_events(const char *q, const char *id) {
 static void start_daemon(th_daemon *d, const char *id, const char *extra) {
     char ini[4096];
     int64_t end;
-    snprintf(ini, sizeof(ini),
-             "[worker]\nworker_id = %s\nqueues = q1,q2,q3,q4,q5,q6,q7,q8,q9\nconcurrency = 4\n"
-             "heartbeat_interval_s = 1\nvisibility_timeout_s = 3\ndrain_timeout_s = 5\n%s\n" FAST
-                 HANDLERS,
-             id, extra ? extra : "");
+    snprintf(
+        ini, sizeof(ini),
+        "[worker]\nworker_id = %s\nqueues = q1,q2,q3,q4,q5,q6,q7,q8,q9\nconcurrency = 4\n"
+        "heartbeat_interval_s = 1\nvisibility_timeout_s = 3\ndrain_timeout_s = 5\n%s\n" FAST CRON
+            HANDLERS,
+        id, extra ? extra : "");
     th_daemon_start(d, &R, ini);
     end = th_now_ms() + 20000;
     for (;;) {
@@ -240,6 +242,26 @@ START_TEST(test_daemons_serve_every_shard) {
             ck_assert_int_eq(r->integer, 1);
             freeReplyObject(r);
         }
+    }
+
+    /* the config's periodic task, written on its queue's slot, fires there: a task of q3
+     * that ran, and the schedule's last fire moving on */
+    {
+        redisReply *r;
+        char *tid = NULL;
+        int64_t end = th_now_ms() + 5000;
+        while (!tid && th_now_ms() < end) {
+            r = at("{dtq:q3}", "HGET {dtq:q3}:cron:q3:tick last_task_id");
+            if (r->type == REDIS_REPLY_STRING && *r->str) tid = strdup(r->str);
+            freeReplyObject(r);
+            if (!tid) th_sleep_ms(100);
+        }
+        ck_assert_msg(tid != NULL, "the periodic task never fired");
+        expect_status("q3", tid, "succeeded", 5000);
+        free(tid);
+        r = at("{dtq:q3}", "HEXISTS {dtq:q3}:crons tick");
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
     }
 
     /* SIGKILL one daemon with tasks running: the other adopts them */
