@@ -42,6 +42,54 @@ local function k(a, b, c, d)
   return PREFIX .. ':' .. a
 end
 
+--[[ The call's scope. Single layout: every key is <PREFIX>:..., PREFIX the namespace (or
+{namespace} with cluster_hash_tag). Cluster layout (docs/reference.md 5.9): a call's first
+key is a bare hash tag, {<ns>:<queue>} for a queue's calls or {<ns>} for global state; the
+wrapper (reg) makes it the prefix of every key of the call and strips it, so a queue's call
+sees a namespace that holds that one queue and touches its slot only. ]]
+local SCOPE = {base = PREFIX, cluster = false, queue = nil, last = PREFIX}
+
+-- The refusal of a queue that is not the call's own in the cluster layout (its keys would
+-- land in the wrong slot, or be refused by the node): an error reply, or nil. The entry
+-- points of the per-queue Functions return it before they write; stream_key raises it as
+-- a last guard (SCOPE.check).
+function SCOPE.refuse(q)
+  if SCOPE.cluster and q ~= SCOPE.queue then
+    return redis.error_reply('INVALID_ARGUMENT queue \'' .. tostring(q) ..
+                             '\' is not the queue of the call\'s key ' .. PREFIX ..
+                             ' (cluster layout: the first key is the queue\'s hash tag {' ..
+                             NS .. ':<queue>})')
+  end
+  return nil
+end
+function SCOPE.check(q)
+  local bad = SCOPE.refuse(q)
+  if bad then error(bad) end
+end
+
+-- Sets the scope from the call's keys (see above); answers an error text when the first
+-- key is a tag of another namespace.
+function SCOPE.enter(keys)
+  local tag = keys[1]
+  if tag and tag:byte(1) == 123 and tag:byte(-1) == 125 then -- '{' ... '}'
+    local inner = tag:sub(2, -2)
+    local q
+    if inner == NS then
+      q = false
+    elseif inner:sub(1, #NS + 1) == NS .. ':' and #inner > #NS + 1 then
+      q = inner:sub(#NS + 2)
+    else
+      return 'INVALID_ARGUMENT key ' .. tag .. ' is not a hash tag of namespace ' .. NS ..
+             ' ({' .. NS .. '} or {' .. NS .. ':<queue>})'
+    end
+    table.remove(keys, 1)
+    PREFIX, SCOPE.cluster, SCOPE.queue = tag, true, q
+  else
+    PREFIX, SCOPE.cluster, SCOPE.queue = SCOPE.base, false, nil
+  end
+  return nil
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -317,7 +365,9 @@ local function event_wanted(c, etype)
   if call_listeners == nil then
     -- Once per call: an event nobody can receive (no subscriber, no pattern subscriber,
     -- no events stream) is not built at all. Nothing is lost: PUBLISH to nobody is a no-op.
-    call_listeners = c.events_stream_maxlen > 0 or
+    -- In a cluster NUMSUB counts this node's subscribers only, and PUBLISH reaches them
+    -- all: publish whenever events are on.
+    call_listeners = SCOPE.cluster or c.events_stream_maxlen > 0 or
                      redis.call('PUBSUB', 'NUMSUB', k('events'))[2] > 0 or
                      redis.call('PUBSUB', 'NUMPAT') > 0
   end
@@ -349,7 +399,8 @@ local function emit_task(c, ms, etype, tid, queue, ttype, attempt, worker, meta)
     if meta then ev.metadata = meta end
     json = cjson.encode(ev)
   end
-  redis.call('PUBLISH', k('events'), json)
+  -- one channel per namespace in either layout: {<ns>}:events in a cluster
+  redis.call('PUBLISH', SCOPE.cluster and ('{' .. NS .. '}:events') or k('events'), json)
   if c.events_stream_maxlen > 0 then
     redis.call('XADD', k('stream', 'events'), 'MAXLEN', '~', fmt(c.events_stream_maxlen), '*',
                'event', json)
@@ -370,8 +421,12 @@ end
 -- (each enqueue counts all the bands; building them cost more than the XLENs).
 local stream_keys_memo, stream_keys_memo_n = {}, 0
 local function stream_key(queue, priority)
+  if SCOPE.last ~= PREFIX then -- the names hold the prefix: a call of another scope
+    stream_keys_memo, stream_keys_memo_n, SCOPE.last = {}, 0, PREFIX
+  end
   local keys = stream_keys_memo[queue]
   if not keys then
+    SCOPE.check(queue) -- once per queue and scope: a name kept was checked in this scope
     if stream_keys_memo_n >= 1024 then stream_keys_memo, stream_keys_memo_n = {}, 0 end
     keys = {}
     for band = 0, BANDS - 1 do keys[band] = k('stream', queue, BAND_NAMES[band]) end
@@ -858,6 +913,12 @@ local function fetch(keys, args)
   local ms = now_ms()
   local claimed, read, created = {}, 0, false
   local nq = #args - 3
+  if SCOPE.cluster then
+    for qi = 1, nq do
+      local bad = SCOPE.refuse(args[3 + qi])
+      if bad then return bad end
+    end
+  end
   for qi = 1, nq do
     local queue = args[3 + qi]
     if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
@@ -1365,6 +1426,8 @@ local function enqueue(keys, args)
   if not valid_name128(queue) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
+  local bad = SCOPE.refuse(queue)
+  if bad then return bad end
   if not valid_name128(ttype) then
     return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
   end
@@ -1422,6 +1485,8 @@ local function enqueue_bulk(keys, args)
   if not valid_name128(queue) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
+  local bad = SCOPE.refuse(queue)
+  if bad then return bad end
   if not valid_name128(ttype) then
     return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}')
   end
@@ -1780,6 +1845,8 @@ local function pause_resume(action, args)
   if not valid_name(q, 128) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
   local create = args[3]
   if create ~= nil and create ~= '' and create ~= 'create' then
     return opt_error('the argument after the actor must be create or empty')
@@ -1810,6 +1877,8 @@ local function reg(name, fn, ro)
     call_eid_prefix = nil
     fmt_memo = {}
     LIM.q = nil
+    local bad = SCOPE.enter(keys)
+    if bad then return redis.error_reply(bad) end
     return fn(keys, args)
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}
@@ -1840,8 +1909,11 @@ local function queue_counts(q)
   return r
 end
 
--- The known queues, sorted (a <prefix>:queues of another type lists none).
+-- The known queues, sorted (a <prefix>:queues of another type lists none). In the cluster
+-- layout a queue's call knows its queue, and a {<ns>} call none (its answer is the global
+-- part: the clients ask each queue of {<ns>}:queues and merge).
 local function sorted_queues()
+  if SCOPE.cluster then return SCOPE.queue and {SCOPE.queue} or {} end
   local names = redis.pcall('SMEMBERS', k('queues'))
   if names.err then names = {} end
   table.sort(names)
@@ -2105,6 +2177,8 @@ local function queue_view(keys, args)
   if not valid_name(q, 128) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
   local limit = 20
   if args[2] and args[2] ~= '' then
     limit = parse_int(args[2], 1, READ.LIST_MAX)
@@ -2710,6 +2784,8 @@ local function queue_clear(keys, args)
   if not valid_name(q, 128) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
   if mode ~= nil and mode ~= '' and mode ~= 'delete' then
     return opt_error('the third argument must be delete, or nothing')
   end
@@ -2765,6 +2841,8 @@ local function queue_remove(keys, args)
   if not valid_name(q, 128) then
     return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
   end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
   if redis.pcall('SISMEMBER', k('queues'), q) ~= 1 then
     return redis.error_reply('NOT_FOUND queue ' .. q .. ' is not in ' .. k('queues'))
   end
@@ -2859,6 +2937,8 @@ local function cron_set(keys, args)
   if not valid_name128(queue) then return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}') end
   if not valid_name128(ttype) then return opt_error('task_type must match [A-Za-z0-9._:-]{1,128}') end
   if payload == nil then return opt_error('payload is required') end
+  local bad = SCOPE.refuse(queue)
+  if bad then return bad end
   local c = enqueue_config()
   local refusal = payload_refusal(c, payload)
   if refusal then return refusal end
@@ -3104,6 +3184,8 @@ dropped, refused (the queue was full: recorded in last_refusal), last task id or
 local function cron_fire(keys, args)
   local name, queue, gen, grace = args[2], args[3], args[4], tonumber(args[5])
   local next_ms, err = args[6], args[7]
+  local bad = SCOPE.refuse(queue)
+  if bad then return bad end
   local key = cron_key(queue or '', name or '')
   local s = hgetall_map(key)
   if not s or s.name ~= name or s.gen ~= gen or s.paused == '1' or not grace then
@@ -3221,11 +3303,9 @@ local LIMIT = { -- the bounds of limits
   TARGETS_MAX = 100,          -- limits per queue it reports
   KEYS_MAX = 1000,            -- keys of a per-key limit it sums the running tasks of
 }
-local LPFX = PREFIX .. ':limit:'
-
 -- The state key of a target (its field in the limits hash) of queue q.
 local function lkey(q, field, kind, key)
-  local base = LPFX .. q .. '/' .. field .. '/' .. kind
+  local base = PREFIX .. ':limit:' .. q .. '/' .. field .. '/' .. kind
   if key then return base .. '/' .. key end
   return base
 end
@@ -3313,7 +3393,8 @@ function LIM.release(slots, tid)
   local memo = LIM.q
   for zk in slots:gmatch('%S+') do
     -- only slot sets: the field is dtq's, but a key it names is checked all the same
-    if zk:sub(1, #LPFX) == LPFX then
+    local lpfx = PREFIX .. ':limit:'
+    if zk:sub(1, #lpfx) == lpfx then
       redis.pcall('ZREM', zk, tid)
       if memo and memo.n then memo.n[zk] = nil end -- the call's count of it is stale
     end
@@ -3476,6 +3557,8 @@ local function limit_set(keys, args)
   local actor, q, ttype = args[1], args[2], args[3]
   local field, target = target_of(q, ttype)
   if not field then return target end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
   if (#args - 3) % 2 ~= 0 then return opt_error('options come in name value pairs') end
   local o = {}
   for i = 4, #args, 2 do
@@ -3517,6 +3600,8 @@ local function limit_remove(keys, args)
   local actor, q, ttype = args[1], args[2], args[3]
   local field, target = target_of(q, ttype)
   if not field then return target end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
   local lk = k('limits', q)
   if redis.pcall('HDEL', lk, field) ~= 1 then
     return redis.error_reply('NOT_FOUND no limit on ' .. target)
@@ -3632,3 +3717,44 @@ reg('pause', pause)
 reg('resume', resume)
 reg('stats', stats, true)
 reg('version', version, true)
+
+do
+--[[ FCALL <ns>_layout 0 single, or FCALL <ns>_layout 1 {<ns>} cluster: the caller's layout
+(docs/reference.md 5.9), checked against the namespace's marker <prefix>:layout and written
+when there is none. A namespace keeps the layout it was created with: the other one would
+not find its keys. A cluster-layout call also refuses a namespace without a marker that
+holds {<ns>}:config, which only the single layout writes (cluster_hash_tag on a cluster).
+Replies 'single' or 'cluster'; WRONG_LAYOUT with the way to move otherwise. ]]
+local MOVE = ' To move: stop the producers, let the daemons of the old layout drain the queues, ' ..
+             'then start everything with the new URL (or use another namespace); see ' ..
+             'docs/reference.md 5.9.'
+local function layout(keys, args)
+  local want = args[1]
+  if want ~= 'single' and want ~= 'cluster' then
+    return opt_error('the argument must be single or cluster')
+  end
+  if (want == 'cluster') ~= SCOPE.cluster or SCOPE.queue then
+    return opt_error('single takes no key, cluster the key {' .. NS .. '}')
+  end
+  local key = k('layout')
+  local have = redis.pcall('GET', key)
+  if type(have) == 'table' then
+    return redis.error_reply('WRONG_LAYOUT ' .. key .. ' holds a ' ..
+                             redis.call('TYPE', key).ok .. ', not the layout marker')
+  end
+  if not have and want == 'cluster' and redis.call('EXISTS', k('config')) == 1 then
+    have = 'single'
+  end
+  if have and have ~= want then
+    local what = have == 'cluster' and 'Redis Cluster (redis-cluster:// URLs)' or
+                 (have == 'single' and 'a single Redis (with cluster_hash_tag on a cluster)' or
+                  ('an unknown layout \'' .. have .. '\''))
+    return redis.error_reply('WRONG_LAYOUT namespace ' .. NS .. ' is laid out for ' .. what ..
+                             ', this client for ' ..
+                             (want == 'cluster' and 'Redis Cluster.' or 'a single Redis.') .. MOVE)
+  end
+  if not have then redis.call('SET', key, want) end
+  return want
+end
+reg('layout', layout)
+end

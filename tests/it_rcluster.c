@@ -405,6 +405,124 @@ START_TEST(test_functions_install_every_primary) {
 }
 END_TEST
 
+/* The owner of a key's slot, connected (the caller frees it). */
+static redisContext *owner_of(const char *key) {
+    int port = th_cluster_owner_port(&CL, key);
+    return th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
+}
+
+/* The cluster layout at the Functions (reference 5.9): queues whose tags land on every
+ * shard each take an enqueue in their own slot, read back per queue; another queue's
+ * argument, another namespace's tag, a {dtq} call that names a queue are refused; a {dtq}
+ * read lists no queue; an event published on one node reaches a subscriber on another;
+ * the layout marker refuses the other layout. Needs the library on every primary (the
+ * case before). */
+START_TEST(test_functions_scoped) {
+    const char *queues[] = {"q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9"};
+    int nq = 9, shard_seen[TH_CLUSTER_MAX] = {0}, shards = 0;
+    redisContext *g = owner_of("{dtq}"), *sub;
+    redisReply *r;
+    char tag[64], other_tag[64];
+
+    r = th_cmd(g, "FCALL dtq_layout 1 {dtq} cluster");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "cluster"), "%s", r->str);
+    freeReplyObject(r);
+    r = th_cmd(g, "FCALL dtq_layout 1 {dtq} single");
+    th_expect_refused(r, "INVALID_ARGUMENT single takes no key");
+
+    /* a subscriber on a node that is not the {dtq:q1} owner */
+    snprintf(tag, sizeof(tag), "{dtq:%s}", queues[0]);
+    sub = th_cluster_connect(
+        &CL,
+        th_cluster_node_index(&CL, th_cluster_other_primary(&CL, th_cluster_owner_port(&CL, tag))));
+    r = th_cmd(sub, "SUBSCRIBE {dtq}:events");
+    freeReplyObject(r);
+
+    for (int i = 0; i < nq; i++) {
+        redisContext *c;
+        int port;
+        snprintf(tag, sizeof(tag), "{dtq:%s}", queues[i]);
+        port = th_cluster_owner_port(&CL, tag);
+        if (!shard_seen[th_cluster_node_index(&CL, port)]++) shards++;
+        printf("queue %s: slot %d, node %d\n", queues[i], dtq_cluster_keyslot(tag, strlen(tag)),
+               port);
+        c = owner_of(tag);
+        r = redisCommand(c, "FCALL dtq_enqueue 1 %s %s echo {\"i\":%d} task_id t-%d", tag,
+                         queues[i], i, i);
+        ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s: %s", tag,
+                      r && r->str ? r->str : "?");
+        freeReplyObject(r);
+        /* the task and its stream entry under the queue's tag */
+        r = redisCommand(c, "HGET %s:task:t-%d queue", tag, i);
+        ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, queues[i]), "%s", tag);
+        freeReplyObject(r);
+        r = redisCommand(c, "XLEN %s:stream:%s:p5", tag, queues[i]);
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
+        /* another queue's argument in this queue's call */
+        snprintf(other_tag, sizeof(other_tag), "%s", queues[(i + 1) % nq]);
+        r = redisCommand(c, "FCALL dtq_enqueue 1 %s %s echo {}", tag, other_tag);
+        th_expect_refused(r, "INVALID_ARGUMENT queue");
+        r = redisCommand(c, "FCALL dtq_pause 1 %s %s", tag, other_tag);
+        th_expect_refused(r, "INVALID_ARGUMENT queue");
+        /* the read views answer for this queue alone */
+        r = redisCommand(c, "FCALL_RO dtq_queue_view 1 %s %s", tag, queues[i]);
+        ck_assert_msg(r->type == REDIS_REPLY_STRING && strstr(r->str, "\"depth\":1"), "%s: %s", tag,
+                      r->str);
+        freeReplyObject(r);
+        r = redisCommand(c, "FCALL_RO dtq_stats 1 %s", tag);
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        snprintf(other_tag, sizeof(other_tag), "queue:%s:depth", queues[i]);
+        ck_assert_str_eq(r->element[0]->str, other_tag);
+        ck_assert_int_eq(r->element[1]->integer, 1);
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    ck_assert_int_eq(shards, 3);
+
+    /* a tag of another namespace; a {dtq} call that names a queue */
+    {
+        redisContext *o = owner_of("{other:q1}");
+        r = th_cmd(o, "FCALL dtq_enqueue 1 {other:q1} q1 echo {}");
+        th_expect_refused(r, "INVALID_ARGUMENT key {other:q1} is not a hash tag of namespace dtq");
+        redisFree(o);
+    }
+    r = th_cmd(g, "FCALL dtq_enqueue 1 {dtq} q1 echo {}");
+    th_expect_refused(r, "INVALID_ARGUMENT queue 'q1' is not the queue of the call's key {dtq}");
+    r = th_cmd(g, "FCALL_RO dtq_overview 1 {dtq}");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && strstr(r->str, "\"queues\":[]"), "%s", r->str);
+    freeReplyObject(r);
+
+    /* the enqueue of q1 published on its node; the subscriber elsewhere got it */
+    {
+        redisReply *m = NULL;
+        struct timeval tv = {5, 0};
+        redisSetTimeout(sub, tv);
+        ck_assert_int_eq(redisGetReply(sub, (void **)&m), REDIS_OK);
+        ck_assert_msg(m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+                          strstr(m->element[2]->str, "\"task_id\":\"t-0\""),
+                      "no event of q1 across nodes");
+        freeReplyObject(m);
+    }
+    redisFree(sub);
+
+    /* the marker: a namespace laid out single refuses a cluster client; one with no
+     * marker but the single layout's {dtq}:config (cluster_hash_tag) too */
+    freeReplyObject(th_cmd(g, "SET {dtq}:layout single"));
+    r = th_cmd(g, "FCALL dtq_layout 1 {dtq} cluster");
+    th_expect_refused(r, "WRONG_LAYOUT namespace dtq is laid out for a single Redis");
+    freeReplyObject(th_cmd(g, "DEL {dtq}:layout"));
+    freeReplyObject(th_cmd(g, "HSET {dtq}:config max_payload_bytes 1000"));
+    r = th_cmd(g, "FCALL dtq_layout 1 {dtq} cluster");
+    th_expect_refused(r, "WRONG_LAYOUT namespace dtq is laid out for a single Redis");
+    freeReplyObject(th_cmd(g, "DEL {dtq}:config"));
+    r = th_cmd(g, "FCALL dtq_layout 1 {dtq} cluster");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "cluster"), "%s", r->str);
+    freeReplyObject(r);
+    redisFree(g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("rcluster");
     TCase *tc = tcase_create("core");
@@ -414,6 +532,7 @@ int main(void) {
     tcase_add_test(tc, test_keyslot_oracle);
     tcase_add_test(tc, test_daemon_refuses);
     tcase_add_test(tc, test_functions_install_every_primary);
+    tcase_add_test(tc, test_functions_scoped);
     tcase_add_test(tc, test_seeds);
     tcase_add_test(tc, test_route_all_shards);
     tcase_add_test(tc, test_moved);
