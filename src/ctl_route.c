@@ -59,9 +59,9 @@ static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name
 /* <ns>_layout, once: the namespace must be laid out as this client is (the single layout
  * for one Redis, the cluster layout for a cluster URL); the answer writes the marker when
  * there is none. WRONG_LAYOUT ends the program (exit 1, its message says how to move). A
- * user the ACL refuses the Function (NOPERM) goes on: the daemons check at their start. A
  * library without <ns>_layout (older than the cluster layout) can only hold the single
- * layout: fine for it, the not-loaded refusal for the cluster layout. */
+ * layout: fine for it, the not-loaded refusal for the cluster layout. Any other error
+ * (NOPERM: a role without the Function) is refused, naming the Function. */
 static void check_layout(ctl *x) {
     const char *a[1] = {x->cluster ? "cluster" : "single"};
     redisReply *r;
@@ -71,7 +71,7 @@ static void check_layout(ctl *x) {
         if (!strncmp(r->str, "WRONG_LAYOUT", 12)) ctl_refused("%s", r->str);
         if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION) {
             if (x->cluster) not_loaded(x);
-        } else if (strncmp(r->str, "NOPERM", 6)) {
+        } else {
             ctl_refused("%s_layout: %s", x->ns, r->str);
         }
     }
@@ -81,7 +81,10 @@ static void check_layout(ctl *x) {
 redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name, int argc,
                             const char **args) {
     redisReply *r;
-    if (!x->layout_checked) check_layout(x);
+    /* the cluster layout before any call; the single layout before the first write (a read
+     * of a namespace laid out the other way changes nothing, and the read-only role, which
+     * holds no write Function, is not refused one) */
+    if (!x->layout_checked && (x->cluster || !ro)) check_layout(x);
     r = fcall_raw(x, ro, queue, name, argc, args);
     if (r->type == REDIS_REPLY_ERROR &&
         dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
