@@ -1039,6 +1039,37 @@ START_TEST(test_pause_unknown_queue) {
 }
 END_TEST
 
+/* The single layout: the first write checks the layout marker (a namespace marked for Redis
+ * Cluster is refused, WRONG_LAYOUT, exit 1; reads are not checked), and --queue is accepted
+ * by the verbs by id and ignored (ids are unique in the namespace). */
+START_TEST(test_layout_and_queue_option) {
+    char *out, id[64], args[160];
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo {}"), 0);
+    ck_assert_int_eq(sscanf(out, "%63s", id), 1);
+    free(out);
+    th_expect_str(th_cmd(C, "GET dtq:layout"), "single");
+    freeReplyObject(th_cmd(C, "SET dtq:layout cluster"));
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo {}"), 1);
+    ck_assert_msg(strstr(out, "WRONG_LAYOUT namespace dtq is laid out for Redis Cluster"), "%s",
+                  out);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "cancel nosuch"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "WRONG_LAYOUT"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "stats"), 0);
+    free(out);
+    freeReplyObject(th_cmd(C, "SET dtq:layout single"));
+    snprintf(args, sizeof(args), "--json show --queue whatever %s", id);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 0);
+    ck_assert_ptr_nonnull(strstr(out, id));
+    free(out);
+    snprintf(args, sizeof(args), "show %s --queue", id);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--queue needs a queue"));
+    free(out);
+}
+END_TEST
+
 /* enqueue --wait prints the id at once, into a pipe too (it is flushed before the wait),
  * and ends with the task; --timeout S: exit 3 when the task is not done by then. */
 START_TEST(test_enqueue_wait_pipe_and_timeout) {
@@ -1202,6 +1233,7 @@ int main(void) {
     tcase_add_test(tc, test_pause_unknown_queue);
     tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
     tcase_add_test(tc, test_scheduled_and_queue_verbs);
+    tcase_add_test(tc, test_layout_and_queue_option);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);
