@@ -200,6 +200,16 @@ START_TEST(test_other_producers_and_stats) {
     ck_assert_int_eq(stat(st, "workers"), 0);
     cJSON_Delete(st);
 
+    /* the same merge as text: a line per name, the totals once */
+    {
+        char *out, line[64];
+        ck_assert_int_eq(ctl(&out, "stats"), 0);
+        snprintf(line, sizeof(line), "queue:%s:depth", Q[RAW_QUEUE]);
+        ck_assert_msg(strstr(out, line) && strstr(strstr(out, line), " 2\n"), "%s", out);
+        ck_assert_ptr_nonnull(strstr(out, "\nworkers "));
+        ck_assert_ptr_null(strstr(strstr(out, "\nworkers ") + 1, "\nworkers "));
+        free(out);
+    }
     /* queues: the nine, by name, with their depths */
     st = ctl_json("queues");
     ck_assert_int_eq(cJSON_GetArraySize(st), NQ);
