@@ -302,7 +302,7 @@ START_TEST(test_acl_output_and_hash_tag) {
                           "+hset +sadd +set +zadd +xadd +publish +pubsub|numsub +pubsub|numpat "
                           "%R~dtq:config %W~dtq:task:* %W~dtq:stream:*:p[0-9] "
                           "%W~dtq:stream:events ~dtq:idempotency:* %W~dtq:queues ~dtq:seq "
-                          "%W~dtq:retry:schedule &dtq:events\n");
+                          "%W~dtq:retry:schedule ~dtq:queue:*:length &dtq:events\n");
     free(out);
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "-n jobs acl producer-raw"), 0);
     ck_assert_str_eq(
