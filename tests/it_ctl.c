@@ -598,6 +598,13 @@ START_TEST(test_enqueue_bulk_from_stdin) {
     rc = run_bulk(&out, &err, input, "enqueue-bulk bulk echo --priority 3");
     ck_assert_int_eq(rc, 1);
     ck_assert_int_eq(count_lines(out), 2499);
+    {
+        /* each line is "<task id> created", from the flat reply of the Function */
+        char id[65] = "";
+        ck_assert_int_eq(sscanf(out, "%64s", id), 1);
+        ck_assert_int_eq(strncmp(out + strlen(id), " created\n", 9), 0);
+        th_assert_field(C, id, "queue", "bulk");
+    }
     ck_assert_ptr_nonnull(strstr(err, "line 1234: INVALID_ARGUMENT payload is not valid JSON"));
     ck_assert_int_eq(count_lines(err), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulk:p3")), 2499);
@@ -606,6 +613,7 @@ START_TEST(test_enqueue_bulk_from_stdin) {
     rc = run_bulk(&out, &err, "{\"a\":1}\n\n{\"a\":2}\n", "--json enqueue-bulk bulk echo");
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(strstr(out, "\"line\":3,\"task_id\":"));
+    ck_assert_ptr_nonnull(strstr(out, "\"result\":\"created\""));
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulk:p5")), 2);
     free(out);
     free(err);
