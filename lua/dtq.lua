@@ -557,8 +557,9 @@ local function history_add(tkey, old, attempt, ms, class, err, worker)
 end
 
 -- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
+-- (No updated_at: finished_at is the time of the change; readers take the latest.)
 local function finish_terminal(c, tkey, h, status, ms, extra)
-  local args = {'status', status, 'updated_at', fmt(ms), 'finished_at', fmt(ms)}
+  local args = {'status', status, 'finished_at', fmt(ms)}
   for f, v in pairs(extra or {}) do
     args[#args + 1] = f
     args[#args + 1] = v
@@ -686,7 +687,7 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
   end
   h = {id = tid, queue = queue, task_type = f.task_type or '', payload = f.payload or '',
        status = 'queued', attempt = '1', priority = fmt(band), created_at = fmt(ms),
-       updated_at = fmt(ms), metadata = '{}', cancel_requested = '0', source = source}
+       metadata = '{}', cancel_requested = '0', source = source}
   if err == nil then
     h.own_max_attempts = f.max_attempts
     h.own_timeout_ms = f.timeout_ms
@@ -763,33 +764,41 @@ local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, en
   return 'claim'
 end
 
--- The claim: queued (or adopted) -> running at the attempt it runs, with the resolved
--- limits and the carrier entry. Returns the claimed-task array the daemon decodes
--- (src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
--- max_attempts, timeout_ms.
+--[[ The claim: queued (or adopted) -> running at the attempt it runs, with the resolved
+limits and the carrier entry. Returns the claimed-task array the daemon decodes
+(src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
+max_attempts, timeout_ms.
+Only what no reader can derive is written (each field of the hash costs its write a scan
+and a reallocation): status, worker_id, started_at, carrier (and attempt for an adoption).
+Not updated_at: started_at is the time of this change, and readers take the latest of the
+two (task_view). max_attempts and timeout_ms only when the hash does not hold those values
+already: the first claim writes them, a later attempt only if its resolution changed. ]]
 local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source,
                           slots)
   local attempt = tonumber(h.attempt)
   if adopt then attempt = attempt + 1 end
   local ma, to = resolve(h, policy)
-  local now = fmt(ms)
+  local now, sma, sto = fmt(ms), fmt(ma), fmt(to)
+  local kept = h.max_attempts == sma and h.timeout_ms == sto
   -- A limited claim (LIM.gate ran) records the slot sets it holds (limit_slots: a claim
   -- without slots clears an earlier one), and the task is no longer limited_by anything.
   if h.limited_by then redis.call('HDEL', tkey, 'limited_by') end
   if adopt then
     history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
     redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
-               'started_at', now, 'updated_at', now, 'max_attempts', fmt(ma),
-               'timeout_ms', fmt(to), 'carrier', source)
+               'started_at', now, 'carrier', source)
+    if not kept then redis.call('HSET', tkey, 'max_attempts', sma, 'timeout_ms', sto) end
     if slots or h.limit_slots then redis.call('HSET', tkey, 'limit_slots', slots or '') end
   elseif slots or h.limit_slots then
     redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
-               'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
-               'carrier', source, 'limit_slots', slots or '')
-  else -- the attempt is the hash's already
+               'max_attempts', sma, 'timeout_ms', sto, 'carrier', source,
+               'limit_slots', slots or '')
+  elseif kept then -- the attempt and the limits are the hash's already
     redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
-               'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
                'carrier', source)
+  else
+    redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
+               'max_attempts', sma, 'timeout_ms', sto, 'carrier', source)
   end
   h.attempt = attempt
   emit(c, ms, 'TASK_STARTED', h, worker)
@@ -1229,11 +1238,10 @@ local function finish_one(c, ms, worker, args, b)
       redis.call('SET', k('result', tid), args[b + 6], 'EX', fmt(c.result_retention_s))
     end
     if rstate == 'truncated' then
-      redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
-                 fmt(ms), 'result_truncated', '1')
+      redis.call('HSET', tkey, 'status', 'succeeded', 'finished_at', fmt(ms),
+                 'result_truncated', '1')
     else
-      redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
-                 fmt(ms))
+      redis.call('HSET', tkey, 'status', 'succeeded', 'finished_at', fmt(ms))
     end
     emit_task(c, ms, 'TASK_SUCCEEDED', tid, v[5], v[6], v[7], worker)
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
@@ -1412,7 +1420,7 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
   -- of a bulk enqueue's 72,000 instructions per task); the optional ones after, if any.
   redis.call('HSET', tkey, 'id', tid, 'queue', queue, 'task_type', ttype, 'payload', payload,
              'status', delayed and 'pending' or 'queued', 'attempt', '1', 'priority',
-             fmt(o.priority), 'created_at', now, 'updated_at', now, 'metadata', '{}',
+             fmt(o.priority), 'created_at', now, 'metadata', '{}',
              'cancel_requested', '0')
   if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key or o.limit_key then
     local more = {}
@@ -2252,6 +2260,11 @@ local function task_view(keys, args)
     return redis.error_reply('NOT_FOUND task ' .. tid .. ': ' .. wrong_type(tkey, 'hash'))
   end
   if not h then return redis.error_reply('NOT_FOUND task ' .. tid) end
+  -- updated_at: the latest change, also those written with a time of their own only
+  -- (creation, claim, end: docs/reference.md 3.2)
+  local upd = math.max(int_of(h.updated_at), int_of(h.created_at), int_of(h.started_at),
+                       int_of(h.finished_at))
+  if upd > 0 then h.updated_at = fmt(upd) end
   local raws = {}
   local o = {id = tid, status = h.status or '', fields = h, result = cjson.null,
              ttl_ms = redis.call('PTTL', tkey), dead_letter = cjson.null, due_ms = cjson.null,

@@ -1745,6 +1745,64 @@ START_TEST(test_queue_length_counter) {
 }
 END_TEST
 
+/* A claim writes only what no reader can derive (docs/reference.md 3.2): no updated_at (the
+ * read model resolves it as the latest time the hash holds), and max_attempts/timeout_ms
+ * only when the hash does not hold those values already. */
+static const char *task_view_updated_at(const char *id, char **text, cJSON **o) {
+    *o = th_read_json(C, text, "dtq_task_view 0 %s", id);
+    return th_json_str(*o, "fields.updated_at");
+}
+
+START_TEST(test_claim_writes_only_what_readers_cannot_derive) {
+    static const char *const claimed[] = {
+        "id",        "queue",      "task_type",    "payload",    "status",
+        "attempt",   "priority",   "created_at",   "metadata",   "cancel_requested",
+        "worker_id", "started_at", "max_attempts", "timeout_ms", "carrier"};
+    redisReply *r;
+    char *text, *t;
+    cJSON *o;
+    th_queue_groups(C, "default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1"));
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:task:c1 updated_at")), 0);
+    r = fetch("w1", 1, "default");
+    ck_assert_int_eq(th_int(th_cmd(C, "HLEN dtq:task:c1")),
+                     (long long)(sizeof claimed / sizeof *claimed));
+    for (size_t i = 0; i < sizeof claimed / sizeof *claimed; i++)
+        ck_assert_msg(th_int(th_cmd(C, "HEXISTS dtq:task:c1 %s", claimed[i])) == 1, "no %s",
+                      claimed[i]);
+    t = field("c1", "started_at");
+    ck_assert_str_eq(task_view_updated_at("c1", &text, &o), t);
+    free(t);
+    cJSON_Delete(o);
+    free(text);
+    /* a retry has no time of its own: it writes updated_at */
+    freeReplyObject(finish_one("w1", r->element[0]->element[0], RETRY_, "", DTQ_RESULT_NONE));
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:task:c1 updated_at")), 1);
+    freeReplyObject(th_cmd(C, "FCALL dtq_sched_run_now 0 t c1"));
+    /* attempt 2 under another policy: the resolution changed, so it is written again */
+    r = th_fetch(C, "w1", 1, "default", "{\"d\":[5,30000],\"t\":{\"echo\":[4,2000]}}");
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    ck_assert_int_eq(r->element[0]->element[0]->element[6]->integer, 2);
+    th_assert_field(C, "c1", "max_attempts", "4");
+    th_assert_field(C, "c1", "timeout_ms", "2000");
+    t = field("c1", "started_at");
+    ck_assert_str_eq(task_view_updated_at("c1", &text, &o), t);
+    free(t);
+    cJSON_Delete(o);
+    free(text);
+    /* the end writes finished_at alone, which the read model shows as updated_at */
+    freeReplyObject(finish_one("w1", r->element[0]->element[0], OK_, "", DTQ_RESULT_NONE));
+    freeReplyObject(r);
+    th_assert_field(C, "c1", "status", "succeeded");
+    t = field("c1", "finished_at");
+    ck_assert_str_eq(task_view_updated_at("c1", &text, &o), t);
+    free(t);
+    cJSON_Delete(o);
+    free(text);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -1786,6 +1844,7 @@ int main(void) {
     tcase_add_test(tc, test_fetch_and_sched_claim_caps);
     tcase_add_test(tc, test_finish_defer);
     tcase_add_test(tc, test_queue_length_counter);
+    tcase_add_test(tc, test_claim_writes_only_what_readers_cannot_derive);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
