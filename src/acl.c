@@ -37,7 +37,7 @@ static const char *const producer[] = {
     "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat",
     "%R~<p>:config", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
-    "~<p>:layout", "&<p>:events", NULL};
+    "~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
 
 /* A plain XADD into the priority streams, nothing else. */
 static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NULL};
@@ -56,7 +56,7 @@ static const char *const worker[] = {
     "+ping", "+role", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
     "+xclaim", "+xack", "+xdel", "+xtrim", "+xadd", "+xpending", "+xrange", "+xrevrange",
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
-    "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",
+    "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+incrby", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
     "+scard", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
     /* limits (fetch, reap and finish under a limit): GCRA state, slot sets, their healing */
@@ -77,8 +77,8 @@ static const char *const admin[] = {
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load", "+fcall|<ns>_layout",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",
-    "+exists", "+expire", "+persist", "+type", "+incr", "+publish", "+xadd", "+xdel", "+xlen",
-    "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
+    "+exists", "+expire", "+persist", "+type", "+incr", "+incrby", "+publish", "+xadd", "+xdel",
+    "+xlen", "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
     "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd", "+srem", "+xack",
     "+hlen", READ_COMMANDS,
     "~<p>:*", "&<p>:events", NULL};

@@ -312,21 +312,22 @@ static int bulk_chunk(ctl *x, const char **args, int nopts, char **payloads, con
     if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n)
         ctl_refused("unexpected reply to enqueue_bulk");
     for (int i = 0; i < n; i++) {
+        /* the reply is flat: the id of the task created, or that payload's error */
         const redisReply *e = r->element[i];
-        int ok = e->type == REDIS_REPLY_ARRAY && e->elements == 2;
+        int ok = e->type == REDIS_REPLY_STRING;
         if (!ok) refusedn++;
         if (json_out) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "line", (double)lines[i]);
             if (ok) {
-                cJSON_AddStringToObject(o, "task_id", e->element[0]->str);
-                cJSON_AddStringToObject(o, "result", e->element[1]->str);
+                cJSON_AddStringToObject(o, "task_id", e->str);
+                cJSON_AddStringToObject(o, "result", "created");
             } else {
                 cJSON_AddStringToObject(o, "error", e->str ? e->str : "?");
             }
             cJSON_AddItemToArray(json_out, o);
         } else if (ok) {
-            printf("%s %s\n", e->element[0]->str, e->element[1]->str);
+            printf("%s created\n", e->str);
         } else {
             fprintf(stderr, "dtqctl: line %ld: %s\n", lines[i], e->str ? e->str : "?");
         }
