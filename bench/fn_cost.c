@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
         dtq_argv_addll(&a, m);
         for (long i = 0; i < m; i++) dtq_argv_adds(&a, "{}");
         redisReply *r = send_argv(c, &a);
-        if ((long)r->elements != m || r->element[0]->type != REDIS_REPLY_ARRAY) {
+        if ((long)r->elements != m || r->element[0]->type != REDIS_REPLY_STRING) {
             fprintf(stderr, "fn_cost: enqueue_bulk failed\n");
             return 1;
         }

@@ -419,21 +419,92 @@ end
 
 -- The names of a queue's streams, kept across calls for a bounded number of queues
 -- (each enqueue counts all the bands; building them cost more than the XLENs).
-local stream_keys_memo, stream_keys_memo_n = {}, 0
+-- stream_queue_memo is the other way round: the queue of each stream named there.
+local stream_keys_memo, stream_keys_memo_n, stream_queue_memo = {}, 0, {}
 local function stream_key(queue, priority)
   if SCOPE.last ~= PREFIX then -- the names hold the prefix: a call of another scope
-    stream_keys_memo, stream_keys_memo_n, SCOPE.last = {}, 0, PREFIX
+    stream_keys_memo, stream_keys_memo_n, stream_queue_memo, SCOPE.last = {}, 0, {}, PREFIX
   end
   local keys = stream_keys_memo[queue]
   if not keys then
     SCOPE.check(queue) -- once per queue and scope: a name kept was checked in this scope
-    if stream_keys_memo_n >= 1024 then stream_keys_memo, stream_keys_memo_n = {}, 0 end
+    if stream_keys_memo_n >= 1024 then
+      stream_keys_memo, stream_keys_memo_n, stream_queue_memo = {}, 0, {}
+    end
     keys = {}
-    for band = 0, BANDS - 1 do keys[band] = k('stream', queue, BAND_NAMES[band]) end
+    for band = 0, BANDS - 1 do
+      keys[band] = k('stream', queue, BAND_NAMES[band])
+      stream_queue_memo[keys[band]] = queue
+    end
     stream_keys_memo[queue] = keys
     stream_keys_memo_n = stream_keys_memo_n + 1
   end
   return keys[priority] or k('stream', queue, 'p' .. fmt(priority))
+end
+
+--[[ The queue whose band `stream` is, or nil when stream_key() names no band of any queue
+so: the names after each ':stream:' up to the last ':' are tried (a queue name may hold
+':'), each checked by building its keys. The daemon passes stream names (finish, handback);
+the answer is kept with stream_key()'s. ]]
+local function stream_queue(stream)
+  local q = stream_queue_memo[stream]
+  if q then return q end
+  local last = stream:match('^.*():')
+  local from = 1
+  while last do
+    local i, j = stream:find(':stream:', from, true)
+    if not i or j + 1 >= last then return nil end
+    q = stream:sub(j + 1, last - 1)
+    if valid_name128(q) and not SCOPE.refuse(q) then
+      stream_key(q, 0)
+      if stream_queue_memo[stream] == q then return q end
+    end
+    from = i + 1
+  end
+  return nil
+end
+
+--[[ The queue's length counter <prefix>:queue:<q>:length, what QUEUE_FULL compares with
+max_queue_depth: the entries in the queue's streams (waiting or delivered, until deleted),
+as the sum of their XLEN, which it replaced (ten XLEN per enqueue). Every Function that
+adds an entry adds 1 (enqueue, enqueue_bulk, cron, promotion of delayed and retrying tasks,
+requeue, handback, the reaper's requeue); every deletion subtracts what XDEL, XTRIM or DEL
+removed (acknowledgements at settle and finish, queue_clear, queue_remove). An entry no
+Function wrote (a raw XADD) counts from its first delivery (fetch) or queue_clear's read:
+until then it is not in the counter, so raw producers may take a queue past the limit.
+Healing: a counter that is missing, not an integer, or would fall below 0 is set to the
+XLEN sum; a fetch that finds a queue with nothing new sets it to that sum too (nothing
+undelivered then: the sum is exactly what the counter counts). ]]
+local function qlen_key(queue) return k('queue', queue, 'length') end
+
+-- The sum of the queue's XLEN (a stream key of another type counts 0).
+local function queue_depth(queue)
+  local depth = 0
+  for band = 0, BANDS - 1 do
+    local n = redis.pcall('XLEN', stream_key(queue, band))
+    if type(n) == 'number' then depth = depth + n end
+  end
+  return depth
+end
+
+local function qlen_resync(queue)
+  local n = queue_depth(queue)
+  redis.call('SET', qlen_key(queue), fmt(n))
+  return n
+end
+
+-- The counter, for a QUEUE_FULL check.
+local function qlen(queue)
+  local n = tonumber((redis.pcall('GET', qlen_key(queue))))
+  if not n or n < 0 or n % 1 ~= 0 then return qlen_resync(queue) end
+  return n
+end
+
+-- Adds `by` (negative: entries deleted) to the counter of `queue` (nil: none).
+local function qlen_add(queue, by)
+  if by == 0 or not queue then return end
+  local n = redis.pcall('INCRBY', qlen_key(queue), by)
+  if type(n) ~= 'number' or n < 0 then qlen_resync(queue) end
 end
 
 -- A stream id as two numbers, or nil when it is not one that fits them exactly.
@@ -451,7 +522,7 @@ But every entry older than the group's oldest pending one was delivered (a group
 id order) and is no longer pending, so it was acknowledged: one XTRIM MINID removes that
 whole prefix, by nodes, and only the ids above it need XDEL. Nothing else is deleted: an
 entry not yet delivered is newer than every pending one, and when nothing is pending any
-more the cut is just after the newest of `ids`. ]]
+more the cut is just after the newest of `ids`. Returns how many entries were deleted. ]]
 local function delete_acked(stream, ids)
   local pend = redis.call('XPENDING', stream, GROUP)
   if pend[1] > 0 then
@@ -465,34 +536,33 @@ local function delete_acked(stream, ids)
         above[#above + 1] = ids[i]
       end
     end
-    if cut_ms then redis.call('XTRIM', stream, 'MINID', pend[2]) end
-    if #above > 0 then redis.call('XDEL', stream, unpack(above)) end
-    return
+    local n = 0
+    if cut_ms then n = redis.call('XTRIM', stream, 'MINID', pend[2]) end
+    if #above > 0 then n = n + redis.call('XDEL', stream, unpack(above)) end
+    return n
   end
   -- Nothing pending: every entry up to the newest of `ids` goes.
   local top_ms, top_seq
   for i = 1, #ids do
     local ms, seq = split_id(ids[i])
-    if not ms then
-      redis.call('XDEL', stream, unpack(ids))
-      return
-    end
+    if not ms then return redis.call('XDEL', stream, unpack(ids)) end
     if not top_ms or ms > top_ms or (ms == top_ms and seq > top_seq) then
       top_ms, top_seq = ms, seq
     end
   end
-  redis.call('XTRIM', stream, 'MINID', fmt(top_ms) .. '-' .. fmt(top_seq + 1))
+  return redis.call('XTRIM', stream, 'MINID', fmt(top_ms) .. '-' .. fmt(top_seq + 1))
 end
 
 -- A fresh entry for task `tid` in its own stream (its queue and band), at h.attempt.
 local function add_entry(h, tid)
   redis.call('XADD', stream_key(h.queue, tonumber(h.priority) or 5), '*', 'task_id', tid,
              'attempt', h.attempt)
+  qlen_add(h.queue, 1)
 end
 
 local function ack(stream, entry_id)
   redis.call('XACK', stream, GROUP, entry_id)
-  redis.call('XDEL', stream, entry_id)
+  qlen_add(stream_queue(stream), -redis.call('XDEL', stream, entry_id))
 end
 
 --[[ The attempt history: the task hash's `history` field, a JSON array of the last
@@ -542,8 +612,9 @@ local function history_add(tkey, old, attempt, ms, class, err, worker)
 end
 
 -- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
+-- (No updated_at: finished_at is the time of the change; readers take the latest.)
 local function finish_terminal(c, tkey, h, status, ms, extra)
-  local args = {'status', status, 'updated_at', fmt(ms), 'finished_at', fmt(ms)}
+  local args = {'status', status, 'finished_at', fmt(ms)}
   for f, v in pairs(extra or {}) do
     args[#args + 1] = f
     args[#args + 1] = v
@@ -671,7 +742,7 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
   end
   h = {id = tid, queue = queue, task_type = f.task_type or '', payload = f.payload or '',
        status = 'queued', attempt = '1', priority = fmt(band), created_at = fmt(ms),
-       updated_at = fmt(ms), metadata = '{}', cancel_requested = '0', source = source}
+       metadata = '{}', cancel_requested = '0', source = source}
   if err == nil then
     h.own_max_attempts = f.max_attempts
     h.own_timeout_ms = f.timeout_ms
@@ -748,33 +819,41 @@ local function settle_or_admit(c, ms, worker, stream, entry_id, tid, tkey, h, en
   return 'claim'
 end
 
--- The claim: queued (or adopted) -> running at the attempt it runs, with the resolved
--- limits and the carrier entry. Returns the claimed-task array the daemon decodes
--- (src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
--- max_attempts, timeout_ms.
+--[[ The claim: queued (or adopted) -> running at the attempt it runs, with the resolved
+limits and the carrier entry. Returns the claimed-task array the daemon decodes
+(src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
+max_attempts, timeout_ms.
+Only what no reader can derive is written (each field of the hash costs its write a scan
+and a reallocation): status, worker_id, started_at, carrier (and attempt for an adoption).
+Not updated_at: started_at is the time of this change, and readers take the latest of the
+two (task_view). max_attempts and timeout_ms only when the hash does not hold those values
+already: the first claim writes them, a later attempt only if its resolution changed. ]]
 local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source,
                           slots)
   local attempt = tonumber(h.attempt)
   if adopt then attempt = attempt + 1 end
   local ma, to = resolve(h, policy)
-  local now = fmt(ms)
+  local now, sma, sto = fmt(ms), fmt(ma), fmt(to)
+  local kept = h.max_attempts == sma and h.timeout_ms == sto
   -- A limited claim (LIM.gate ran) records the slot sets it holds (limit_slots: a claim
   -- without slots clears an earlier one), and the task is no longer limited_by anything.
   if h.limited_by then redis.call('HDEL', tkey, 'limited_by') end
   if adopt then
     history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
     redis.call('HSET', tkey, 'status', 'running', 'attempt', fmt(attempt), 'worker_id', worker,
-               'started_at', now, 'updated_at', now, 'max_attempts', fmt(ma),
-               'timeout_ms', fmt(to), 'carrier', source)
+               'started_at', now, 'carrier', source)
+    if not kept then redis.call('HSET', tkey, 'max_attempts', sma, 'timeout_ms', sto) end
     if slots or h.limit_slots then redis.call('HSET', tkey, 'limit_slots', slots or '') end
   elseif slots or h.limit_slots then
     redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
-               'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
-               'carrier', source, 'limit_slots', slots or '')
-  else -- the attempt is the hash's already
+               'max_attempts', sma, 'timeout_ms', sto, 'carrier', source,
+               'limit_slots', slots or '')
+  elseif kept then -- the attempt and the limits are the hash's already
     redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
-               'updated_at', now, 'max_attempts', fmt(ma), 'timeout_ms', fmt(to),
                'carrier', source)
+  else
+    redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', now,
+               'max_attempts', sma, 'timeout_ms', sto, 'carrier', source)
   end
   h.attempt = attempt
   emit(c, ms, 'TASK_STARTED', h, worker)
@@ -943,6 +1022,14 @@ local function fetch(keys, args)
           res = nil
         end
         if res then
+          -- Entries no Function wrote (not dtq's two fields) count from their first
+          -- delivery, before any of them is settled (deleted) below.
+          local raw = 0
+          for _, e in ipairs(res[1][2]) do
+            local f = e[2]
+            if not (#f == 4 and f[1] == 'task_id' and f[3] == 'attempt') then raw = raw + 1 end
+          end
+          qlen_add(queue, raw)
           for _, e in ipairs(res[1][2]) do
             read = read + 1
             local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2])
@@ -956,13 +1043,20 @@ local function fetch(keys, args)
   if read == 0 and not created then
     for qi = 1, nq do
       if redis.call('EXISTS', fetch_paused_key(keys, qi)) == 0 then
+        local len = 0
         for band = TOP_BAND, 0, -1 do
           local stream = fetch_stream_key(keys, qi, band)
           local last = redis.pcall('XREVRANGE', stream, '+', '-', 'COUNT', 1)
           if not last.err then -- a key of another type is not blocked on
             block[#block + 1] = stream
             block[#block + 1] = (last[1] and last[1][1]) or '0-0'
+            if last[1] then len = len + redis.call('XLEN', stream) end
           end
+        end
+        -- Nothing undelivered: the queue's counter is its streams' length (qlen_key).
+        local q = args[3 + qi]
+        if valid_name128(q) and tonumber((redis.pcall('GET', qlen_key(q)))) ~= len then
+          redis.call('SET', qlen_key(q), fmt(len))
         end
       end
     end
@@ -1205,11 +1299,10 @@ local function finish_one(c, ms, worker, args, b)
       redis.call('SET', k('result', tid), args[b + 6], 'EX', fmt(c.result_retention_s))
     end
     if rstate == 'truncated' then
-      redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
-                 fmt(ms), 'result_truncated', '1')
+      redis.call('HSET', tkey, 'status', 'succeeded', 'finished_at', fmt(ms),
+                 'result_truncated', '1')
     else
-      redis.call('HSET', tkey, 'status', 'succeeded', 'updated_at', fmt(ms), 'finished_at',
-                 fmt(ms))
+      redis.call('HSET', tkey, 'status', 'succeeded', 'finished_at', fmt(ms))
     end
     emit_task(c, ms, 'TASK_SUCCEEDED', tid, v[5], v[6], v[7], worker)
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
@@ -1284,7 +1377,7 @@ local function finish(keys, args)
   end
   for stream, ids in pairs(acks) do
     redis.call('XACK', stream, GROUP, unpack(ids))
-    delete_acked(stream, ids)
+    qlen_add(stream_queue(stream), -delete_acked(stream, ids))
   end
   return out
 end
@@ -1373,18 +1466,13 @@ local function payload_refusal(c, payload)
   return nil
 end
 
-local function queue_depth(queue)
-  local depth = 0
-  for band = 0, BANDS - 1 do depth = depth + redis.call('XLEN', stream_key(queue, band)) end
-  return depth
-end
-
 local function queue_full(c, queue, depth)
   return redis.error_reply('QUEUE_FULL queue ' .. queue .. ' holds ' .. fmt(depth) ..
                            ' entries, max_queue_depth is ' .. fmt(c.max_queue_depth))
 end
 
 -- Writes a new task: its hash, then its stream entry (or its schedule entry when delayed).
+-- Returns 1 when it wrote a stream entry, else 0: the caller adds it to the queue's counter.
 local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
   local delayed = o.delay_ms and o.delay_ms > 0
   local now = fmt(ms)
@@ -1393,7 +1481,7 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
   -- of a bulk enqueue's 72,000 instructions per task); the optional ones after, if any.
   redis.call('HSET', tkey, 'id', tid, 'queue', queue, 'task_type', ttype, 'payload', payload,
              'status', delayed and 'pending' or 'queued', 'attempt', '1', 'priority',
-             fmt(o.priority), 'created_at', now, 'updated_at', now, 'metadata', '{}',
+             fmt(o.priority), 'created_at', now, 'metadata', '{}',
              'cancel_requested', '0')
   if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key or o.limit_key then
     local more = {}
@@ -1412,10 +1500,11 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
   end
   if delayed then
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
-  else
-    redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
-    emit_task(c, ms, 'TASK_QUEUED', tid, queue, ttype, 1, '')
+    return 0
   end
+  redis.call('XADD', stream_key(queue, o.priority), '*', 'task_id', tid, 'attempt', '1')
+  emit_task(c, ms, 'TASK_QUEUED', tid, queue, ttype, 1, '')
+  return 1
 end
 
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
@@ -1455,14 +1544,14 @@ local function enqueue(keys, args)
   if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
     return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
   end
-  local depth = queue_depth(queue)
+  local depth = qlen(queue)
   if depth >= c.max_queue_depth then return queue_full(c, queue, depth) end
 
   local ms = now_ms()
   local tid, tkey = o.task_id, nil
   if not tid then tid, tkey = free_task_id(ms, fmt(ms) .. '-' .. next_seq()) end
   if not tid then return redis.error_reply('ID_EXISTS every id minted was taken (<p>:seq rewound?)') end
-  create_task(c, ms, tid, queue, ttype, payload, o, tkey)
+  qlen_add(queue, create_task(c, ms, tid, queue, ttype, payload, o, tkey))
   queue_known(queue)
   if ikey then
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
@@ -1476,10 +1565,11 @@ local ENQUEUE_BULK_MAX = 10000
 --[[ FCALL <ns>_enqueue_bulk 0 <queue> <task_type> <n> <payload-json>... [option value]...
 n tasks of one type into one queue in one call (at most ENQUEUE_BULK_MAX); the options
 (priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, limit_key) apply to every one. Ids are
-minted as for <ns>_enqueue. Replies one element per payload, in order: {task_id,
-'created'}, or the error that payload alone got (PAYLOAD_TOO_LARGE, INVALID_ARGUMENT,
-QUEUE_FULL once the queue is full); the others are created all the same. An error in the
-arguments themselves refuses the whole call. ]]
+minted as for <ns>_enqueue. Replies a flat array, one element per payload, in order: the
+task id of the task created, or the error that payload alone got (PAYLOAD_TOO_LARGE,
+INVALID_ARGUMENT, QUEUE_FULL once the queue is full); the others are created all the same.
+(Not a {task_id, 'created'} pair per task: a table per task, and its conversion to RESP,
+cost a fifth of the call.) An error in the arguments themselves refuses the whole call. ]]
 local function enqueue_bulk(keys, args)
   local queue, ttype, n = args[1], args[2], parse_int(args[3], 0, ENQUEUE_BULK_MAX)
   if not valid_name128(queue) then
@@ -1498,7 +1588,8 @@ local function enqueue_bulk(keys, args)
   local o, oerr = enqueue_options(c, args, 4 + n, false)
   if not o then return opt_error(oerr) end
   local ms = now_ms()
-  local depth = queue_depth(queue)
+  local depth = qlen(queue)
+  local added = 0
   local seq = seq_incr(n) - n
   local out = {}
   -- Whether any id of this call's range is taken, in one EXISTS per 1,000 ids rather
@@ -1523,14 +1614,15 @@ local function enqueue_bulk(keys, args)
       local tid, tkey = tids[i], tkeys[i]
       if taken then tid, tkey = free_task_id(ms, tid) end
       if tid then
-        create_task(c, ms, tid, queue, ttype, payload, o, tkey)
-        if not (o.delay_ms and o.delay_ms > 0) then depth = depth + 1 end
-        out[i] = {tid, 'created'}
+        local one = create_task(c, ms, tid, queue, ttype, payload, o, tkey)
+        depth, added = depth + one, added + one
+        out[i] = tid
       else
         out[i] = redis.error_reply('ID_EXISTS every id minted was taken (<p>:seq rewound?)')
       end
     end
   end
+  qlen_add(queue, added)
   queue_known(queue)
   return out
 end
@@ -2242,6 +2334,11 @@ local function task_view(keys, args)
     return redis.error_reply('NOT_FOUND task ' .. tid .. ': ' .. wrong_type(tkey, 'hash'))
   end
   if not h then return redis.error_reply('NOT_FOUND task ' .. tid) end
+  -- updated_at: the latest change, also those written with a time of their own only
+  -- (creation, claim, end: docs/reference.md 3.2)
+  local upd = math.max(int_of(h.updated_at), int_of(h.created_at), int_of(h.started_at),
+                       int_of(h.finished_at))
+  if upd > 0 then h.updated_at = fmt(upd) end
   local raws = {}
   local o = {id = tid, status = h.status or '', fields = h, result = cjson.null,
              ttl_ms = redis.call('PTTL', tkey), dead_letter = cjson.null, due_ms = cjson.null,
@@ -2740,6 +2837,7 @@ local function clear_entry(c, ms, actor, s, q, band, e, delete)
   for i = 1, #fields - 1, 2 do f[fields[i]] = fields[i + 1] end
   local tid, tkey, h, bad, attempt
   if f.task_type ~= nil or f.attempt == nil or f.task_id == nil then
+    qlen_add(q, 1) -- a raw entry counts from its first read (qlen_key)
     tid, tkey, h = materialize_raw(c, ms, '', s, q, band, entry_id, f, source)
     if not h then return false end -- absorbed, invalid (dead-lettered) or quarantined
     attempt = 1
@@ -2751,7 +2849,8 @@ local function clear_entry(c, ms, actor, s, q, band, e, delete)
   end
   if not h or h.status ~= 'queued' or tonumber(h.attempt) ~= attempt or h.queue ~= q or
       (tonumber(h.priority) or 5) ~= band then
-    redis.call('XDEL', s, entry_id) -- gone, stale, or not this stream's: fetch drops it too
+    -- gone, stale, or not this stream's: fetch drops it too
+    qlen_add(q, -redis.call('XDEL', s, entry_id))
     return false
   end
   if in_cancelled(tid) then redis.pcall('SREM', k('cancelled'), tid) end
@@ -2763,7 +2862,7 @@ local function clear_entry(c, ms, actor, s, q, band, e, delete)
   else
     dead_letter(c, tkey, h, ms, 'cleared: queue ' .. q .. ' cleared by ' .. actor, 'cleared', '')
   end
-  redis.call('XDEL', s, entry_id)
+  qlen_add(q, -redis.call('XDEL', s, entry_id))
   return true
 end
 
@@ -2856,7 +2955,7 @@ local function queue_remove(keys, args)
     local s = stream_key(q, band)
     if redis.call('TYPE', s).ok == 'stream' then redis.call('DEL', s) end
   end
-  redis.call('DEL', k('queue', q, 'paused'))
+  redis.call('DEL', k('queue', q, 'paused'), qlen_key(q))
   redis.call('SREM', k('queues'), q)
   audit('queue_remove', '', actor, now_ms(), q)
   return 'removed'
@@ -3067,8 +3166,7 @@ local function cron_resume(keys, args) return cron_pause_resume('cron_resume', a
 -- `fire_time` in its hash. Returns its id, or nil and the refusal (QUEUE_FULL).
 local function cron_enqueue(s, ms, fire)
   local c = enqueue_config()
-  local depth = queue_depth(s.queue)
-  if depth >= c.max_queue_depth then return nil, 'QUEUE_FULL' end
+  if qlen(s.queue) >= c.max_queue_depth then return nil, 'QUEUE_FULL' end
   local o = {priority = tonumber(s.priority) or c.default_priority,
              max_attempts = tonumber(s.max_attempts), timeout_ms = tonumber(s.timeout_ms),
              ttl_seconds = tonumber(s.ttl_seconds)}
@@ -3078,7 +3176,7 @@ local function cron_enqueue(s, ms, fire)
   -- cron and fire_time first: create_task's entry is written last, so no worker can read
   -- the task before they are there.
   redis.call('HSET', tkey, 'cron', s.name, 'fire_time', fmt(fire))
-  create_task(c, ms, tid, s.queue, s.task_type, s.payload, o, tkey)
+  qlen_add(s.queue, create_task(c, ms, tid, s.queue, s.task_type, s.payload, o, tkey))
   queue_known(s.queue)
   return tid
 end

@@ -27,16 +27,17 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
     "+fcall_ro|<ns>_limit_list"
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
-/* <ns>_enqueue and the commands it runs. The task hashes, streams, schedule and queue set
- * are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the producer
- * cannot read another producer's tasks with the HMGET it holds for <p>:config. */
+/* <ns>_enqueue and the commands it runs; <ns>_layout, which dtqctl calls before its first
+ * write (it reads <p>:layout, and writes it once). The task hashes, streams, schedule and
+ * queue set are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the
+ * producer cannot read another producer's tasks with the HMGET it holds for <p>:config. */
 static const char *const producer[] = {
-    "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk",
+    "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk", "+fcall|<ns>_layout",
     "+time", "+hmget", "+get", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd", "+set",
     "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat",
     "%R~<p>:config", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
-    "&<p>:events", NULL};
+    "~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
 
 /* A plain XADD into the priority streams, nothing else. */
 static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NULL};
@@ -56,7 +57,7 @@ static const char *const worker[] = {
     "+ping", "+role", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
     "+xclaim", "+xack", "+xdel", "+xtrim", "+xadd", "+xpending", "+xrange", "+xrevrange",
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
-    "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+type", "+time",
+    "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+incrby", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
     "+scard", "+smembers", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
     /* limits (fetch, reap and finish under a limit): GCRA state, slot sets, their healing */
@@ -74,11 +75,11 @@ static const char *const admin[] = {
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_remove",
     "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_limit_set", "+fcall|<ns>_limit_remove",
-    "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load",
+    "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load", "+fcall|<ns>_layout",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",
-    "+exists", "+expire", "+persist", "+type", "+incr", "+publish", "+xadd", "+xdel", "+xlen",
-    "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
+    "+exists", "+expire", "+persist", "+type", "+incr", "+incrby", "+publish", "+xadd", "+xdel",
+    "+xlen", "+xrange", "+xrevrange", "+xpending", "+smembers", "+zrange", "+zrem", "+zcard",
     "+subscribe", "+pubsub|numsub", "+pubsub|numpat", "+scard", "+sadd", "+srem", "+xack",
     "+hlen", READ_COMMANDS,
     "~<p>:*", "&<p>:events", NULL};

@@ -23,6 +23,8 @@ typedef struct ctl {
     char *prefix;
     int json;
     int64_t wait_timeout_ms; /* [redis] wait_timeout_ms, for --wait-replicas */
+    int cluster;             /* the cluster layout: a redis-cluster:// URL (ctl_route.c) */
+    int layout_checked;      /* <ns>_layout answered (once, before the first Function) */
 } ctl;
 
 typedef struct ctl_verb ctl_verb;
@@ -47,6 +49,8 @@ struct ctl_verb {
 
 /* "dtqctl: <message>" and "Try 'dtqctl --help'." on stderr, exit 2. */
 void ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* The usage line of a verb's row ("usage: dtqctl cancel <id> [options]"), exit 2. */
+void ctl_verb_usage(const ctl_verb *v) __attribute__((noreturn));
 /* "dtqctl: <message>" on stderr, exit 1. */
 void ctl_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -54,14 +58,19 @@ void ctl_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), nore
 redisReply *ctl_command(ctl *x, int argc, const char **argv);
 /* The next reply without a command (a subscriber's messages); a lost connection exits 1. */
 redisReply *ctl_read(ctl *x);
-/* FCALL (ro: FCALL_RO) <ns>_<name> 0 args...; error replies are returned, but for Functions
- * that are not loaded (exit 1 naming `dtqctl functions install`). */
-redisReply *ctl_fcall_reply(ctl *x, int ro, const char *name, int argc, const char **args);
+/* FCALL (ro: FCALL_RO) <ns>_<name> args... about `queue` (NULL: the namespace as a whole,
+ * or in the cluster layout its global state), routed as ctl_route.c says: the single layout
+ * passes no key, the cluster layout the tag {ns:queue} or {ns}. Error replies are returned,
+ * but for Functions that are not loaded (exit 1 naming `dtqctl functions install`) and a
+ * namespace laid out the other way (<ns>_layout's WRONG_LAYOUT, exit 1). */
+redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name, int argc,
+                            const char **args);
 /* ctl_fcall_reply with any error reply ending the program: exit 1, the error on stderr. */
-redisReply *ctl_fcall(ctl *x, int ro, const char *name, int argc, const char **args);
+redisReply *ctl_fcall(ctl *x, int ro, const char *queue, const char *name, int argc,
+                      const char **args);
 /* A read Function's reply (FCALL_RO, one JSON text) parsed; exit 1 on an error reply or
  * a reply that is not JSON. Caller-owned. */
-cJSON *ctl_read_model(ctl *x, const char *name, int argc, const char **args);
+cJSON *ctl_read_model(ctl *x, const char *queue, const char *name, int argc, const char **args);
 /* The value unformatted on one line of stdout. */
 void ctl_print_json(const cJSON *v);
 
@@ -73,6 +82,33 @@ typedef void ctl_entry_fn(ctl *x, cJSON *entry, void *arg);
  * are printed as one array (each prints an entry's JSON, entries separated here). */
 void ctl_list_pages(ctl *x, const char *fn, int argc, const char **args, long long want,
                     long long page_max, ctl_entry_fn *each, void *arg);
+/* Orders two entries of a merged list (qsort's sign). */
+typedef int ctl_entry_cmp(const cJSON *a, const cJSON *b);
+/* ctl_list_pages over the queues of ctl_scopes: the single layout pages the one call as
+ * ctl_list_pages does; the cluster layout takes up to `want` entries of each queue, sorts
+ * them all by `cmp` (the queues' order breaks ties) and lists the first `want`. */
+void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int argc,
+                     const char **args, long long want, long long page_max, ctl_entry_cmp *cmp,
+                     ctl_entry_fn *each, void *arg);
+
+/* Routing (ctl_route.c). The queues a read over every queue calls its Function about, in
+ * order: in the single layout one NULL (the call covers the namespace), in the cluster
+ * layout the members of {ns}:queues sorted by name (maybe none); *n their number. A read
+ * with global parts makes one more call with NULL in the cluster layout (x->cluster).
+ * Freed with ctl_scopes_free. */
+char **ctl_scopes(ctl *x, int *n);
+void ctl_scopes_free(char **scopes, int n);
+/* The cluster layout: SADD {ns}:queues queue (the index that the reads over every queue
+ * read), after a write that makes the queue known; nothing in the single layout. */
+void ctl_queue_index_add(ctl *x, const char *queue);
+/* The cluster layout: SREM {ns}:queues queue, after queue remove. */
+void ctl_queue_index_remove(ctl *x, const char *queue);
+/* Takes "--queue Q" out of argv (*argc shrinks); returns Q or NULL. A second --queue, or
+ * one without a value, is a usage error naming `verb`. */
+const char *ctl_take_queue(const char *verb, int *argc, char **argv);
+/* The queue of a by-id verb: in the cluster layout `queue` must be given (else the
+ * INVALID_ARGUMENT refusal, exit 1); the single layout ignores it (NULL). */
+const char *ctl_id_queue(ctl *x, const char *queue);
 
 /* "2026-12-01T21:14:14.123Z (1796159654123)" for epoch ms (a plain integer text); NULL for
  * another value. */
@@ -86,7 +122,7 @@ void ctl_show_task(ctl *x, const char *text, size_t len);
 /* Write verbs (ctl_write.c). ctl_simple calls the row's Function with the arguments and
  * the actor, and prints its one-word reply. */
 ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_pause_resume, ctl_requeue_all,
-    ctl_functions_install;
+    ctl_purge_dlq, ctl_functions_install;
 
 /* The schedule and the queue as a whole (ctl_sched.c): scheduled list, run-now and delete
  * (<ns>_scheduled, <ns>_sched_run_now, <ns>_sched_delete), queue clear and remove. */

@@ -62,7 +62,8 @@ int ctl_cron_add(ctl *x, const ctl_verb *v, int argc, char **argv) {
         ctl_refused("INVALID_ARGUMENT spec '%s': %s", a[2], why);
     if (dtq_cron_zone_valid(tz, why, sizeof(why)) != 0)
         ctl_refused("INVALID_ARGUMENT tz '%s': %s", tz, why);
-    r = ctl_fcall(x, 0, "cron_set", n, a);
+    r = ctl_fcall(x, 0, a[3], "cron_set", n, a);
+    ctl_queue_index_add(x, a[3]); /* so that cron list (over the index's queues) finds it */
     if (x->json) {
         cJSON *s = cJSON_CreateString(r->str ? r->str : "");
         ctl_print_json(s);
@@ -74,12 +75,44 @@ int ctl_cron_add(ctl *x, const ctl_verb *v, int argc, char **argv) {
     return 0;
 }
 
-/* cron remove|pause|resume|run NAME: the Function's reply (run: the task id). */
+/* The cluster layout: the queue whose schedules hold `name`, asking each queue of the index
+ * (<ns>_cron_list with the name); none is NOT_FOUND and two or more ask for --queue (exit
+ * 1). Caller-owned. */
+static char *cron_queue(ctl *x, const char *name) {
+    const char *a[1] = {name};
+    char *found = NULL;
+    int n, hits = 0;
+    char **scopes = ctl_scopes(x, &n);
+    for (int i = 0; i < n; i++) {
+        redisReply *r = ctl_fcall_reply(x, 1, scopes[i], "cron_list", 1, a);
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOT_FOUND", 9))
+            ctl_refused("%s", r->str);
+        if (r->type != REDIS_REPLY_ERROR && hits++ == 0) found = dtq_xstrdup(scopes[i]);
+        freeReplyObject(r);
+    }
+    if (hits > 1)
+        ctl_refused("INVALID_ARGUMENT %d queues have a periodic schedule named %s: name its "
+                    "queue with --queue Q",
+                    hits, name);
+    if (!found) ctl_refused("NOT_FOUND no periodic schedule named %s", name);
+    ctl_scopes_free(scopes, n);
+    return found;
+}
+
+/* cron remove|pause|resume|run NAME [--queue Q]: the Function's reply (run: the task id).
+ * The single layout ignores Q; the cluster layout calls in Q's slot, or finds the queue. */
 int ctl_cron_act(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    const char *a[2] = {CTL_ACTOR, argv[0]};
+    const char *queue = ctl_take_queue("cron", &argc, argv), *a[2] = {CTL_ACTOR, NULL};
+    char *found = NULL;
     redisReply *r;
-    DTQ_UNUSED(argc);
-    r = ctl_fcall(x, 0, v->fn, 2, a);
+    if (argc != 1) ctl_verb_usage(v);
+    a[1] = argv[0];
+    if (!x->cluster)
+        queue = NULL;
+    else if (!queue)
+        queue = found = cron_queue(x, argv[0]);
+    r = ctl_fcall(x, 0, queue, v->fn, 2, a);
+    free(found);
     if (r->type == REDIS_REPLY_INTEGER)
         printf("%lld\n", r->integer);
     else
@@ -104,6 +137,50 @@ static const char *when(const cJSON *o, const char *name, char *buf, size_t size
     return buf;
 }
 
+/* By name, then (the cluster layout) by queue. */
+static int cmp_cron(const void *pa, const void *pb) {
+    const cJSON *a = *(const cJSON *const *)pa, *b = *(const cJSON *const *)pb;
+    int c = strcmp(str_or(a, "name", ""), str_or(b, "name", ""));
+    return c ? c : strcmp(str_or(a, "queue", ""), str_or(b, "queue", ""));
+}
+
+/* <ns>_cron_list over the queues (the cluster layout: one call per queue of the index), the
+ * schedules sorted by name as one call sorts them: {"schedules": [...]}. */
+static cJSON *cron_list_all(ctl *x) {
+    cJSON *out = NULL, *all;
+    const cJSON *e;
+    cJSON **v;
+    int n, k = 0, count;
+    char **scopes = ctl_scopes(x, &n);
+    if (!x->cluster) {
+        out = ctl_read_model(x, NULL, "cron_list", 0, NULL);
+        ctl_scopes_free(scopes, n);
+        return out;
+    }
+    all = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *one = ctl_read_model(x, scopes[i], "cron_list", 0, NULL);
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(one, "schedules");
+        while (cJSON_GetArraySize(list) > 0)
+            cJSON_AddItemToArray(all, cJSON_DetachItemFromArray(list, 0));
+        cJSON_Delete(one);
+    }
+    ctl_scopes_free(scopes, n);
+    count = cJSON_GetArraySize(all);
+    v = dtq_xcalloc((size_t)count + 1, sizeof(cJSON *));
+    cJSON_ArrayForEach(e, all) v[k++] = (cJSON *)e;
+    qsort(v, (size_t)count, sizeof(cJSON *), cmp_cron);
+    out = cJSON_CreateObject();
+    {
+        cJSON *sorted = cJSON_AddArrayToObject(out, "schedules");
+        while (cJSON_GetArraySize(all) > 0) cJSON_DetachItemFromArray(all, 0);
+        for (k = 0; k < count; k++) cJSON_AddItemToArray(sorted, v[k]);
+    }
+    free(v);
+    cJSON_Delete(all);
+    return out;
+}
+
 /* cron list [--json]: every schedule with its next and last fire time, last task, state. */
 int ctl_cron_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     cJSON *list, *e;
@@ -114,7 +191,7 @@ int ctl_cron_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         else
             ctl_usage_error("cron list: bad argument '%s'", argv[i]);
     }
-    list = ctl_read_model(x, "cron_list", 0, NULL);
+    list = cron_list_all(x);
     e = cJSON_GetObjectItemCaseSensitive(list, "schedules");
     if (x->json) {
         ctl_print_json(e);

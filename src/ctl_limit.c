@@ -102,7 +102,8 @@ int ctl_limit_set(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     a[n++] = "per_key";
     a[n++] = per_key ? "1" : "0";
-    r = ctl_fcall(x, 0, "limit_set", n, a);
+    r = ctl_fcall(x, 0, queue, "limit_set", n, a);
+    ctl_queue_index_add(x, queue); /* so that limit list (over the index's queues) finds it */
     printf("%s\n", r->str ? r->str : "");
     freeReplyObject(r);
     return 0;
@@ -119,7 +120,7 @@ int ctl_limit_remove(ctl *x, const ctl_verb *v, int argc, char **argv) {
     a[0] = CTL_ACTOR;
     a[1] = queue;
     a[2] = ttype;
-    r = ctl_fcall(x, 0, "limit_remove", 3, a);
+    r = ctl_fcall(x, 0, queue, "limit_remove", 3, a);
     printf("%s\n", r->str ? r->str : "");
     freeReplyObject(r);
     return 0;
@@ -157,6 +158,27 @@ static void rate_text(const cJSON *l, char *buf, size_t size) {
     }
 }
 
+/* <ns>_limit_list's array; the cluster layout's one call per queue of the index (sorted,
+ * as one call sorts its queues) concatenated. */
+static cJSON *limit_list_all(ctl *x) {
+    cJSON *all = NULL;
+    int n;
+    char **scopes = ctl_scopes(x, &n);
+    for (int i = 0; i < n; i++) {
+        cJSON *list = ctl_read_model(x, scopes[i], "limit_list", 0, NULL);
+        if (!cJSON_IsArray(list)) ctl_refused("unexpected reply to %s_limit_list", x->ns);
+        if (!all) {
+            all = list;
+            continue;
+        }
+        while (cJSON_GetArraySize(list) > 0)
+            cJSON_AddItemToArray(all, cJSON_DetachItemFromArray(list, 0));
+        cJSON_Delete(list);
+    }
+    ctl_scopes_free(scopes, n);
+    return all ? all : cJSON_CreateArray();
+}
+
 /* limit list [--json]: <ns>_limit_list, one line per limit (or its JSON array). */
 int ctl_limit_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     cJSON *list, *l;
@@ -164,8 +186,7 @@ int ctl_limit_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     if (argc == 1 && strcmp(argv[0], "--json"))
         ctl_usage_error("limit list: bad argument '%s'", argv[0]);
     if (argc == 1) x->json = 1;
-    list = ctl_read_model(x, "limit_list", 0, NULL);
-    if (!cJSON_IsArray(list)) ctl_refused("unexpected reply to %s_limit_list", x->ns);
+    list = limit_list_all(x);
     if (x->json) {
         ctl_print_json(list);
         cJSON_Delete(list);

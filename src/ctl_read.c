@@ -259,12 +259,13 @@ void ctl_show_task(ctl *x, const char *text, size_t len) {
     cJSON_Delete(view);
 }
 
-/* show <id>: <ns>_task_view without its events. */
+/* show <id> [--queue Q]: <ns>_task_view without its events. */
 int ctl_show(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    const char *a[2] = {argv[0], "0"};
-    redisReply *r = ctl_fcall(x, 1, "task_view", 2, a);
-    DTQ_UNUSED(v);
-    DTQ_UNUSED(argc);
+    const char *queue = ctl_take_queue(v->name, &argc, argv), *a[2] = {argv[0], "0"};
+    redisReply *r;
+    if (argc != 1) ctl_verb_usage(v);
+    a[0] = argv[0];
+    r = ctl_fcall(x, 1, ctl_id_queue(x, queue), "task_view", 2, a);
     if (r->type != REDIS_REPLY_STRING) ctl_refused("unexpected reply to %s_task_view", x->ns);
     ctl_show_task(x, r->str, r->len);
     freeReplyObject(r);
@@ -281,14 +282,9 @@ static void note_truncated(const cJSON *o, const char *flag, const char *what) {
                 cJSON_GetArraySize(member(o, what)), what);
 }
 
-/* queues: the queues of <ns>_overview. */
-int ctl_queues(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    cJSON *ov = ctl_read_model(x, "overview", 0, NULL), *q;
-    cJSON *arr = x->json ? cJSON_CreateArray() : NULL;
-    DTQ_UNUSED(v);
-    DTQ_UNUSED(argc);
-    DTQ_UNUSED(argv);
-    if (!x->json) printf("%-24s %10s %10s %10s %s\n", "QUEUE", "DEPTH", "PENDING", "SCHEDULED", "");
+/* The rows of one <ns>_overview's queues: a line each, or into arr. */
+static void queue_rows(const cJSON *ov, cJSON *arr) {
+    const cJSON *q;
     cJSON_ArrayForEach(q, member(ov, "queues")) {
         const char *name = str_of(q, "name", "?");
         int paused = cJSON_IsTrue(member(q, "paused"));
@@ -305,12 +301,29 @@ int ctl_queues(ctl *x, const ctl_verb *v, int argc, char **argv) {
                    num_of(q, "pending"), num_of(q, "scheduled"), paused ? "paused" : "");
         }
     }
+}
+
+/* queues: the queues of <ns>_overview (the cluster layout: of one call per queue of the
+ * index, in its order). */
+int ctl_queues(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    cJSON *arr = x->json ? cJSON_CreateArray() : NULL;
+    int n;
+    char **scopes = ctl_scopes(x, &n);
+    DTQ_UNUSED(v);
+    DTQ_UNUSED(argc);
+    DTQ_UNUSED(argv);
+    if (!x->json) printf("%-24s %10s %10s %10s %s\n", "QUEUE", "DEPTH", "PENDING", "SCHEDULED", "");
+    for (int i = 0; i < n; i++) {
+        cJSON *ov = ctl_read_model(x, scopes[i], "overview", 0, NULL);
+        queue_rows(ov, arr);
+        if (!x->cluster) note_truncated(ov, "queues_truncated", "queues");
+        cJSON_Delete(ov);
+    }
     if (arr) {
         ctl_print_json(arr);
         cJSON_Delete(arr);
     }
-    note_truncated(ov, "queues_truncated", "queues");
-    cJSON_Delete(ov);
+    ctl_scopes_free(scopes, n);
     return 0;
 }
 
@@ -351,7 +364,7 @@ static cJSON *worker_json(const cJSON *w) {
 
 /* workers: <ns>_workers, sorted by id. */
 int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    cJSON *ws = ctl_read_model(x, "workers", 0, NULL), *w;
+    cJSON *ws = ctl_read_model(x, NULL, "workers", 0, NULL), *w;
     cJSON *arr = x->json ? cJSON_CreateArray() : NULL;
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
@@ -384,24 +397,47 @@ int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
 
 /* ----------------------------------------------------------------- stats */
 
-/* stats: <ns>_stats's name/value pairs. */
+/* Adds a <ns>_stats reply's pairs to `o` (name -> number, in the order first seen): the
+ * queue:<q>:* pairs as they come (each queue answers for itself), the namespace's counters
+ * (scheduled, claimed, dlq, workers) summed over the calls. */
+static void stats_add(ctl *x, cJSON *o, const redisReply *r) {
+    if (r->type != REDIS_REPLY_ARRAY) ctl_refused("unexpected reply to %s_stats", x->ns);
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const redisReply *name = r->element[i], *val = r->element[i + 1];
+        cJSON *had;
+        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_INTEGER)
+            ctl_refused("unexpected reply to %s_stats", x->ns);
+        had = cJSON_GetObjectItemCaseSensitive(o, name->str);
+        if (had)
+            cJSON_SetNumberValue(had, had->valuedouble + (double)val->integer);
+        else
+            cJSON_AddNumberToObject(o, name->str, (double)val->integer);
+    }
+}
+
+/* stats: <ns>_stats's name/value pairs; in the cluster layout merged from one call per
+ * queue of the index and one for the global parts (the live workers). */
 int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    redisReply *r = ctl_fcall(x, 1, "stats", 0, NULL);
+    cJSON *o = cJSON_CreateObject(), *f;
+    int n;
+    char **scopes = ctl_scopes(x, &n);
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
-    if (r->type != REDIS_REPLY_ARRAY) ctl_refused("unexpected reply to %s_stats", x->ns);
-    if (x->json) {
-        cJSON *o = cJSON_CreateObject();
-        for (size_t i = 0; i + 1 < r->elements; i += 2)
-            cJSON_AddNumberToObject(o, r->element[i]->str, (double)r->element[i + 1]->integer);
-        ctl_print_json(o);
-        cJSON_Delete(o);
-    } else {
-        for (size_t i = 0; i + 1 < r->elements; i += 2)
-            printf("%-32s %lld\n", r->element[i]->str, r->element[i + 1]->integer);
+    for (int i = 0; i <= n; i++) {
+        redisReply *r;
+        if (i == n && !x->cluster) break; /* the one call covered it all */
+        r = ctl_fcall(x, 1, i < n ? scopes[i] : NULL, "stats", 0, NULL);
+        stats_add(x, o, r);
+        freeReplyObject(r);
     }
-    freeReplyObject(r);
+    ctl_scopes_free(scopes, n);
+    if (x->json) {
+        ctl_print_json(o);
+    } else {
+        cJSON_ArrayForEach(f, o) printf("%-32s %.0f\n", f->string, f->valuedouble);
+    }
+    cJSON_Delete(o);
     return 0;
 }
 
@@ -429,6 +465,16 @@ static void dlq_entry(ctl *x, cJSON *e, void *arg) {
     }
 }
 
+/* The order of stream entries by entry_id (<ms>-<seq>), oldest first. */
+static int cmp_entry_id(const cJSON *a, const cJSON *b) {
+    const char *ia = str_of(a, "entry_id", "0-0"), *ib = str_of(b, "entry_id", "0-0");
+    unsigned long long ma = strtoull(ia, NULL, 10), mb = strtoull(ib, NULL, 10), sa, sb;
+    if (ma != mb) return ma < mb ? -1 : 1;
+    sa = strchr(ia, '-') ? strtoull(strchr(ia, '-') + 1, NULL, 10) : 0;
+    sb = strchr(ib, '-') ? strtoull(strchr(ib, '-') + 1, NULL, 10) : 0;
+    return (sa > sb) - (sa < sb);
+}
+
 /* dlq list [--count N]: the N oldest dead letters, whole (field_max 0), through
  * <ns>_dead_letters' pages of at most DLQ_PAGE_MAX, each after the cursor of the one
  * before. --json: one array, printed as the pages come. */
@@ -447,7 +493,11 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     {
         const char *a[5] = {NULL, NULL, "oldest", "", "0"};
-        ctl_list_pages(x, "dead_letters", 5, a, want, DLQ_PAGE_MAX, dlq_entry, NULL);
+        int n;
+        char **scopes = ctl_scopes(x, &n);
+        ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, cmp_entry_id,
+                        dlq_entry, NULL);
+        ctl_scopes_free(scopes, n);
     }
     return 0;
 }
@@ -455,11 +505,14 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
 /* ----------------------------------------------------------------- events */
 
 /* events: SUBSCRIBE to the events channel, one event per line until the connection ends
- * (exit 1) or dtqctl is stopped. */
+ * (exit 1) or dtqctl is stopped. The cluster layout's channel is {ns}:events, on any node
+ * (a cluster's PUBLISH reaches the subscribers of every node). */
 int ctl_events(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    char *ch = dtq_key_events_channel(x->prefix);
+    char *g = x->cluster ? dtq_keys_global_prefix(x->ns) : NULL;
+    char *ch = dtq_key_events_channel(g ? g : x->prefix);
     const char *a[2] = {"SUBSCRIBE", ch};
     redisReply *r = ctl_command(x, 2, a);
+    free(g);
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);

@@ -49,6 +49,13 @@ static void scheduled_entry(ctl *x, cJSON *e, void *arg) {
     }
 }
 
+/* The schedule's order: soonest due first, then by task id (a sorted set's order). */
+static int cmp_due(const cJSON *a, const cJSON *b) {
+    long long da = num_or(a, "due_ms", 0), db = num_or(b, "due_ms", 0);
+    if (da != db) return da < db ? -1 : 1;
+    return strcmp(str_or(a, "task_id", ""), str_or(b, "task_id", ""));
+}
+
 /* scheduled list [--queue Q] [--kind delayed|retrying|all] [--count N]: the tasks waiting
  * in the schedule, soonest due first (N: 100 unless given). */
 int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
@@ -71,21 +78,30 @@ int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     {
         const char *a[6] = {NULL, NULL, "queue", queue, "kind", kind};
-        ctl_list_pages(x, "scheduled", 6, a, want, SCHEDULED_PAGE_MAX, scheduled_entry, NULL);
+        char *one[1] = {(char *)queue};
+        int n = 1;
+        /* the cluster layout with --queue: that queue's schedule alone (its slot) */
+        char **scopes = *queue && x->cluster ? one : ctl_scopes(x, &n);
+        ctl_list_merged(x, scopes, n, "scheduled", 6, a, want, SCHEDULED_PAGE_MAX, cmp_due,
+                        scheduled_entry, NULL);
+        if (scopes != one) ctl_scopes_free(scopes, n);
     }
     return 0;
 }
 
-/* scheduled run-now|delete <id>: the Function's word for the id; a task that is not in the
- * schedule (not_found, not_scheduled) is exit 1. */
+/* scheduled run-now|delete <id> [--queue Q]: the Function's word for the id; a task that is
+ * not in the schedule (not_found, not_scheduled) is exit 1. */
 int ctl_scheduled_act(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    const char *a[2] = {CTL_ACTOR, argv[0]};
-    redisReply *r = ctl_fcall(x, 0, v->fn, 2, a);
-    const char *word = r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->str
-                           ? r->element[0]->str
-                           : NULL;
+    const char *queue = ctl_take_queue("scheduled", &argc, argv), *a[2] = {CTL_ACTOR, NULL};
+    const char *word;
+    redisReply *r;
     int rc = 0;
-    DTQ_UNUSED(argc);
+    if (argc != 1) ctl_verb_usage(v);
+    a[1] = argv[0];
+    r = ctl_fcall(x, 0, ctl_id_queue(x, queue), v->fn, 2, a);
+    word = r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->str
+               ? r->element[0]->str
+               : NULL;
     if (!word) ctl_refused("unexpected reply to %s_%s", x->ns, v->fn);
     if (!strcmp(word, "not_found") || !strcmp(word, "not_scheduled")) {
         fprintf(stderr, "dtqctl: task %s: %s\n", argv[0],
@@ -117,7 +133,7 @@ int ctl_queue_clear(ctl *x, const ctl_verb *v, int argc, char **argv) {
     if (!queue) ctl_usage_error("usage: dtqctl queue clear <queue> [--delete]");
     a[1] = queue;
     while (more) {
-        redisReply *r = ctl_fcall(x, 0, "queue_clear", del ? 3 : 2, a);
+        redisReply *r = ctl_fcall(x, 0, queue, "queue_clear", del ? 3 : 2, a);
         long long c, d;
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
             ctl_refused("unexpected reply to %s_queue_clear", x->ns);
@@ -140,9 +156,10 @@ int ctl_queue_clear(ctl *x, const ctl_verb *v, int argc, char **argv) {
 /* queue remove <queue>: <ns>_queue_remove; a queue that holds anything is exit 1. */
 int ctl_queue_remove(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char *a[2] = {CTL_ACTOR, argv[0]};
-    redisReply *r = ctl_fcall(x, 0, "queue_remove", 2, a);
+    redisReply *r = ctl_fcall(x, 0, argv[0], "queue_remove", 2, a);
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
+    if (r->str && !strcmp(r->str, "removed")) ctl_queue_index_remove(x, argv[0]);
     if (x->json)
         printf("{\"queue\":\"%s\",\"result\":\"%s\"}\n", argv[0], r->str ? r->str : "");
     else

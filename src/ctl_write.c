@@ -49,14 +49,39 @@ static void print_simple(ctl *x, const redisReply *r) {
     }
 }
 
+/* cancel | dlq requeue | dlq discard <id> [--queue Q]: the row's Function about the id (in
+ * the cluster layout, in the slot of Q). */
 int ctl_simple(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    const char *a[2];
+    const char *queue = ctl_take_queue(v->name, &argc, argv), *a[2];
     redisReply *r;
-    if (argc) a[0] = argv[0]; /* the id or queue; purge takes the actor alone */
-    a[argc] = CTL_ACTOR;
-    r = ctl_fcall(x, 0, v->fn, argc + 1, a);
+    if (argc != 1) ctl_verb_usage(v);
+    queue = ctl_id_queue(x, queue);
+    a[0] = argv[0];
+    a[1] = CTL_ACTOR;
+    r = ctl_fcall(x, 0, queue, v->fn, 2, a);
     print_simple(x, r);
     freeReplyObject(r);
+    return 0;
+}
+
+/* dlq purge: <ns>_purge_dlq, the dead letters of every queue (the cluster layout: one call
+ * per queue of the index); prints how many it deleted. */
+int ctl_purge_dlq(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char *a[1] = {CTL_ACTOR};
+    long long total = 0;
+    int n;
+    char **scopes = ctl_scopes(x, &n);
+    DTQ_UNUSED(v);
+    DTQ_UNUSED(argc);
+    DTQ_UNUSED(argv);
+    for (int i = 0; i < n; i++) {
+        redisReply *r = ctl_fcall(x, 0, scopes[i], "purge_dlq", 1, a);
+        if (r->type != REDIS_REPLY_INTEGER) ctl_refused("unexpected reply to %s_purge_dlq", x->ns);
+        total += r->integer;
+        freeReplyObject(r);
+    }
+    ctl_scopes_free(scopes, n);
+    printf("%lld\n", total);
     return 0;
 }
 
@@ -76,7 +101,7 @@ int ctl_pause_resume(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     if (!queue) ctl_usage_error("usage: dtqctl %s <queue> [options]", v->name);
     a[0] = queue;
-    r = ctl_fcall_reply(x, 0, v->fn, create ? 3 : 2, a);
+    r = ctl_fcall_reply(x, 0, queue, v->fn, create ? 3 : 2, a);
     if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOT_FOUND queue ", 16)) {
         const char *cut = strstr(r->str, " (pass create");
         ctl_refused("%.*s: no task has used it; 'dtqctl %s --create %s' %ss it anyway",
@@ -84,23 +109,20 @@ int ctl_pause_resume(ctl *x, const ctl_verb *v, int argc, char **argv) {
                     v->name);
     }
     if (r->type == REDIS_REPLY_ERROR) ctl_refused("%s", r->str);
+    if (create) ctl_queue_index_add(x, queue);
     print_simple(x, r);
     freeReplyObject(r);
     return 0;
 }
 
-/* dlq requeue-all: <ns>_requeue_dlq's cursor loop ([requeued, next_cursor|nil, skipped]),
- * over the entries the stream held when it began (a task that fails again at once is
- * left for the next loop). */
-int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
+/* The requeue-all loop of one queue's dead letters (NULL: the namespace's); how many it
+ * requeued. */
+static long long requeue_all_of(ctl *x, const char *queue) {
     char *cursor = dtq_xstrdup("-");
     long long total = 0;
-    DTQ_UNUSED(v);
-    DTQ_UNUSED(argc);
-    DTQ_UNUSED(argv);
     while (cursor) {
         const char *a[3] = {"", CTL_ACTOR, cursor};
-        redisReply *r = ctl_fcall(x, 0, "requeue_dlq", 3, a);
+        redisReply *r = ctl_fcall(x, 0, queue, "requeue_dlq", 3, a);
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
             r->element[0]->type != REDIS_REPLY_INTEGER)
             ctl_refused("requeue_dlq: unexpected reply");
@@ -109,6 +131,21 @@ int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
         cursor = r->element[1]->type == REDIS_REPLY_STRING ? dtq_xstrdup(r->element[1]->str) : NULL;
         freeReplyObject(r);
     }
+    return total;
+}
+
+/* dlq requeue-all: <ns>_requeue_dlq's cursor loop ([requeued, next_cursor|nil, skipped]),
+ * over the entries the stream held when it began (a task that fails again at once is
+ * left for the next loop); in the cluster layout the loop of each queue of the index. */
+int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    long long total = 0;
+    int n;
+    char **scopes = ctl_scopes(x, &n);
+    DTQ_UNUSED(v);
+    DTQ_UNUSED(argc);
+    DTQ_UNUSED(argv);
+    for (int i = 0; i < n; i++) total += requeue_all_of(x, scopes[i]);
+    ctl_scopes_free(scopes, n);
     printf("%lld\n", total);
     return 0;
 }
@@ -132,11 +169,12 @@ static long long wait_replicas(ctl *x, long long n, int64_t timeout_ms) {
 /* enqueue --wait: <ns>_task_view (no events) until the task is terminal, then printed as
  * `show` prints it. Exit 1 unless it succeeded; with a timeout (timeout_ms > 0) that runs
  * out first, a line on stderr and CTL_EXIT_TIMEOUT. */
-static int wait_task(ctl *x, const char *id, int64_t timeout_ms, const char *timeout_s) {
+static int wait_task(ctl *x, const char *queue, const char *id, int64_t timeout_ms,
+                     const char *timeout_s) {
     const char *a[2] = {id, "0"};
     int64_t end = timeout_ms > 0 ? dtq_monotonic_ms() + timeout_ms : 0;
     for (;;) {
-        redisReply *r = ctl_fcall_reply(x, 1, "task_view", 2, a);
+        redisReply *r = ctl_fcall_reply(x, 1, queue, "task_view", 2, a);
         cJSON *view, *st;
         if (r->type == REDIS_REPLY_ERROR) {
             if (!strncmp(r->str, "NOT_FOUND", 9)) ctl_refused("task %s disappeared", id);
@@ -220,11 +258,11 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
         args[n++] = "task_id";
         args[n++] = uuid;
     }
-    r = ctl_fcall(x, 0, "enqueue", n, args);
+    r = ctl_fcall(x, 0, argv[0], "enqueue", n, args);
     free(args);
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
         ctl_refused("unexpected reply to enqueue");
-    if (want_replicas) { /* on the same connection, right after the FCALL */
+    if (want_replicas) { /* on the same connection (node), right after the FCALL */
         replicas = wait_replicas(x, want_replicas, x->wait_timeout_ms);
         short_of_replicas = replicas < want_replicas;
     }
@@ -240,13 +278,14 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
         printf("%s %s\n", r->element[0]->str, r->element[1]->str);
     }
     fflush(stdout);
+    ctl_queue_index_add(x, argv[0]); /* after the WAIT: that goes where the FCALL went */
     if (short_of_replicas) {
         fprintf(stderr,
                 "dtqctl: the enqueue reached %lld of %lld replica(s) within %lld ms: a failover "
                 "now could lose it\n",
                 replicas, (long long)want_replicas, (long long)x->wait_timeout_ms);
     }
-    if (wait) failed = wait_task(x, r->element[0]->str, timeout_ms, timeout_s);
+    if (wait) failed = wait_task(x, argv[0], r->element[0]->str, timeout_ms, timeout_s);
     freeReplyObject(r);
     if (failed == CTL_EXIT_TIMEOUT) return CTL_EXIT_TIMEOUT;
     return failed || short_of_replicas ? CTL_EXIT_REFUSED : 0;
@@ -268,26 +307,27 @@ static int bulk_chunk(ctl *x, const char **args, int nopts, char **payloads, con
     a[2] = count;
     for (int i = 0; i < n; i++) a[3 + i] = payloads[i];
     for (int i = 0; i < nopts; i++) a[3 + n + i] = args[2 + i];
-    r = ctl_fcall(x, 0, "enqueue_bulk", 3 + n + nopts, a);
+    r = ctl_fcall(x, 0, args[0], "enqueue_bulk", 3 + n + nopts, a);
     free(a);
     if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n)
         ctl_refused("unexpected reply to enqueue_bulk");
     for (int i = 0; i < n; i++) {
+        /* the reply is flat: the id of the task created, or that payload's error */
         const redisReply *e = r->element[i];
-        int ok = e->type == REDIS_REPLY_ARRAY && e->elements == 2;
+        int ok = e->type == REDIS_REPLY_STRING;
         if (!ok) refusedn++;
         if (json_out) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "line", (double)lines[i]);
             if (ok) {
-                cJSON_AddStringToObject(o, "task_id", e->element[0]->str);
-                cJSON_AddStringToObject(o, "result", e->element[1]->str);
+                cJSON_AddStringToObject(o, "task_id", e->str);
+                cJSON_AddStringToObject(o, "result", "created");
             } else {
                 cJSON_AddStringToObject(o, "error", e->str ? e->str : "?");
             }
             cJSON_AddItemToArray(json_out, o);
         } else if (ok) {
-            printf("%s %s\n", e->element[0]->str, e->element[1]->str);
+            printf("%s created\n", e->str);
         } else {
             fprintf(stderr, "dtqctl: line %ld: %s\n", lines[i], e->str ? e->str : "?");
         }
@@ -331,6 +371,7 @@ int ctl_enqueue_bulk(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     if (n) refusedn += bulk_chunk(x, args, nargs - 2, payloads, lines, n, json_out);
     for (int i = 0; i < n; i++) free(payloads[i]);
+    if (lineno) ctl_queue_index_add(x, argv[0]);
     if (json_out) {
         ctl_print_json(json_out);
         cJSON_Delete(json_out);

@@ -60,40 +60,6 @@ redisReply *ctl_read(ctl *x) {
     return r;
 }
 
-redisReply *ctl_fcall_reply(ctl *x, int ro, const char *name, int argc, const char **args) {
-    const char **argv = dtq_xcalloc((size_t)argc + 3, sizeof(char *));
-    char *fn = dtq_keys_function(x->ns, name);
-    redisReply *r;
-    argv[0] = ro ? "FCALL_RO" : "FCALL";
-    argv[1] = fn;
-    argv[2] = "0";
-    for (int i = 0; i < argc; i++) argv[3 + i] = args[i];
-    r = ctl_command(x, argc + 3, argv);
-    free(argv);
-    free(fn);
-    if (r->type == REDIS_REPLY_ERROR &&
-        dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
-        ctl_refused("the dtq Functions are not loaded in this Redis (namespace %s); install "
-                    "them with 'dtqctl -n %s functions install' (an admin's step), or start "
-                    "dtq-worker once as a user allowed to FUNCTION LOAD",
-                    x->ns, x->ns);
-    return r;
-}
-
-redisReply *ctl_fcall(ctl *x, int ro, const char *name, int argc, const char **args) {
-    redisReply *r = ctl_fcall_reply(x, ro, name, argc, args);
-    if (r->type == REDIS_REPLY_ERROR) ctl_refused("%s", r->str);
-    return r;
-}
-
-cJSON *ctl_read_model(ctl *x, const char *name, int argc, const char **args) {
-    redisReply *r = ctl_fcall(x, 1, name, argc, args);
-    cJSON *v = r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len) : NULL;
-    if (!v) ctl_refused("unexpected reply to %s_%s", x->ns, name);
-    freeReplyObject(r);
-    return v;
-}
-
 void ctl_print_json(const cJSON *v) {
     char *out = cJSON_PrintUnformatted(v);
     printf("%s\n", out);
@@ -112,7 +78,7 @@ void ctl_list_pages(ctl *x, const char *fn, int argc, const char **args, long lo
         snprintf(count, sizeof(count), "%lld", want - listed < page_max ? want - listed : page_max);
         args[0] = cursor;
         args[1] = count;
-        page = ctl_read_model(x, fn, argc, args);
+        page = ctl_read_model(x, NULL, fn, argc, args);
         cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(page, "entries")) {
             if (x->json && listed) putchar(',');
             each(x, e, arg);
@@ -147,30 +113,32 @@ static const ctl_verb verbs[] = {
              "[--limit-key K]",
      .help = "one JSON payload per line of stdin",
      .min = 2, .max = ANY, .run = ctl_enqueue_bulk, .connects = 1},
-    {.name = "show", .args = "<id>", .help = "the task hash and its result",
-     .min = 1, .max = 1, .run = ctl_show, .connects = 1},
-    {.name = "cancel", .args = "<id>",
-     .min = 1, .max = 1, .run = ctl_simple, .connects = 1, .fn = "cancel"},
+    {.name = "show", .args = "<id>", .opts = "[--queue Q]",
+     .help = "the task hash and its result (Q: the task's\nqueue, needed on a cluster)",
+     .min = 1, .max = 3, .run = ctl_show, .connects = 1},
+    {.name = "cancel", .args = "<id>", .opts = "[--queue Q]",
+     .min = 1, .max = 3, .run = ctl_simple, .connects = 1, .fn = "cancel"},
     {.name = "dlq", .sub = "list", .opts = "[--count N]",
      .help = "dead letters, oldest first (N: 20 unless given)",
      .min = 0, .max = ANY, .run = ctl_dlq_list, .connects = 1},
-    {.name = "dlq", .sub = "requeue", .args = "<id>",
-     .min = 1, .max = 1, .run = ctl_simple, .connects = 1, .fn = "requeue"},
+    {.name = "dlq", .sub = "requeue", .args = "<id>", .opts = "[--queue Q]",
+     .min = 1, .max = 3, .run = ctl_simple, .connects = 1, .fn = "requeue"},
     {.name = "dlq", .sub = "requeue-all", .help = "requeue every dead letter",
      .min = 0, .max = 0, .run = ctl_requeue_all, .connects = 1},
-    {.name = "dlq", .sub = "discard", .args = "<id>",
-     .min = 1, .max = 1, .run = ctl_simple, .connects = 1, .fn = "discard"},
+    {.name = "dlq", .sub = "discard", .args = "<id>", .opts = "[--queue Q]",
+     .min = 1, .max = 3, .run = ctl_simple, .connects = 1, .fn = "discard"},
     {.name = "dlq", .sub = "purge", .help = "delete every dead letter",
-     .min = 0, .max = 0, .run = ctl_simple, .connects = 1, .fn = "purge_dlq"},
+     .min = 0, .max = 0, .run = ctl_purge_dlq, .connects = 1},
     {.name = "scheduled", .sub = "list", .opts = "[--queue Q] [--kind delayed|retrying|all]\n"
                                                 "[--count N]",
      .help = "delayed and retrying tasks, soonest due first\n(N: 100 unless given)",
      .min = 0, .max = ANY, .run = ctl_scheduled_list, .connects = 1},
-    {.name = "scheduled", .sub = "run-now", .args = "<id>", .help = "queue it at once",
-     .min = 1, .max = 1, .run = ctl_scheduled_act, .connects = 1, .fn = "sched_run_now"},
-    {.name = "scheduled", .sub = "delete", .args = "<id>",
+    {.name = "scheduled", .sub = "run-now", .args = "<id>", .opts = "[--queue Q]",
+     .help = "queue it at once",
+     .min = 1, .max = 3, .run = ctl_scheduled_act, .connects = 1, .fn = "sched_run_now"},
+    {.name = "scheduled", .sub = "delete", .args = "<id>", .opts = "[--queue Q]",
      .help = "take it out of the schedule; it ends cancelled",
-     .min = 1, .max = 1, .run = ctl_scheduled_act, .connects = 1, .fn = "sched_delete"},
+     .min = 1, .max = 3, .run = ctl_scheduled_act, .connects = 1, .fn = "sched_delete"},
     {.name = "queues", .help = "depth, pending and scheduled per queue",
      .min = 0, .max = 0, .run = ctl_queues, .connects = 1},
     {.name = "queue", .sub = "clear", .args = "<queue>", .opts = "[--delete]",
@@ -193,15 +161,17 @@ static const ctl_verb verbs[] = {
     {.name = "cron", .sub = "list", .opts = "[--json]",
      .help = "periodic tasks with next and last fire time",
      .min = 0, .max = 1, .run = ctl_cron_list, .connects = 1},
-    {.name = "cron", .sub = "remove", .args = "NAME",
-     .min = 1, .max = 1, .run = ctl_cron_act, .connects = 1, .fn = "cron_remove"},
-    {.name = "cron", .sub = "pause", .args = "NAME",
-     .min = 1, .max = 1, .run = ctl_cron_act, .connects = 1, .fn = "cron_pause"},
-    {.name = "cron", .sub = "resume", .args = "NAME",
+    {.name = "cron", .sub = "remove", .args = "NAME", .opts = "[--queue Q]",
+     .help = "Q: the schedule's queue, on a cluster where\ntwo queues have one of that name",
+     .min = 1, .max = 3, .run = ctl_cron_act, .connects = 1, .fn = "cron_remove"},
+    {.name = "cron", .sub = "pause", .args = "NAME", .opts = "[--queue Q]",
+     .min = 1, .max = 3, .run = ctl_cron_act, .connects = 1, .fn = "cron_pause"},
+    {.name = "cron", .sub = "resume", .args = "NAME", .opts = "[--queue Q]",
      .help = "fire times missed while paused are not caught up",
-     .min = 1, .max = 1, .run = ctl_cron_act, .connects = 1, .fn = "cron_resume"},
-    {.name = "cron", .sub = "run", .args = "NAME", .help = "enqueue its task now",
-     .min = 1, .max = 1, .run = ctl_cron_act, .connects = 1, .fn = "cron_run"},
+     .min = 1, .max = 3, .run = ctl_cron_act, .connects = 1, .fn = "cron_resume"},
+    {.name = "cron", .sub = "run", .args = "NAME", .opts = "[--queue Q]",
+     .help = "enqueue its task now",
+     .min = 1, .max = 3, .run = ctl_cron_act, .connects = 1, .fn = "cron_run"},
     {.name = "limit", .sub = "set", .args = "<target>",
      .opts = "[--rate N/PERIOD] [--burst N]\n[--concurrency N] [--per-key]",
      .help = "target: queue or queue:task_type; PERIOD: s, m,\nh, or a duration (10s, 500ms)",
@@ -283,7 +253,8 @@ static void help(void) {
            "                        wait_timeout_ms, tls_* and sentinel_* keys\n"
            "  -u, --url REDIS_URL   overrides the configured url (redis://, rediss:// for\n"
            "                        TLS, unix://, redis-sentinel://h:p[,h:p...]/master[/db],\n"
-           "                        rediss-sentinel://...)\n"
+           "                        rediss-sentinel://..., redis-cluster://h:p[,h:p...],\n"
+           "                        rediss-cluster://...)\n"
            "  -n, --namespace NS    overrides the configured namespace\n"
            "  -j, --json            machine-readable output\n"
            "  -h, --help            this text\n"
@@ -298,6 +269,11 @@ static void help(void) {
            "exit codes: 0 ok; 1 Redis refused, not found or unreachable; 2 usage error, or a\n"
            "configuration (FILE or environment) that does not load; 3 enqueue --wait\n"
            "--timeout S ran out before the task ended.\n");
+}
+
+void ctl_verb_usage(const ctl_verb *v) {
+    ctl_usage_error("usage: dtqctl %s%s%s%s%s%s", v->name, v->sub ? " " : "", v->sub ? v->sub : "",
+                    v->args ? " " : "", v->args ? v->args : "", v->opts ? " [options]" : "");
 }
 
 /* The row of `cmd` and its sub-verb (taken from the arguments), or a usage error (exit 2):
@@ -331,10 +307,7 @@ static const ctl_verb *find_verb(const char *cmd, int *argc, char ***argv) {
         (*argc)--;
         (*argv)++;
     }
-    if (*argc < v->min || (v->max != ANY && *argc > v->max))
-        ctl_usage_error("usage: dtqctl %s%s%s%s%s%s", v->name, v->sub ? " " : "",
-                        v->sub ? v->sub : "", v->args ? " " : "", v->args ? v->args : "",
-                        v->opts ? " [options]" : "");
+    if (*argc < v->min || (v->max != ANY && *argc > v->max)) ctl_verb_usage(v);
     return v;
 }
 
@@ -386,6 +359,7 @@ static void connect_ctl(ctl *x, const char *url_s, const dtq_config *cfg) {
     x->conn = dtq_rsync_connect(&url, &o, err, sizeof(err));
     dtq_redis_url_deinit(&url);
     if (!x->conn) ctl_refused("%s", err);
+    x->cluster = dtq_rsync_is_cluster(x->conn); /* the cluster layout (ctl_route.c) */
 }
 
 int main(int argc, char **argv) {

@@ -598,6 +598,13 @@ START_TEST(test_enqueue_bulk_from_stdin) {
     rc = run_bulk(&out, &err, input, "enqueue-bulk bulk echo --priority 3");
     ck_assert_int_eq(rc, 1);
     ck_assert_int_eq(count_lines(out), 2499);
+    {
+        /* each line is "<task id> created", from the flat reply of the Function */
+        char id[65] = "";
+        ck_assert_int_eq(sscanf(out, "%64s", id), 1);
+        ck_assert_int_eq(strncmp(out + strlen(id), " created\n", 9), 0);
+        th_assert_field(C, id, "queue", "bulk");
+    }
     ck_assert_ptr_nonnull(strstr(err, "line 1234: INVALID_ARGUMENT payload is not valid JSON"));
     ck_assert_int_eq(count_lines(err), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulk:p3")), 2499);
@@ -606,6 +613,7 @@ START_TEST(test_enqueue_bulk_from_stdin) {
     rc = run_bulk(&out, &err, "{\"a\":1}\n\n{\"a\":2}\n", "--json enqueue-bulk bulk echo");
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(strstr(out, "\"line\":3,\"task_id\":"));
+    ck_assert_ptr_nonnull(strstr(out, "\"result\":\"created\""));
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulk:p5")), 2);
     free(out);
     free(err);
@@ -623,16 +631,18 @@ START_TEST(test_help_is_the_table) {
         {"enqueue", "enqueue q", "usage: dtqctl enqueue <queue> <task_type> <payload> [options]"},
         {"enqueue-bulk", "enqueue-bulk q",
          "usage: dtqctl enqueue-bulk <queue> <task_type> [options]"},
-        {"show", "show", "usage: dtqctl show <id>"},
-        {"cancel", "cancel a b", "usage: dtqctl cancel <id>"},
+        {"show", "show", "usage: dtqctl show <id> [options]"},
+        {"cancel", "cancel a b", "usage: dtqctl cancel <id> [options]"},
         {"dlq list", NULL, NULL},
-        {"dlq requeue", "dlq requeue", "usage: dtqctl dlq requeue <id>"},
+        {"dlq requeue", "dlq requeue", "usage: dtqctl dlq requeue <id> [options]"},
         {"dlq requeue-all", "dlq requeue-all x", "usage: dtqctl dlq requeue-all"},
-        {"dlq discard", "dlq discard a b", "usage: dtqctl dlq discard <id>"},
+        {"dlq discard", "dlq discard a b", "usage: dtqctl dlq discard <id> [options]"},
         {"dlq purge", "dlq purge x", "usage: dtqctl dlq purge"},
         {"scheduled list", NULL, NULL},
-        {"scheduled run-now", "scheduled run-now", "usage: dtqctl scheduled run-now <id>"},
-        {"scheduled delete", "scheduled delete a b", "usage: dtqctl scheduled delete <id>"},
+        {"scheduled run-now", "scheduled run-now",
+         "usage: dtqctl scheduled run-now <id> [options]"},
+        {"scheduled delete", "scheduled delete a b",
+         "usage: dtqctl scheduled delete <id> [options]"},
         {"queues", "queues x", "usage: dtqctl queues"},
         {"queue clear", "queue clear", "usage: dtqctl queue clear <queue> [options]"},
         {"queue remove", "queue remove", "usage: dtqctl queue remove <queue>"},
@@ -641,10 +651,10 @@ START_TEST(test_help_is_the_table) {
         {"cron add", "cron add a b",
          "usage: dtqctl cron add NAME SPEC QUEUE TASK_TYPE PAYLOAD [options]"},
         {"cron list", "cron list a b", "usage: dtqctl cron list [options]"},
-        {"cron remove", "cron remove", "usage: dtqctl cron remove NAME"},
-        {"cron pause", "cron pause a b", "usage: dtqctl cron pause NAME"},
-        {"cron resume", "cron resume", "usage: dtqctl cron resume NAME"},
-        {"cron run", "cron run", "usage: dtqctl cron run NAME"},
+        {"cron remove", "cron remove", "usage: dtqctl cron remove NAME [options]"},
+        {"cron pause", "cron pause a b", "usage: dtqctl cron pause NAME [options]"},
+        {"cron resume", "cron resume", "usage: dtqctl cron resume NAME [options]"},
+        {"cron run", "cron run", "usage: dtqctl cron run NAME [options]"},
         {"limit set", "limit set", "usage: dtqctl limit set <target> [options]"},
         {"limit list", "limit list a b", "usage: dtqctl limit list [options]"},
         {"limit remove", "limit remove", "usage: dtqctl limit remove <target>"},
@@ -852,7 +862,8 @@ START_TEST(test_json_numbers) {
     cJSON_Delete(o);
     free(out);
     free(created);
-    /* a value dtq did not write stays as it is; an empty one is null */
+    /* a value dtq did not write stays as it is; an empty one is null; updated_at is the
+     * latest time the hash holds (here created_at alone) */
     freeReplyObject(th_cmd(C,
                            "HSET dtq:task:n2 id n2 queue default status queued attempt 2x "
                            "priority %s created_at 1796159654123 zz 7",
@@ -860,7 +871,7 @@ START_TEST(test_json_numbers) {
     ck_assert_int_eq(th_ctl(&R, &out, "--json show n2"), 0);
     ck_assert_str_eq(out, "{\"id\":\"n2\",\"queue\":\"default\",\"status\":\"queued\","
                           "\"attempt\":\"2x\",\"priority\":null,\"created_at\":1796159654123,"
-                          "\"zz\":\"7\",\"result\":null}\n");
+                          "\"updated_at\":1796159654123,\"zz\":\"7\",\"result\":null}\n");
     free(out);
 
     ck_assert_int_eq(th_ctl(&R, &out, "--json workers"), 0);
@@ -956,7 +967,10 @@ START_TEST(test_show_times_due_and_errors) {
     iso_of(ms, iso, sizeof(iso));
     assert_shown(out, "created_at", iso);
     free(ms);
-    ms = hget("dtq:task:d1", "updated_at");
+    /* the hash holds no updated_at until a change without a time of its own: show resolves
+     * it as the latest of those times, here the creation */
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:task:d1 updated_at")), 0);
+    ms = hget("dtq:task:d1", "created_at");
     iso_of(ms, iso, sizeof(iso));
     assert_shown(out, "updated_at", iso);
     free(ms);
@@ -1033,6 +1047,37 @@ START_TEST(test_pause_unknown_queue) {
     ck_assert_int_eq(th_ctl(&R, &out, "pause default"), 0); /* the daemon's queue is known */
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "pause default --bogus"), 2);
+    free(out);
+}
+END_TEST
+
+/* The single layout: the first write checks the layout marker (a namespace marked for Redis
+ * Cluster is refused, WRONG_LAYOUT, exit 1; reads are not checked), and --queue is accepted
+ * by the verbs by id and ignored (ids are unique in the namespace). */
+START_TEST(test_layout_and_queue_option) {
+    char *out, id[64], args[160];
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo {}"), 0);
+    ck_assert_int_eq(sscanf(out, "%63s", id), 1);
+    free(out);
+    th_expect_str(th_cmd(C, "GET dtq:layout"), "single");
+    freeReplyObject(th_cmd(C, "SET dtq:layout cluster"));
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue default echo {}"), 1);
+    ck_assert_msg(strstr(out, "WRONG_LAYOUT namespace dtq is laid out for Redis Cluster"), "%s",
+                  out);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "cancel nosuch"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "WRONG_LAYOUT"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "stats"), 0);
+    free(out);
+    freeReplyObject(th_cmd(C, "SET dtq:layout single"));
+    snprintf(args, sizeof(args), "--json show --queue whatever %s", id);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 0);
+    ck_assert_ptr_nonnull(strstr(out, id));
+    free(out);
+    snprintf(args, sizeof(args), "show %s --queue", id);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--queue needs a queue"));
     free(out);
 }
 END_TEST
@@ -1200,6 +1245,7 @@ int main(void) {
     tcase_add_test(tc, test_pause_unknown_queue);
     tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
     tcase_add_test(tc, test_scheduled_and_queue_verbs);
+    tcase_add_test(tc, test_layout_and_queue_option);
     suite_add_tcase(s, tc);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);

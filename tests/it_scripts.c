@@ -141,23 +141,23 @@ START_TEST(test_enqueue_bulk) {
                "{oops");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
     ck_assert_int_eq(r->elements, 4);
-    ck_assert_int_eq(r->element[0]->type, REDIS_REPLY_ARRAY);
-    ck_assert_str_eq(r->element[0]->element[1]->str, "created");
-    ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_ERROR); /* that payload alone refused */
+    /* flat: the id of each task created, or the error of that payload alone */
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_int_eq(r->element[i]->type, i == 1 ? REDIS_REPLY_ERROR : REDIS_REPLY_STRING);
     ck_assert_ptr_nonnull(strstr(r->element[1]->str, "INVALID_ARGUMENT payload is not valid JSON"));
-    ck_assert_str_eq(r->element[2]->element[1]->str, "created");
-    ck_assert_str_eq(r->element[3]->element[1]->str, "created");
-    th_assert_field(C, r->element[3]->element[0]->str, "payload", "{\"b\":3}");
-    th_assert_field(C, r->element[0]->element[0]->str, "priority", "7");
-    th_assert_field(C, r->element[0]->element[0]->str, "status", "queued");
-    ck_assert_str_ne(r->element[0]->element[0]->str, r->element[2]->element[0]->str);
+    th_assert_field(C, r->element[3]->str, "payload", "{\"b\":3}");
+    th_assert_field(C, r->element[0]->str, "priority", "7");
+    th_assert_field(C, r->element[0]->str, "status", "queued");
+    th_assert_field(C, r->element[2]->str, "id", r->element[2]->str);
+    ck_assert_str_ne(r->element[0]->str, r->element[2]->str);
     freeReplyObject(r);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:bulkq:p7")), 3);
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues bulkq")), 1);
     /* the queue fills up part way: the rest are refused one by one */
     freeReplyObject(th_cmd(C, "HSET dtq:config max_queue_depth 4"));
     r = th_cmd(C, "FCALL dtq_enqueue_bulk 0 bulkq echo 3 1 2 3 priority 7");
-    ck_assert_str_eq(r->element[0]->element[1]->str, "created");
+    ck_assert_int_eq(r->element[0]->type, REDIS_REPLY_STRING);
+    th_assert_field(C, r->element[0]->str, "status", "queued");
     ck_assert_int_eq(r->element[1]->type, REDIS_REPLY_ERROR);
     ck_assert_ptr_nonnull(strstr(r->element[1]->str, "QUEUE_FULL"));
     ck_assert_int_eq(r->element[2]->type, REDIS_REPLY_ERROR);
@@ -1648,6 +1648,161 @@ START_TEST(test_finish_defer) {
 }
 END_TEST
 
+/* The queue's length counter behind QUEUE_FULL (<p>:queue:<q>:length): every path that adds
+ * or deletes an entry keeps it equal to the streams' length, so a queue filled to the limit,
+ * drained, fills to the limit again; damage to it heals. */
+static long long qlen(void) {
+    redisReply *r = th_cmd(C, "GET dtq:queue:default:length");
+    long long n = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long xlen_all(void) {
+    long long n = 0;
+    for (int b = 0; b <= 9; b++) n += th_int(th_cmd(C, "XLEN dtq:stream:default:p%d", b));
+    return n;
+}
+
+/* Fetches everything there is and finishes it as `outcome`; returns how many. */
+static size_t drain(enum dtq_outcome_kind outcome) {
+    redisReply *r = fetch("w1", 100, "default");
+    size_t n = r->element[0]->elements;
+    for (size_t i = 0; i < n; i++) {
+        redisReply *f = finish_one("w1", r->element[0]->element[i], outcome, "", DTQ_RESULT_NONE);
+        freeReplyObject(f);
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+START_TEST(test_queue_length_counter) {
+    redisReply *r;
+    th_queue_groups(C, "default");
+    freeReplyObject(th_cmd(C, "HSET dtq:config max_queue_depth 5"));
+    for (int round = 0; round < 3; round++) {
+        r = th_cmd(C, "FCALL dtq_enqueue_bulk 0 default echo 3 1 2 3 priority %d", round);
+        ck_assert_int_eq(r->elements, 3);
+        freeReplyObject(r);
+        for (int i = 0; i < 2; i++) freeReplyObject(enqueue("echo", "1"));
+        th_expect_refused(enqueue("echo", "1"), "QUEUE_FULL queue default holds 5 entries");
+        /* a delayed task takes no entry, but a full queue refuses it all the same */
+        th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 delay_ms 9"), "QUEUE_FULL");
+        ck_assert_int_eq(qlen(), 5);
+        ck_assert_int_eq(drain(OK_), 5); /* acknowledged and deleted at finish */
+        ck_assert_int_eq(qlen(), 0);
+        ck_assert_int_eq(xlen_all(), 0);
+    }
+    /* a retry leaves the stream and comes back with its promotion */
+    freeReplyObject(enqueue("echo", "1"));
+    freeReplyObject(enqueue("echo", "1"));
+    ck_assert_int_eq(drain(RETRY_), 2);
+    ck_assert_int_eq(qlen(), 0);
+    r = th_cmd(C, "ZRANGE dtq:retry:schedule 0 -1");
+    ck_assert_int_eq(r->elements, 2);
+    freeReplyObject(
+        th_cmd(C, "FCALL dtq_sched_run_now 0 t %s %s", r->element[0]->str, r->element[1]->str));
+    freeReplyObject(r);
+    ck_assert_int_eq(qlen(), 2);
+    /* a raw producer entry counts from its first delivery; settled entries leave it */
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload 1"));
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload {bad"));
+    ck_assert_int_eq(qlen(), 2);
+    r = fetch("w1", 100, "default");
+    ck_assert_int_eq(r->element[0]->elements, 3); /* the bad one is dead-lettered at once */
+    freeReplyObject(r);
+    ck_assert_int_eq(qlen(), 3);
+    ck_assert_int_eq(xlen_all(), 3);
+    /* queue_clear deletes the waiting entries, the running ones stay */
+    freeReplyObject(enqueue("echo", "1"));
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:default:p5 * task_type echo payload 2"));
+    r = th_cmd(C, "FCALL dtq_queue_clear 0 t default");
+    ck_assert_int_eq(r->element[0]->integer, 2);
+    freeReplyObject(r);
+    ck_assert_int_eq(qlen(), 3);
+    ck_assert_int_eq(xlen_all(), 3);
+    /* damage heals from the streams: below zero, not a number, missing */
+    const char *damage[] = {"SET dtq:queue:default:length -4", "SET dtq:queue:default:length x",
+                            "DEL dtq:queue:default:length", "LPUSH dtq:queue:default:length x"};
+    for (size_t i = 0; i < sizeof damage / sizeof *damage; i++) {
+        freeReplyObject(th_cmd(C, "DEL dtq:queue:default:length"));
+        freeReplyObject(th_cmd(C, damage[i]));
+        freeReplyObject(enqueue("echo", "1"));
+        ck_assert_int_eq(qlen(), xlen_all());
+        ck_assert_int_eq(drain(OK_), 1);
+        ck_assert_int_eq(qlen(), 3);
+    }
+    /* a fetch that finds nothing new sets it to the streams' length */
+    freeReplyObject(th_cmd(C, "SET dtq:queue:default:length 99"));
+    freeReplyObject(fetch("w1", 10, "default"));
+    ck_assert_int_eq(qlen(), 3);
+    /* entries trimmed by a raw XTRIM: the next idle fetch heals; the queue takes five again */
+    freeReplyObject(th_cmd(C, "XTRIM dtq:stream:default:p5 MAXLEN 0"));
+    freeReplyObject(fetch("w1", 10, "default"));
+    ck_assert_int_eq(qlen(), 0);
+    for (int i = 0; i < 5; i++) freeReplyObject(enqueue("echo", "1"));
+    th_expect_refused(enqueue("echo", "1"), "QUEUE_FULL");
+}
+END_TEST
+
+/* A claim writes only what no reader can derive (docs/reference.md 3.2): no updated_at (the
+ * read model resolves it as the latest time the hash holds), and max_attempts/timeout_ms
+ * only when the hash does not hold those values already. */
+static const char *task_view_updated_at(const char *id, char **text, cJSON **o) {
+    *o = th_read_json(C, text, "dtq_task_view 0 %s", id);
+    return th_json_str(*o, "fields.updated_at");
+}
+
+START_TEST(test_claim_writes_only_what_readers_cannot_derive) {
+    static const char *const claimed[] = {
+        "id",        "queue",      "task_type",    "payload",    "status",
+        "attempt",   "priority",   "created_at",   "metadata",   "cancel_requested",
+        "worker_id", "started_at", "max_attempts", "timeout_ms", "carrier"};
+    redisReply *r;
+    char *text, *t;
+    cJSON *o;
+    th_queue_groups(C, "default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id c1"));
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:task:c1 updated_at")), 0);
+    r = fetch("w1", 1, "default");
+    ck_assert_int_eq(th_int(th_cmd(C, "HLEN dtq:task:c1")),
+                     (long long)(sizeof claimed / sizeof *claimed));
+    for (size_t i = 0; i < sizeof claimed / sizeof *claimed; i++)
+        ck_assert_msg(th_int(th_cmd(C, "HEXISTS dtq:task:c1 %s", claimed[i])) == 1, "no %s",
+                      claimed[i]);
+    t = field("c1", "started_at");
+    ck_assert_str_eq(task_view_updated_at("c1", &text, &o), t);
+    free(t);
+    cJSON_Delete(o);
+    free(text);
+    /* a retry has no time of its own: it writes updated_at */
+    freeReplyObject(finish_one("w1", r->element[0]->element[0], RETRY_, "", DTQ_RESULT_NONE));
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "HEXISTS dtq:task:c1 updated_at")), 1);
+    freeReplyObject(th_cmd(C, "FCALL dtq_sched_run_now 0 t c1"));
+    /* attempt 2 under another policy: the resolution changed, so it is written again */
+    r = th_fetch(C, "w1", 1, "default", "{\"d\":[5,30000],\"t\":{\"echo\":[4,2000]}}");
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    ck_assert_int_eq(r->element[0]->element[0]->element[6]->integer, 2);
+    th_assert_field(C, "c1", "max_attempts", "4");
+    th_assert_field(C, "c1", "timeout_ms", "2000");
+    t = field("c1", "started_at");
+    ck_assert_str_eq(task_view_updated_at("c1", &text, &o), t);
+    free(t);
+    cJSON_Delete(o);
+    free(text);
+    /* the end writes finished_at alone, which the read model shows as updated_at */
+    freeReplyObject(finish_one("w1", r->element[0]->element[0], OK_, "", DTQ_RESULT_NONE));
+    freeReplyObject(r);
+    th_assert_field(C, "c1", "status", "succeeded");
+    t = field("c1", "finished_at");
+    ck_assert_str_eq(task_view_updated_at("c1", &text, &o), t);
+    free(t);
+    cJSON_Delete(o);
+    free(text);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("functions");
@@ -1688,6 +1843,8 @@ int main(void) {
     tcase_add_test(tc, test_requeue_dlq_in_chunks);
     tcase_add_test(tc, test_fetch_and_sched_claim_caps);
     tcase_add_test(tc, test_finish_defer);
+    tcase_add_test(tc, test_queue_length_counter);
+    tcase_add_test(tc, test_claim_writes_only_what_readers_cannot_derive);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

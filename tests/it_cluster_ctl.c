@@ -1,0 +1,493 @@
+/* it_cluster_ctl.c: dtqctl on a real local Redis Cluster of 3 primaries and 3 replicas
+ * (th_cluster_start, once for the suite; the cases run in order and build on each other),
+ * without a daemon: nine queues whose slots land on all three shards, enqueued through
+ * dtqctl, through a cluster-aware client (`redis-cli -c`, FCALL with the queue's tag) and by
+ * a raw XADD; stats summed over the queues; show and cancel by id with --queue (refused
+ * without); pause and resume; the schedule listed across queues; cron and limit verbs; the
+ * dead letters; and the layout marker refusing a namespace laid out for a single Redis. */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "harness.h"
+
+#include "cluster.h"
+
+#define NQ 9
+#define NS "cc"
+
+/* Set up in the parent process (the cases run forked, in order, and build on each
+ * other's Redis state, not on each other's memory). */
+static th_cluster CL;
+static char Q[NQ][16];  /* the nine queues, three on each shard, in shard order */
+static char ID[NQ][16]; /* the id of the task dtqctl enqueues into each (--id) */
+#define CLI_ID "cli-1"  /* the task redis-cli enqueues into Q[CLI_QUEUE] */
+#define CLI_QUEUE 1
+#define RAW_QUEUE 2 /* the queue of the raw XADD */
+
+/* The cluster, and nine queue names whose slots land three on each shard: Q[0..2] on one
+ * primary, Q[3..5] on another, Q[6..8] on the third (slot and node printed). */
+static void cluster_setup(void) {
+    int port_of[3] = {0}, per[3] = {0}, n = 0;
+    th_cluster_start(&CL, 3, 1);
+    for (int i = 1; n < NQ && i < 1000; i++) {
+        char name[16], tag[192];
+        int port, s;
+        snprintf(name, sizeof(name), "q%d", i);
+        snprintf(tag, sizeof(tag), "{" NS ":%s}", name);
+        port = th_cluster_owner_port(&CL, tag);
+        for (s = 0; s < 3 && port_of[s] && port_of[s] != port; s++) continue;
+        if (s == 3 || per[s] == 3 || (s > 0 && per[s - 1] < 3)) continue;
+        port_of[s] = port;
+        per[s]++;
+        snprintf(Q[n], sizeof(Q[n]), "%s", name);
+        snprintf(ID[n], sizeof(ID[n]), "t-%d", n);
+        printf("queue %s: slot %d, node %d\n", name, dtq_cluster_keyslot(tag, strlen(tag)), port);
+        n++;
+    }
+    if (n != NQ) {
+        fprintf(stderr, "cluster_ctl: no nine queues over three shards\n");
+        exit(1);
+    }
+}
+
+static void cluster_teardown(void) {
+    th_cluster_stop(&CL);
+}
+
+/* dtqctl -n NS <args> on the cluster URL; the exit code, the output in *out. */
+static int ctl(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ctl(char **out, const char *fmt, ...) {
+    char env[sizeof(CL.url) + 32], args[2048], full[2100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", CL.url);
+    snprintf(full, sizeof(full), "-n " NS " %s", args);
+    return th_run_dtqctl(&CL.node[0], out, env, full);
+}
+
+/* ctl that must exit 0; its output parsed as JSON (caller deletes). */
+static cJSON *ctl_json(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static cJSON *ctl_json(const char *fmt, ...) {
+    char args[2048], *out;
+    cJSON *v;
+    int rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    rc = ctl(&out, "--json %s", args);
+    ck_assert_msg(rc == 0, "dtqctl --json %s: exit %d: %s", args, rc, out);
+    v = cJSON_Parse(out);
+    ck_assert_msg(v != NULL, "dtqctl --json %s: not JSON: %s", args, out);
+    free(out);
+    return v;
+}
+
+/* A connection to the primary that serves key's slot (the caller frees it). */
+static redisContext *owner_of(const char *key) {
+    int port = th_cluster_owner_port(&CL, key);
+    return th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
+}
+
+/* The number of a stats member (0 when missing). */
+static long long stat(const cJSON *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static long long stat(const cJSON *st, const char *fmt, ...) {
+    char name[256];
+    const cJSON *v;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    v = cJSON_GetObjectItemCaseSensitive(st, name);
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : 0;
+}
+
+/* The library on every primary, for namespace NS. */
+START_TEST(test_install) {
+    char *out;
+    int rc = ctl(&out, "functions install");
+    ck_assert_msg(rc == 0 && strstr(out, "on 3 primaries"), "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
+/* Each of the nine queues (three per shard) enqueued into by dtqctl: the task lands under
+ * the queue's tag on the node of its slot, {NS}:queues lists them, the marker says
+ * cluster. */
+START_TEST(test_enqueue_nine_queues) {
+    redisContext *g;
+    redisReply *r;
+    for (int i = 0; i < NQ; i++) {
+        cJSON *v = ctl_json("enqueue %s echo '{\"i\":%d}' --id %s", Q[i], i, ID[i]);
+        char tag[192];
+        redisContext *c;
+        ck_assert_str_eq(th_json_str(v, "result"), "created");
+        ck_assert_str_eq(th_json_str(v, "task_id"), ID[i]);
+        cJSON_Delete(v);
+        snprintf(tag, sizeof(tag), "{" NS ":%s}", Q[i]);
+        c = owner_of(tag);
+        r = th_cmd(c, "HGET %s:task:%s queue", tag, ID[i]);
+        ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, Q[i]), "task of %s", Q[i]);
+        freeReplyObject(r);
+        r = th_cmd(c, "XLEN %s:stream:%s:p5", tag, Q[i]);
+        ck_assert_int_eq(r->integer, 1);
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    g = owner_of("{" NS "}");
+    r = th_cmd(g, "SCARD {" NS "}:queues");
+    ck_assert_int_eq(r->integer, NQ);
+    freeReplyObject(r);
+    r = th_cmd(g, "GET {" NS "}:layout");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "cluster"), "no marker");
+    freeReplyObject(r);
+    redisFree(g);
+}
+END_TEST
+
+/* A cluster-aware client: `redis-cli -c` FCALL <ns>_enqueue with the queue's tag as its key,
+ * from a node that may not serve it (redis-cli follows MOVED); and a raw XADD into a band's
+ * stream. stats counts both: the depths sum to 9 + 2 over the nine queues. */
+START_TEST(test_other_producers_and_stats) {
+    char cli[512], cmd[2048], path[400], *slash, *text;
+    redisContext *c;
+    redisReply *r;
+    cJSON *st;
+    long long depth = 0;
+    char tag[192];
+    snprintf(cli, sizeof(cli), "%s", REDIS_SERVER_BIN);
+    slash = strrchr(cli, '/');
+    snprintf(slash + 1, sizeof(cli) - (size_t)(slash + 1 - cli), "redis-cli");
+    ck_assert_msg(access(cli, X_OK) == 0, "no redis-cli next to redis-server");
+    th_path(&CL.node[0], "cli.out", path, sizeof(path));
+    /* from the node of Q[8]'s shard: Q[CLI_QUEUE] is on another (redis-cli follows MOVED) */
+    snprintf(tag, sizeof(tag), "{" NS ":%s}", Q[8]);
+    snprintf(cmd, sizeof(cmd),
+             "%s -c -p %d FCALL " NS "_enqueue 1 '{" NS ":%s}' %s echo '{\"via\":\"cli\"}' "
+             "task_id " CLI_ID " >%s 2>&1",
+             cli, th_cluster_owner_port(&CL, tag), Q[CLI_QUEUE], Q[CLI_QUEUE], path);
+    ck_assert_int_eq(system(cmd), 0);
+    text = th_read_file(path);
+    ck_assert_msg(strstr(text, CLI_ID "\ncreated"), "redis-cli: %s", text);
+    free(text);
+
+    snprintf(tag, sizeof(tag), "{" NS ":%s}", Q[RAW_QUEUE]);
+    c = owner_of(tag);
+    r = th_cmd(c, "XADD %s:stream:%s:p5 * task_type echo payload {}", tag, Q[RAW_QUEUE]);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+    redisFree(c);
+
+    st = ctl_json("stats");
+    for (int i = 0; i < NQ; i++) {
+        long long want = 1 + (i == CLI_QUEUE) + (i == RAW_QUEUE);
+        ck_assert_msg(stat(st, "queue:%s:depth", Q[i]) == want, "%s: depth %lld, want %lld", Q[i],
+                      stat(st, "queue:%s:depth", Q[i]), want);
+        ck_assert_int_eq(stat(st, "queue:%s:paused", Q[i]), 0);
+        depth += stat(st, "queue:%s:depth", Q[i]);
+    }
+    ck_assert_int_eq(depth, NQ + 2);
+    ck_assert_int_eq(cJSON_GetArraySize(st), NQ * 3 + 4); /* 3 per queue, then the totals */
+    ck_assert_int_eq(stat(st, "dlq"), 0);
+    ck_assert_int_eq(stat(st, "workers"), 0);
+    cJSON_Delete(st);
+
+    /* the same merge as text: a line per name, the totals once */
+    {
+        char *out, line[64];
+        ck_assert_int_eq(ctl(&out, "stats"), 0);
+        snprintf(line, sizeof(line), "queue:%s:depth", Q[RAW_QUEUE]);
+        ck_assert_msg(strstr(out, line) && strstr(strstr(out, line), " 2\n"), "%s", out);
+        ck_assert_ptr_nonnull(strstr(out, "\nworkers "));
+        ck_assert_ptr_null(strstr(strstr(out, "\nworkers ") + 1, "\nworkers "));
+        free(out);
+    }
+    /* queues: the nine, by name, with their depths */
+    st = ctl_json("queues");
+    ck_assert_int_eq(cJSON_GetArraySize(st), NQ);
+    for (int i = 1; i < NQ; i++)
+        ck_assert_int_lt(strcmp(th_json_str(cJSON_GetArrayItem(st, i - 1), "queue"),
+                                th_json_str(cJSON_GetArrayItem(st, i), "queue")),
+                         0);
+    cJSON_Delete(st);
+    st = ctl_json("workers");
+    ck_assert_int_eq(cJSON_GetArraySize(st), 0);
+    cJSON_Delete(st);
+}
+END_TEST
+
+/* show and cancel by id: --queue names the slot; without it, the refusal. */
+START_TEST(test_by_id) {
+    char *out;
+    cJSON *v;
+    int rc = ctl(&out, "show %s", ID[4]);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "INVALID_ARGUMENT this namespace is laid out for Redis Cluster: "
+                              "name the task's queue with --queue Q"),
+                  "%s", out);
+    free(out);
+    v = ctl_json("show %s --queue %s", ID[4], Q[4]);
+    ck_assert_str_eq(th_json_str(v, "id"), ID[4]);
+    ck_assert_str_eq(th_json_str(v, "queue"), Q[4]);
+    ck_assert_str_eq(th_json_str(v, "status"), "queued");
+    cJSON_Delete(v);
+    v = ctl_json("show --queue %s %s", Q[CLI_QUEUE], CLI_ID);
+    ck_assert_str_eq(th_json_str(v, "payload"), "{\"via\":\"cli\"}");
+    cJSON_Delete(v);
+    /* another queue's slot holds no such task */
+    rc = ctl(&out, "show %s --queue %s", ID[4], Q[5]);
+    ck_assert_msg(rc == 1 && strstr(out, "NOT_FOUND"), "exit %d: %s", rc, out);
+    free(out);
+
+    rc = ctl(&out, "cancel %s", ID[6]);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_ptr_nonnull(strstr(out, "--queue Q"));
+    free(out);
+    rc = ctl(&out, "cancel %s --queue %s", ID[6], Q[6]);
+    ck_assert_msg(rc == 0 && !strcmp(out, "cancelled\n"), "exit %d: %s", rc, out);
+    free(out);
+    v = ctl_json("show %s --queue %s", ID[6], Q[6]);
+    ck_assert_str_eq(th_json_str(v, "status"), "cancelled");
+    cJSON_Delete(v);
+}
+END_TEST
+
+/* pause and resume in the queue's slot; stats sees the flag. */
+START_TEST(test_pause_resume) {
+    char *out;
+    cJSON *st;
+    int rc = ctl(&out, "pause %s", Q[3]);
+    ck_assert_msg(rc == 0 && !strcmp(out, "paused\n"), "exit %d: %s", rc, out);
+    free(out);
+    st = ctl_json("stats");
+    ck_assert_int_eq(stat(st, "queue:%s:paused", Q[3]), 1);
+    ck_assert_int_eq(stat(st, "queue:%s:paused", Q[4]), 0);
+    cJSON_Delete(st);
+    rc = ctl(&out, "resume %s", Q[3]);
+    ck_assert_msg(rc == 0 && !strcmp(out, "resumed\n"), "exit %d: %s", rc, out);
+    free(out);
+    st = ctl_json("stats");
+    ck_assert_int_eq(stat(st, "queue:%s:paused", Q[3]), 0);
+    cJSON_Delete(st);
+    /* a queue nobody used: NOT_FOUND; --create makes it known to the index */
+    rc = ctl(&out, "pause fresh");
+    ck_assert_int_eq(rc, 1);
+    free(out);
+    rc = ctl(&out, "pause --create fresh");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    st = ctl_json("stats");
+    ck_assert_int_eq(stat(st, "queue:fresh:paused"), 1);
+    cJSON_Delete(st);
+    rc = ctl(&out, "resume fresh");
+    ck_assert_int_eq(rc, 0);
+    free(out);
+    rc = ctl(&out, "queue remove fresh");
+    ck_assert_msg(rc == 0 && strstr(out, "removed"), "exit %d: %s", rc, out);
+    free(out);
+    st = ctl_json("stats");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(st, "queue:fresh:paused"));
+    cJSON_Delete(st);
+}
+END_TEST
+
+/* Delayed tasks in three queues of three shards: scheduled list merges them soonest due
+ * first, --count cuts the merged list, --queue lists one queue; stats sums the schedules. */
+START_TEST(test_scheduled_across_queues) {
+    const int qs[3] = {0, 4, 8}; /* a queue of each shard (three per shard, in order) */
+    char ids[3][64];
+    cJSON *v, *st;
+    char *out;
+    int rc;
+    for (int k = 0; k < 3; k++) { /* the later k, the sooner due */
+        v = ctl_json("enqueue %s echo {} --delay-ms %d", Q[qs[k]], 600000 - k * 60000);
+        ck_assert_str_eq(th_json_str(v, "result"), "created");
+        snprintf(ids[k], sizeof(ids[k]), "%s", th_json_str(v, "task_id"));
+        cJSON_Delete(v);
+    }
+    v = ctl_json("scheduled list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 3);
+    for (int k = 0; k < 3; k++) {
+        const cJSON *e = cJSON_GetArrayItem(v, k);
+        ck_assert_str_eq(th_json_str(e, "task_id"), ids[2 - k]);
+        ck_assert_str_eq(th_json_str(e, "queue"), Q[qs[2 - k]]);
+    }
+    cJSON_Delete(v);
+    v = ctl_json("scheduled list --count 2");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 2);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 0), "task_id"), ids[2]);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 1), "task_id"), ids[1]);
+    cJSON_Delete(v);
+    v = ctl_json("scheduled list --queue %s", Q[qs[1]]);
+    ck_assert_int_eq(cJSON_GetArraySize(v), 1);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 0), "task_id"), ids[1]);
+    cJSON_Delete(v);
+    st = ctl_json("stats");
+    ck_assert_int_eq(stat(st, "scheduled"), 3);
+    cJSON_Delete(st);
+    /* run-now by id needs the queue too */
+    rc = ctl(&out, "scheduled run-now %s", ids[0]);
+    ck_assert_int_eq(rc, 1);
+    free(out);
+    rc = ctl(&out, "scheduled run-now %s --queue %s", ids[0], Q[qs[0]]);
+    ck_assert_msg(rc == 0 && strstr(out, " done"), "exit %d: %s", rc, out);
+    free(out);
+    st = ctl_json("stats");
+    ck_assert_int_eq(stat(st, "scheduled"), 2);
+    ck_assert_int_eq(stat(st, "queue:%s:depth", Q[qs[0]]), 2); /* its first task and this */
+    cJSON_Delete(st);
+}
+END_TEST
+
+/* cron add into two queues, list merged by name, a name in two queues needs --queue. */
+START_TEST(test_cron) {
+    cJSON *v;
+    char *out;
+    int rc = ctl(&out, "cron add nightly '0 3 * * *' %s echo {}", Q[1]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    rc = ctl(&out, "cron add hourly '0 * * * *' %s echo {}", Q[7]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    rc = ctl(&out, "cron add nightly '0 4 * * *' %s echo {}", Q[5]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    v = ctl_json("cron list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 3);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 0), "name"), "hourly");
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 0), "queue"), Q[7]);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 1), "name"), "nightly");
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 2), "name"), "nightly");
+    cJSON_Delete(v);
+    rc = ctl(&out, "cron pause nightly");
+    ck_assert_msg(rc == 1 && strstr(out, "2 queues have a periodic schedule named nightly"),
+                  "exit %d: %s", rc, out);
+    free(out);
+    rc = ctl(&out, "cron remove nightly --queue %s", Q[5]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    rc = ctl(&out, "cron pause nightly"); /* one left: found in Q[1] */
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    v = ctl_json("cron list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 2);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 1), "queue"), Q[1]);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(v, 1), "paused")));
+    cJSON_Delete(v);
+    rc = ctl(&out, "cron remove nosuch");
+    ck_assert_msg(rc == 1 && strstr(out, "NOT_FOUND"), "exit %d: %s", rc, out);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "cron remove nightly"), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "cron remove hourly"), 0);
+    free(out);
+    v = ctl_json("cron list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 0);
+    cJSON_Delete(v);
+}
+END_TEST
+
+/* limit set on two queues of two shards, list merged, remove. */
+START_TEST(test_limits) {
+    cJSON *v;
+    char *out;
+    int rc = ctl(&out, "limit set %s --rate 5/s", Q[2]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    rc = ctl(&out, "limit set %s:echo --concurrency 2", Q[6]);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    v = ctl_json("limit list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 2);
+    { /* by queue name, as one call over the whole namespace sorts them */
+        char target[64];
+        int first6 = strcmp(Q[6], Q[2]) < 0;
+        const cJSON *l2 = cJSON_GetArrayItem(v, first6), *l6 = cJSON_GetArrayItem(v, !first6);
+        snprintf(target, sizeof(target), "%s:echo", Q[6]);
+        ck_assert_str_eq(th_json_str(l2, "target"), Q[2]);
+        ck_assert_int_eq(th_json_int(l2, "rate"), 5);
+        ck_assert_str_eq(th_json_str(l6, "target"), target);
+        ck_assert_int_eq(th_json_int(l6, "concurrency"), 2);
+    }
+    cJSON_Delete(v);
+    ck_assert_int_eq(ctl(&out, "limit remove %s", Q[2]), 0);
+    free(out);
+    ck_assert_int_eq(ctl(&out, "limit remove %s:echo", Q[6]), 0);
+    free(out);
+    v = ctl_json("limit list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 0);
+    cJSON_Delete(v);
+}
+END_TEST
+
+/* The dead letters: none, listed, requeued and purged over every queue. */
+START_TEST(test_dlq_empty) {
+    cJSON *v = ctl_json("dlq list");
+    char *out;
+    int rc;
+    ck_assert(cJSON_IsArray(v));
+    ck_assert_int_eq(cJSON_GetArraySize(v), 0);
+    cJSON_Delete(v);
+    rc = ctl(&out, "dlq requeue-all");
+    ck_assert_msg(rc == 0 && !strcmp(out, "0\n"), "exit %d: %s", rc, out);
+    free(out);
+    rc = ctl(&out, "dlq purge");
+    ck_assert_msg(rc == 0 && !strcmp(out, "0\n"), "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
+/* A namespace first used with cluster_hash_tag over a plain URL (the single layout in one
+ * slot): dtqctl with the cluster URL refuses it, reads and writes alike. */
+START_TEST(test_layout_refusal) {
+    char env[600], *out;
+    int port = th_cluster_owner_port(&CL, "{lay}"), rc;
+    /* the library's own prefix is {lay}, as a single-layout daemon with cluster_hash_tag
+     * would load it */
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s' DTQ_REDIS_CLUSTER_HASH_TAG=true", CL.url);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n lay functions install");
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    free(out);
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL=redis://127.0.0.1:%d DTQ_REDIS_CLUSTER_HASH_TAG=true",
+             port);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n lay enqueue jobs echo {}");
+    ck_assert_msg(rc == 0 && strstr(out, "created"), "single layout: exit %d: %s", rc, out);
+    free(out);
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", CL.url);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n lay enqueue jobs echo {}");
+    ck_assert_msg(rc == 1 &&
+                      strstr(out, "WRONG_LAYOUT namespace lay is laid out for a single Redis"),
+                  "exit %d: %s", rc, out);
+    free(out);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n lay stats");
+    ck_assert_msg(rc == 1 && strstr(out, "WRONG_LAYOUT"), "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cluster_ctl");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
+    tcase_add_test(tc, test_install);
+    tcase_add_test(tc, test_enqueue_nine_queues);
+    tcase_add_test(tc, test_other_producers_and_stats);
+    tcase_add_test(tc, test_by_id);
+    tcase_add_test(tc, test_pause_resume);
+    tcase_add_test(tc, test_scheduled_across_queues);
+    tcase_add_test(tc, test_cron);
+    tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_dlq_empty);
+    tcase_add_test(tc, test_layout_refusal);
+    suite_add_tcase(s, tc);
+    return th_run_suite(s);
+}
