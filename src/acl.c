@@ -132,32 +132,58 @@ static char *expand(const char *rule, const char *ns, const char *prefix) {
     return out;
 }
 
+/* Appends t to the token list unless it is there already (then frees it). */
+static void add_token(char ***tokens, size_t *ntokens, size_t *len, char *t) {
+    for (size_t i = 0; i < *ntokens; i++)
+        if (!strcmp((*tokens)[i], t)) {
+            free(t);
+            return;
+        }
+    *tokens = dtq_xrealloc(*tokens, (*ntokens + 1) * sizeof(**tokens));
+    (*tokens)[(*ntokens)++] = t;
+    *len += strlen(t) + 1;
+}
+
 char *dtq_acl_tokens(const char *const *roles, int nroles, const char *ns, const char *prefix,
-                     const char **bad) {
+                     int cluster, const char **bad) {
     static const char *const reset[] = {RESET, NULL};
     char **tokens = NULL, *line;
     size_t ntokens = 0, len = 0;
+    char *shared = dtq_xasprintf("{%s}", ns), *queues = dtq_xasprintf("{%s:*}", ns);
+    /* the cluster routers (rsync.c, rcluster.c) read the slot map and follow ASK */
+    static const char *const cluster_extra[] = {"+cluster|slots", "+asking", NULL};
     for (int r = -1; r < nroles; r++) {
         const char *const *rules = r < 0 ? reset : role_rules(roles[r]);
         if (!rules) {
             for (size_t i = 0; i < ntokens; i++) free(tokens[i]);
             free(tokens);
+            free(shared);
+            free(queues);
             if (bad) *bad = roles[r];
             return NULL;
         }
         for (; *rules; rules++) {
-            char *t = expand(*rules, ns, prefix);
-            int seen = 0;
-            for (size_t i = 0; i < ntokens && !seen; i++) seen = !strcmp(tokens[i], t);
-            if (seen) {
-                free(t);
+            if (!cluster) {
+                add_token(&tokens, &ntokens, &len, expand(*rules, ns, prefix));
                 continue;
             }
-            tokens = dtq_xrealloc(tokens, (ntokens + 1) * sizeof(*tokens));
-            tokens[ntokens++] = t;
-            len += strlen(t) + 1;
+            add_token(&tokens, &ntokens, &len, expand(*rules, ns, shared));
+            /* a key pattern (~, %R~, %W~) also for the queues' slots */
+            if (strstr(*rules, "<p>") && strchr(*rules, '~'))
+                add_token(&tokens, &ntokens, &len, expand(*rules, ns, queues));
+        }
+        if (cluster && r >= 0) {
+            for (const char *const *e = cluster_extra; *e; e++)
+                add_token(&tokens, &ntokens, &len, dtq_xstrdup(*e));
+            /* a Function's first key, the bare tag (it names no stored key) */
+            if (strcmp(roles[r], "producer-raw")) {
+                add_token(&tokens, &ntokens, &len, dtq_xasprintf("~%s", shared));
+                add_token(&tokens, &ntokens, &len, dtq_xasprintf("~%s", queues));
+            }
         }
     }
+    free(shared);
+    free(queues);
     line = dtq_xcalloc(1, len + 1);
     for (size_t i = 0; i < ntokens; i++) {
         if (i) strcat(line, " ");

@@ -13,8 +13,14 @@ extern const char *const dtq_acl_roles[];
  * ("<ns>" or "{<ns>}"), space-separated on one line (no newline): first
  * `resetkeys resetchannels clearselectors -@all`, so that the result does not depend on
  * what the user held before, then the rules, each token once. Caller-owned; NULL when a
- * role is unknown (*bad names it). */
+ * role is unknown (*bad names it).
+ *
+ * cluster: the cluster layout (reference 5.9): every key pattern is given twice, for the
+ * shared keys under "{<ns>}" and for every queue's under "{<ns>:*}" (prefix is ignored);
+ * the events channel is "{<ns>}:events"; every role also gets CLUSTER SLOTS and ASKING,
+ * which the routers send, and the bare tags "{<ns>}" and "{<ns>:*}" that the Function
+ * calls name as their first key. */
 char *dtq_acl_tokens(const char *const *roles, int nroles, const char *ns, const char *prefix,
-                     const char **bad);
+                     int cluster, const char **bad);
 
 #endif

@@ -203,8 +203,17 @@ static const ctl_verb verbs[] = {
 /* acl ROLE...: the rules printed, not applied (no connection). */
 static int ctl_acl(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char *bad = NULL;
-    char *line = dtq_acl_tokens((const char *const *)argv, argc, x->ns, x->prefix, &bad);
+    dtq_redis_url url;
+    char err[1024], *line;
+    int cluster = 0;
     DTQ_UNUSED(v);
+    /* the layout follows the URL (a redis-cluster:// URL: the cluster layout's patterns);
+     * nothing is connected to */
+    if (x->url && dtq_redis_url_parse(x->url, &url, err, sizeof(err)) == DTQ_OK) {
+        cluster = url.cluster;
+        dtq_redis_url_deinit(&url);
+    }
+    line = dtq_acl_tokens((const char *const *)argv, argc, x->ns, x->prefix, cluster, &bad);
     if (!line)
         ctl_usage_error("unknown role '%s' (producer, producer-raw, worker, admin, monitor)", bad);
     printf("%s\n", line);
@@ -403,6 +412,7 @@ int main(int argc, char **argv) {
     if (!dtq_namespace_valid(x.ns)) ctl_usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
     x.wait_timeout_ms = cfg->wait_timeout_ms;
+    x.url = url ? url : cfg->redis_url;
     if (v->connects) {
         signal(SIGPIPE, SIG_IGN); /* SSL_write to a closed connection: an error, not a signal */
         connect_ctl(&x, url ? url : cfg->redis_url, cfg);

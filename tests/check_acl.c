@@ -10,7 +10,7 @@
 
 static char *tokens(const char *role, const char *ns, const char *prefix) {
     const char *roles[1] = {role};
-    char *t = dtq_acl_tokens(roles, 1, ns, prefix, NULL);
+    char *t = dtq_acl_tokens(roles, 1, ns, prefix, 0, NULL);
     ck_assert_msg(t != NULL, "role %s", role);
     return t;
 }
@@ -85,12 +85,12 @@ END_TEST
 START_TEST(test_union_and_unknown) {
     const char *two[2] = {"producer", "monitor"}, *bad_roles[2] = {"monitor", "root"};
     const char *bad = NULL;
-    char *t = dtq_acl_tokens(two, 2, "dtq", "dtq", NULL);
+    char *t = dtq_acl_tokens(two, 2, "dtq", "dtq", 0, NULL);
     ck_assert(has(t, "+fcall|dtq_enqueue") && has(t, "+fcall_ro|dtq_stats"));
     ck_assert_ptr_eq(strstr(t, "-@all"), strrchr(t, '@') - 1);   /* one reset, at the start */
     ck_assert_ptr_eq(strstr(t, "&dtq:events"), strrchr(t, '&')); /* each token once */
     free(t);
-    ck_assert_ptr_null(dtq_acl_tokens(bad_roles, 2, "dtq", "dtq", &bad));
+    ck_assert_ptr_null(dtq_acl_tokens(bad_roles, 2, "dtq", "dtq", 0, &bad));
     ck_assert_str_eq(bad, "root");
 }
 END_TEST

@@ -447,6 +447,79 @@ END_TEST
 
 /* A namespace first used with cluster_hash_tag over a plain URL (the single layout in one
  * slot): dtqctl with the cluster URL refuses it, reads and writes alike. */
+
+/* The ACL roles in the cluster layout (dtqctl acl on a redis-cluster:// URL: the patterns of
+ * {ns} and of every queue's {ns:*}): set on every node (a replica may be promoted), a
+ * producer enqueues into a queue of each shard, an admin reads the merged stats and a task
+ * by id, and no node's ACL LOG holds a denial of either. */
+START_TEST(test_acl_roles) {
+    const char *roles[2] = {"producer", "admin"}, *users[2] = {"prod", "adm"};
+    char env[sizeof(CL.url) + 64], url[sizeof(CL.url) + 32], *out;
+    cJSON *v;
+    int rc;
+    for (int r = 0; r < 2; r++) {
+        char *tokens;
+        rc = ctl(&tokens, "acl %s", roles[r]);
+        ck_assert_int_eq(rc, 0);
+        ck_assert_msg(strstr(tokens, "{" NS ":*}:") && strstr(tokens, "&{" NS "}:events"), "%s",
+                      tokens);
+        tokens[strcspn(tokens, "\n")] = '\0';
+        for (int i = 0; i < CL.n; i++) {
+            redisContext *c = th_cluster_connect(&CL, i);
+            char cmd[4096], *argv[256], *save = NULL;
+            int argc = 0;
+            redisReply *rr;
+            /* the tokens hold '%' (%R~, %W~): sent as arguments, never as a format */
+            snprintf(cmd, sizeof(cmd), "ACL SETUSER %s reset on >pw %s", users[r], tokens);
+            for (char *t = strtok_r(cmd, " ", &save); t && argc < 256;
+                 t = strtok_r(NULL, " ", &save))
+                argv[argc++] = t;
+            rr = redisCommandArgv(c, argc, (const char **)argv, NULL);
+            ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "node %d: %s", i,
+                          rr && rr->str ? rr->str : "?");
+            freeReplyObject(rr);
+            freeReplyObject(th_cmd(c, "ACL LOG RESET"));
+            redisFree(c);
+        }
+        free(tokens);
+    }
+    snprintf(url, sizeof(url), "redis-cluster://prod:pw@%s", CL.url + strlen("redis-cluster://"));
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", url);
+    for (int q = 0; q < NQ; q += 3) {
+        char args[256];
+        snprintf(args, sizeof(args), "-n " NS " enqueue %s echo {} --id acl-%d", Q[q], q);
+        rc = th_run_dtqctl(&CL.node[0], &out, env, args);
+        ck_assert_msg(rc == 0, "producer enqueue into %s: exit %d: %s", Q[q], rc, out);
+        free(out);
+    }
+    snprintf(url, sizeof(url), "redis-cluster://adm:pw@%s", CL.url + strlen("redis-cluster://"));
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", url);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n " NS " --json stats");
+    ck_assert_msg(rc == 0, "admin stats: exit %d: %s", rc, out);
+    v = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(v);
+    cJSON_Delete(v);
+    free(out);
+    {
+        char args[256];
+        snprintf(args, sizeof(args), "-n " NS " --json show acl-3 --queue %s", Q[3]);
+        rc = th_run_dtqctl(&CL.node[0], &out, env, args);
+        ck_assert_msg(rc == 0 && strstr(out, "\"queued\""), "admin show: exit %d: %s", rc, out);
+        free(out);
+    }
+    for (int i = 0; i < CL.n; i++) {
+        redisContext *c = th_cluster_connect(&CL, i);
+        redisReply *rr = th_cmd(c, "ACL LOG");
+        ck_assert_msg(rr->type == REDIS_REPLY_ARRAY && rr->elements == 0,
+                      "node %d: %zu ACL denials, the first: %s", i, rr->elements,
+                      rr->elements && rr->element[0]->elements > 1 ? rr->element[0]->element[1]->str
+                                                                   : "?");
+        freeReplyObject(rr);
+        redisFree(c);
+    }
+}
+END_TEST
+
 START_TEST(test_layout_refusal) {
     char env[600], *out;
     int port = th_cluster_owner_port(&CL, "{lay}"), rc;
@@ -487,6 +560,7 @@ int main(void) {
     tcase_add_test(tc, test_cron);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_dlq_empty);
+    tcase_add_test(tc, test_acl_roles);
     tcase_add_test(tc, test_layout_refusal);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
