@@ -62,6 +62,17 @@ function SCOPE.refuse(q)
   end
   return nil
 end
+-- In the cluster layout, why a stream named by a finish or handback record is not one of
+-- the call's queue (a record of another queue: its task id may name another task here);
+-- nil when it is.
+function SCOPE.foreign_stream(stream)
+  if not SCOPE.cluster then return nil end
+  local head = PREFIX .. ':stream:'
+  if type(stream) ~= 'string' or stream:sub(1, #head) ~= head then
+    return 'stream ' .. tostring(stream) .. ' is not a stream of the call\'s key ' .. PREFIX
+  end
+  return nil
+end
 function SCOPE.check(q)
   local bad = SCOPE.refuse(q)
   if bad then error(bad) end
@@ -76,7 +87,8 @@ function SCOPE.enter(keys)
     local q
     if inner == NS then
       q = false
-    elseif inner:sub(1, #NS + 1) == NS .. ':' and #inner > #NS + 1 then
+    elseif inner:sub(1, #NS + 1) == NS .. ':' and #inner <= #NS + 129 and
+        inner:find('^[A-Za-z0-9._:-]+$', #NS + 2) then -- a queue name: no braces
       q = inner:sub(#NS + 2)
     else
       return 'INVALID_ARGUMENT key ' .. tag .. ' is not a hash tag of namespace ' .. NS ..
@@ -1260,7 +1272,7 @@ local function finish_record_error(args, b)
     return 'delay_ms is not a number'
   end
   if outcome == 'defer' and not tonumber(args[b + 11]) then return 'grace_ms is not a number' end
-  return nil
+  return SCOPE.foreign_stream(args[b + 4])
 end
 
 -- Only what the guard and the writes need: the claim that this record ends already found
@@ -1387,6 +1399,13 @@ Drain: gives interrupted attempts back for another worker at once: attempt + 1 a
 fresh entry, also after the last attempt (an interrupted attempt never ends a task). ]]
 local function handback(keys, args)
   local worker, n = args[1], tonumber(args[2])
+  if not n or #args ~= 2 + n * 5 then
+    return redis.error_reply('INVALID_ARGUMENT handback takes worker_id, n and n records of 5 values')
+  end
+  for i = 0, n - 1 do
+    local bad = SCOPE.foreign_stream(args[2 + i * 5 + 3])
+    if bad then return redis.error_reply('INVALID_ARGUMENT record ' .. fmt(i + 1) .. ': ' .. bad) end
+  end
   local c = load_config()
   local ms = now_ms()
   local out = {}

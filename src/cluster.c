@@ -254,6 +254,11 @@ int dtq_cluster_key_index(int argc, const char **argv, const size_t *lens) {
         if (dtq_parse_int64(num, 1, INT32_MAX, &k) != DTQ_OK) return -1;
         return 3;
     }
+    /* a subcommand first: XGROUP CREATE <key> ..., XINFO STREAM|GROUPS|CONSUMERS <key>,
+     * OBJECT ENCODING <key> */
+    if (arg_is(argc, argv, lens, 0, "XGROUP") || arg_is(argc, argv, lens, 0, "XINFO") ||
+        arg_is(argc, argv, lens, 0, "OBJECT"))
+        return argc > 2 ? 2 : -1;
     if (arg_is(argc, argv, lens, 0, "XREAD") || arg_is(argc, argv, lens, 0, "XREADGROUP")) {
         for (int i = 1; i + 1 < argc; i++)
             if (arg_is(argc, argv, lens, i, "STREAMS")) return i + 1;

@@ -60,8 +60,9 @@ static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name
  * for one Redis, the cluster layout for a cluster URL); the answer writes the marker when
  * there is none. WRONG_LAYOUT ends the program (exit 1, its message says how to move). A
  * library without <ns>_layout (older than the cluster layout) can only hold the single
- * layout: fine for it, the not-loaded refusal for the cluster layout. Any other error
- * (NOPERM: a role without the Function) is refused, naming the Function. */
+ * layout: fine for it, the not-loaded refusal for the cluster layout. NOPERM on a single
+ * Redis (a role made before <ns>_layout existed) is a warning: that namespace can only be
+ * single. Any other error is refused, naming the Function. */
 static void check_layout(ctl *x) {
     const char *a[1] = {x->cluster ? "cluster" : "single"};
     redisReply *r;
@@ -71,6 +72,13 @@ static void check_layout(ctl *x) {
         if (!strncmp(r->str, "WRONG_LAYOUT", 12)) ctl_refused("%s", r->str);
         if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION) {
             if (x->cluster) not_loaded(x);
+        } else if (!x->cluster && !strncmp(r->str, "NOPERM", 6)) {
+            /* a role made by an older dtqctl acl: the single layout is the only one such a
+             * namespace can have, so the check is skipped, not the write */
+            fprintf(stderr,
+                    "dtqctl: %s_layout not permitted (%s): layout not checked; "
+                    "apply the role again (dtqctl acl)\n",
+                    x->ns, r->str);
         } else {
             ctl_refused("%s_layout: %s", x->ns, r->str);
         }
@@ -150,20 +158,21 @@ void ctl_scopes_free(char **scopes, int n) {
     free(scopes);
 }
 
-/* SADD or SREM {ns}:queues queue (cluster layout only). */
+/* SADD or SREM queue in {ns}:queues, and for SADD in the queue's own {ns:q}:queues too,
+ * which the Functions' queue checks read (cluster layout only; <ns>_queue_remove SREMs
+ * the queue's own). */
 static void index_op(ctl *x, const char *op, const char *queue) {
-    char *key;
-    const char *a[3];
-    redisReply *r;
     if (!x->cluster) return;
-    key = index_key(x);
-    a[0] = op;
-    a[1] = key;
-    a[2] = queue;
-    r = ctl_command(x, 3, a);
-    if (r->type == REDIS_REPLY_ERROR) ctl_refused("%s %s: %s", op, key, r->str);
-    free(key);
-    freeReplyObject(r);
+    for (int own = 0; own < (strcmp(op, "SADD") ? 1 : 2); own++) {
+        char *tag = own ? dtq_keys_queue_prefix(x->ns, queue) : NULL;
+        char *key = own ? dtq_key_queues(tag) : index_key(x);
+        const char *a[3] = {op, key, queue};
+        redisReply *r = ctl_command(x, 3, a);
+        if (r->type == REDIS_REPLY_ERROR) ctl_refused("%s %s: %s", op, key, r->str);
+        freeReplyObject(r);
+        free(key);
+        free(tag);
+    }
 }
 
 void ctl_queue_index_add(ctl *x, const char *queue) {

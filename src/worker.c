@@ -46,6 +46,7 @@ struct dtq_worker {
     unsigned setup_gen; /* the current setup round's number: older rounds are ignored */
     int ever_ready;
     int policy_warned;         /* the volatile-* eviction warning was logged */
+    int layout_warned;         /* <ns>_layout could not be called (single layout) */
     char library_why[256];     /* why the loaded library cannot be used, if it cannot */
     char library_problem[640]; /* the missing step, as last logged */
     dtq_finisher *finisher;
@@ -504,8 +505,9 @@ static void cl_library_check(cl_setup *s, int slot) {
     free(fn);
 }
 
-/* {ns}:queues (the index of every queue) gets the served ones; each served queue's
- * {ns:q}:config copy is this daemon's config. With s NULL: on their own (SIGHUP). */
+/* {ns}:queues (the index of every queue) gets the served ones, and each served queue's own
+ * {ns:q}:queues its name; each {ns:q}:config copy is this daemon's config. With s NULL:
+ * on their own (SIGHUP). */
 static void cluster_publish(dtq_worker *w, cl_setup *s) {
     dtq_ctx *ctx = w->ctx;
     dtq_argv a;
@@ -522,17 +524,25 @@ static void cluster_publish(dtq_worker *w, cl_setup *s) {
         dtq_argv_deinit(&a);
     }
     for (int q = 0; q < ctx->streams.nqueues; q++) {
-        key = dtq_key_config(dtq_ctx_qtag(ctx, q));
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "HSET");
-        dtq_argv_adds(&a, key);
-        dtq_config_publish_args(ctx->cfg, &a);
-        free(key);
-        if (s) {
-            cl_setup_send(s, CL_PLAIN, -1, &a);
-        } else {
-            dtq_rcluster_command(ctx->rc, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
-            dtq_argv_deinit(&a);
+        /* the config copy, and the queue in its own one-member {ns:q}:queues, which the
+         * Functions' queue checks read (pause, queue_view, queue_remove) */
+        for (int step = 0; step < 2; step++) {
+            key =
+                step ? dtq_key_queues(dtq_ctx_qtag(ctx, q)) : dtq_key_config(dtq_ctx_qtag(ctx, q));
+            dtq_argv_init(&a);
+            dtq_argv_adds(&a, step ? "SADD" : "HSET");
+            dtq_argv_adds(&a, key);
+            if (step)
+                dtq_argv_adds(&a, ctx->streams.queues[q]);
+            else
+                dtq_config_publish_args(ctx->cfg, &a);
+            free(key);
+            if (s) {
+                cl_setup_send(s, CL_PLAIN, -1, &a);
+            } else {
+                dtq_rcluster_command(ctx->rc, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
+                dtq_argv_deinit(&a);
+            }
         }
     }
 }
@@ -595,6 +605,18 @@ static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     dtq_worker *w;
     if (!s) return;
     w = s->w;
+    if (reply->type == REDIS_REPLY_ERROR &&
+        (!strncmp(reply->str, "NOPERM", 6) ||
+         dtq_scripts_error_code(reply->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)) {
+        /* a worker role made before <ns>_layout existed, or an admin's older library: a
+         * single Redis's namespace can only be single, so serving goes on unchecked */
+        if (!w->layout_warned)
+            dtq_warn("redis setup: %s_layout: %s; the namespace's layout is not checked "
+                     "(apply the worker role again: dtqctl acl worker)",
+                     w->ctx->cfg->ns, reply->str);
+        w->layout_warned = 1;
+        return;
+    }
     if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
         setup_reply(j, reply, a, b);
         return;

@@ -314,6 +314,10 @@ START_TEST(test_key_index) {
     ck_assert_int_eq(KI("EVALSHA", "abc", "1", "k"), 3);
     ck_assert_int_eq(KI("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "s", ">"), 7);
     ck_assert_int_eq(KI("XREAD", "STREAMS", "s1", "0"), 2);
+    /* a subcommand before the key */
+    ck_assert_int_eq(KI("XGROUP", "CREATE", "{dtq:q}:stream:q:p5", "workers", "0", "MKSTREAM"), 2);
+    ck_assert_int_eq(KI("xinfo", "GROUPS", "s"), 2);
+    ck_assert_int_eq(KI("XINFO", "HELP"), -1);
     ck_assert_int_eq(KI("PING"), -1);
     ck_assert_int_eq(KI("WAIT", "1", "100"), -1);
     ck_assert_int_eq(KI("SUBSCRIBE", "dtq:events"), -1);
