@@ -2573,6 +2573,7 @@ local function overview(keys, args)
     local d, p = {}, {}
     for band = 0, BANDS - 1 do d[band + 1], p[band + 1] = n.depth_by_band[band], n.pend[band] end
     queues[i] = {name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
+                 mode = LEAN.on(q) and 'lean' or 'full',
                  depth = n.depth, pending = n.pending, length = n.length, depth_by_band = d,
                  pending_by_band = p, scheduled = per[q] or 0}
   end
@@ -2666,7 +2667,7 @@ local function queue_view(keys, args)
   for _, o in ipairs(waiting) do item_task(o) end
   for _, o in ipairs(running) do item_task(o) end
   return json_encode({name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
-                      length = n.length, depth = n.depth, pending = n.pending, bands = bands,
+                      mode = LEAN.on(q) and 'lean' or 'full', length = n.length, depth = n.depth, pending = n.pending, bands = bands,
                       count = limit, waiting = arr(waiting), running = arr(running)})
 end
 

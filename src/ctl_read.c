@@ -286,8 +286,8 @@ static void note_truncated(const cJSON *o, const char *flag, const char *what) {
 static void queue_rows(const cJSON *ov, cJSON *arr) {
     const cJSON *q;
     cJSON_ArrayForEach(q, member(ov, "queues")) {
-        const char *name = str_of(q, "name", "?");
-        int paused = cJSON_IsTrue(member(q, "paused"));
+        const char *name = str_of(q, "name", "?"), *mode = str_of(q, "mode", "full");
+        int paused = cJSON_IsTrue(member(q, "paused")), lean = !strcmp(mode, "lean");
         if (arr) {
             cJSON *row = cJSON_CreateObject();
             cJSON_AddStringToObject(row, "queue", name);
@@ -295,10 +295,12 @@ static void queue_rows(const cJSON *ov, cJSON *arr) {
             cJSON_AddNumberToObject(row, "pending", (double)num_of(q, "pending"));
             cJSON_AddNumberToObject(row, "scheduled", (double)num_of(q, "scheduled"));
             cJSON_AddBoolToObject(row, "paused", paused);
+            cJSON_AddStringToObject(row, "mode", mode);
             cJSON_AddItemToArray(arr, row);
-        } else {
-            printf("%-24s %10lld %10lld %10lld %s\n", name, num_of(q, "depth"),
-                   num_of(q, "pending"), num_of(q, "scheduled"), paused ? "paused" : "");
+        } else { /* the last column: paused, lean, both (space separated) or nothing */
+            printf("%-24s %10lld %10lld %10lld %s%s%s\n", name, num_of(q, "depth"),
+                   num_of(q, "pending"), num_of(q, "scheduled"), paused ? "paused" : "",
+                   paused && lean ? " " : "", lean ? "lean" : "");
         }
     }
 }
