@@ -319,6 +319,37 @@ static void publish_config(dtq_worker *w, dtq_rsteps *j) {
     }
 }
 
+static void queue_mode_reply(redisAsyncContext *ac, void *r, void *priv) {
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    DTQ_UNUSED(priv);
+    if (reply && reply->type == REDIS_REPLY_ERROR)
+        dtq_error("setting a queue's mode from its [queue:NAME] section failed: %s", reply->str);
+}
+
+/* The modes of the [queue:NAME] sections (<ns>_queue_mode, reference 4.3), at setup and on
+ * SIGHUP: producers' enqueues follow what Redis holds. Not counted: setup never waits on it. */
+static void publish_queue_modes(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
+    const dtq_config *cfg = ctx->cfg;
+    char *fn = cfg->nqueue_confs ? dtq_keys_function(cfg->ns, "queue_mode") : NULL;
+    for (int i = 0; i < cfg->nqueue_confs; i++) {
+        const dtq_queue_conf *q = &cfg->queue_confs[i];
+        dtq_argv a;
+        if (!q->mode) continue;
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "FCALL");
+        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, "0");
+        dtq_argv_adds(&a, cfg->worker_id);
+        dtq_argv_adds(&a, q->name);
+        dtq_argv_adds(&a, q->mode);
+        dtq_rconn_command(ctx->cmd, queue_mode_reply, NULL, a.argc, (const char **)a.argv, a.lens);
+        dtq_argv_deinit(&a);
+    }
+    free(fn);
+}
+
 static void setup_redis(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
     setup_round *s = dtq_xcalloc(1, sizeof(*s));
@@ -339,6 +370,7 @@ static void setup_redis(dtq_worker *w) {
         free(fn);
     }
     publish_config(w, j);
+    publish_queue_modes(w);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {
         char *key = dtq_key_queues(ctx->prefix);
@@ -519,7 +551,10 @@ static void reload(dtq_worker *w) {
         dtq_scheduler_stop(w->scheduler);
     else if (w->state == DTQ_WORKER_RUNNING && ctx->ready)
         dtq_scheduler_start(w->scheduler);
-    if (dtq_rconn_is_up(ctx->cmd)) publish_config(w, NULL);
+    if (dtq_rconn_is_up(ctx->cmd)) {
+        publish_config(w, NULL);
+        publish_queue_modes(w);
+    }
     dtq_consumer_reset(w->consumer);
     dtq_cron_pass_config_changed(w->cron);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);

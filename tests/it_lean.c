@@ -467,6 +467,115 @@ START_TEST(test_lean_lost_last_attempt) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- the daemon */
+
+#define LEAN_INI                                                                                   \
+    "[worker]\nworker_id = %s\nqueues = lq\nconcurrency = 8\nheartbeat_interval_s = 1\n"           \
+    "visibility_timeout_s = 3\ndrain_timeout_s = 5\n[queue:lq]\nmode = lean\n"                     \
+    "[limits]\nevents_stream_maxlen = 100000\n"                                                    \
+    "[retry]\nbase_delay = 0.2\nmax_delay = 0.5\njitter = 0\n"                                     \
+    "[scheduler]\ninterval_ms = 100\nleader_lock_ms = 2000\n"                                      \
+    "[handler:noop]\nbuiltin = noop\n[handler:fail]\nbuiltin = fail\n"                             \
+    "[handler:sleep]\nbuiltin = sleep\n"
+
+static void start_lean(th_daemon *d, const char *id) {
+    char ini[4096];
+    snprintf(ini, sizeof(ini), LEAN_INI, id);
+    th_daemon_start(d, &R, ini);
+    th_daemon_wait_ready(C, id, 10000);
+    ck_assert(th_wait_until_cmd_str(C, "GET dtq:queue:lq:mode", "lean", 5000));
+}
+
+/* Nothing left in lq's streams, waiting or pending. */
+static int lq_drained(void *arg) {
+    long long n = 0;
+    DTQ_UNUSED(arg);
+    for (int b = 0; b < 10; b++) n += th_int(th_cmd(C, "XLEN dtq:stream:lq:p%d", b));
+    return n == 0;
+}
+
+/* How many events of `type` (at `attempt`, 0: any) the events stream holds for task `id`
+ * (NULL: any task). */
+static int events_of(const char *type, const char *id, int attempt) {
+    redisReply *r = th_cmd(C, "XRANGE dtq:stream:events - +");
+    char t[64], a[32], tid[160];
+    int n = 0;
+    snprintf(t, sizeof(t), "\"type\":\"%s\"", type);
+    snprintf(a, sizeof(a), "\"attempt\":%d,", attempt);
+    snprintf(tid, sizeof(tid), "\"task_id\":\"%s\"", id ? id : "");
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *ev = r->element[i]->element[1]->element[1]->str;
+        if (strstr(ev, t) && (!attempt || strstr(ev, a)) && (!id || strstr(ev, tid))) n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+START_TEST(test_daemon_drains_a_lean_queue) {
+    th_daemon d;
+    redisReply *r;
+    char failed[128];
+    start_lean(&d, "w-lean");
+    for (int i = 0; i < 300; i++) redisAppendCommand(C, "FCALL dtq_enqueue 0 lq noop {}");
+    for (int i = 0; i < 300; i++) {
+        ck_assert_int_eq(redisGetReply(C, (void **)&r), REDIS_OK);
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        freeReplyObject(r);
+    }
+    r = th_cmd(C, "FCALL dtq_enqueue 0 lq fail {} max_attempts 2");
+    snprintf(failed, sizeof(failed), "%s", r->element[0]->str);
+    freeReplyObject(r);
+    ck_assert(th_wait_until(lq_drained, NULL, 20000));
+    th_expect_status(C, failed, "dead_lettered", 10000); /* a permanent failure */
+    ck_assert_int_eq(task_keys(), 1);                    /* the failed one alone */
+    th_assert_field(C, failed, "attempt", "1");
+    th_assert_field(C, failed, "last_error_class", "permanent");
+    ck_assert_int_eq(events_of("TASK_SUCCEEDED", NULL, 1), 300);
+    ck_assert_int_eq(events_of("TASK_DEAD_LETTERED", failed, 1), 1);
+    ck_assert_int_eq(qlen("lq"), 0);
+    th_daemon_stop(&d, SIGTERM, 10000);
+}
+END_TEST
+
+/* A SIGKILLed daemon's lean tasks: adopted by another daemon (attempt 2, still lean), the
+ * one whose lost attempt was its last dead-lettered; a running lean task is cancelled
+ * through the heartbeat's probe. */
+START_TEST(test_daemon_sigkill_adoption_and_cancel) {
+    th_daemon a, b;
+    redisReply *r;
+    char id[3][128];
+    start_lean(&a, "w-victim");
+    for (int i = 0; i < 3; i++) {
+        r = th_cmd(C, "FCALL dtq_enqueue 0 lq sleep {\"ms\":1500} max_attempts %d", i == 2 ? 1 : 3);
+        snprintf(id[i], sizeof(id[i]), "%s", r->element[0]->str);
+        freeReplyObject(r);
+    }
+    for (int i = 0; i < 50 && events_of("TASK_STARTED", NULL, 1) < 3; i++) th_sleep_ms(100);
+    ck_assert_int_eq(events_of("TASK_STARTED", NULL, 1), 3);
+    th_daemon_stop(&a, SIGKILL, 5000);
+    start_lean(&b, "w-rescuer");
+    ck_assert(th_wait_until(lq_drained, NULL, 20000));
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(events_of("TASK_SUCCEEDED", id[i], 2), 1);
+        ck_assert_int_eq(events_of("TASK_STARTED", id[i], 0), 2); /* never started twice */
+    }
+    th_expect_status(C, id[2], "dead_lettered", 5000);
+    th_assert_field(C, id[2], "last_error", "worker_lost");
+    ck_assert_int_eq(task_keys(), 1);
+
+    /* cancel of a running lean task: the probe stops its handler */
+    r = th_cmd(C, "FCALL dtq_enqueue 0 lq sleep {\"ms\":20000}");
+    snprintf(id[0], sizeof(id[0]), "%s", r->element[0]->str);
+    freeReplyObject(r);
+    for (int i = 0; i < 50 && events_of("TASK_STARTED", id[0], 1) < 1; i++) th_sleep_ms(100);
+    th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 %s", id[0]), "cancel_requested");
+    th_expect_status(C, id[0], "cancelled", 5000);
+    ck_assert(th_wait_until(lq_drained, NULL, 5000));
+    ck_assert_int_eq(th_int(th_cmd(C, "SCARD dtq:cancelled")), 0);
+    th_daemon_stop(&b, SIGTERM, 10000);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("lean");
     TCase *tc = tcase_create("functions");
@@ -481,6 +590,12 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_lean_mode_switch);
     tcase_add_test(tc, test_lean_adopted_recovered_handed_back);
     tcase_add_test(tc, test_lean_lost_last_attempt);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("daemon");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_daemon_drains_a_lean_queue);
+    tcase_add_test(tc, test_daemon_sigkill_adoption_and_cancel);
     suite_add_tcase(s, tc);
     return s;
 }
