@@ -45,9 +45,10 @@ static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NU
 /* dtq-worker: its Functions (not FUNCTION LOAD: an admin installs the library), the
  * commands they run, and its own: the handshake PING, INFO memory (eviction policy), the
  * published config and queue set, consumer groups, the blocking XREAD, claims (XCLAIM),
- * the cancel probe (HGET), heartbeats, the scheduler's gauges (ZCARD) and lock (SET). */
+ * the cancel probe (HGET), heartbeats, the scheduler's gauges (ZCARD) and lock (SET), the
+ * layout check (<ns>_layout) and, in the cluster layout, the queue index (SMEMBERS). */
 static const char *const worker[] = {
-    "+fcall|<ns>_fetch", "+fcall|<ns>_reap", "+fcall|<ns>_recover", "+fcall|<ns>_deregister",
+    "+fcall|<ns>_layout", "+fcall|<ns>_fetch", "+fcall|<ns>_reap", "+fcall|<ns>_recover", "+fcall|<ns>_deregister",
     "+fcall|<ns>_finish",
     "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_sched_claim",
     "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
@@ -58,7 +59,7 @@ static const char *const worker[] = {
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+incrby", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
-    "+scard", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
+    "+scard", "+smembers", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
     /* limits (fetch, reap and finish under a limit): GCRA state, slot sets, their healing */
     "+zrange", "+zscore", "+zremrangebyscore",
     "~<p>:*", "&<p>:events", NULL};

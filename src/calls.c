@@ -1,6 +1,22 @@
 /* calls.c: the argument layouts of the Function calls (see calls.h). */
 #include "calls.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+void dtq_call_tag(dtq_argv *a, const char *tag) {
+    dtq_argv t;
+    if (!tag) return;
+    dtq_argv_init(&t);
+    dtq_argv_add(&t, a->argv[0], a->lens[0]);
+    dtq_argv_add(&t, a->argv[1], a->lens[1]);
+    dtq_argv_addll(&t, strtoll(a->argv[2], NULL, 10) + 1);
+    dtq_argv_adds(&t, tag);
+    for (int i = 3; i < a->argc; i++) dtq_argv_add(&t, a->argv[i], a->lens[i]);
+    dtq_argv_deinit(a);
+    *a = t;
+}
+
 static void head(dtq_argv *a, const char *fn, long long numkeys) {
     dtq_argv_init(a);
     dtq_argv_adds(a, "FCALL");
@@ -161,9 +177,10 @@ void dtq_call_cron_set(dtq_argv *a, const char *fn, const char *actor, const dtq
 }
 
 void dtq_call_cron_sync(dtq_argv *a, const char *fn, const char *actor, const char *origin,
-                        const dtq_config *cfg) {
+                        const dtq_config *cfg, const char *queue) {
     head(a, fn, 0);
     dtq_argv_adds(a, actor);
     dtq_argv_adds(a, origin);
-    for (int i = 0; i < cfg->ncrons; i++) dtq_argv_adds(a, cfg->crons[i].name);
+    for (int i = 0; i < cfg->ncrons; i++)
+        if (!queue || !strcmp(cfg->crons[i].queue, queue)) dtq_argv_adds(a, cfg->crons[i].name);
 }

@@ -13,6 +13,12 @@
 #include "streams.h"
 #include "util.h"
 
+/* The cluster layout (docs/reference.md "Redis Cluster"): makes the call built in `a` one
+ * scoped to `tag` ("{ns:q}" for a queue, "{ns}" for global state): the tag is put first
+ * among the KEYS and numkeys counts it; the other keys and the ARGV are unchanged. tag NULL
+ * (the single layout): nothing changes. */
+void dtq_call_tag(dtq_argv *a, const char *tag);
+
 /* <ns>_fetch: per served queue its paused key and streams p9..p0; worker_id, count,
  * policy-json, the queue names. */
 void dtq_call_fetch(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id,
@@ -74,8 +80,9 @@ void dtq_call_cron_fire(dtq_argv *a, const char *fn, const char *worker_id, cons
 void dtq_call_cron_set(dtq_argv *a, const char *fn, const char *actor, const dtq_cron_conf *c,
                        const char *origin);
 
-/* <ns>_cron_sync: no keys; the actor, the origin, the names of cfg's [cron:NAME] sections. */
+/* <ns>_cron_sync: no keys; the actor, the origin, the names of cfg's [cron:NAME] sections
+ * (queue NULL), or of those whose queue is `queue` (the cluster layout's call per queue). */
 void dtq_call_cron_sync(dtq_argv *a, const char *fn, const char *actor, const char *origin,
-                        const dtq_config *cfg);
+                        const dtq_config *cfg, const char *queue);
 
 #endif

@@ -15,6 +15,7 @@
 
 #include "calls.h"
 #include "cron.h"
+#include "keys.h"
 #include "log.h"
 #include "util.h"
 
@@ -38,7 +39,44 @@ struct dtq_cron_pass {
     int64_t now;            /* Redis's clock at this step's cron_due */
     int full;               /* cron_due had more due schedules than it handed out */
     int fires_max;          /* fire times one <ns>_cron_fire takes (cron_due says) */
+    unsigned gen;           /* the cluster layout: bumped when the connection is lost, so
+                             * that the replies of the step in flight are ignored */
 };
+
+/* The cluster layout: schedules live per queue ({ns:q}:crons), so every call is scoped to
+ * one queue (tagged "{ns:q}"); a step reads the queue index first, then calls
+ * <ns>_cron_due per queue, and <ns>_cron_fire with the tag of each schedule's queue. A
+ * reply lost with its node's link counts as given up (the next step tries again).
+ * A cl_call goes with every command, in both layouts: the step it belongs to. */
+typedef struct cl_call {
+    dtq_cron_pass *cp;
+    unsigned gen;
+} cl_call;
+
+static cl_call *cl_call_new(dtq_cron_pass *cp) {
+    cl_call *c = dtq_xcalloc(1, sizeof(*c));
+    c->cp = cp;
+    c->gen = cp->gen;
+    return c;
+}
+
+/* Tags a call in `a` with queue's tag in the cluster layout. */
+static void tag_queue(const dtq_ctx *ctx, dtq_argv *a, const char *queue) {
+    char *tag;
+    if (!dtq_ctx_cluster(ctx)) return;
+    tag = dtq_ctx_queue_prefix(ctx, queue);
+    dtq_call_tag(a, tag);
+    free(tag);
+}
+
+/* Every callback gets a cl_call (freed here): its pass, or NULL when the step it belonged
+ * to was given up. */
+static dtq_cron_pass *cl_unwrap(void *priv) {
+    cl_call *c = priv;
+    dtq_cron_pass *cp = c->gen == c->cp->gen ? c->cp : NULL;
+    free(c);
+    return cp;
+}
 
 static void arm(dtq_cron_pass *cp, int64_t ms) {
     struct timeval tv;
@@ -73,10 +111,14 @@ static void step_reply_done(dtq_cron_pass *cp) {
 }
 
 static void fire_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_cron_pass *cp = priv;
+    dtq_cron_pass *cp = cl_unwrap(priv);
     redisReply *reply = r;
     DTQ_UNUSED(ac);
-    if (!reply) return; /* the connection went: connection_lost re-arms */
+    if (!cp) return;
+    if (!reply) {
+        if (dtq_ctx_cluster(cp->ctx)) step_reply_done(cp);
+        return; /* the connection went: connection_lost re-arms */
+    }
     if (reply->type == REDIS_REPLY_ERROR) {
         dtq_error("cron: fire failed: %s", reply->str);
     } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 4) {
@@ -165,33 +207,55 @@ static void plan_one(dtq_cron_pass *cp, const redisReply *item) {
     dtq_call_cron_fire(&a, ctx->fn.cron_fire, ctx->cfg->worker_id, name, queue, gen,
                        grace_ms(ctx->cfg), (*why || next < 0) ? -1 : next, why);
     for (int i = 0; i < nfires; i++) dtq_argv_addll(&a, fires[(first + i) % nfires]);
+    tag_queue(ctx, &a, queue);
     if (planned && !*why && next > 0 && (cp->soonest == 0 || next < cp->soonest))
         cp->soonest = next;
-    if (dtq_ctx_command(ctx, fire_cb, cp, &a) == DTQ_OK) cp->inflight++;
+    {
+        cl_call *c = cl_call_new(cp);
+        if (dtq_ctx_command(ctx, fire_cb, c, &a) == DTQ_OK)
+            cp->inflight++;
+        else
+            free(c);
+    }
     dtq_argv_deinit(&a);
 }
 
 static void due_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_cron_pass *cp = priv;
+    dtq_cron_pass *cp = cl_unwrap(priv);
     redisReply *reply = r;
+    int cluster, full;
+    int64_t soonest = 0;
     DTQ_UNUSED(ac);
-    if (!reply) return;
+    if (!cp) return;
+    cluster = dtq_ctx_cluster(cp->ctx);
+    if (!reply) {
+        if (cluster) step_reply_done(cp);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ERROR || reply->type != REDIS_REPLY_ARRAY ||
         reply->elements < 4) {
         dtq_error("cron: cron_due failed: %s",
                   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-        cp->full = 0; /* the next step after an interval, not at once */
-        cp->soonest = 0;
+        if (!cluster) {
+            cp->full = 0; /* the next step after an interval, not at once */
+            cp->soonest = 0;
+        }
         step_reply_done(cp);
         return;
     }
     cp->now = 0;
-    cp->soonest = 0;
     if (reply->element[0]->type == REDIS_REPLY_STRING)
         dtq_parse_int64(reply->element[0]->str, 0, INT64_MAX, &cp->now);
     if (reply->element[1]->type == REDIS_REPLY_STRING && *reply->element[1]->str)
-        dtq_parse_int64(reply->element[1]->str, 0, INT64_MAX, &cp->soonest);
-    cp->full = reply->element[2]->type == REDIS_REPLY_INTEGER && reply->element[2]->integer;
+        dtq_parse_int64(reply->element[1]->str, 0, INT64_MAX, &soonest);
+    full = reply->element[2]->type == REDIS_REPLY_INTEGER && reply->element[2]->integer;
+    if (!cluster) {
+        cp->soonest = soonest;
+        cp->full = full;
+    } else { /* one queue's answer: the step's soonest and fullness over them all */
+        if (soonest > 0 && (cp->soonest == 0 || soonest < cp->soonest)) cp->soonest = soonest;
+        cp->full |= full;
+    }
     cp->fires_max =
         reply->element[3]->type == REDIS_REPLY_INTEGER ? (int)reply->element[3]->integer : 1;
     if (cp->fires_max < 1 || cp->fires_max > CRON_FIRES_CAP) cp->fires_max = CRON_FIRES_CAP;
@@ -201,9 +265,14 @@ static void due_cb(redisAsyncContext *ac, void *r, void *priv) {
 }
 
 static void sync_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_cron_pass *cp = priv;
+    dtq_cron_pass *cp = cl_unwrap(priv);
     redisReply *reply = r;
     DTQ_UNUSED(ac);
+    if (!cp) return;
+    if (!reply && dtq_ctx_cluster(cp->ctx)) {
+        if (--cp->sync_pending == 0) cp->resync = 0; /* not synced: the next step again */
+        return;
+    }
     if (!reply) return;
     if (reply->type == REDIS_REPLY_ERROR) {
         dtq_error("cron: config schedule refused: %s", reply->str);
@@ -224,7 +293,20 @@ static void config_origin(const dtq_config *cfg, char *buf, size_t size) {
     snprintf(buf, size, "config:%s", cfg->path ? cfg->path : "(none)");
 }
 
-static void sync_config(dtq_cron_pass *cp) {
+static void sync_send(dtq_cron_pass *cp, dtq_argv *a) {
+    cl_call *c = cl_call_new(cp);
+    if (dtq_ctx_command(cp->ctx, sync_cb, c, a) == DTQ_OK)
+        cp->sync_pending++;
+    else
+        free(c);
+    dtq_argv_deinit(a);
+}
+
+/* The config's schedules written; <ns>_cron_sync removes this file's others. In the
+ * cluster layout per queue: each section with its queue's tag, and one <ns>_cron_sync
+ * per queue of the index (`index`, SMEMBERS {ns}:queues) and of the sections, naming the
+ * sections of that queue. */
+static void sync_config(dtq_cron_pass *cp, const redisReply *index) {
     dtq_ctx *ctx = cp->ctx;
     const dtq_config *cfg = ctx->cfg;
     char origin[600];
@@ -236,12 +318,77 @@ static void sync_config(dtq_cron_pass *cp) {
     config_origin(cfg, origin, sizeof(origin));
     for (int i = 0; i < cfg->ncrons; i++) {
         dtq_call_cron_set(&a, ctx->fn.cron_set, cfg->worker_id, &cfg->crons[i], origin);
-        if (dtq_ctx_command(ctx, sync_cb, cp, &a) == DTQ_OK) cp->sync_pending++;
+        tag_queue(ctx, &a, cfg->crons[i].queue);
+        sync_send(cp, &a);
+    }
+    if (!dtq_ctx_cluster(ctx)) {
+        dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg, NULL);
+        sync_send(cp, &a);
+        return;
+    }
+    for (size_t i = 0; index && i < index->elements; i++) {
+        const char *q = index->element[i]->str;
+        if (index->element[i]->type != REDIS_REPLY_STRING) continue;
+        dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg, q);
+        tag_queue(ctx, &a, q);
+        sync_send(cp, &a);
+    }
+    for (int i = 0; i < cfg->ncrons; i++) {
+        const char *q = cfg->crons[i].queue;
+        int seen = 0;
+        for (size_t j = 0; index && j < index->elements && !seen; j++)
+            seen =
+                index->element[j]->type == REDIS_REPLY_STRING && !strcmp(index->element[j]->str, q);
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(cfg->crons[j].queue, q);
+        if (seen) continue;
+        dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg, q);
+        tag_queue(ctx, &a, q);
+        sync_send(cp, &a);
+    }
+}
+
+/* The cluster layout's step, once the queue index is read: the sync if due, and when
+ * leading one <ns>_cron_due per queue. */
+static void cl_index_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_cron_pass *cp = cl_unwrap(priv);
+    dtq_ctx *ctx;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (!cp) return;
+    ctx = cp->ctx;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+        if (reply)
+            dtq_error("cron: reading the queue index failed: %s",
+                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        cp->inflight = 0;
+        cp->full = 0;
+        cp->soonest = 0;
+        arm(cp, ctx->cfg->scheduler_interval_ms);
+        return;
+    }
+    if (!cp->synced && cp->sync_pending == 0) sync_config(cp, reply);
+    cp->full = 0;
+    cp->soonest = 0;
+    if (!ctx->gauges.scheduler_leader || reply->elements == 0) {
+        cp->inflight = 0;
+        arm(cp, ctx->cfg->scheduler_interval_ms);
+        return;
+    }
+    cp->inflight = 1; /* held while the calls leave */
+    for (size_t i = 0; i < reply->elements; i++) {
+        dtq_argv a;
+        cl_call *c;
+        if (reply->element[i]->type != REDIS_REPLY_STRING) continue;
+        dtq_call_cron_due(&a, ctx->fn.cron_due);
+        tag_queue(ctx, &a, reply->element[i]->str);
+        c = cl_call_new(cp);
+        if (dtq_ctx_command(ctx, due_cb, c, &a) == DTQ_OK)
+            cp->inflight++;
+        else
+            free(c);
         dtq_argv_deinit(&a);
     }
-    dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg);
-    if (dtq_ctx_command(ctx, sync_cb, cp, &a) == DTQ_OK) cp->sync_pending++;
-    dtq_argv_deinit(&a);
+    step_reply_done(cp);
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
@@ -255,7 +402,23 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         arm(cp, ctx->cfg->scheduler_interval_ms);
         return;
     }
-    if (!cp->synced && cp->sync_pending == 0) sync_config(cp);
+    if (dtq_ctx_cluster(ctx)) {
+        char *key = dtq_key_queues(ctx->prefix);
+        cl_call *c = cl_call_new(cp);
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "SMEMBERS");
+        dtq_argv_adds(&a, key);
+        free(key);
+        if (dtq_ctx_command(ctx, cl_index_cb, c, &a) == DTQ_OK) {
+            cp->inflight = 1;
+        } else {
+            free(c);
+            arm(cp, ctx->cfg->scheduler_interval_ms);
+        }
+        dtq_argv_deinit(&a);
+        return;
+    }
+    if (!cp->synced && cp->sync_pending == 0) sync_config(cp, NULL);
     if (!ctx->gauges.scheduler_leader) {
         cp->full = 0;
         cp->soonest = 0;
@@ -263,10 +426,15 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     dtq_call_cron_due(&a, ctx->fn.cron_due);
-    if (dtq_ctx_command(ctx, due_cb, cp, &a) == DTQ_OK)
-        cp->inflight = 1;
-    else
-        arm(cp, ctx->cfg->scheduler_interval_ms);
+    {
+        cl_call *c = cl_call_new(cp);
+        if (dtq_ctx_command(ctx, due_cb, c, &a) == DTQ_OK) {
+            cp->inflight = 1;
+        } else {
+            free(c);
+            arm(cp, ctx->cfg->scheduler_interval_ms);
+        }
+    }
     dtq_argv_deinit(&a);
 }
 
@@ -291,6 +459,7 @@ void dtq_cron_pass_stop(dtq_cron_pass *cp) {
 void dtq_cron_pass_connection_lost(dtq_cron_pass *cp) {
     /* Replies in flight never come (their callbacks get NULL): start over on the next
      * connection, the config's schedules written again (Redis may be a new one). */
+    cp->gen++; /* the replies still to come (cluster layout) are ignored */
     cp->inflight = 0;
     cp->sync_pending = 0;
     cp->resync = 0;

@@ -9,6 +9,7 @@
 
 #include "keys.h"
 #include "metrics.h"
+#include "rcluster.h"
 #include "util.h"
 
 /* The table <ns>_fetch and <ns>_reap resolve max_attempts and timeout_ms from at claim:
@@ -35,21 +36,50 @@ static char *build_policy_json(const dtq_config *cfg) {
     return out;
 }
 
+static void free_qstate(dtq_qstate *st, int n) {
+    for (int q = 0; q < n; q++) free(st[q].queue);
+    free(st);
+}
+
+/* The per-queue states of the new table, each kept from the old one by name. */
+static void rebuild_qstate(dtq_ctx *ctx, dtq_qstate *old, int nold) {
+    int n = ctx->streams.nqueues;
+    ctx->qstate = dtq_xcalloc((size_t)n + 1, sizeof(*ctx->qstate));
+    for (int q = 0; q < n; q++) {
+        for (int i = 0; i < nold; i++)
+            if (!strcmp(old[i].queue, ctx->streams.queues[q])) ctx->qstate[q] = old[i];
+        ctx->qstate[q].queue = dtq_xstrdup(ctx->streams.queues[q]);
+    }
+}
+
 static void derive(dtq_ctx *ctx) {
+    dtq_qstate *old = ctx->qstate;
+    int nold = ctx->streams.nqueues;
     free(ctx->policy_json);
     ctx->policy_json = build_policy_json(ctx->cfg);
-    dtq_streams_build(&ctx->streams, ctx->prefix, ctx->cfg->queues, ctx->cfg->nqueues);
+    if (ctx->gtag)
+        dtq_streams_build_cluster(&ctx->streams, ctx->cfg->ns, ctx->cfg->queues, ctx->cfg->nqueues);
+    else
+        dtq_streams_build(&ctx->streams, ctx->prefix, ctx->cfg->queues, ctx->cfg->nqueues);
+    rebuild_qstate(ctx, old, old ? nold : 0);
+    free_qstate(old, old ? nold : 0);
     ctx->streams_gen++;
     dtq_metrics_configure(ctx->metrics, ctx->cfg, ctx->handlers);
 }
 
-dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base) {
+dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base,
+                     int cluster) {
     dtq_ctx *ctx = dtq_xcalloc(1, sizeof(*ctx));
     const char *ns = cfg->ns;
     ctx->cfg = cfg;
     ctx->handlers = reg;
     ctx->base = base;
-    ctx->prefix = dtq_config_prefix(cfg);
+    if (cluster) {
+        ctx->gtag = dtq_keys_global_prefix(ns);
+        ctx->prefix = dtq_xstrdup(ctx->gtag);
+    } else {
+        ctx->prefix = dtq_config_prefix(cfg);
+    }
     ctx->fn.fetch = dtq_keys_function(ns, "fetch");
     ctx->fn.reap = dtq_keys_function(ns, "reap");
     ctx->fn.recover = dtq_keys_function(ns, "recover");
@@ -87,9 +117,12 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     f = &ctx->fn;
     dtq_rconn_free(ctx->blk);
     dtq_rconn_free(ctx->cmd);
+    dtq_rcluster_free(ctx->rc);
+    free_qstate(ctx->qstate, ctx->streams.nqueues);
     dtq_streams_clear(&ctx->streams);
     free(ctx->policy_json);
     free(ctx->prefix);
+    free(ctx->gtag);
     free(f->fetch);
     free(f->reap);
     free(f->recover);
@@ -127,10 +160,58 @@ dtq_queue_counters *dtq_ctx_queue_counters(dtq_ctx *ctx, const char *queue) {
 }
 
 int dtq_ctx_is_up(const dtq_ctx *ctx) {
+    if (ctx->rc) return ctx->ready && dtq_rcluster_is_up(ctx->rc);
     return ctx->ready && dtq_rconn_is_up(ctx->cmd);
 }
 
 int dtq_ctx_command(dtq_ctx *ctx, redisCallbackFn *cb, void *priv, const dtq_argv *a) {
     if (!ctx->ready) return DTQ_ERR;
+    if (ctx->rc)
+        return dtq_rcluster_command(ctx->rc, cb, priv, a->argc, (const char **)a->argv, a->lens);
     return dtq_rconn_command(ctx->cmd, cb, priv, a->argc, (const char **)a->argv, a->lens);
+}
+
+int dtq_ctx_command_at(dtq_ctx *ctx, const char *key, redisCallbackFn *cb, void *priv,
+                       const dtq_argv *a) {
+    if (!ctx->ready) return DTQ_ERR;
+    if (ctx->rc)
+        return dtq_rcluster_command_at(ctx->rc, key, cb, priv, a->argc, (const char **)a->argv,
+                                       a->lens);
+    return dtq_rconn_command(ctx->cmd, cb, priv, a->argc, (const char **)a->argv, a->lens);
+}
+
+char *dtq_ctx_queue_prefix(const dtq_ctx *ctx, const char *queue) {
+    return ctx->gtag ? dtq_keys_queue_prefix(ctx->cfg->ns, queue) : dtq_xstrdup(ctx->prefix);
+}
+
+int dtq_ctx_queue_up(const dtq_ctx *ctx, int q) {
+    if (!ctx->rc) return 1;
+    return dtq_rcluster_slot_up(ctx->rc, ctx->streams.slots[q]);
+}
+
+dtq_qstate *dtq_ctx_qstate(dtq_ctx *ctx, const char *queue) {
+    for (int q = 0; q < ctx->streams.nqueues; q++)
+        if (!strcmp(ctx->qstate[q].queue, queue)) return &ctx->qstate[q];
+    return NULL;
+}
+
+int dtq_ctx_queue_fetchable(const dtq_ctx *ctx, int q) {
+    const dtq_qstate *st = &ctx->qstate[q];
+    return dtq_ctx_queue_up(ctx, q) && !st->need_recover && !st->recovering;
+}
+
+int dtq_ctx_unreachable(const dtq_ctx *ctx, char *buf, size_t size) {
+    size_t len = 0;
+    int n = 0;
+    if (size) buf[0] = '\0';
+    if (!ctx->rc) return 0;
+    for (int q = 0; q < ctx->streams.nqueues; q++) {
+        int w;
+        if (dtq_ctx_queue_up(ctx, q)) continue;
+        w = snprintf(buf + len, len < size ? size - len : 0, "%s%s (slot %d)", n ? ", " : "",
+                     ctx->streams.queues[q], ctx->streams.slots[q]);
+        if (w > 0 && len + (size_t)w < size) len += (size_t)w;
+        n++;
+    }
+    return n;
 }

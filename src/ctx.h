@@ -5,7 +5,10 @@
  * Dependencies flow one way: subsystems include this, worker.c includes them.
  *
  * Two connections: `cmd` carries every command, pipelined; `blk` only ever waits in
- * XREAD BLOCK while the served streams are empty, so waiting never stalls the pipeline. */
+ * XREAD BLOCK while the served streams are empty, so waiting never stalls the pipeline.
+ * In the cluster layout (a redis-cluster:// URL) one router, `rc` (rcluster.h), replaces
+ * both: every command goes to the primary of its first key's slot, so each call is keyed
+ * by its tag ("{ns:q}" for a queue's, "{ns}", ctx->gtag, for global state). */
 #ifndef DTQ_CTX_H
 #define DTQ_CTX_H
 
@@ -18,6 +21,7 @@
 
 struct event_base;
 struct dtq_metrics;
+struct dtq_rcluster;
 
 typedef struct dtq_counters {
     uint64_t processed; /* attempts finished, any outcome */
@@ -48,10 +52,21 @@ typedef struct dtq_gauges {
     uint64_t promoted;    /* scheduler: entries written by this daemon's passes */
 } dtq_gauges;
 
+/* The cluster layout: what is in flight per served queue, so that a queue's recovery
+ * (reaper.c) is never sent while a fetch or reap of it may still hand over claims (the
+ * recovery would take them as lost: run twice), and no fetch or reap of it goes out
+ * while its recovery is wanted or in flight. */
+typedef struct dtq_qstate {
+    char *queue;
+    int fetching, reaping, recovering, need_recover;
+    int recover_crashed; /* the wanted recovery is the first after a start (reaper.c) */
+} dtq_qstate;
+
 /* Set by worker.c; every hook may be NULL. */
 typedef struct dtq_hooks {
     void (*slots_freed)(void *arg); /* an execution slot became free */
     void (*settled)(void *arg);     /* work that a drain waits for may have ended */
+    void (*queue_quiet)(void *arg); /* a queue's fetch or reap is over (cluster layout) */
     void *arg;
 } dtq_hooks;
 
@@ -68,11 +83,16 @@ typedef struct dtq_ctx {
     struct event_base *base;
     dtq_rconn *cmd;
     dtq_rconn *blk;
-    int ready;         /* the command gate: setup done on the current `cmd` connection */
-    char *prefix;      /* key prefix: ns or {ns}, for the dtq_key_* constructors (keys.h) */
-    char *policy_json; /* claim-time max_attempts/timeout_ms table for the Functions */
+    struct dtq_rcluster *rc; /* the cluster layout: replaces cmd and blk (NULL otherwise) */
+    int ready;               /* the command gate: setup done on the current `cmd` connection */
+    char *prefix;            /* key prefix: ns or {ns}, for the dtq_key_* constructors (keys.h);
+                              * in the cluster layout {ns}, the global keys' */
+    char *gtag;              /* the cluster layout: "{ns}", the tag of global calls; else NULL */
+    char *policy_json;       /* claim-time max_attempts/timeout_ms table for the Functions */
     dtq_streams streams;
     unsigned streams_gen; /* bumped whenever the stream table is rebuilt (reload) */
+    dtq_qstate *qstate;   /* the cluster layout: per served queue, as streams (kept by name
+                           * across a reload) */
     dtq_functions fn;
     dtq_counters counters;
     dtq_queue_counters *qcounters; /* per queue, in the order they were first counted */
@@ -84,8 +104,10 @@ typedef struct dtq_ctx {
     int64_t started_at_ms;
 } dtq_ctx;
 
-/* Takes ownership of cfg and reg; the connections are attached by the caller. */
-dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base);
+/* Takes ownership of cfg and reg; the connections are attached by the caller. cluster: the
+ * cluster layout's keys (the router is attached by the caller too). */
+dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_base *base,
+                     int cluster);
 /* Frees the connections too (pending callbacks run with NULL replies first). */
 void dtq_ctx_free(dtq_ctx *ctx);
 /* Swaps in a reloaded config and registry (owned from now on) and rebuilds what derives
@@ -97,14 +119,42 @@ void dtq_ctx_set_config(dtq_ctx *ctx, dtq_config *cfg, dtq_handler_registry *reg
 dtq_queue_counters *dtq_ctx_queue_counters(dtq_ctx *ctx, const char *queue);
 /* True when the gate is open: connected and set up. */
 int dtq_ctx_is_up(const dtq_ctx *ctx);
-/* Sends a command on `cmd` through the gate; DTQ_ERR (cb not called) when it is closed. */
+/* Sends a command on `cmd` through the gate; DTQ_ERR (cb not called) when it is closed.
+ * In the cluster layout it goes to the primary of its key's slot (rcluster.h). */
 int dtq_ctx_command(dtq_ctx *ctx, redisCallbackFn *cb, void *priv, const dtq_argv *a);
+/* The same, routed by the slot of `key` in the cluster layout (a keyless command that
+ * must reach a given queue's node: WAIT, TIME); on `cmd` otherwise. */
+int dtq_ctx_command_at(dtq_ctx *ctx, const char *key, redisCallbackFn *cb, void *priv,
+                       const dtq_argv *a);
+static inline int dtq_ctx_cluster(const dtq_ctx *ctx) {
+    return ctx->rc != NULL;
+}
+/* The prefix of queue's keys: "{ns:q}" in the cluster layout, ctx->prefix otherwise.
+ * Caller-owned. */
+char *dtq_ctx_queue_prefix(const dtq_ctx *ctx, const char *queue);
+/* The tag of served queue q's calls ("{ns:q}"), NULL in the single layout. */
+static inline const char *dtq_ctx_qtag(const dtq_ctx *ctx, int q) {
+    return ctx->streams.tags ? ctx->streams.tags[q] : NULL;
+}
+/* 1 when served queue q can be reached: always in the single layout; in the cluster one
+ * when its slot has a primary whose link is up (dtq_rcluster_slot_up). */
+int dtq_ctx_queue_up(const dtq_ctx *ctx, int q);
+/* The state of served queue `queue` (cluster layout), NULL when not served. */
+dtq_qstate *dtq_ctx_qstate(dtq_ctx *ctx, const char *queue);
+/* Served queue q may be fetched or reaped: up, and no recovery wanted or in flight. */
+int dtq_ctx_queue_fetchable(const dtq_ctx *ctx, int q);
+/* The served queues whose slot cannot be reached, as "q (slot s), ..." into buf; returns
+ * how many (0 in the single layout). */
+int dtq_ctx_unreachable(const dtq_ctx *ctx, char *buf, size_t size);
 
 static inline void dtq_ctx_slots_freed(dtq_ctx *ctx) {
     if (ctx->hooks.slots_freed) ctx->hooks.slots_freed(ctx->hooks.arg);
 }
 static inline void dtq_ctx_settled(dtq_ctx *ctx) {
     if (ctx->hooks.settled) ctx->hooks.settled(ctx->hooks.arg);
+}
+static inline void dtq_ctx_queue_quiet(dtq_ctx *ctx) {
+    if (ctx->hooks.queue_quiet) ctx->hooks.queue_quiet(ctx->hooks.arg);
 }
 
 #endif

@@ -12,9 +12,18 @@
 
 #define FINISH_BATCH_MAX 256
 
+/* The records sent together; in the cluster layout one FCALL per queue among them (each
+ * a `batch` of this round). The next round leaves once every batch of this one is over. */
+typedef struct round {
+    int left;   /* batches not over yet */
+    int failed; /* one of them did not land */
+} round;
+
 typedef struct batch {
     struct batch *prev, *next;
     dtq_finisher *f;
+    round *r;
+    char *tag;               /* the cluster layout: the tag of its records' queue */
     dtq_finish_record *list; /* NULL once written (or queued again) */
     int wait_pending;        /* a WAIT was pipelined behind its FCALL, no reply yet */
     int failed;              /* the FCALL did not land */
@@ -68,10 +77,24 @@ static void prepend_list(dtq_finisher *f, dtq_finish_record *list) {
     f->npending += n;
 }
 
-/* A batch is over: the next one may leave. */
-static void batch_done(dtq_finisher *f, batch *b) {
+/* A batch is over (failed: its records are queued again); the round's last one lets the
+ * next round leave. */
+static void batch_over(dtq_finisher *f, batch *b, int failed) {
+    round *r = b->r;
     batch_unlink(f, b);
+    free(b->tag);
     free(b);
+    if (failed) r->failed = 1;
+    if (--r->left > 0) return;
+    failed = r->failed;
+    free(r);
+    if (failed) {
+        /* Sent again after the reconnect (flush from setup) or by the retry timer; in the
+         * cluster layout a node lost does not take the router down: the timer. */
+        struct timeval tv = {1, 0};
+        if (dtq_ctx_cluster(f->ctx)) evtimer_add(f->retry_ev, &tv);
+        return;
+    }
     dtq_finisher_flush(f);
     if (f->refused) {
         dtq_info("finish batches accepted again; taking new work");
@@ -102,17 +125,16 @@ static void batch_cb(redisAsyncContext *ac, void *r, void *priv) {
         prepend_list(f, b->list);
         b->list = NULL;
         b->failed = 1;
-        if (b->wait_pending) return; /* its WAIT reply (or NULL) still comes: wait_cb frees */
-        batch_unlink(f, b);
-        free(b);
-        return; /* sent again after the reconnect (flush from setup) or the retry timer */
+        if (b->wait_pending) return; /* its WAIT reply (or NULL) still comes: wait_cb ends it */
+        batch_over(f, b, 1);
+        return;
     }
     if (reply->type == REDIS_REPLY_ARRAY) dtq_tasklog_verdicts(f->log, b->list, reply);
     free_list(b->list);
     b->list = NULL;
     f->ctx->counters.finish_batches++;
     if (b->wait_pending) return; /* the WAIT pipelined behind it ends the batch */
-    batch_done(f, b);
+    batch_over(f, b, 0);
 }
 
 /* WAIT's reply, always after the FCALL's on the same connection: how many replicas have
@@ -126,8 +148,7 @@ static void wait_cb(redisAsyncContext *ac, void *r, void *priv) {
     DTQ_UNUSED(ac);
     b->wait_pending = 0;
     if (b->failed) { /* the FCALL did not land: its records are queued again */
-        batch_unlink(f, b);
-        free(b);
+        batch_over(f, b, 1);
         return;
     }
     if (reply && (reply->type != REDIS_REPLY_INTEGER || reply->integer < cfg->wait_replicas))
@@ -136,7 +157,7 @@ static void wait_cb(redisAsyncContext *ac, void *r, void *priv) {
                  reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0LL,
                  (long long)cfg->wait_replicas, (long long)cfg->wait_timeout_ms,
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "timed out");
-    batch_done(f, b);
+    batch_over(f, b, 0);
 }
 
 /* The lean lane (reference 4.3): the successes of lean tasks go in the finish call's lean
@@ -181,13 +202,63 @@ static void encode_lean(dtq_argv *a, const char *policy_json, const dtq_finish_r
                                    list->task ? list->task->task_type : "", list->attempt);
 }
 
-/* Sends one batch of records of one kind (finish or handback) from the queue head. */
-static int send_batch(dtq_finisher *f) {
+/* The tag of a record's queue: its stream key up to the closing brace ("{ns:q}"). */
+static char *record_tag(const dtq_finish_record *rec) {
+    const char *end = strchr(rec->stream, '}');
+    return dtq_xstrndup(rec->stream, end ? (size_t)(end - rec->stream + 1) : strlen(rec->stream));
+}
+
+/* Sends list (n records of one kind) as one FCALL, tagged in the cluster layout, as a
+ * batch of round r; the records are queued again when it cannot be sent. */
+static int send_one(dtq_finisher *f, round *r, int handback, dtq_finish_record *list, int n,
+                    char *tag) {
     dtq_ctx *ctx = f->ctx;
-    int handback = f->pending->handback, n = 0;
-    dtq_finish_record *list = NULL, **tailp = &list;
     dtq_argv a;
     batch *b;
+    if (!handback) list = lean_last(list);
+    dtq_call_finish(&a, handback ? ctx->fn.handback : ctx->fn.finish, ctx->cfg->worker_id,
+                    handback ? n : n - count_lean(list, NULL));
+    for (dtq_finish_record *rec = list; rec; rec = rec->next) {
+        if (handback)
+            dtq_handback_record_encode(&a, rec);
+        else if (!rec->lean)
+            dtq_finish_record_encode(&a, rec);
+    }
+    if (!handback) encode_lean(&a, ctx->policy_json, list);
+    dtq_call_tag(&a, tag);
+    b = dtq_xcalloc(1, sizeof(*b));
+    b->f = f;
+    b->r = r;
+    b->tag = tag;
+    b->list = list;
+    if (dtq_ctx_command(ctx, batch_cb, b, &a) != DTQ_OK) {
+        prepend_list(f, list);
+        free(b->tag);
+        free(b);
+        dtq_argv_deinit(&a);
+        return DTQ_ERR;
+    }
+    r->left++;
+    batch_link(f, b);
+    dtq_argv_deinit(&a);
+    if (ctx->cfg->wait_replicas > 0) {
+        /* after the FCALL on its node (the cluster layout routes WAIT by the tag) */
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "WAIT");
+        dtq_argv_addll(&a, ctx->cfg->wait_replicas);
+        dtq_argv_addll(&a, ctx->cfg->wait_timeout_ms);
+        if (dtq_ctx_command_at(ctx, tag, wait_cb, b, &a) == DTQ_OK) b->wait_pending = 1;
+        dtq_argv_deinit(&a);
+    }
+    return DTQ_OK;
+}
+
+/* Sends one round of records of one kind (finish or handback) from the queue head: one
+ * batch, or in the cluster layout one per queue among them. */
+static int send_batch(dtq_finisher *f) {
+    int handback = f->pending->handback, n = 0, rc = DTQ_OK;
+    dtq_finish_record *list = NULL, **tailp = &list;
+    round *r = dtq_xcalloc(1, sizeof(*r));
 
     while (f->pending && n < FINISH_BATCH_MAX && f->pending->handback == handback) {
         dtq_finish_record *rec = f->pending;
@@ -200,36 +271,41 @@ static int send_batch(dtq_finisher *f) {
     if (!f->pending) f->pending_tail = NULL;
     f->npending -= n;
 
-    if (!handback) list = lean_last(list);
-    dtq_call_finish(&a, handback ? ctx->fn.handback : ctx->fn.finish, ctx->cfg->worker_id,
-                    handback ? n : n - count_lean(list, NULL));
-    for (dtq_finish_record *rec = list; rec; rec = rec->next) {
-        if (handback)
-            dtq_handback_record_encode(&a, rec);
-        else if (!rec->lean)
-            dtq_finish_record_encode(&a, rec);
+    if (!dtq_ctx_cluster(f->ctx)) {
+        rc = send_one(f, r, handback, list, n, NULL);
+    } else {
+        /* Split by queue, each part in the order of the list. */
+        r->left = 1; /* held while the parts leave: a reply cannot end the round early */
+        while (list) {
+            char *tag = record_tag(list);
+            dtq_finish_record *part = NULL, **ptail = &part, *rest = NULL, **rtail = &rest;
+            int m = 0;
+            size_t tl = strlen(tag);
+            while (list) {
+                dtq_finish_record *rec = list;
+                list = rec->next;
+                rec->next = NULL;
+                if (!strncmp(rec->stream, tag, tl)) {
+                    *ptail = rec;
+                    ptail = &rec->next;
+                    m++;
+                } else {
+                    *rtail = rec;
+                    rtail = &rec->next;
+                }
+            }
+            list = rest;
+            if (rc != DTQ_OK) { /* the link is gone: what is left is queued again */
+                prepend_list(f, part);
+                free(tag);
+                continue;
+            }
+            rc = send_one(f, r, handback, part, m, tag);
+        }
+        if (--r->left > 0) return DTQ_OK;
     }
-    if (!handback) encode_lean(&a, ctx->policy_json, list);
-    b = dtq_xcalloc(1, sizeof(*b));
-    b->f = f;
-    b->list = list;
-    if (dtq_ctx_command(ctx, batch_cb, b, &a) != DTQ_OK) {
-        prepend_list(f, list);
-        free(b);
-        dtq_argv_deinit(&a);
-        return DTQ_ERR;
-    }
-    batch_link(f, b);
-    dtq_argv_deinit(&a);
-    if (ctx->cfg->wait_replicas > 0) {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "WAIT");
-        dtq_argv_addll(&a, ctx->cfg->wait_replicas);
-        dtq_argv_addll(&a, ctx->cfg->wait_timeout_ms);
-        if (dtq_ctx_command(ctx, wait_cb, b, &a) == DTQ_OK) b->wait_pending = 1;
-        dtq_argv_deinit(&a);
-    }
-    return DTQ_OK;
+    if (r->left == 0) free(r);
+    return rc;
 }
 
 void dtq_finisher_flush(dtq_finisher *f) {

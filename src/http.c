@@ -188,10 +188,16 @@ static void respond(http_conn *c) {
     } else if (!strcmp(path, "/healthz")) {
         answer(c, 200, "OK", "ok\n", NULL);
     } else if (!strcmp(path, "/readyz")) {
-        if (dtq_ctx_is_up(h->ctx) && h->serving)
-            answer(c, 200, "OK", "ready\n", NULL);
-        else
+        char slots[512], body[600];
+        if (!dtq_ctx_is_up(h->ctx) || !h->serving) {
             answer(c, 503, "Service Unavailable", "not ready\n", NULL);
+        } else if (dtq_ctx_unreachable(h->ctx, slots, sizeof(slots)) > 0) {
+            /* the cluster layout: a served queue's slot has no reachable primary */
+            snprintf(body, sizeof(body), "not ready: cannot reach %s\n", slots);
+            answer(c, 503, "Service Unavailable", body, NULL);
+        } else {
+            answer(c, 200, "OK", "ready\n", NULL);
+        }
     } else if (!strcmp(path, "/metrics")) {
         char *m = dtq_http_render_metrics(h->ctx);
         answer(c, 200, "OK", m, NULL);

@@ -1,5 +1,6 @@
 /* http.h: the optional HTTP endpoint ([http] listen): /healthz (the process answers),
- * /readyz (Redis connected and set up, else 503) and /metrics (Prometheus text); GET and
+ * /readyz (Redis connected and set up, and in the cluster layout every served queue's slot
+ * reachable, else 503 saying which) and /metrics (Prometheus text); GET and
  * HEAD only, one request per connection. */
 #ifndef DTQ_HTTP_H
 #define DTQ_HTTP_H

@@ -82,7 +82,8 @@ static void cancel_probe_cb(redisAsyncContext *ac, void *reply_ptr, void *priv) 
 static void probe_cancel(const dtq_task *t, void *arg) {
     dtq_lease *l = arg;
     cancel_probe *p = dtq_xcalloc(1, sizeof(*p));
-    char *key = dtq_key_task(l->ctx->prefix, t->id);
+    char *prefix = dtq_ctx_queue_prefix(l->ctx, t->queue);
+    char *key = dtq_key_task(prefix, t->id);
     dtq_argv a;
     p->l = l;
     p->task_id = dtq_xstrdup(t->id);
@@ -97,6 +98,7 @@ static void probe_cancel(const dtq_task *t, void *arg) {
     }
     dtq_argv_deinit(&a);
     free(key);
+    free(prefix);
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {

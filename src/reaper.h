@@ -26,6 +26,12 @@ void dtq_reaper_reconnected(dtq_reaper *r);
  * crashed predecessor with the same worker_id, and are adopted at once as a lost
  * worker's. Must be sent before the first fetch on the connection. */
 void dtq_reaper_recover_own(dtq_reaper *r, int predecessor_crashed);
+/* The cluster layout: recovery is per queue. dtq_reaper_recover_own wants it for every
+ * served queue, dtq_reaper_recover_queue for one (its node's link came up again); it is
+ * sent by dtq_reaper_recover_pending for each queue that wants it once no fetch or reap of
+ * the queue is in flight and its slot is up (ctx.h dtq_qstate). */
+void dtq_reaper_recover_queue(dtq_reaper *r, int q, int predecessor_crashed);
+void dtq_reaper_recover_pending(dtq_reaper *r);
 /* True while a reap or recover reply is outstanding: it may still hand over tasks. */
 int dtq_reaper_busy(const dtq_reaper *r);
 

@@ -25,6 +25,10 @@ struct dtq_scheduler {
     int64_t next_score; /* the schedule's soonest due time after the claim, -1: empty */
     int64_t next_in_ms; /* ... as a wait on Redis's clock (TIME), -1: none */
     char *lock_key, *schedule_key, *claimed_key;
+    /* The cluster layout's pass: replies still to come, and the sums so far. */
+    int cl_pending;
+    unsigned cl_pass; /* the pass's number: replies of an older one are ignored */
+    int64_t cl_scheduled, cl_claimed;
 };
 
 static void arm(dtq_scheduler *s, int64_t ms) {
@@ -192,12 +196,209 @@ static void pass(dtq_scheduler *s) {
     }
 }
 
+/* ----------------------------------------------------------------- the cluster layout
+ * A pass reads the queue index ({ns}:queues) and then, per queue, pipelined and routed by
+ * its tag: <ns>_sched_claim with T(q), the two ZCARDs, the soonest due time and TIME (on
+ * the queue's node: the wait is on that node's clock); a claim that took entries is
+ * followed by <ns>_sched_promote with T(q). The pass ends with its last reply: the next
+ * one at the soonest due time over the queues (or at once after a full batch). */
+typedef struct cl_queue {
+    dtq_scheduler *s;
+    int refs; /* its replies to come, and cl_pass_queue while it sends */
+    unsigned pass;
+    char *tag, *schedule_key, *claimed_key;
+    int64_t next_score; /* -1: its schedule is empty */
+} cl_queue;
+
+static void cl_queue_unref(cl_queue *cq);
+
+typedef struct cl_reply {
+    cl_queue *cq;
+    int kind;
+} cl_reply;
+
+enum { CL_CLAIM, CL_ZSCHED, CL_ZCLAIMED, CL_NEXT, CL_TIME, CL_PROMOTE };
+
+static void cl_pass_reply_done(dtq_scheduler *s) {
+    if (--s->cl_pending > 0) return;
+    s->busy = 0;
+    s->ctx->gauges.scheduled = s->cl_scheduled;
+    s->ctx->gauges.claimed = s->cl_claimed;
+    if (s->claim_failed)
+        arm_interval(s);
+    else
+        arm_next(s);
+}
+
+static int cl_send(dtq_scheduler *s, cl_queue *cq, int kind, dtq_argv *a);
+
+static void cl_reply_cb(redisAsyncContext *ac, void *r, void *priv) {
+    cl_reply *cr = priv;
+    cl_queue *cq = cr->cq;
+    dtq_scheduler *s = cq->s;
+    dtq_ctx *ctx = s->ctx;
+    redisReply *reply = r;
+    int kind = cr->kind;
+    DTQ_UNUSED(ac);
+    free(cr);
+    if (cq->pass != s->cl_pass) { /* a pass given up (connection lost) */
+        cl_queue_unref(cq);
+        return;
+    }
+    if (reply && reply->type == REDIS_REPLY_ERROR && kind != CL_ZSCHED && kind != CL_ZCLAIMED) {
+        dtq_error("scheduler: %s failed for %s: %s", kind == CL_PROMOTE ? "promote" : "a pass step",
+                  cq->tag, reply->str);
+        if (kind == CL_CLAIM) s->claim_failed = 1;
+    } else if (reply) {
+        switch (kind) {
+        case CL_CLAIM:
+            if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) {
+                dtq_argv a;
+                dtq_call_sched_promote(&a, ctx->fn.sched_promote, cq->claimed_key,
+                                       ctx->cfg->worker_id, reply);
+                dtq_call_tag(&a, cq->tag);
+                if ((int64_t)reply->elements >= ctx->cfg->scheduler_batch) s->batch_full = 1;
+                cl_send(s, cq, CL_PROMOTE, &a);
+            }
+            break;
+        case CL_ZSCHED:
+            if (reply->type == REDIS_REPLY_INTEGER) s->cl_scheduled += reply->integer;
+            break;
+        case CL_ZCLAIMED:
+            if (reply->type == REDIS_REPLY_INTEGER) s->cl_claimed += reply->integer;
+            break;
+        case CL_NEXT:
+            if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+                reply->element[1]->type == REDIS_REPLY_STRING)
+                cq->next_score = (int64_t)strtod(reply->element[1]->str, NULL);
+            break;
+        case CL_TIME:
+            if (cq->next_score >= 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
+                int64_t now = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
+                              strtoll(reply->element[1]->str, NULL, 10) / 1000;
+                int64_t in = cq->next_score > now ? cq->next_score - now : 0;
+                if (s->next_in_ms < 0 || in < s->next_in_ms) s->next_in_ms = in;
+            }
+            break;
+        case CL_PROMOTE:
+            if (reply->type == REDIS_REPLY_INTEGER)
+                s->ctx->gauges.promoted += (uint64_t)reply->integer;
+            break;
+        }
+    }
+    /* a reply lost with its node's link (NULL) counts as given up: the next pass tries */
+    cl_queue_unref(cq);
+    cl_pass_reply_done(s);
+}
+
+static void cl_queue_unref(cl_queue *cq) {
+    if (--cq->refs > 0) return;
+    free(cq->tag);
+    free(cq->schedule_key);
+    free(cq->claimed_key);
+    free(cq);
+}
+
+static int cl_send(dtq_scheduler *s, cl_queue *cq, int kind, dtq_argv *a) {
+    cl_reply *cr = dtq_xcalloc(1, sizeof(*cr));
+    int rc;
+    cr->cq = cq;
+    cr->kind = kind;
+    rc = dtq_ctx_command_at(s->ctx, cq->tag, cl_reply_cb, cr, a);
+    dtq_argv_deinit(a);
+    if (rc != DTQ_OK) {
+        free(cr);
+        return rc;
+    }
+    cq->refs++;
+    s->cl_pending++;
+    return DTQ_OK;
+}
+
+static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
+    dtq_ctx *ctx = s->ctx;
+    cl_queue *cq = dtq_xcalloc(1, sizeof(*cq));
+    dtq_argv a;
+    cq->refs = 1; /* this function's, dropped at its end */
+    cq->s = s;
+    cq->pass = s->cl_pass;
+    cq->tag = dtq_ctx_queue_prefix(ctx, queue);
+    cq->schedule_key = dtq_key_retry_schedule(cq->tag);
+    cq->claimed_key = dtq_key_retry_claimed(cq->tag);
+    cq->next_score = -1;
+    dtq_call_sched_claim(&a, ctx->fn.sched_claim, cq->schedule_key, cq->claimed_key,
+                         ctx->cfg->scheduler_batch, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
+    dtq_call_tag(&a, cq->tag);
+    cl_send(s, cq, CL_CLAIM, &a);
+    for (int i = 0; i < 2; i++) {
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "ZCARD");
+        dtq_argv_adds(&a, i ? cq->claimed_key : cq->schedule_key);
+        cl_send(s, cq, i ? CL_ZCLAIMED : CL_ZSCHED, &a);
+    }
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "ZRANGE");
+    dtq_argv_adds(&a, cq->schedule_key);
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, "0");
+    dtq_argv_adds(&a, "WITHSCORES");
+    cl_send(s, cq, CL_NEXT, &a);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "TIME");
+    cl_send(s, cq, CL_TIME, &a);
+    cl_queue_unref(cq);
+}
+
+static void cl_queues_cb(redisAsyncContext *ac, void *r, void *priv) {
+    dtq_scheduler *s = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    s->busy = 0;
+    if (!s->running) return;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+        if (reply)
+            dtq_error("scheduler: reading the queue index failed: %s",
+                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        arm_interval(s);
+        return;
+    }
+    s->cl_pass++;
+    s->cl_pending = 1; /* held while the pass's commands leave */
+    s->cl_scheduled = s->cl_claimed = 0;
+    s->next_in_ms = -1;
+    s->batch_full = 0;
+    s->claim_failed = 0;
+    s->busy = 1;
+    for (size_t i = 0; i < reply->elements; i++)
+        if (reply->element[i]->type == REDIS_REPLY_STRING) cl_pass_queue(s, reply->element[i]->str);
+    s->new_leader = 0;
+    cl_pass_reply_done(s);
+}
+
+static void cluster_pass(dtq_scheduler *s) {
+    dtq_argv a;
+    char *key = dtq_key_queues(s->ctx->prefix);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "SMEMBERS");
+    dtq_argv_adds(&a, key);
+    free(key);
+    sched_send(s, cl_queues_cb, &a);
+}
+
 static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     s->busy = 0;
-    if (!reply) return;
+    if (!reply) {
+        /* the cluster layout: a node lost does not take the router down (no
+         * connection_lost to re-arm): the next try after an interval */
+        if (dtq_ctx_cluster(s->ctx)) {
+            lose_leadership(s, "lock node lost");
+            arm_interval(s);
+        }
+        return;
+    }
     if (!s->running) return;
     if (reply->type == REDIS_REPLY_ERROR) {
         dtq_error("scheduler: lock command failed: %s", reply->str);
@@ -213,7 +414,10 @@ static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
             s->new_leader = 1;
         }
         s->ctx->gauges.scheduler_leader = 1;
-        pass(s);
+        if (dtq_ctx_cluster(s->ctx))
+            cluster_pass(s);
+        else
+            pass(s);
         return;
     }
     lose_leadership(s, "lock held by another worker");
@@ -234,6 +438,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     if (s->ctx->gauges.scheduler_leader) {
         dtq_call_lock_refresh(&a, ctx->fn.lock_refresh, s->lock_key, ctx->cfg->worker_id,
                               ctx->cfg->leader_lock_ms);
+        dtq_call_tag(&a, ctx->gtag);
     } else {
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "SET");
@@ -270,6 +475,7 @@ void dtq_scheduler_stop(dtq_scheduler *s) {
     if (s->ctx->gauges.scheduler_leader && dtq_ctx_is_up(ctx)) {
         dtq_argv a;
         dtq_call_lock_release(&a, ctx->fn.lock_release, s->lock_key, ctx->cfg->worker_id);
+        dtq_call_tag(&a, ctx->gtag);
         dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
         dtq_info("scheduler: leader lock released");
@@ -279,6 +485,7 @@ void dtq_scheduler_stop(dtq_scheduler *s) {
 
 void dtq_scheduler_connection_lost(dtq_scheduler *s) {
     s->busy = 0;
+    s->cl_pass++; /* the cluster layout: replies of the pass in flight are ignored */
     s->promoting = 0;
     lose_leadership(s, "connection lost");
     arm_interval(s);

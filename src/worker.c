@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "lease.h"
 #include "log.h"
+#include "rcluster.h"
 #include "reaper.h"
 #include "rsteps.h"
 #include "scheduler.h"
@@ -59,6 +60,8 @@ struct dtq_worker {
     dtq_sentinel *sentinel; /* redis-sentinel:// */
     struct event *sig_term, *sig_int, *sig_hup, *sig_pipe, *sig_chld;
     struct event *drain_timer, *hard_stop_timer, *watchdog_timer, *setup_retry_timer;
+    struct event *cluster_watch_timer; /* the cluster layout: slots reachable, recoveries */
+    char unreachable[512];             /* the cluster layout: as last logged */
     int exit_code;
 };
 
@@ -74,17 +77,40 @@ static void set_state(dtq_worker *w, enum dtq_worker_state st) {
 static void worker_event(dtq_worker *w, const char *type) {
     dtq_argv a;
     dtq_call_worker_event(&a, w->ctx->fn.worker_event, w->ctx->cfg->worker_id, type);
+    dtq_call_tag(&a, w->ctx->gtag);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }
 
 /* A stopping worker leaves the groups (where it holds nothing) and <prefix>:workers, so
- * neither grows with every deploy. */
+ * neither grows with every deploy. The cluster layout: one call per queue (each touches
+ * its slot only), and the SREM of {ns}:workers here. */
 static void deregister(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
     dtq_argv a;
-    dtq_call_deregister(&a, w->ctx->fn.deregister, &w->ctx->streams, w->ctx->cfg->worker_id);
-    dtq_ctx_command(w->ctx, NULL, NULL, &a);
-    dtq_argv_deinit(&a);
+    if (!dtq_ctx_cluster(ctx)) {
+        dtq_call_deregister(&a, ctx->fn.deregister, &ctx->streams, ctx->cfg->worker_id);
+        dtq_ctx_command(ctx, NULL, NULL, &a);
+        dtq_argv_deinit(&a);
+        return;
+    }
+    for (int q = 0; q < ctx->streams.nqueues; q++) {
+        dtq_streams one = dtq_streams_one(&ctx->streams, q);
+        dtq_call_deregister(&a, ctx->fn.deregister, &one, ctx->cfg->worker_id);
+        dtq_call_tag(&a, dtq_ctx_qtag(ctx, q));
+        dtq_ctx_command(ctx, NULL, NULL, &a);
+        dtq_argv_deinit(&a);
+    }
+    {
+        char *key = dtq_key_workers(ctx->prefix);
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "SREM");
+        dtq_argv_adds(&a, key);
+        dtq_argv_adds(&a, ctx->cfg->worker_id);
+        dtq_ctx_command(ctx, NULL, NULL, &a);
+        dtq_argv_deinit(&a);
+        free(key);
+    }
 }
 
 /* ctx hooks: what the subsystems report. */
@@ -97,12 +123,17 @@ static void on_settled(void *arg) {
     check_drained(arg);
 }
 
+static void on_queue_quiet(void *arg) {
+    dtq_worker *w = arg;
+    dtq_reaper_recover_pending(w->reaper);
+}
+
 /* ----------------------------------------------------------------- setup after connect */
 
 static void setup_done(dtq_worker *w) {
     dtq_ctx *ctx = w->ctx;
     ctx->ready = 1;
-    dtq_rconn_serving(ctx->cmd);
+    if (ctx->cmd) dtq_rconn_serving(ctx->cmd);
     /* First on the connection, before any fetch: what a lost reply claimed for us. */
     dtq_reaper_recover_own(w->reaper, !w->ever_ready);
     if (!w->ever_ready) {
@@ -133,7 +164,9 @@ static void setup_retry_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_worker *w = arg;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
-    if (dtq_rconn_is_up(w->ctx->cmd) && !w->ctx->ready) setup_redis(w);
+    if (w->ctx->rc ? dtq_rcluster_is_up(w->ctx->rc) : dtq_rconn_is_up(w->ctx->cmd)) {
+        if (!w->ctx->ready) setup_redis(w);
+    }
 }
 
 /* A setup round: one step of commands (rsteps.h) after a (re)connect; setup_done once its
@@ -225,18 +258,10 @@ static void policy_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
  * Otherwise FUNCTION LOAD REPLACE; when the ACL refuses that (NOPERM), the worker says once
  * what is missing, does not serve, and checks again every 5 s, so that the install is all
  * it takes. */
-static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    dtq_worker *w;
-    const char *ns;
-    char msg[sizeof(s->w->library_problem)];
-    if (!s) return;
-    w = s->w;
-    ns = w->ctx->cfg->ns;
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
-        setup_reply(j, reply, a, b);
-        return;
-    }
+/* FUNCTION LOAD was refused (NOPERM): says what is missing, once per change. */
+static void library_refused(dtq_worker *w) {
+    const char *ns = w->ctx->cfg->ns;
+    char msg[sizeof(w->library_problem)];
     snprintf(msg, sizeof(msg),
              "redis setup: this redis user may not FUNCTION LOAD, and %s; an admin must run "
              "'dtqctl -n %s functions install' (dtqctl %s); not serving until then, checking "
@@ -247,27 +272,29 @@ static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
         dtq_sdnotify("STATUS=waiting for the dtq Functions library (dtqctl functions install)");
         snprintf(w->library_problem, sizeof(w->library_problem), "%s", msg);
     }
+}
+
+static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    if (!s) return;
+    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
+        setup_reply(j, reply, a, b);
+        return;
+    }
+    library_refused(s->w);
     setup_retry_later(s);
 }
 
-static void version_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    dtq_worker *w;
-    const char *ns, *want = dtq_scripts_version();
-    dtq_argv argv;
-    size_t len;
-    char *lib;
-    if (!s) return;
-    w = s->w;
-    ns = w->ctx->cfg->ns;
+/* <ns>_version answered: 1 when it is this build's library; else w->library_why says why
+ * the loaded one cannot be used. */
+static int library_current(dtq_worker *w, const redisReply *reply) {
+    const char *ns = w->ctx->cfg->ns, *want = dtq_scripts_version();
     if (reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, want)) {
         if (w->library_problem[0])
             dtq_info("the Functions library %s version %s is installed; serving", ns, want);
         w->library_problem[0] = '\0';
-        setup_reply(j, reply, a, b);
-        return;
+        return 1;
     }
-    /* why the loaded library cannot be used, for load_reply's message */
     if (reply->type == REDIS_REPLY_STRING)
         snprintf(w->library_why, sizeof(w->library_why),
                  "the installed Functions library is version %.64s, not %s", reply->str, want);
@@ -282,13 +309,30 @@ static void version_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     else
         snprintf(w->library_why, sizeof(w->library_why), "%s_version failed: %.120s", ns,
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-    lib = dtq_scripts_library(ns, w->ctx->prefix, &len);
-    dtq_argv_init(&argv);
-    dtq_argv_adds(&argv, "FUNCTION");
-    dtq_argv_adds(&argv, "LOAD");
-    dtq_argv_adds(&argv, "REPLACE");
-    dtq_argv_add(&argv, lib, len);
+    return 0;
+}
+
+/* FUNCTION LOAD REPLACE of this build's library (caller deinits). */
+static void library_load_argv(dtq_worker *w, dtq_argv *argv) {
+    size_t len;
+    char *lib = dtq_scripts_library(w->ctx->cfg->ns, w->ctx->prefix, &len);
+    dtq_argv_init(argv);
+    dtq_argv_adds(argv, "FUNCTION");
+    dtq_argv_adds(argv, "LOAD");
+    dtq_argv_adds(argv, "REPLACE");
+    dtq_argv_add(argv, lib, len);
     free(lib);
+}
+
+static void version_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    dtq_argv argv;
+    if (!s) return;
+    if (library_current(s->w, reply)) {
+        setup_reply(j, reply, a, b);
+        return;
+    }
+    library_load_argv(s->w, &argv);
     /* a command of this step: the round waits for it too, load_reply answers for it */
     dtq_rsteps_send(j, load_reply, 0, 0, &argv);
     dtq_argv_deinit(&argv);
@@ -300,12 +344,63 @@ static void setup_command(dtq_rsteps *j, dtq_rsteps_reply_fn *fn, dtq_argv *a) {
     dtq_argv_deinit(a);
 }
 
+typedef struct cl_setup cl_setup;
+static void cluster_publish(dtq_worker *w, cl_setup *s);
+
+static void queue_mode_reply(redisAsyncContext *ac, void *r, void *priv) {
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    DTQ_UNUSED(priv);
+    if (reply && reply->type == REDIS_REPLY_ERROR)
+        dtq_error("setting a queue's mode from its [queue:NAME] section failed: %s", reply->str);
+}
+
+/* The modes of the [queue:NAME] sections (<ns>_queue_mode, reference 4.3), at setup and on
+ * SIGHUP: producers' enqueues follow what Redis holds. Not counted: setup never waits on
+ * it. In the cluster layout each call goes to its queue's slot ({ns:q}). */
+static void publish_queue_modes(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
+    const dtq_config *cfg = ctx->cfg;
+    char *fn = cfg->nqueue_confs ? dtq_keys_function(cfg->ns, "queue_mode") : NULL;
+    for (int i = 0; i < cfg->nqueue_confs; i++) {
+        const dtq_queue_conf *q = &cfg->queue_confs[i];
+        char *tag;
+        dtq_argv a;
+        if (!q->mode) continue;
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "FCALL");
+        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, "0");
+        dtq_argv_adds(&a, cfg->worker_id);
+        dtq_argv_adds(&a, q->name);
+        dtq_argv_adds(&a, q->mode);
+        /* setup's own commands bypass the gate (they are what opens it) */
+        if (dtq_ctx_cluster(ctx)) {
+            tag = dtq_xasprintf("{%s:%s}", cfg->ns, q->name);
+            dtq_call_tag(&a, tag);
+            dtq_rcluster_command(ctx->rc, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
+                                 a.lens);
+            free(tag);
+        } else {
+            dtq_rconn_command(ctx->cmd, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
+                              a.lens);
+        }
+        dtq_argv_deinit(&a);
+    }
+    free(fn);
+}
+
 /* <prefix>:config: the limits the Functions enforce, as this daemon's config says (the
  * fields are config.c's, dtq_config_each_field); a command of setup round j, or on its
  * own with j NULL. */
 static void publish_config(dtq_worker *w, dtq_rsteps *j) {
     dtq_argv a;
-    char *key = dtq_key_config(w->ctx->prefix);
+    char *key;
+    if (dtq_ctx_cluster(w->ctx)) {
+        cluster_publish(w, NULL);
+        return;
+    }
+    key = dtq_key_config(w->ctx->prefix);
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "HSET");
     dtq_argv_adds(&a, key);
@@ -319,56 +414,259 @@ static void publish_config(dtq_worker *w, dtq_rsteps *j) {
     }
 }
 
-static void queue_mode_reply(redisAsyncContext *ac, void *r, void *priv) {
+/* ----------------------------------------------------------------- the cluster layout
+ * Setup once the router is up (and again whenever it was down): first, on every primary
+ * of the map, the Functions library (<ns>_version, FUNCTION LOAD REPLACE when it is not
+ * this build's) and the eviction policy; then, through the router, the layout check
+ * (<ns>_layout with {ns}: a namespace laid out for a single Redis stops the daemon), the
+ * queue index ({ns}:queues), each served queue's config copy ({ns:q}:config) and the
+ * consumer groups. A primary whose link comes up later (a promoted replica, a node that
+ * took slots, a reconnect) gets the library check from the router's node hook, and the
+ * recovery of its queues (what a reply lost with the old link claimed for us). */
+typedef struct cl_setup {
+    dtq_worker *w;
+    unsigned gen;
+    int left;   /* replies to come in this phase */
+    int failed; /* retry in 5 s */
+    int fatal;  /* the namespace is laid out for a single Redis: stop */
+    int phase;  /* 1: the library on every primary; 2: the layout; 3: the writes */
+} cl_setup;
+
+typedef struct cl_cmd {
+    cl_setup *s;
+    int kind;
+    int slot; /* the node's slot (library commands) */
+} cl_cmd;
+
+enum { CL_POLICY, CL_VERSION, CL_LOAD, CL_LAYOUT, CL_PLAIN };
+
+static void cl_setup_send(cl_setup *s, int kind, int slot, dtq_argv *a);
+static void cl_setup_phase2(cl_setup *s);
+static void cl_setup_phase3(cl_setup *s);
+static void cl_setup_release(cl_setup *s);
+
+static void cl_setup_fail(cl_setup *s) {
+    struct timeval tv = {5, 0};
+    if (s->failed || s->fatal) return;
+    s->failed = 1;
+    evtimer_add(s->w->setup_retry_timer, &tv);
+}
+
+static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
+    cl_cmd *c = priv;
+    cl_setup *s = c->s;
+    dtq_worker *w = s->w;
     redisReply *reply = r;
+    int kind = c->kind, slot = c->slot;
     DTQ_UNUSED(ac);
-    DTQ_UNUSED(priv);
-    if (reply && reply->type == REDIS_REPLY_ERROR)
-        dtq_error("setting a queue's mode from its [queue:NAME] section failed: %s", reply->str);
-}
-
-/* The modes of the [queue:NAME] sections (<ns>_queue_mode, reference 4.3), at setup and on
- * SIGHUP: producers' enqueues follow what Redis holds. Not counted: setup never waits on it. */
-static void publish_queue_modes(dtq_worker *w) {
-    dtq_ctx *ctx = w->ctx;
-    const dtq_config *cfg = ctx->cfg;
-    char *fn = cfg->nqueue_confs ? dtq_keys_function(cfg->ns, "queue_mode") : NULL;
-    for (int i = 0; i < cfg->nqueue_confs; i++) {
-        const dtq_queue_conf *q = &cfg->queue_confs[i];
-        dtq_argv a;
-        if (!q->mode) continue;
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn);
-        dtq_argv_adds(&a, "0");
-        dtq_argv_adds(&a, cfg->worker_id);
-        dtq_argv_adds(&a, q->name);
-        dtq_argv_adds(&a, q->mode);
-        dtq_rconn_command(ctx->cmd, queue_mode_reply, NULL, a.argc, (const char **)a.argv, a.lens);
-        dtq_argv_deinit(&a);
+    free(c);
+    if (s->gen != w->setup_gen) {
+        /* a newer round replaced this one */
+    } else if (!reply) {
+        cl_setup_fail(s); /* a node's link lost: rcluster reads the map again */
+    } else if (kind == CL_POLICY) {
+        if (check_eviction_policy(w, reply) != 0) cl_setup_fail(s);
+    } else if (kind == CL_VERSION) {
+        if (!library_current(w, reply)) {
+            dtq_argv a;
+            library_load_argv(w, &a);
+            cl_setup_send(s, CL_LOAD, slot, &a);
+        }
+    } else if (kind == CL_LAYOUT && reply->type == REDIS_REPLY_ERROR &&
+               !strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+        dtq_error("redis setup: %s; not starting", reply->str);
+        s->fatal = 1;
+        w->exit_code = DTQ_EX_CONFIG;
+        event_base_loopbreak(w->ctx->base);
+    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
+        if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
+            library_refused(w);
+        else if (!s->failed)
+            dtq_error("redis setup failed: %s; retrying in 5s", reply->str);
+        cl_setup_fail(s);
     }
-    free(fn);
+    cl_setup_release(s);
 }
 
-static void setup_redis(dtq_worker *w) {
-    dtq_ctx *ctx = w->ctx;
-    setup_round *s = dtq_xcalloc(1, sizeof(*s));
-    dtq_rsteps *j;
+/* One reply of the phase is in (or the phase's hold is let go): the next phase, or
+ * setup_done, once they all are. */
+static void cl_setup_release(cl_setup *s) {
+    dtq_worker *w = s->w;
+    if (--s->left > 0) return;
+    if (s->gen == w->setup_gen && !s->failed && !s->fatal) {
+        if (s->phase == 1) {
+            cl_setup_phase2(s);
+            return;
+        }
+        if (s->phase == 2) {
+            cl_setup_phase3(s);
+            return;
+        }
+        free(s);
+        setup_done(w);
+        return;
+    }
+    free(s);
+}
+
+/* Sends a command of the round: to the node of slot (>= 0), else routed by its key. */
+static void cl_setup_send(cl_setup *s, int kind, int slot, dtq_argv *a) {
+    dtq_rcluster *rc = s->w->ctx->rc;
+    cl_cmd *c = dtq_xcalloc(1, sizeof(*c));
+    int ok;
+    c->s = s;
+    c->kind = kind;
+    c->slot = slot;
+    if (slot >= 0)
+        ok = dtq_rcluster_command_slot(rc, slot, cl_setup_reply, c, a->argc, (const char **)a->argv,
+                                       a->lens);
+    else
+        ok = dtq_rcluster_command(rc, cl_setup_reply, c, a->argc, (const char **)a->argv, a->lens);
+    dtq_argv_deinit(a);
+    if (ok != DTQ_OK) {
+        free(c);
+        cl_setup_fail(s);
+        return;
+    }
+    s->left++;
+}
+
+/* The library and the eviction policy of the primary that serves slot. */
+static void cl_library_check(cl_setup *s, int slot) {
     dtq_argv a;
-    ctx->ready = 0;
-    s->w = w;
-    s->gen = ++w->setup_gen; /* a round still in flight is ignored from here on */
-    /* a lost link ends the round: the next connect starts another */
-    j = dtq_rsteps_new(ctx->cmd, s, free, NULL);
+    char *fn = dtq_keys_function(s->w->ctx->cfg->ns, "version");
     dtq_argv_init(&a);
     dtq_argv_adds(&a, "INFO");
     dtq_argv_adds(&a, "memory");
-    setup_command(j, policy_reply, &a);
-    {
-        char *fn = dtq_keys_function(ctx->cfg->ns, "version");
-        dtq_rsteps_sendl(j, version_reply, 0, 0, "FCALL_RO", fn, "0", NULL);
-        free(fn);
+    cl_setup_send(s, CL_POLICY, slot, &a);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL_RO");
+    dtq_argv_adds(&a, fn);
+    dtq_argv_adds(&a, "0");
+    cl_setup_send(s, CL_VERSION, slot, &a);
+    free(fn);
+}
+
+/* {ns}:queues (the index of every queue) gets the served ones; each served queue's
+ * {ns:q}:config copy is this daemon's config. With s NULL: on their own (SIGHUP). */
+static void cluster_publish(dtq_worker *w, cl_setup *s) {
+    dtq_ctx *ctx = w->ctx;
+    dtq_argv a;
+    char *key = dtq_key_queues(ctx->prefix);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "SADD");
+    dtq_argv_adds(&a, key);
+    for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
+    free(key);
+    if (s)
+        cl_setup_send(s, CL_PLAIN, -1, &a);
+    else {
+        dtq_rcluster_command(ctx->rc, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
+        dtq_argv_deinit(&a);
     }
+    for (int q = 0; q < ctx->streams.nqueues; q++) {
+        key = dtq_key_config(dtq_ctx_qtag(ctx, q));
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "HSET");
+        dtq_argv_adds(&a, key);
+        dtq_config_publish_args(ctx->cfg, &a);
+        free(key);
+        if (s) {
+            cl_setup_send(s, CL_PLAIN, -1, &a);
+        } else {
+            dtq_rcluster_command(ctx->rc, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
+            dtq_argv_deinit(&a);
+        }
+    }
+}
+
+static void cl_setup_phase2(cl_setup *s) {
+    dtq_ctx *ctx = s->w->ctx;
+    dtq_argv a;
+    char *fn = dtq_keys_function(ctx->cfg->ns, "layout");
+    s->phase = 2;
+    s->left = 1; /* held while the phase's commands leave */
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "FCALL");
+    dtq_argv_adds(&a, fn);
+    dtq_argv_adds(&a, "1");
+    dtq_argv_adds(&a, ctx->gtag);
+    dtq_argv_adds(&a, "cluster");
+    free(fn);
+    cl_setup_send(s, CL_LAYOUT, -1, &a);
+    cl_setup_release(s);
+}
+
+static void cl_setup_phase3(cl_setup *s) {
+    dtq_ctx *ctx = s->w->ctx;
+    dtq_argv a;
+    s->phase = 3;
+    s->left = 1; /* held while the phase's commands leave */
+    cluster_publish(s->w, s);
+    publish_queue_modes(s->w);
+    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "XGROUP");
+        dtq_argv_adds(&a, "CREATE");
+        dtq_argv_adds(&a, ctx->streams.keys[i]);
+        dtq_argv_adds(&a, DTQ_GROUP);
+        dtq_argv_adds(&a, "0");
+        dtq_argv_adds(&a, "MKSTREAM");
+        cl_setup_send(s, CL_PLAIN, -1, &a);
+    }
+    cl_setup_release(s);
+}
+
+static void cluster_setup(dtq_worker *w) {
+    dtq_rcluster_primary p[64];
+    int n = dtq_rcluster_primaries(w->ctx->rc, p, 64);
+    cl_setup *s = dtq_xcalloc(1, sizeof(*s));
+    w->ctx->ready = 0;
+    s->w = w;
+    s->gen = ++w->setup_gen;
+    s->phase = 1;
+    s->left = 1; /* held while the phase's commands leave */
+    for (int i = 0; i < n && i < 64; i++)
+        if (p[i].slot >= 0) cl_library_check(s, p[i].slot);
+    cl_setup_release(s);
+}
+
+/* The namespace's layout marker (<ns>_layout): a namespace laid out for Redis Cluster
+ * (or another layout) stops the daemon with the Function's message, which says how to
+ * move. Checked before setup writes anything. */
+static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
+    setup_round *s = current_round(j);
+    dtq_worker *w;
+    if (!s) return;
+    w = s->w;
+    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+        setup_reply(j, reply, a, b);
+        return;
+    }
+    dtq_error("redis setup: %s; not starting", reply->str);
+    s->failed = 1;
+    w->exit_code = DTQ_EX_CONFIG;
+    event_base_loopbreak(w->ctx->base);
+}
+
+/* The round's steps after the library: the layout, then the writes. */
+static setup_round *step_round(dtq_rsteps *j) {
+    setup_round *s = current_round(j);
+    if (!s || s->failed) {
+        dtq_rsteps_end(j);
+        return NULL;
+    }
+    return s;
+}
+
+static void setup_writes(dtq_rsteps *j) {
+    setup_round *s = step_round(j);
+    dtq_worker *w;
+    dtq_ctx *ctx;
+    dtq_argv a;
+    if (!s) return;
+    w = s->w;
+    ctx = w->ctx;
     publish_config(w, j);
     publish_queue_modes(w);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
@@ -395,9 +693,44 @@ static void setup_redis(dtq_worker *w) {
     dtq_rsteps_wait(j, setup_end);
 }
 
-static void cmd_state_cb(dtq_rconn *rc, int up, void *arg) {
-    dtq_worker *w = arg;
-    DTQ_UNUSED(rc);
+static void setup_layout(dtq_rsteps *j) {
+    setup_round *s = step_round(j);
+    char *fn;
+    if (!s) return;
+    fn = dtq_keys_function(s->w->ctx->cfg->ns, "layout");
+    dtq_rsteps_sendl(j, layout_reply, 0, 0, "FCALL", fn, "0", "single", NULL);
+    free(fn);
+    dtq_rsteps_wait(j, setup_writes);
+}
+
+static void setup_redis(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
+    setup_round *s;
+    if (ctx->rc) {
+        cluster_setup(w);
+        return;
+    }
+    s = dtq_xcalloc(1, sizeof(*s));
+    dtq_rsteps *j;
+    dtq_argv a;
+    ctx->ready = 0;
+    s->w = w;
+    s->gen = ++w->setup_gen; /* a round still in flight is ignored from here on */
+    /* a lost link ends the round: the next connect starts another */
+    j = dtq_rsteps_new(ctx->cmd, s, free, NULL);
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "INFO");
+    dtq_argv_adds(&a, "memory");
+    setup_command(j, policy_reply, &a);
+    {
+        char *fn = dtq_keys_function(ctx->cfg->ns, "version");
+        dtq_rsteps_sendl(j, version_reply, 0, 0, "FCALL_RO", fn, "0", NULL);
+        free(fn);
+    }
+    dtq_rsteps_wait(j, setup_layout);
+}
+
+static void redis_state(dtq_worker *w, int up) {
     if (up) {
         setup_redis(w);
         return;
@@ -406,6 +739,106 @@ static void cmd_state_cb(dtq_rconn *rc, int up, void *arg) {
     dtq_sdnotify("STATUS=redis connection lost, reconnecting");
     dtq_scheduler_connection_lost(w->scheduler);
     dtq_cron_pass_connection_lost(w->cron);
+}
+
+static void cmd_state_cb(dtq_rconn *rc, int up, void *arg) {
+    DTQ_UNUSED(rc);
+    redis_state(arg, up);
+}
+
+static void cluster_state_cb(dtq_rcluster *rc, int up, void *arg) {
+    DTQ_UNUSED(rc);
+    redis_state(arg, up);
+}
+
+/* The node hook's library check of one primary, after the first setup. */
+typedef struct node_check {
+    dtq_worker *w;
+    int slot;
+} node_check;
+
+static void node_load_cb(redisAsyncContext *ac, void *r, void *priv) {
+    node_check *nc = priv;
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
+        if (!strncmp(reply->str, "NOPERM", 6))
+            library_refused(nc->w);
+        else
+            dtq_error("redis setup: loading the Functions on the node of slot %d failed: %s",
+                      nc->slot, reply->str);
+    }
+    free(nc);
+}
+
+static void node_version_cb(redisAsyncContext *ac, void *r, void *priv) {
+    node_check *nc = priv;
+    redisReply *reply = r;
+    dtq_argv a;
+    DTQ_UNUSED(ac);
+    if (!reply || library_current(nc->w, reply) || !nc->w->ctx->rc) {
+        free(nc);
+        return;
+    }
+    dtq_info("redis setup: loading the Functions on the node of slot %d (%s)", nc->slot,
+             nc->w->library_why);
+    library_load_argv(nc->w, &a);
+    if (dtq_rcluster_command_slot(nc->w->ctx->rc, nc->slot, node_load_cb, nc, a.argc,
+                                  (const char **)a.argv, a.lens) != DTQ_OK)
+        free(nc);
+    dtq_argv_deinit(&a);
+}
+
+/* A primary's link came up (rcluster's node hook), before the commands waiting for it go.
+ * At start the setup round does all this for every primary; later (a reconnect, a
+ * promoted replica, a node that took slots) it is done here: the library check, and the
+ * recovery of the served queues it holds (their replies lost with the old link may have
+ * claimed tasks for us), sent first on the link. */
+static void cluster_node_cb(dtq_rcluster *rc, const char *host, int port, int slot, void *arg) {
+    dtq_worker *w = arg;
+    dtq_ctx *ctx = w->ctx;
+    const dtq_cluster_map *map = dtq_rcluster_map(rc);
+    node_check *nc;
+    char *fn;
+    const char *argv[3];
+    if (!w->ever_ready) return;
+    nc = dtq_xcalloc(1, sizeof(*nc));
+    nc->w = w;
+    nc->slot = slot;
+    fn = dtq_keys_function(ctx->cfg->ns, "version");
+    argv[0] = "FCALL_RO";
+    argv[1] = fn;
+    argv[2] = "0";
+    if (dtq_rcluster_command_slot(rc, slot, node_version_cb, nc, 3, argv, NULL) != DTQ_OK) free(nc);
+    free(fn);
+    dtq_reaper_reconnected(w->reaper);
+    for (int q = 0; map && q < ctx->streams.nqueues; q++) {
+        const dtq_redis_endpoint *e = dtq_cluster_map_primary(map, (uint16_t)ctx->streams.slots[q]);
+        if (e && e->port == port && !strcmp(e->host, host))
+            dtq_reaper_recover_queue(w->reaper, q, 0);
+    }
+}
+
+/* Every second in the cluster layout: says once per change which served queues' slots
+ * cannot be reached (/readyz says it too), sends the recoveries that wait for a slot, and
+ * lets the consumer try the queues that came back. */
+static void cluster_watch_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_worker *w = arg;
+    char now[sizeof(w->unreachable)];
+    int n;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (!w->ever_ready) return;
+    n = dtq_ctx_unreachable(w->ctx, now, sizeof(now));
+    if (strcmp(now, w->unreachable)) {
+        if (n)
+            dtq_warn("redis cluster: cannot reach the slot of %d served queue(s): %s", n, now);
+        else
+            dtq_info("redis cluster: every served queue's slot is reachable again");
+        snprintf(w->unreachable, sizeof(w->unreachable), "%s", now);
+    }
+    dtq_reaper_recover_pending(w->reaper);
+    dtq_consumer_kick(w->consumer);
 }
 
 static void blk_state_cb(dtq_rconn *rc, int up, void *arg) {
@@ -551,7 +984,7 @@ static void reload(dtq_worker *w) {
         dtq_scheduler_stop(w->scheduler);
     else if (w->state == DTQ_WORKER_RUNNING && ctx->ready)
         dtq_scheduler_start(w->scheduler);
-    if (dtq_rconn_is_up(ctx->cmd)) {
+    if (ctx->rc ? ctx->ready : dtq_rconn_is_up(ctx->cmd)) {
         publish_config(w, NULL);
         publish_queue_modes(w);
     }
@@ -611,12 +1044,6 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
         dtq_handler_registry_free(reg, 1);
         return NULL;
     }
-    if (url.cluster) {
-        snprintf(err, errlen, "%s", DTQ_CLUSTER_URL_UNSUPPORTED);
-        dtq_redis_url_deinit(&url);
-        dtq_handler_registry_free(reg, 1);
-        return NULL;
-    }
     if (url.tls) {
         tls = dtq_tls_from_config(cfg, err, errlen);
         if (!tls) {
@@ -629,22 +1056,34 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
                      "verified; anyone on the path can impersonate it and read the tasks");
     } else if (*cfg->tls_ca_file || *cfg->tls_cert_file || *cfg->tls_server_name ||
                !cfg->tls_verify) {
-        dtq_warn("[redis] tls_* settings are ignored: the url is not rediss:// or "
-                 "rediss-sentinel://");
+        dtq_warn("[redis] tls_* settings are ignored: the url is not rediss://, "
+                 "rediss-sentinel:// or rediss-cluster://");
     }
     if (!url.sentinel && (*cfg->sentinel_user || *cfg->sentinel_password))
         dtq_warn("[redis] sentinel_* settings are ignored: the url is not redis-sentinel://");
     base = event_base_new();
     if (!base) abort();
     w = dtq_xcalloc(1, sizeof(*w));
-    w->ctx = ctx = dtq_ctx_new(cfg, reg, base);
-    ctx->cmd = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
-    ctx->blk = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
-    /* At least 1.5 s (the key's lower bound): blk's PING waits behind an XREAD BLOCK 1000. */
-    dtq_rconn_set_liveness(ctx->cmd, cfg->liveness_timeout_ms);
-    dtq_rconn_set_liveness(ctx->blk, cfg->liveness_timeout_ms);
-    dtq_rconn_set_tls(ctx->cmd, tls);
-    dtq_rconn_set_tls(ctx->blk, tls);
+    w->ctx = ctx = dtq_ctx_new(cfg, reg, base, url.cluster);
+    if (url.cluster) {
+        ctx->rc =
+            dtq_rcluster_new(base, &url, cfg->connect_timeout_ms, "cluster", cluster_state_cb, w);
+        dtq_rcluster_set_liveness(ctx->rc, cfg->liveness_timeout_ms);
+        if (tls) dtq_rcluster_set_tls(ctx->rc, tls);
+        dtq_rcluster_set_node_fn(ctx->rc, cluster_node_cb, w);
+        if (cfg->cluster_hash_tag)
+            dtq_warn("[redis] cluster_hash_tag is ignored with a redis-cluster:// url: every "
+                     "queue has a hash tag of its own");
+    } else {
+        ctx->cmd = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "cmd", cmd_state_cb, w);
+        ctx->blk = dtq_rconn_new(base, &url, cfg->connect_timeout_ms, "blk", blk_state_cb, w);
+        /* At least 1.5 s (the key's lower bound): blk's PING waits behind an XREAD BLOCK
+         * 1000. */
+        dtq_rconn_set_liveness(ctx->cmd, cfg->liveness_timeout_ms);
+        dtq_rconn_set_liveness(ctx->blk, cfg->liveness_timeout_ms);
+        dtq_rconn_set_tls(ctx->cmd, tls);
+        dtq_rconn_set_tls(ctx->blk, tls);
+    }
     if (url.sentinel) {
         w->sentinel = dtq_sentinel_new(base, &url, cfg->sentinel_user, cfg->sentinel_password, tls,
                                        cfg->connect_timeout_ms);
@@ -655,6 +1094,7 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     dtq_redis_url_deinit(&url);
     ctx->hooks.slots_freed = on_slots_freed;
     ctx->hooks.settled = on_settled;
+    ctx->hooks.queue_quiet = on_queue_quiet;
     ctx->hooks.arg = w;
     w->finisher = dtq_finisher_new(ctx);
     w->executor = dtq_executor_new(ctx, w->finisher);
@@ -680,6 +1120,11 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     w->drain_timer = evtimer_new(base, drain_timer_cb, w);
     w->hard_stop_timer = evtimer_new(base, hard_stop_cb, w);
     w->setup_retry_timer = evtimer_new(base, setup_retry_cb, w);
+    if (ctx->rc) {
+        struct timeval tv = {1, 0};
+        w->cluster_watch_timer = event_new(base, -1, EV_PERSIST, cluster_watch_cb, w);
+        evtimer_add(w->cluster_watch_timer, &tv);
+    }
     wd = dtq_sdnotify_watchdog_ms();
     if (wd > 0) {
         struct timeval tv = {(wd / 2) / 1000, ((wd / 2) % 1000) * 1000};
@@ -694,8 +1139,12 @@ int dtq_worker_run(dtq_worker *w) {
              (int)getpid());
     dtq_sdnotify("STATUS=connecting to redis");
     if (w->sentinel) dtq_sentinel_start(w->sentinel);
-    dtq_rconn_start(w->ctx->cmd);
-    dtq_rconn_start(w->ctx->blk);
+    if (w->ctx->rc) {
+        dtq_rcluster_start(w->ctx->rc);
+    } else {
+        dtq_rconn_start(w->ctx->cmd);
+        dtq_rconn_start(w->ctx->blk);
+    }
     event_base_dispatch(w->ctx->base);
     dtq_info("stopped");
     return w->exit_code;
@@ -706,14 +1155,18 @@ void dtq_worker_free(dtq_worker *w) {
                               w ? w->sig_hup : NULL,         w ? w->sig_pipe : NULL,
                               w ? w->sig_chld : NULL,        w ? w->drain_timer : NULL,
                               w ? w->hard_stop_timer : NULL, w ? w->setup_retry_timer : NULL,
-                              w ? w->watchdog_timer : NULL};
+                              w ? w->watchdog_timer : NULL,  w ? w->cluster_watch_timer : NULL};
     struct event_base *base;
     if (!w) return;
     base = w->ctx->base;
-    /* Connections first: their pending callbacks run (with NULL) while everything lives. */
+    /* Connections first: their pending callbacks run (with NULL) while everything lives;
+     * the gate closed, so that nothing is sent from them. */
+    w->ctx->ready = 0;
     dtq_rconn_free(w->ctx->blk);
     dtq_rconn_free(w->ctx->cmd);
     w->ctx->blk = w->ctx->cmd = NULL;
+    dtq_rcluster_free(w->ctx->rc);
+    w->ctx->rc = NULL;
     dtq_sentinel_free(w->sentinel); /* after the connections it answers */
     dtq_http_free(w->http);
     dtq_heartbeat_free(w->heartbeat);

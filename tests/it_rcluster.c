@@ -364,24 +364,6 @@ START_TEST(test_seeds) {
 }
 END_TEST
 
-/* dtq-worker refuses a cluster URL at start, saying so. */
-START_TEST(test_daemon_refuses) {
-    char *out = NULL, cfg[400], ini[600];
-    FILE *f;
-    int rc;
-    snprintf(cfg, sizeof(cfg), "%s/worker.ini", CL.dir);
-    snprintf(ini, sizeof(ini), "[redis]\nurl = %s\n", CL.url);
-    f = fopen(cfg, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(ini, f);
-    fclose(f);
-    rc = th_run_worker(&out, "-c", cfg, NULL);
-    ck_assert_int_ne(rc, 0);
-    ck_assert_msg(strstr(out, "redis-cluster:// is supported by dtqctl only so far"), "%s", out);
-    free(out);
-}
-END_TEST
-
 /* dtqctl functions install on a cluster: the library on every primary (a Function runs on
  * the node that serves its keys), so each answers <ns>_version. */
 START_TEST(test_functions_install_every_primary) {
@@ -530,7 +512,6 @@ int main(void) {
     tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
     tcase_add_test(tc, test_map);
     tcase_add_test(tc, test_keyslot_oracle);
-    tcase_add_test(tc, test_daemon_refuses);
     tcase_add_test(tc, test_functions_install_every_primary);
     tcase_add_test(tc, test_functions_scoped);
     tcase_add_test(tc, test_seeds);
