@@ -150,6 +150,7 @@ int main(int argc, char **argv) {
             rec->attempt = t->element[6]->integer;
             rec->outcome = DTQ_OUTCOME_SUCCEEDED;
             rec->result_state = DTQ_RESULT_NONE;
+            rec->lean = t->elements == 10 && t->element[9]->integer == 1; /* a lean queue */
         }
         freeReplyObject(r);
     }
@@ -161,11 +162,27 @@ int main(int argc, char **argv) {
     hook("begin", "finish");
     for (long done = 0; done < n;) {
         long m = n - done < batch ? n - done : batch;
-        dtq_call_finish(&a, fn_finish, "fn-cost", (int)m);
-        for (long i = 0; i < m; i++) dtq_finish_record_encode(&a, &recs[done + i]);
+        long nlean = 0;
+        for (long i = 0; i < m; i++) nlean += recs[done + i].lean;
+        dtq_call_finish(&a, fn_finish, "fn-cost", (int)(m - nlean));
+        for (long i = 0; i < m; i++)
+            if (!recs[done + i].lean) dtq_finish_record_encode(&a, &recs[done + i]);
+        if (nlean) { /* the lean section, as the daemon's finisher sends it */
+            dtq_finish_lean_head(&a, "{\"d\":[5,30000],\"t\":{}}", (int)nlean);
+            for (long i = 0; i < m; i++)
+                if (recs[done + i].lean)
+                    dtq_finish_lean_encode(&a, recs[done + i].stream, recs[done + i].entry_id,
+                                           "noop", recs[done + i].attempt);
+        }
         redisReply *r = send_argv(c, &a);
         for (size_t i = 0; i < r->elements; i++)
-            if (strcmp(r->element[i]->str, "succeeded")) {
+            if (r->element[i]->type == REDIS_REPLY_INTEGER) {
+                if (r->element[i]->integer != nlean) {
+                    fprintf(stderr, "fn_cost: finish acknowledged %lld lean tasks of %ld\n",
+                            r->element[i]->integer, nlean);
+                    return 1;
+                }
+            } else if (strcmp(r->element[i]->str, "succeeded")) {
                 fprintf(stderr, "fn_cost: finish said %s\n", r->element[i]->str);
                 return 1;
             }

@@ -8,7 +8,9 @@
 # adds a client subscribed to the events channel; LIMIT="<options of <ns>_limit_set>" puts
 # that limit on the queue the tasks go through, e.g. LIMIT="rate 1000000 period_ms 1000
 # concurrency 1000000": high enough that no task waits, so what it adds is the admission's
-# own cost; LIMIT_TYPE=noop sets it on the task type instead of the queue)
+# own cost; LIMIT_TYPE=noop sets it on the task type instead of the queue; LEAN=1 makes the
+# queue lean, reference 4.3: enqueue writes the entry alone, finish acknowledges in its
+# lean section)
 if [ "${CALLGRIND:-0}" = 1 ]; then
     export REDIS_WRAP="valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null"
 fi
@@ -18,7 +20,7 @@ n=${1:-20000}
 batch=${2:-100}
 bin=${DTQ_FN_COST:-$root/build/bench/fn_cost}
 machine
-echo "tasks: $n no-op, fetched and finished in batches of $batch, events = ${EVENTS:-off}, subscriber = ${SUBSCRIBER:-0}, limit = ${LIMIT:-none}"
+echo "tasks: $n no-op, fetched and finished in batches of $batch, events = ${EVENTS:-off}, subscriber = ${SUBSCRIBER:-0}, limit = ${LIMIT:-none}, lean = ${LEAN:-0}"
 # A daemon loads the Functions and publishes <ns>:config, then stops.
 start_worker "[worker]
 worker_id = bench
@@ -28,6 +30,9 @@ events = ${EVENTS:-off}
 [handler:noop]
 builtin = noop"
 stop_worker
+if [ "${LEAN:-0}" = 1 ]; then # the queue is lean (reference 4.3)
+    [ "$(rc FCALL dtq_queue_mode 0 bench default lean)" = lean ] || { echo "queue_mode refused"; exit 1; }
+fi
 if [ -n "${LIMIT:-}" ]; then
     # shellcheck disable=SC2086
     [ "$(rc FCALL dtq_limit_set 0 bench default "${LIMIT_TYPE:-}" $LIMIT)" = set ] ||

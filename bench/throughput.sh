@@ -5,19 +5,23 @@
 # EVENTS=all|terminal|off sets [limits] events; SUBSCRIBER=1 adds a client subscribed to
 # the events channel (without a listener the Functions build no events at all).
 # LIMIT="<options of <ns>_limit_set>" puts that limit on the queue first (as in fn_cost.sh).
+# LEAN=1 makes the queue lean first (reference 4.3).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 n=${1:-100000}
 conc=${2:-64}
 mode=${3:-fcall}
 machine
-echo "tasks: $n no-op, concurrency = $conc, enqueue = $mode, events = ${EVENTS:-all}, subscriber = ${SUBSCRIBER:-0}, limit = ${LIMIT:-none}"
+echo "tasks: $n no-op, concurrency = $conc, enqueue = $mode, events = ${EVENTS:-all}, subscriber = ${SUBSCRIBER:-0}, limit = ${LIMIT:-none}, lean = ${LEAN:-0}"
 start_worker "[worker]
 worker_id = bench
 queues = paused-at-first
 [handler:noop]
 builtin = noop"
 rc SET dtq:queue:default:paused 1 >/dev/null
+if [ "${LEAN:-0}" = 1 ]; then # a lean queue (reference 4.3): the tasks are entries alone
+    [ "$(rc FCALL dtq_queue_mode 0 bench default lean)" = lean ] || { echo "queue_mode refused"; exit 1; }
+fi
 if [ -n "${LIMIT:-}" ]; then
     # shellcheck disable=SC2086
     [ "$(rc FCALL dtq_limit_set 0 bench default '' $LIMIT)" = set ] ||

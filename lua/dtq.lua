@@ -888,13 +888,212 @@ local function requeue_reaped(c, ms, worker, stream, entry_id, tkey, h, adopt)
   emit(c, ms, 'TASK_QUEUED', h, worker, {reason = 'reaped'})
 end
 
+--[[ The lean lane (docs/reference.md 4.3). A queue whose <prefix>:queue:<q>:mode is `lean`
+takes its tasks as stream entries alone: no task hash while a task waits or runs. An entry
+is lean when its first field is the marker `lean` (what <ns>_enqueue writes into a lean
+queue, so a later mode switch changes nothing for it), or when it is a producer's raw entry
+(a task_type, neither task_id nor idempotency_key) read from a queue that is lean. Its task
+id is <queue>:p<band>:<entry-id>; its attempt is the entry's delivery count; a success is
+an acknowledgement and a deletion in the finish call (its lean section). A failure, a lost
+attempt that cannot go on lean (the last one, no free slot, a limit) or a cancel request
+while it runs materialises the task: its hash is written from the entry as a full task's
+would be, and from then on it is one. LEAN.modes is the per-call memo of queue modes
+(reset by reg()); LEAN.policy the policy a finish call's lean section carries. ]]
+local LEAN = {modes = {}, policy = nil}
+
+function LEAN.mode_key(q) return k('queue', q, 'mode') end
+
+-- Whether queue q is lean (a mode key of another type, or none: full), once per call.
+function LEAN.on(q)
+  local m = LEAN.modes[q]
+  if m == nil then
+    m = redis.pcall('GET', LEAN.mode_key(q)) == 'lean'
+    LEAN.modes[q] = m
+  end
+  return m
+end
+
+-- Whether an entry's fields f (a table; `first` its first field name) make it a lean entry
+-- of `queue`.
+function LEAN.is(queue, first, f)
+  if first == 'lean' then return true end
+  return f.task_type ~= nil and f.task_id == nil and f.idempotency_key == nil and LEAN.on(queue)
+end
+
+function LEAN.tid(queue, band, entry_id) return queue .. ':' .. BAND_NAMES[band] .. ':' .. entry_id end
+
+-- Whether a lean entry's fields can run as they are: the rest (a bad name, payload or option)
+-- goes the way of a raw entry (materialize_raw dead-letters it as invalid_entry). The payload
+-- of a marked entry is not parsed again (<ns>_enqueue parsed it).
+function LEAN.sound(c, first, f)
+  if not valid_name128(f.task_type) or f.payload == nil or #f.payload > c.max_payload_bytes then
+    return false
+  end
+  if first ~= 'lean' or f.max_attempts or f.timeout_ms or f.ttl_seconds or f.limit_key then
+    return raw_entry_error(c, f) == nil
+  end
+  return true
+end
+
+function LEAN.resolve(f, policy)
+  local per = policy.t[f.task_type]
+  return tonumber(f.max_attempts) or (per and per[1]) or policy.d[1],
+         tonumber(f.timeout_ms) or (per and per[2]) or policy.d[2]
+end
+
+--[[ Writes the hash of lean task `tid` from its entry's fields f, as the full task it becomes:
+what creation would have written (created_at is the entry's time), the attempt `attempt`
+in `status`, and the extra fields `more` (name, value...). Returns h. ]]
+function LEAN.materialise(ms, tid, queue, band, stream, entry_id, f, status, attempt, more)
+  local h = {id = tid, queue = queue, task_type = f.task_type, payload = f.payload or '',
+             status = status, attempt = fmt(attempt), priority = fmt(band),
+             created_at = fmt(tonumber(entry_id:match('^(%d+)')) or ms), metadata = '{}',
+             cancel_requested = '0', source = stream .. '/' .. entry_id,
+             own_max_attempts = f.max_attempts, own_timeout_ms = f.timeout_ms,
+             ttl_seconds = f.ttl_seconds, limit_key = f.limit_key}
+  for i = 1, #(more or {}), 2 do h[more[i]] = more[i + 1] end
+  local a = {}
+  for name, v in pairs(h) do
+    a[#a + 1] = name
+    a[#a + 1] = v
+  end
+  redis.call('HSET', k('task', tid), unpack(a))
+  queue_known(queue)
+  return h
+end
+
+-- The group's record of a delivered entry: consumer and delivery count, or nil.
+function LEAN.pending(stream, entry_id)
+  local p = redis.pcall('XPENDING', stream, GROUP, entry_id, entry_id, 1)
+  if type(p) ~= 'table' or p.err or not p[1] then return nil end
+  return p[1][2], tonumber(p[1][4]), tonumber(p[1][3])
+end
+
+--[[ A lean entry delivered to `worker`. `mode`: nil for a first delivery (fetch), 'reap' for
+an adoption by XAUTOCLAIM (which counted the delivery), 'crashed' for recover's adoption of
+a dead predecessor's entry (with `requeue`), 'lost' for recover's hand-over at the same
+attempt. Returns a claimed task (with a 10th element, 1: lean), nil when the entry was
+settled here, or false and a task hash (or false alone) for process_entry to go on the full
+path with (nothing: as a raw entry). ]]
+function LEAN.process(c, ms, worker, policy, stream, queue, band, entry_id, f, first, mode,
+                      requeue)
+  if not LEAN.sound(c, first, f) then return false end
+  local tid = LEAN.tid(queue, band, entry_id)
+  if mode == nil then
+    if in_cancelled(tid) then -- an id a cancel left in the set (a lean task is deleted instead)
+      redis.pcall('SREM', k('cancelled'), tid)
+      ack(stream, entry_id)
+      return nil
+    end
+    local ttl = tonumber(f.ttl_seconds)
+    if ttl and ms >= (tonumber(entry_id:match('^(%d+)')) or ms) + ttl * 1000 then
+      ack(stream, entry_id)
+      emit_task(c, ms, 'TASK_EXPIRED', tid, queue, f.task_type, 1, worker)
+      return nil
+    end
+    if LIM.of(queue) then return false end -- limits keep per-task state: a full task
+    local ma, to = LEAN.resolve(f, policy)
+    emit_task(c, ms, 'TASK_STARTED', tid, queue, f.task_type, 1, worker)
+    return {stream, entry_id, tid, queue, f.task_type, f.payload, 1, ma, to, 1}
+  end
+  -- A delivery after the first: the task may have a hash (a cancel request materialised it).
+  local tkey = k('task', tid)
+  local h, bad = read_task(tkey, tid)
+  if bad then
+    quarantine(bad, tkey, stream .. '/' .. entry_id, ms)
+    ack(stream, entry_id)
+    return nil
+  end
+  if h then return false, h end
+  local owner, deliveries = LEAN.pending(stream, entry_id)
+  if not deliveries then return nil end -- not pending (any more): nothing to adopt
+  local ma, to = LEAN.resolve(f, policy)
+  if mode == 'lost' then
+    redis.call('XCLAIM', stream, GROUP, worker, 0, entry_id, 'IDLE', 0, 'JUSTID')
+    return {stream, entry_id, tid, queue, f.task_type, f.payload, deliveries, ma, to, 1}
+  end
+  -- The attempt that was lost: XAUTOCLAIM counted this delivery already, recover did not.
+  local lost = mode == 'reap' and math.max(1, deliveries - 1) or deliveries
+  if requeue or lost >= ma or LIM.of(queue) then
+    -- Ends or waits as a full task: the hash of the running attempt that was lost, which
+    -- the full path adopts (or dead-letters as worker_lost, or requeues).
+    return false, LEAN.materialise(ms, tid, queue, band, stream, entry_id, f, 'running', lost,
+                                   {'worker_id', owner or '', 'max_attempts', fmt(ma),
+                                    'timeout_ms', fmt(to), 'carrier', stream .. '/' .. entry_id,
+                                    'started_at', fmt(ms)})
+  end
+  emit_task(c, ms, 'TASK_STARTED', tid, queue, f.task_type, lost + 1, worker)
+  return {stream, entry_id, tid, queue, f.task_type, f.payload, lost + 1, ma, to, 1}
+end
+
+-- The queue's length counter (for QUEUE_FULL) and whether it is lean, in one MGET.
+function LEAN.depth_mode(queue)
+  local v = redis.pcall('MGET', qlen_key(queue), LEAN.mode_key(queue))
+  if v.err then v = {} end
+  local n = tonumber(v[1])
+  if not n or n < 0 or n % 1 ~= 0 then n = qlen_resync(queue) end
+  local lean = v[2] == 'lean'
+  LEAN.modes[queue] = lean
+  return n, lean
+end
+
+-- A lean task: its entry alone (the marker first, then what running it takes). Returns its
+-- id; the caller counts the entry in the queue's counter.
+function LEAN.add(c, ms, queue, ttype, payload, o)
+  local stream, id = stream_key(queue, o.priority), nil
+  if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.limit_key then
+    local a = {'XADD', stream, '*', 'lean', '1', 'task_type', ttype, 'payload', payload}
+    local function opt(name, v)
+      if v then
+        a[#a + 1] = name
+        a[#a + 1] = v
+      end
+    end
+    opt('max_attempts', o.max_attempts and fmt(o.max_attempts))
+    opt('timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
+    opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
+    opt('limit_key', o.limit_key)
+    id = redis.call(unpack(a))
+  else
+    id = redis.call('XADD', stream, '*', 'lean', '1', 'task_type', ttype, 'payload', payload)
+  end
+  local tid = LEAN.tid(queue, o.priority, id)
+  emit_task(c, ms, 'TASK_QUEUED', tid, queue, ttype, 1, '')
+  return tid
+end
+
+--[[ The end of a lean attempt that is not a plain success (finish, handback): the task is
+materialised, running at `attempt` on `worker` (the hash a full task would have), when its
+entry is a lean one pending for this worker at that attempt. Returns 'gone' (no such entry:
+acknowledge it), 'stale' (another delivery holds it: leave it), or true. ]]
+function LEAN.settle(ms, worker, stream, entry_id, attempt, policy)
+  local e = redis.pcall('XRANGE', stream, entry_id, entry_id)
+  if type(e) ~= 'table' or e.err or not e[1] then return 'gone' end
+  local fields, f = e[1][2], {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local queue = stream_queue(stream)
+  local band = tonumber(stream:match(':p(%d)$'))
+  if not queue or not band or not (fields[1] == 'lean' or
+      (f.task_type ~= nil and f.task_id == nil and f.idempotency_key == nil)) then
+    return 'gone'
+  end
+  local owner, deliveries = LEAN.pending(stream, entry_id)
+  if owner ~= worker or deliveries ~= attempt then return 'stale' end
+  local ma, to = LEAN.resolve(f, policy)
+  LEAN.materialise(ms, LEAN.tid(queue, band, entry_id), queue, band, stream, entry_id, f,
+                   'running', attempt, {'worker_id', worker, 'max_attempts', fmt(ma),
+                   'timeout_ms', fmt(to), 'carrier', stream .. '/' .. entry_id,
+                   'started_at', fmt(ms)})
+  return true
+end
+
 --[[ One stream entry delivered to `worker` (by XREADGROUP or XAUTOCLAIM): returns a
 claimed task to run, or nil when the entry was settled here, or, with `requeue` (the
 reaper has no slot for it), put back in its queue. A task hash task_poison() refuses is
 dead-lettered (unless it is terminal already: then its entry is only acknowledged); a task
 key of another type is quarantined. ]]
 local function process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields,
-                             requeue)
+                             requeue, mode)
   local source = stream .. '/' .. entry_id
   local tid, tkey, h, ent_attempt, bad, raw
   if #fields == 4 and fields[1] == 'task_id' and fields[3] == 'attempt' then
@@ -904,7 +1103,15 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
     for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
     raw = f.task_type ~= nil or f.attempt == nil or f.task_id == nil
     tid, ent_attempt = f.task_id, tonumber(f.attempt)
-    if raw then
+    if raw and LEAN.is(queue, fields[1], f) then
+      local t, lh = LEAN.process(c, ms, worker, policy, stream, queue, band, entry_id, f,
+                                 fields[1], mode, requeue)
+      if t ~= false then return t end
+      if lh then -- the task has a hash (now): the full path goes on from it
+        tid, tkey, h, ent_attempt = lh.id, k('task', lh.id), lh, tonumber(lh.attempt)
+      end
+    end
+    if raw and not h then
       tid, tkey, h = materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, source)
       ent_attempt = 1
     end
@@ -1034,12 +1241,14 @@ local function fetch(keys, args)
           res = nil
         end
         if res then
-          -- Entries no Function wrote (not dtq's two fields) count from their first
-          -- delivery, before any of them is settled (deleted) below.
+          -- Entries no Function wrote (neither dtq's two fields nor a lean entry's marker)
+          -- count from their first delivery, before any of them is settled (deleted) below.
           local raw = 0
           for _, e in ipairs(res[1][2]) do
             local f = e[2]
-            if not (#f == 4 and f[1] == 'task_id' and f[3] == 'attempt') then raw = raw + 1 end
+            if not ((#f == 4 and f[1] == 'task_id' and f[3] == 'attempt') or f[1] == 'lean') then
+              raw = raw + 1
+            end
           end
           qlen_add(queue, raw)
           for _, e in ipairs(res[1][2]) do
@@ -1159,7 +1368,7 @@ local function reap(keys, args)
           if e[2] then
             taken = taken + 1
             local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2],
-                                    #claimed >= run_slots)
+                                    #claimed >= run_slots, 'reap')
             if t then claimed[#claimed + 1] = t end
           end
         end
@@ -1189,7 +1398,7 @@ local function reclaim_lost(c, ms, worker, policy, stream, queue, band, entry_id
     return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', tonumber(h.attempt),
             tonumber(h.max_attempts), tonumber(h.timeout_ms)}
   end
-  return process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields)
+  return process_entry(c, ms, worker, policy, stream, queue, band, entry_id, fields, nil, 'lost')
 end
 
 --[[ FCALL <ns>_deregister numkeys streams... ARGV: worker_id — a stopping worker leaves:
@@ -1243,7 +1452,8 @@ local function recover(keys, args)
                                    source)
             if t then claimed[#claimed + 1] = t end
           else
-            process_entry(c, ms, worker, policy, stream, queue, band, id, e[1][2], true)
+            process_entry(c, ms, worker, policy, stream, queue, band, id, e[1][2], true,
+                          'crashed')
           end
         end
       end
@@ -1300,7 +1510,13 @@ local function finish_one(c, ms, worker, args, b)
     quarantine(wrong_type(tkey, 'hash'), tkey, args[b + 4] .. '/' .. args[b + 5], ms)
     return 'quarantined'
   end
-  if not v[4] then return 'gone' end
+  if not v[4] then
+    -- A lean task's attempt that did not just succeed: it becomes a full task here.
+    local st = LEAN.settle(ms, worker, args[b + 4], args[b + 5], tonumber(args[b + 2]),
+                           LEAN.policy or decode_policy(nil))
+    if st ~= true then return st end
+    v = redis.call('HMGET', tkey, unpack(FINISH_FIELDS))
+  end
   if v[4] ~= 'running' or v[1] ~= worker then return 'stale' end
   if tonumber(v[7]) ~= tonumber(args[b + 2]) or not valid_name128(v[5]) then return 'stale' end
   if v[8] then LIM.release(v[8], tid) end -- the attempt ends, however it ends
@@ -1345,6 +1561,7 @@ local function finish_one(c, ms, worker, args, b)
       return 'pending'
     end
   elseif outcome == 'cancelled' then
+    redis.pcall('SREM', k('cancelled'), tid) -- a lean task's cancel request put it there
     history_add(tkey, nil, v[7], ms, 'cancelled', err, worker)
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, worker)
@@ -1360,9 +1577,52 @@ the acknowledgement; all entries of a stream are acknowledged with one XACK and 
 Replies one word per record: the task's new status (succeeded, retrying, dead_lettered,
 failed, cancelled), 'stale' when the task is no longer at this attempt with this worker
 (nothing written, nothing acknowledged), or 'gone' when its hash no longer exists. ]]
+local LEAN_RECORD_FIELDS = 4 -- stream entry_id task_type attempt
+
+-- The successes of lean tasks (lean records from args[b + 1 ..]): their entries join the
+-- call's acknowledgements; nothing else is written per task, unless events are on or the
+-- task was asked to cancel while it ran (its hash then ends succeeded).
+local function finish_lean(c, ms, worker, args, b, m, acks)
+  local wanted = event_wanted(c, 'TASK_SUCCEEDED')
+  for i = 1, m do
+    local lb = b + (i - 1) * LEAN_RECORD_FIELDS
+    local stream, id = args[lb + 1], args[lb + 2]
+    local ids = acks[stream]
+    if not ids then
+      ids = {}
+      acks[stream] = ids
+    end
+    ids[#ids + 1] = id
+    if wanted or call_any_cancelled ~= false then
+      local q = stream_queue(stream)
+      local tid = q and (q .. ':' .. stream:sub(-2) .. ':' .. id)
+      if tid and in_cancelled(tid) then
+        redis.pcall('SREM', k('cancelled'), tid)
+        local tkey = k('task', tid)
+        if redis.call('HGET', tkey, 'status') == 'running' then
+          redis.call('HSET', tkey, 'status', 'succeeded', 'finished_at', fmt(ms))
+          redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
+        end
+      end
+      if tid and wanted then
+        emit_task(c, ms, 'TASK_SUCCEEDED', tid, q, args[lb + 3], args[lb + 4], worker)
+      end
+    end
+  end
+end
+
 local function finish(keys, args)
   local worker, n = args[1], tonumber(args[2])
-  if not n or #args ~= 2 + n * FINISH_RECORD_FIELDS then
+  local nargs, m = n and 2 + n * FINISH_RECORD_FIELDS, 0
+  if n and #args > nargs and args[nargs + 1] == 'lean' then
+    -- The lean section: lean policy-json m (stream entry_id task_type attempt)...
+    m = tonumber(args[nargs + 3])
+    if not m or #args ~= nargs + 3 + m * LEAN_RECORD_FIELDS then
+      return redis.error_reply('INVALID_ARGUMENT the lean section takes lean, policy-json, m ' ..
+                               'and m records of 4 values')
+    end
+    LEAN.policy = decode_policy(args[nargs + 2])
+  elseif not n or #args ~= nargs then
     return redis.error_reply('INVALID_ARGUMENT finish takes worker_id, n and n records of ' ..
                              fmt(FINISH_RECORD_FIELDS) .. ' values')
   end
@@ -1386,6 +1646,10 @@ local function finish(keys, args)
       ids[#ids + 1] = args[b + 5]
     end
     out[i] = verdict
+  end
+  if m > 0 then
+    finish_lean(c, ms, worker, args, nargs + 3, m, acks)
+    out[n + 1] = m
   end
   for stream, ids in pairs(acks) do
     redis.call('XACK', stream, GROUP, unpack(ids))
@@ -1415,6 +1679,10 @@ local function handback(keys, args)
                                            args[b + 4]
     local tkey = k('task', tid)
     local h, bad = read_task(tkey, tid)
+    if not h and not bad and
+        LEAN.settle(ms, worker, stream, entry_id, attempt, decode_policy(nil)) == true then
+      h = read_task(tkey, tid) -- a lean task: handed back as the full task it becomes
+    end
     if bad then
       quarantine(bad, tkey, stream .. '/' .. entry_id, ms)
       out[#out + 1] = 'quarantined'
@@ -1545,6 +1813,12 @@ local function enqueue(keys, args)
   if not o then return opt_error(oerr) end
   local refusal = payload_refusal(c, payload)
   if refusal then return refusal end
+  local depth, lean = LEAN.depth_mode(queue)
+  lean = lean and not (o.delay_ms and o.delay_ms > 0) -- a delayed task is a full one
+  if lean and (o.idempotency_key or o.task_id) then
+    return opt_error((o.task_id and 'task_id' or 'idempotency_key') .. ' is refused on lean ' ..
+                     'queue ' .. queue .. ' (a lean task keeps no record by id)')
+  end
 
   local ikey
   if o.idempotency_key then
@@ -1563,10 +1837,15 @@ local function enqueue(keys, args)
   if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
     return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
   end
-  local depth = qlen(queue)
   if depth >= c.max_queue_depth then return queue_full(c, queue, depth) end
 
   local ms = now_ms()
+  if lean then
+    local tid = LEAN.add(c, ms, queue, ttype, payload, o)
+    qlen_add(queue, 1)
+    queue_known(queue)
+    return {tid, 'created'}
+  end
   local tid, tkey = o.task_id, nil
   if not tid then tid, tkey = free_task_id(ms, fmt(ms) .. '-' .. next_seq()) end
   if not tid then return redis.error_reply('ID_EXISTS every id minted was taken (<p>:seq rewound?)') end
@@ -1607,10 +1886,27 @@ local function enqueue_bulk(keys, args)
   local o, oerr = enqueue_options(c, args, 4 + n, false)
   if not o then return opt_error(oerr) end
   local ms = now_ms()
-  local depth = qlen(queue)
+  local depth, lean = LEAN.depth_mode(queue)
   local added = 0
-  local seq = seq_incr(n) - n
   local out = {}
+  if lean and not (o.delay_ms and o.delay_ms > 0) then -- lean: the entries alone, no ids minted
+    for i = 1, n do
+      local payload = args[3 + i]
+      local refusal = payload_refusal(c, payload)
+      if refusal then
+        out[i] = refusal
+      elseif depth >= c.max_queue_depth then
+        out[i] = queue_full(c, queue, depth)
+      else
+        out[i] = LEAN.add(c, ms, queue, ttype, payload, o)
+        depth, added = depth + 1, added + 1
+      end
+    end
+    qlen_add(queue, added)
+    queue_known(queue)
+    return out
+  end
+  local seq = seq_incr(n) - n
   -- Whether any id of this call's range is taken, in one EXISTS per 1,000 ids rather
   -- than one per task; only then is each checked on its own (free_task_id).
   local taken, tids, tkeys, at = false, {}, {}, fmt(ms) .. '-'
@@ -1924,12 +2220,47 @@ local function purge_dlq(keys, args)
   return n
 end
 
+--[[ The cancel of lean task `tid` (<queue>:p<band>:<entry-id>, no hash): a waiting entry is
+deleted at once (cancelled); a delivered one (running) is materialised as the running task
+it is, with cancel_requested, and its id put in <prefix>:cancelled (the lean success of
+<ns>_finish looks there, so the hash cannot stay running). nil when tid is no lean task. ]]
+local function cancel_lean(tid, actor)
+  local q, bname, eid = tid:match('^(.+):p(%d):(%d+%-%d+)$')
+  if not q or not valid_name128(q) or SCOPE.refuse(q) then return nil end
+  local band = tonumber(bname)
+  local stream = stream_key(q, band)
+  local e = redis.pcall('XRANGE', stream, eid, eid)
+  if type(e) ~= 'table' or e.err or not e[1] then return nil end
+  local fields, f = e[1][2], {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  if not LEAN.is(q, fields[1], f) then return nil end
+  local c = load_config()
+  local ms = now_ms()
+  local owner, deliveries, idle = LEAN.pending(stream, eid)
+  local reply
+  if deliveries then
+    LEAN.materialise(ms, tid, q, band, stream, eid, f, 'running', deliveries,
+                     {'worker_id', owner, 'carrier', stream .. '/' .. eid, 'cancel_requested', '1',
+                      'started_at', fmt(ms - (idle or 0)), 'updated_at', fmt(ms)})
+    redis.call('SADD', k('cancelled'), tid)
+    reply = 'cancel_requested'
+  else
+    qlen_add(q, -redis.call('XDEL', stream, eid))
+    emit_task(c, ms, 'TASK_CANCELLED', tid, q, f.task_type, 1, '')
+    reply = 'cancelled'
+  end
+  audit('cancel', tid, actor, ms, q)
+  return reply
+end
+
 -- FCALL <ns>_cancel 0 <task_id> [actor]
 local function cancel(keys, args)
   if not args[1] then return opt_error('task_id is required') end
   local tkey = k('task', args[1])
   local h = hgetall(tkey)
-  if not h then return redis.error_reply('NOT_FOUND task ' .. args[1]) end
+  if not h then
+    return cancel_lean(args[1], args[2]) or redis.error_reply('NOT_FOUND task ' .. args[1])
+  end
   local c = load_config()
   local ms = now_ms()
   local reply
@@ -1981,6 +2312,29 @@ end
 local function pause(keys, args) return pause_resume('pause', args) end
 local function resume(keys, args) return pause_resume('resume', args) end
 
+--[[ FCALL <ns>_queue_mode 0 <actor> <queue> lean|full: the queue's mode (4.3), kept in
+<prefix>:queue:<q>:mode (`lean`; no key: full). Entries already in the queue keep theirs.
+Audited (queue_mode, with mode) when the mode changes. Replies the mode. ]]
+local function queue_mode(keys, args)
+  local actor, q, mode = args[1], args[2], args[3]
+  if not valid_name(q, 128) then
+    return opt_error('queue name must match [A-Za-z0-9._:-]{1,128}')
+  end
+  local bad = SCOPE.refuse(q)
+  if bad then return bad end
+  if mode ~= 'lean' and mode ~= 'full' then return opt_error('mode must be lean or full') end
+  local key = LEAN.mode_key(q)
+  local was = redis.pcall('GET', key) == 'lean' and 'lean' or 'full'
+  if mode == 'lean' then
+    if redis.pcall('GET', key) ~= 'lean' then redis.call('SET', key, 'lean') end
+  else
+    redis.call('DEL', key)
+  end
+  queue_known(q)
+  if was ~= mode then audit('queue_mode', '', actor, now_ms(), q, {'mode', mode}) end
+  return mode
+end
+
 -- Registers <ns>_<name>; the wrapper resets the event builder's per-call state.
 local function reg(name, fn, ro)
   local wrapped = function(keys, args)
@@ -1988,6 +2342,7 @@ local function reg(name, fn, ro)
     call_eid_prefix = nil
     fmt_memo = {}
     LIM.q = nil
+    LEAN.modes, LEAN.policy = {}, nil
     local bad = SCOPE.enter(keys)
     if bad then return redis.error_reply(bad) end
     return fn(keys, args)
@@ -2044,6 +2399,8 @@ local function stats(keys, args)
     out[#out + 1] = n.pending
     out[#out + 1] = 'queue:' .. q .. ':paused'
     out[#out + 1] = redis.call('EXISTS', k('queue', q, 'paused'))
+    out[#out + 1] = 'queue:' .. q .. ':mode'
+    out[#out + 1] = LEAN.on(q) and 'lean' or 'full'
   end
   local live = 0
   for _, w in ipairs(redis.call('SMEMBERS', k('workers'))) do
@@ -2235,6 +2592,7 @@ local function overview(keys, args)
     local d, p = {}, {}
     for band = 0, BANDS - 1 do d[band + 1], p[band + 1] = n.depth_by_band[band], n.pend[band] end
     queues[i] = {name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
+                 mode = LEAN.on(q) and 'lean' or 'full',
                  depth = n.depth, pending = n.pending, length = n.length, depth_by_band = d,
                  pending_by_band = p, scheduled = per[q] or 0}
   end
@@ -2328,7 +2686,7 @@ local function queue_view(keys, args)
   for _, o in ipairs(waiting) do item_task(o) end
   for _, o in ipairs(running) do item_task(o) end
   return json_encode({name = q, paused = redis.call('EXISTS', k('queue', q, 'paused')) == 1,
-                      length = n.length, depth = n.depth, pending = n.pending, bands = bands,
+                      mode = LEAN.on(q) and 'lean' or 'full', length = n.length, depth = n.depth, pending = n.pending, bands = bands,
                       count = limit, waiting = arr(waiting), running = arr(running)})
 end
 
@@ -3185,10 +3543,17 @@ local function cron_resume(keys, args) return cron_pause_resume('cron_resume', a
 -- `fire_time` in its hash. Returns its id, or nil and the refusal (QUEUE_FULL).
 local function cron_enqueue(s, ms, fire)
   local c = enqueue_config()
-  if qlen(s.queue) >= c.max_queue_depth then return nil, 'QUEUE_FULL' end
+  local depth, lean = LEAN.depth_mode(s.queue)
+  if depth >= c.max_queue_depth then return nil, 'QUEUE_FULL' end
   local o = {priority = tonumber(s.priority) or c.default_priority,
              max_attempts = tonumber(s.max_attempts), timeout_ms = tonumber(s.timeout_ms),
              ttl_seconds = tonumber(s.ttl_seconds)}
+  if lean then -- a lean task: its entry alone (no cron nor fire_time recorded with it)
+    local tid = LEAN.add(c, ms, s.queue, s.task_type, s.payload, o)
+    qlen_add(s.queue, 1)
+    queue_known(s.queue)
+    return tid
+  end
   local tid, tkey = free_task_id(ms, fmt(ms) .. '-' .. next_seq())
   if not tid then return nil, 'ID_EXISTS' end
   tkey = tkey or k('task', tid)
@@ -3832,6 +4197,7 @@ reg('purge_dlq', purge_dlq)
 reg('cancel', cancel)
 reg('pause', pause)
 reg('resume', resume)
+reg('queue_mode', queue_mode)
 reg('stats', stats, true)
 reg('version', version, true)
 

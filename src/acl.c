@@ -33,9 +33,9 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
  * producer cannot read another producer's tasks with the HMGET it holds for <p>:config. */
 static const char *const producer[] = {
     "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk", "+fcall|<ns>_layout",
-    "+time", "+hmget", "+get", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd", "+set",
-    "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat",
-    "%R~<p>:config", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
+    "+time", "+hmget", "+get", "+mget", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd",
+    "+set", "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat",
+    "%R~<p>:config", "%R~<p>:queue:*:mode", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
     "~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
 
@@ -53,7 +53,7 @@ static const char *const worker[] = {
     "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_sched_claim",
     "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
     "+fcall_ro|<ns>_version", "+fcall_ro|<ns>_cron_due", "+fcall|<ns>_cron_fire",
-    "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_sync",
+    "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_sync", "+fcall|<ns>_queue_mode", "+mget",
     "+ping", "+role", "+info|memory", "+xgroup|create", "+xread", "+xreadgroup", "+xautoclaim",
     "+xclaim", "+xack", "+xdel", "+xtrim", "+xadd", "+xpending", "+xrange", "+xrevrange",
     "+hset", "+hget", "+hgetall", "+hmget", "+hdel", "+sadd", "+srem", "+sismember",
@@ -75,6 +75,7 @@ static const char *const admin[] = {
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_remove",
     "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_limit_set", "+fcall|<ns>_limit_remove",
+    "+fcall|<ns>_queue_mode", "+mget",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load", "+fcall|<ns>_layout",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",

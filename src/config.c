@@ -483,6 +483,27 @@ static void validate_cron(load_state *st, dtq_cron_conf *c) {
         return fail(st, section, "catch_up", "'%s' is not one of skip, none, all", c->catch_up);
 }
 
+/* [queue:NAME] sections: a queue's mode. */
+static void set_queue_key(load_state *st, const char *section, const char *name, const char *key,
+                          const char *value) {
+    dtq_config *cfg = st->cfg;
+    dtq_queue_conf *q = NULL;
+    for (int i = 0; i < cfg->nqueue_confs; i++)
+        if (!strcmp(cfg->queue_confs[i].name, name)) q = &cfg->queue_confs[i];
+    if (!q) {
+        cfg->queue_confs = dtq_xrealloc(cfg->queue_confs,
+                                        sizeof(dtq_queue_conf) * (size_t)(cfg->nqueue_confs + 1));
+        q = &cfg->queue_confs[cfg->nqueue_confs++];
+        q->name = dtq_xstrdup(name);
+        q->mode = NULL;
+    }
+    if (strcmp(key, "mode")) return fail(st, section, key, "unknown key");
+    if (strcmp(value, "lean") && strcmp(value, "full"))
+        return fail(st, section, key, "'%s' is not one of lean, full", value);
+    free(q->mode);
+    q->mode = dtq_xstrdup(value);
+}
+
 static int ini_cb(void *user, const char *section, const char *key, const char *value) {
     load_state *st = user;
     const config_key *k;
@@ -505,6 +526,14 @@ static int ini_cb(void *user, const char *section, const char *key, const char *
             return 1;
         }
         set_cron_key(st, section, name, key, value);
+        return 1;
+    }
+    if (!strncmp(section, "queue:", 6)) {
+        if (!dtq_valid_queue_name(section + 6)) {
+            fail(st, section, NULL, "queue name must match [A-Za-z0-9._:-]{1,128}");
+            return 1;
+        }
+        set_queue_key(st, section, section + 6, key, value);
         return 1;
     }
     if (!*section) {
@@ -791,6 +820,11 @@ void dtq_config_free(dtq_config *cfg) {
         for (size_t j = 0; j < sizeof(strs) / sizeof(strs[0]); j++) free(*strs[j]);
     }
     free(cfg->crons);
+    for (int i = 0; i < cfg->nqueue_confs; i++) {
+        free(cfg->queue_confs[i].name);
+        free(cfg->queue_confs[i].mode);
+    }
+    free(cfg->queue_confs);
     free(cfg->path);
     free(cfg);
 }

@@ -62,6 +62,13 @@ typedef struct dtq_cron_conf {
     int paused;
 } dtq_cron_conf;
 
+/* [queue:NAME]: a queue's settings (reference 12). mode: the lane its tasks take, kept in
+ * Redis by <ns>_queue_mode, which the daemon calls at setup and on SIGHUP. */
+typedef struct dtq_queue_conf {
+    char *name;
+    char *mode; /* "lean" or "full" */
+} dtq_queue_conf;
+
 typedef struct dtq_config {
     char *path;
     /* [redis] */
@@ -131,6 +138,9 @@ typedef struct dtq_config {
     /* [cron:*] */
     dtq_cron_conf *crons;
     int ncrons;
+    /* [queue:*] */
+    dtq_queue_conf *queue_confs;
+    int nqueue_confs;
 } dtq_config;
 
 /* Loads path (NULL = defaults and environment only). On error returns NULL and writes

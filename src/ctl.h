@@ -126,8 +126,8 @@ ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_pause_resume, ctl_requ
     ctl_purge_dlq, ctl_functions_install;
 
 /* The schedule and the queue as a whole (ctl_sched.c): scheduled list, run-now and delete
- * (<ns>_scheduled, <ns>_sched_run_now, <ns>_sched_delete), queue clear and remove. */
-ctl_run_fn ctl_scheduled_list, ctl_scheduled_act, ctl_queue_clear, ctl_queue_remove;
+ * (<ns>_scheduled, <ns>_sched_run_now, <ns>_sched_delete), queue clear, remove and mode. */
+ctl_run_fn ctl_scheduled_list, ctl_scheduled_act, ctl_queue_clear, ctl_queue_remove, ctl_queue_mode;
 
 /* Periodic tasks (ctl_cron.c): cron add, list, and remove | pause | resume | run. */
 ctl_run_fn ctl_cron_add, ctl_cron_list, ctl_cron_act;

@@ -286,8 +286,8 @@ static void note_truncated(const cJSON *o, const char *flag, const char *what) {
 static void queue_rows(const cJSON *ov, cJSON *arr) {
     const cJSON *q;
     cJSON_ArrayForEach(q, member(ov, "queues")) {
-        const char *name = str_of(q, "name", "?");
-        int paused = cJSON_IsTrue(member(q, "paused"));
+        const char *name = str_of(q, "name", "?"), *mode = str_of(q, "mode", "full");
+        int paused = cJSON_IsTrue(member(q, "paused")), lean = !strcmp(mode, "lean");
         if (arr) {
             cJSON *row = cJSON_CreateObject();
             cJSON_AddStringToObject(row, "queue", name);
@@ -295,10 +295,12 @@ static void queue_rows(const cJSON *ov, cJSON *arr) {
             cJSON_AddNumberToObject(row, "pending", (double)num_of(q, "pending"));
             cJSON_AddNumberToObject(row, "scheduled", (double)num_of(q, "scheduled"));
             cJSON_AddBoolToObject(row, "paused", paused);
+            cJSON_AddStringToObject(row, "mode", mode);
             cJSON_AddItemToArray(arr, row);
-        } else {
-            printf("%-24s %10lld %10lld %10lld %s\n", name, num_of(q, "depth"),
-                   num_of(q, "pending"), num_of(q, "scheduled"), paused ? "paused" : "");
+        } else { /* the last column: paused, lean, both (space separated) or nothing */
+            printf("%-24s %10lld %10lld %10lld %s%s%s\n", name, num_of(q, "depth"),
+                   num_of(q, "pending"), num_of(q, "scheduled"), paused ? "paused" : "",
+                   paused && lean ? " " : "", lean ? "lean" : "");
         }
     }
 }
@@ -398,16 +400,22 @@ int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
 /* ----------------------------------------------------------------- stats */
 
 /* Adds a <ns>_stats reply's pairs to `o` (name -> number, in the order first seen): the
- * queue:<q>:* pairs as they come (each queue answers for itself), the namespace's counters
- * (scheduled, claimed, dlq, workers) summed over the calls. */
+ * queue:<q>:* pairs as they come (each queue answers for itself; queue:<q>:mode is a
+ * word, lean or full), the namespace's counters (scheduled, claimed, dlq, workers) summed
+ * over the calls. */
 static void stats_add(ctl *x, cJSON *o, const redisReply *r) {
     if (r->type != REDIS_REPLY_ARRAY) ctl_refused("unexpected reply to %s_stats", x->ns);
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *name = r->element[i], *val = r->element[i + 1];
         cJSON *had;
-        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_INTEGER)
+        if (name->type != REDIS_REPLY_STRING ||
+            (val->type != REDIS_REPLY_INTEGER && val->type != REDIS_REPLY_STRING))
             ctl_refused("unexpected reply to %s_stats", x->ns);
         had = cJSON_GetObjectItemCaseSensitive(o, name->str);
+        if (val->type == REDIS_REPLY_STRING) {
+            if (!had) cJSON_AddStringToObject(o, name->str, val->str);
+            continue;
+        }
         if (had)
             cJSON_SetNumberValue(had, had->valuedouble + (double)val->integer);
         else
@@ -435,7 +443,12 @@ int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
     if (x->json) {
         ctl_print_json(o);
     } else {
-        cJSON_ArrayForEach(f, o) printf("%-32s %.0f\n", f->string, f->valuedouble);
+        cJSON_ArrayForEach(f, o) {
+            if (cJSON_IsString(f))
+                printf("%-32s %s\n", f->string, f->valuestring);
+            else
+                printf("%-32s %.0f\n", f->string, f->valuedouble);
+        }
     }
     cJSON_Delete(o);
     return 0;

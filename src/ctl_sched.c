@@ -167,3 +167,21 @@ int ctl_queue_remove(ctl *x, const ctl_verb *v, int argc, char **argv) {
     freeReplyObject(r);
     return 0;
 }
+
+/* queue mode <queue> lean|full: <ns>_queue_mode with the actor (reference 4.3). */
+int ctl_queue_mode(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char *a[3] = {CTL_ACTOR, argv[0], argv[1]};
+    redisReply *r;
+    DTQ_UNUSED(v);
+    DTQ_UNUSED(argc);
+    if (strcmp(argv[1], "lean") && strcmp(argv[1], "full"))
+        ctl_usage_error("queue mode: the mode is lean or full, not '%s'", argv[1]);
+    r = ctl_fcall(x, 0, argv[0], "queue_mode", 3, a);
+    ctl_queue_index_add(x, argv[0]);
+    if (x->json)
+        printf("{\"queue\":\"%s\",\"mode\":\"%s\"}\n", argv[0], r->str ? r->str : "");
+    else
+        printf("%s %s\n", argv[0], r->str ? r->str : "");
+    freeReplyObject(r);
+    return 0;
+}

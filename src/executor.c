@@ -189,6 +189,7 @@ static void run_end(run *r) {
     rec->stream = dtq_xstrdup(t->stream);
     rec->entry_id = dtq_xstrdup(t->entry_id);
     rec->outcome = o.kind;
+    rec->lean = t->lean && o.kind == DTQ_OUTCOME_SUCCEEDED; /* an acknowledgement alone */
     rec->result_state = o.result_state;
     if (o.result_state != DTQ_RESULT_NONE) {
         /* o.result: made from the output (result = text); NULL output: cut to a

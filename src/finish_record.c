@@ -18,6 +18,20 @@ void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
     dtq_argv_addll(a, rec->grace_ms);
 }
 
+void dtq_finish_lean_head(dtq_argv *a, const char *policy_json, int m) {
+    dtq_argv_adds(a, "lean");
+    dtq_argv_adds(a, policy_json);
+    dtq_argv_addll(a, m);
+}
+
+void dtq_finish_lean_encode(dtq_argv *a, const char *stream, const char *entry_id,
+                            const char *task_type, int64_t attempt) {
+    dtq_argv_adds(a, stream);
+    dtq_argv_adds(a, entry_id);
+    dtq_argv_adds(a, task_type);
+    dtq_argv_addll(a, attempt);
+}
+
 void dtq_handback_record_encode(dtq_argv *a, const dtq_finish_record *rec) {
     dtq_argv_adds(a, rec->task_id);
     dtq_argv_addll(a, rec->attempt);

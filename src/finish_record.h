@@ -21,6 +21,7 @@ struct dtq_metrics_cell;
 typedef struct dtq_finish_record {
     struct dtq_finish_record *next;
     int handback; /* 1: an interrupted attempt handed back (drain), not a finish */
+    int lean;     /* 1: a lean task's success, sent in the call's lean section */
     char *task_id;
     int64_t attempt;
     char *stream;   /* the entry that carries the attempt */
@@ -42,6 +43,14 @@ typedef struct dtq_finish_record {
 
 /* Appends the DTQ_FINISH_RECORD_FIELDS values of a finish record. */
 void dtq_finish_record_encode(dtq_argv *a, const dtq_finish_record *rec);
+/* The lean section of <ns>_finish, after its records: "lean", the policy JSON (what
+ * materialises a lean task that failed in the same call), m, then m lean records. */
+void dtq_finish_lean_head(dtq_argv *a, const char *policy_json, int m);
+/* Appends the DTQ_LEAN_RECORD_FIELDS values of a lean success: stream entry_id task_type
+ * attempt. */
+#define DTQ_LEAN_RECORD_FIELDS 4
+void dtq_finish_lean_encode(dtq_argv *a, const char *stream, const char *entry_id,
+                            const char *task_type, int64_t attempt);
 /* Appends the five values of a hand-back record: task_id attempt stream entry_id reason. */
 void dtq_handback_record_encode(dtq_argv *a, const dtq_finish_record *rec);
 void dtq_finish_record_free(dtq_finish_record *rec);

@@ -160,6 +160,48 @@ static void wait_cb(redisAsyncContext *ac, void *r, void *priv) {
     batch_over(f, b, 0);
 }
 
+/* The lean lane (reference 4.3): the successes of lean tasks go in the finish call's lean
+ * section, after its records, as an acknowledgement each. lean_last puts them at the end of
+ * the list (the reply's words are the other records', in order); count_lean counts them,
+ * and with `any` set tells whether any record is of a lean task (a lean task's failure is
+ * materialised with the policy the section carries). */
+static dtq_finish_record *lean_last(dtq_finish_record *list) {
+    dtq_finish_record *full = NULL, **ft = &full, *lean = NULL, **lt = &lean;
+    while (list) {
+        dtq_finish_record *rec = list;
+        list = rec->next;
+        rec->next = NULL;
+        if (rec->lean) {
+            *lt = rec;
+            lt = &rec->next;
+        } else {
+            *ft = rec;
+            ft = &rec->next;
+        }
+    }
+    *ft = lean;
+    return full;
+}
+
+static int count_lean(const dtq_finish_record *list, int *any) {
+    int m = 0;
+    for (; list; list = list->next) {
+        if (list->lean) m++;
+        if (any && list->task && list->task->lean) *any = 1;
+    }
+    return m;
+}
+
+static void encode_lean(dtq_argv *a, const char *policy_json, const dtq_finish_record *list) {
+    int any = 0, m = count_lean(list, &any);
+    if (!any && m == 0) return;
+    dtq_finish_lean_head(a, policy_json, m);
+    for (; list; list = list->next)
+        if (list->lean)
+            dtq_finish_lean_encode(a, list->stream, list->entry_id,
+                                   list->task ? list->task->task_type : "", list->attempt);
+}
+
 /* The tag of a record's queue: its stream key up to the closing brace ("{ns:q}"). */
 static char *record_tag(const dtq_finish_record *rec) {
     const char *end = strchr(rec->stream, '}');
@@ -173,13 +215,16 @@ static int send_one(dtq_finisher *f, round *r, int handback, dtq_finish_record *
     dtq_ctx *ctx = f->ctx;
     dtq_argv a;
     batch *b;
-    dtq_call_finish(&a, handback ? ctx->fn.handback : ctx->fn.finish, ctx->cfg->worker_id, n);
+    if (!handback) list = lean_last(list);
+    dtq_call_finish(&a, handback ? ctx->fn.handback : ctx->fn.finish, ctx->cfg->worker_id,
+                    handback ? n : n - count_lean(list, NULL));
     for (dtq_finish_record *rec = list; rec; rec = rec->next) {
         if (handback)
             dtq_handback_record_encode(&a, rec);
-        else
+        else if (!rec->lean)
             dtq_finish_record_encode(&a, rec);
     }
+    if (!handback) encode_lean(&a, ctx->policy_json, list);
     dtq_call_tag(&a, tag);
     b = dtq_xcalloc(1, sizeof(*b));
     b->f = f;

@@ -9,7 +9,7 @@
 #include "config.h"
 #include "util.h"
 
-#define CLAIM_FIELDS 9 /* lua/dtq.lua claim_task() */
+#define CLAIM_FIELDS 9 /* lua/dtq.lua claim_task(); a lean claim (LEAN.process) adds one */
 
 static int as_string(const redisReply *r, char **out, size_t *len) {
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
@@ -38,7 +38,8 @@ static int as_int(const redisReply *r, int64_t min, int64_t max, int64_t *out) {
 
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
     dtq_task *t;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != CLAIM_FIELDS) {
+    if (!r || r->type != REDIS_REPLY_ARRAY ||
+        (r->elements != CLAIM_FIELDS && r->elements != CLAIM_FIELDS + 1)) {
         snprintf(err, errlen, "claimed task is not an array of %d", CLAIM_FIELDS);
         return NULL;
     }
@@ -54,6 +55,15 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
         snprintf(err, errlen, "claimed task has a field of the wrong type or out of range");
         dtq_task_free(t);
         return NULL;
+    }
+    if (r->elements == CLAIM_FIELDS + 1) {
+        int64_t lean;
+        if (as_int(r->element[CLAIM_FIELDS], 0, 1, &lean)) {
+            snprintf(err, errlen, "claimed task has a lean flag that is not 0 or 1");
+            dtq_task_free(t);
+            return NULL;
+        }
+        t->lean = (int)lean;
     }
     return t;
 }

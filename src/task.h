@@ -19,15 +19,16 @@ typedef struct dtq_task {
     int64_t attempt;      /* the attempt being run, 1-based */
     int64_t max_attempts; /* as resolved at claim, the value every later decision uses */
     int64_t timeout_ms;   /* as resolved at claim */
+    int lean;             /* a lean task (reference 4.3): its entry alone, no task hash */
 } dtq_task;
 
 /* The bound of attempt and timeout_ms (2^53, the Functions' integers). */
 #define DTQ_TASK_INT_MAX ((int64_t)1 << 53)
 
 /* Decodes one claimed-task array; NULL (with err filled) when it is malformed: not an array
- * of 9, a field of the wrong type, or attempt, max_attempts or timeout_ms outside the
- * Functions' bounds ([1, 2^53], [1, DTQ_MAX_ATTEMPTS], [1, 2^53]).
- * The reply is borrowed; the task is caller-owned (dtq_task_free). */
+ * of 9 (or of 10, the last 1 for a lean task), a field of the wrong type, or attempt, max_attempts
+ * or timeout_ms outside the Functions' bounds ([1, 2^53], [1, DTQ_MAX_ATTEMPTS], [1, 2^53]). The
+ * reply is borrowed; the task is caller-owned (dtq_task_free). */
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen);
 void dtq_task_free(dtq_task *t);
 

@@ -215,9 +215,15 @@ static void one(dtq_tasklog *tl, const dtq_finish_record *rec, const char *word)
 }
 
 void dtq_tasklog_verdicts(dtq_tasklog *tl, const dtq_finish_record *list, const redisReply *reply) {
-    const dtq_finish_record *rec = list;
-    for (size_t i = 0; i < reply->elements && rec; i++, rec = rec->next) {
-        const redisReply *v = reply->element[i];
+    size_t i = 0;
+    for (const dtq_finish_record *rec = list; rec; rec = rec->next) {
+        const redisReply *v;
+        if (rec->lean) { /* a lean success: counted in the reply's last element, not a word */
+            one(tl, rec, "succeeded");
+            continue;
+        }
+        if (i >= reply->elements) break;
+        v = reply->element[i++];
         if (v->type == REDIS_REPLY_STRING || v->type == REDIS_REPLY_STATUS) one(tl, rec, v->str);
     }
 }

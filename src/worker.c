@@ -348,6 +348,49 @@ static void setup_command(dtq_rsteps *j, dtq_rsteps_reply_fn *fn, dtq_argv *a) {
 typedef struct cl_setup cl_setup;
 static void cluster_publish(dtq_worker *w, cl_setup *s);
 
+static void queue_mode_reply(redisAsyncContext *ac, void *r, void *priv) {
+    redisReply *reply = r;
+    DTQ_UNUSED(ac);
+    DTQ_UNUSED(priv);
+    if (reply && reply->type == REDIS_REPLY_ERROR)
+        dtq_error("setting a queue's mode from its [queue:NAME] section failed: %s", reply->str);
+}
+
+/* The modes of the [queue:NAME] sections (<ns>_queue_mode, reference 4.3), at setup and on
+ * SIGHUP: producers' enqueues follow what Redis holds. Not counted: setup never waits on
+ * it. In the cluster layout each call goes to its queue's slot ({ns:q}). */
+static void publish_queue_modes(dtq_worker *w) {
+    dtq_ctx *ctx = w->ctx;
+    const dtq_config *cfg = ctx->cfg;
+    char *fn = cfg->nqueue_confs ? dtq_keys_function(cfg->ns, "queue_mode") : NULL;
+    for (int i = 0; i < cfg->nqueue_confs; i++) {
+        const dtq_queue_conf *q = &cfg->queue_confs[i];
+        char *tag;
+        dtq_argv a;
+        if (!q->mode) continue;
+        dtq_argv_init(&a);
+        dtq_argv_adds(&a, "FCALL");
+        dtq_argv_adds(&a, fn);
+        dtq_argv_adds(&a, "0");
+        dtq_argv_adds(&a, cfg->worker_id);
+        dtq_argv_adds(&a, q->name);
+        dtq_argv_adds(&a, q->mode);
+        /* setup's own commands bypass the gate (they are what opens it) */
+        if (dtq_ctx_cluster(ctx)) {
+            tag = dtq_xasprintf("{%s:%s}", cfg->ns, q->name);
+            dtq_call_tag(&a, tag);
+            dtq_rcluster_command(ctx->rc, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
+                                 a.lens);
+            free(tag);
+        } else {
+            dtq_rconn_command(ctx->cmd, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
+                              a.lens);
+        }
+        dtq_argv_deinit(&a);
+    }
+    free(fn);
+}
+
 /* <prefix>:config: the limits the Functions enforce, as this daemon's config says (the
  * fields are config.c's, dtq_config_each_field); a command of setup round j, or on its
  * own with j NULL. */
@@ -570,6 +613,7 @@ static void cl_setup_phase3(cl_setup *s) {
     s->phase = 3;
     s->left = 1; /* held while the phase's commands leave */
     cluster_publish(s->w, s);
+    publish_queue_modes(s->w);
     for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "XGROUP");
@@ -646,6 +690,7 @@ static void setup_writes(dtq_rsteps *j) {
     w = s->w;
     ctx = w->ctx;
     publish_config(w, j);
+    publish_queue_modes(w);
     /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
     {
         char *key = dtq_key_queues(ctx->prefix);
@@ -961,7 +1006,10 @@ static void reload(dtq_worker *w) {
         dtq_scheduler_stop(w->scheduler);
     else if (w->state == DTQ_WORKER_RUNNING && ctx->ready)
         dtq_scheduler_start(w->scheduler);
-    if (ctx->rc ? ctx->ready : dtq_rconn_is_up(ctx->cmd)) publish_config(w, NULL);
+    if (ctx->rc ? ctx->ready : dtq_rconn_is_up(ctx->cmd)) {
+        publish_config(w, NULL);
+        publish_queue_modes(w);
+    }
     dtq_consumer_reset(w->consumer);
     dtq_cron_pass_config_changed(w->cron);
     dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);

@@ -9,7 +9,9 @@
  * O_APPEND write before it does anything), the third one behind a TCP relay that cuts
  * connections on command. A producer enqueues tasks (Function with explicit ids, with
  * idempotency keys and duplicate enqueues, raw XADD entries with and without task_id,
- * malformed raw entries, delayed tasks) while a fault schedule runs: SIGKILL, SIGSTOP +
+ * malformed raw entries, delayed tasks, and a fifth of them into the lean queue ql, where
+ * a success leaves no hash and its TASK_SUCCEEDED event stands for it) while a fault
+ * schedule runs: SIGKILL, SIGSTOP +
  * SIGCONT and SIGTERM of daemons with replacements (same or new worker id), connection
  * cuts (CLIENT KILL TYPE normal, and the relay cutting right after a chosen command so its
  * reply is lost), one Redis restart (SIGTERM, then start again on the same dir) and one
@@ -48,12 +50,13 @@
 #include "proxy.h"
 
 #define NSLOTS 3
-#define NQUEUES 2
+#define NQUEUES 3 /* qa and qb full, ql lean (reference 4.3) */
+#define LEAN_QUEUE 2
 #define CONCURRENCY 16
 #define HANDLER_TIMEOUT_MS 20000
 #define MAX_DUPS 2
 
-static const char *const QUEUES[NQUEUES] = {"qa", "qb"};
+static const char *const QUEUES[NQUEUES] = {"qa", "qb", "ql"};
 
 /* ------------------------------------------------------------------ small utilities */
 
@@ -231,10 +234,11 @@ typedef enum how {
     H_RAW_ID,      /* XADD with task_id; sometimes the same entry twice */
     H_RAW_DERIVED, /* XADD without task_id: the id is <queue>:p<band>:<entry-id> */
     H_RAW_IDEM,    /* XADD without task_id, with an idempotency key, sometimes twice */
-    H_RAW_BAD      /* a malformed raw entry, with task_id */
+    H_RAW_BAD,     /* a malformed raw entry, with task_id */
+    H_LEAN         /* dtq_enqueue into the lean queue ql: the id is <queue>:p<band>:<entry-id> */
 } how;
 static const char *const HOW_NAMES[] = {"fcall-id",    "fcall-idem", "fcall-id+idem", "raw-id",
-                                        "raw-derived", "raw-idem",   "raw-malformed"};
+                                        "raw-derived", "raw-idem",   "raw-malformed", "fcall-lean"};
 
 typedef struct task {
     int ref; /* payload {"ref":"r<ref>"} names the logical task */
@@ -512,12 +516,12 @@ static void write_config(world *w, int slot, char *path, size_t pathlen) {
     }
     fprintf(f,
             "[redis]\nurl = %s\nconnect_timeout_ms = 1000\n"
-            "[worker]\nqueues = %s, %s\nconcurrency = %d\nworker_id = %s\n"
+            "[worker]\nqueues = %s, %s, ql\nconcurrency = %d\nworker_id = %s\n"
             "heartbeat_interval_s = 1\nvisibility_timeout_s = 3\ndrain_timeout_s = 2\n"
             "[retry]\nbase_delay = 0.1\nmax_delay = 1.0\njitter = 0.2\ndefault_max_attempts = 5\n"
             "[scheduler]\ninterval_ms = 200\nleader_lock_ms = 2000\nclaim_timeout_ms = 5000\n"
             "[limits]\nevents_stream_maxlen = 100000000\ndlq_maxlen = 1000000\n"
-            "[log]\nlevel = info\n",
+            "[log]\nlevel = info\n[queue:ql]\nmode = lean\n",
             url, slot == 1 ? QUEUES[1] : QUEUES[0], slot == 1 ? QUEUES[0] : QUEUES[1], CONCURRENCY,
             d->worker_id);
     static const struct {
@@ -660,9 +664,12 @@ static void gen_tasks(world *w, rng *r) {
         task *t = &w->tasks[i];
         int p = rng_range(r, 0, 99);
         t->ref = i;
-        t->queue = rng_range(r, 0, NQUEUES - 1);
+        t->queue = rng_range(r, 0, LEAN_QUEUE - 1);
         t->band = rng_range(r, 0, 9);
-        if (p < 50)
+        if (p < 20) {
+            t->how = H_LEAN;
+            t->queue = LEAN_QUEUE;
+        } else if (p < 50)
             t->how = H_FCALL_ID;
         else if (p < 58)
             t->how = H_FCALL_IDEM;
@@ -959,7 +966,21 @@ static sent send_task(world *w, task *t, int dup) {
         snprintf(id, sizeof(id), "c%" PRIu64 "-%d-d%d", w->seed, t->ref, dup);
     else
         snprintf(id, sizeof(id), "c%" PRIu64 "-%d", w->seed, t->ref);
-    if (t->how <= H_FCALL_BOTH) {
+    if (t->how == H_LEAN) {
+        snprintf(prio, sizeof(prio), "%d", t->band);
+        argv[argc++] = "FCALL";
+        argv[argc++] = "dtq_enqueue";
+        argv[argc++] = "0";
+        argv[argc++] = QUEUES[t->queue];
+        argv[argc++] = type_of(t);
+        argv[argc++] = payload;
+        argv[argc++] = "priority";
+        argv[argc++] = prio;
+        if (t->max_attempts) {
+            argv[argc++] = "max_attempts";
+            argv[argc++] = mx;
+        }
+    } else if (t->how <= H_FCALL_BOTH) {
         snprintf(prio, sizeof(prio), "%d", t->band);
         snprintf(delay, sizeof(delay), "%d", t->delay_ms);
         argv[argc++] = "FCALL";
@@ -1016,10 +1037,21 @@ static sent send_task(world *w, task *t, int dup) {
     if (!r) {
         note("enqueue r%d: connection error (%s)", t->ref, c->errstr);
         /* A raw entry without task_id or key cannot be sent again safely. */
-        return t->how == H_RAW_DERIVED ? SENT_AMBIGUOUS : SENT_RETRY;
+        return t->how == H_RAW_DERIVED || t->how == H_LEAN ? SENT_AMBIGUOUS : SENT_RETRY;
     }
     res = SENT_OK;
-    if (t->how <= H_FCALL_BOTH) {
+    if (t->how == H_LEAN) { /* a lean task's id names its entry: no retry is safe either */
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+            task_add_id(t, r->element[0]->str);
+        } else if (refused_error(r)) {
+            res = SENT_RETRY;
+        } else {
+            fprintf(stderr, "chaos: lean enqueue r%d: unexpected reply: %s\n", t->ref,
+                    r->type == REDIS_REPLY_ERROR ? r->str : "(not an array)");
+            w->producer_errors++;
+            res = SENT_RETRY;
+        }
+    } else if (t->how <= H_FCALL_BOTH) {
         const char *got = NULL;
         int created = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
@@ -1141,7 +1173,8 @@ static long long zcard(world *w, const char *key) {
     return n;
 }
 
-/* How many confirmed tasks have no terminal hash among their ids yet (-1: no Redis). */
+/* How many confirmed tasks have no terminal hash among their ids yet (-1: no Redis); a
+ * lean task with no hash counts as settled (its entry, while there, is in the streams). */
 static long long unsettled_tasks(world *w) {
     redisContext *c = rc(w);
     long long open = 0;
@@ -1155,6 +1188,8 @@ static long long unsettled_tasks(world *w) {
             redisReply *r = NULL;
             if (redisGetReply(c, (void **)&r) != REDIS_OK) return -1;
             if (r->type == REDIS_REPLY_STRING && is_terminal(r->str)) done = 1;
+            /* a lean task without a hash is its entry: the stream sums below wait for it */
+            if (r->type == REDIS_REPLY_NIL && w->tasks[i].how == H_LEAN) done = 1;
             freeReplyObject(r);
         }
         if (w->tasks[i].confirmed && !done) open++;
@@ -1369,7 +1404,7 @@ static void run_checks(world *w) {
     thash *hs = read_hashes(w, &nh);
     logline *ls = read_log(w, &nls, &bad_lines);
     event_rec *ev = read_events(w, &nev);
-    smap runs = {0}, hidx = {0}, dlq = {0}, outcomes = {0};
+    smap runs = {0}, hidx = {0}, dlq = {0}, outcomes = {0}, lean_ok = {0};
     char key[320];
 
     res->checks[C_LOG_BAD] = bad_lines;
@@ -1391,6 +1426,12 @@ static void run_checks(world *w) {
         (*smap_slot(&runs, key, 1))++;
     }
     for (int i = 0; i < nh; i++) *smap_slot(&hidx, hs[i].id, 1) = i;
+    /* A lean task that succeeded has no hash (reference 4.3): its TASK_SUCCEEDED event, at
+     * the attempt that succeeded, stands for it. */
+    for (int i = 0; i < nev; i++)
+        if (!strncmp(ev[i].task_id, "ql:", 3) && !strcmp(ev[i].type, "TASK_SUCCEEDED") &&
+            smap_get(&hidx, ev[i].task_id, -1) < 0)
+            *smap_slot(&lean_ok, ev[i].task_id, 1) = ev[i].attempt;
 
     /* attempts started twice, attempts beyond the limit */
     for (size_t i = 0; i < runs.cap; i++)
@@ -1405,7 +1446,13 @@ static void run_checks(world *w) {
         }
     for (int i = 0; i < nls; i++) {
         int hi = smap_get(&hidx, ls[i].id, -1);
-        if (hi < 0) {
+        if (hi < 0 && smap_get(&lean_ok, ls[i].id, 0) > 0) {
+            if (ls[i].attempt > smap_get(&lean_ok, ls[i].id, 0)) { /* ran after its success */
+                res->checks[C_BEYOND_MAX]++;
+                fprintf(stderr, "chaos: lean task %s ran attempt %d after its success\n", ls[i].id,
+                        ls[i].attempt);
+            }
+        } else if (hi < 0) {
             fprintf(stderr, "chaos: handler ran for %s, which has no hash\n", ls[i].id);
             res->checks[C_UNEXPECTED]++;
         } else if (hs[hi].max_attempts > 0 && ls[i].attempt > hs[hi].max_attempts) {
@@ -1444,6 +1491,21 @@ static void run_checks(world *w) {
             for (int j = 0; j < nh; j++)
                 if (hs[j].ref == t->ref) fprintf(stderr, " %s", hs[j].id);
             fputc('\n', stderr);
+        }
+        if (t->hash < 0 && t->how == H_LEAN && t->nids > 0 &&
+            smap_get(&lean_ok, t->ids[0], 0) > 0) {
+            int at = smap_get(&lean_ok, t->ids[0], 0);
+            (*smap_slot(&outcomes, "succeeded (lean) ", 1))++;
+            snprintf(key, sizeof(key), "%s#%d", t->ids[0], at);
+            if (!(t->kind == K_OK || (t->kind == K_FLAKY && at >= t->k))) {
+                res->checks[C_WRONG]++;
+                fprintf(stderr, "chaos: wrong status for r%d (lean, %s, k %d): succeeded at %d\n",
+                        t->ref, KIND_NAMES[t->kind], t->k, at);
+            } else if (smap_get(&runs, key, 0) == 0) {
+                res->checks[C_NO_RUN]++;
+                fprintf(stderr, "chaos: lean r%d succeeded at %d without that run\n", t->ref, at);
+            }
+            continue;
         }
         if (t->hash < 0) {
             if (t->confirmed) {
@@ -1566,6 +1628,7 @@ static void run_checks(world *w) {
     smap_free(&runs);
     smap_free(&hidx);
     smap_free(&dlq);
+    smap_free(&lean_ok);
 }
 
 /* Self-test: after the round, plant one fault of each kind the checks look for, so that

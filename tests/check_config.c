@@ -47,6 +47,24 @@ static void expect_error(const char *text, const char *frag1, const char *frag2)
     if (frag2) ck_assert_msg(strstr(err, frag2) != NULL, "'%s' not in: %s", frag2, err);
 }
 
+/* [queue:NAME] mode: lean or full, checked; the sections are kept in file order. */
+START_TEST(test_queue_sections) {
+    char err[512] = "";
+    dtq_config *cfg;
+    write_ini("[queue:mail]\nmode = lean\n[queue:bulk.q]\nmode = full\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->nqueue_confs, 2);
+    ck_assert_str_eq(cfg->queue_confs[0].name, "mail");
+    ck_assert_str_eq(cfg->queue_confs[0].mode, "lean");
+    ck_assert_str_eq(cfg->queue_confs[1].mode, "full");
+    dtq_config_free(cfg);
+    expect_error("[queue:mail]\nmode = fast\n", "[queue:mail]", "not one of lean, full");
+    expect_error("[queue:mail]\ncolour = red\n", "colour", "unknown key");
+    expect_error("[queue:bad/name]\nmode = lean\n", "queue name must match", NULL);
+}
+END_TEST
+
 START_TEST(test_defaults) {
     char err[256];
     dtq_config *cfg = dtq_config_load(NULL, err, sizeof(err));
@@ -626,6 +644,7 @@ int main(void) {
     TCase *tc = tcase_create("load");
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_queue_sections);
     tcase_add_test(tc, test_file_and_handlers);
     tcase_add_test(tc, test_env_overrides);
     tcase_add_test(tc, test_errors);

@@ -297,13 +297,15 @@ START_TEST(test_acl_output_and_hash_tag) {
     char *slash;
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_URL=redis://127.0.0.1:1", "acl producer"),
                      0);
-    ck_assert_str_eq(out, "resetkeys resetchannels clearselectors -@all +fcall|dtq_enqueue "
-                          "+fcall|dtq_enqueue_bulk +fcall|dtq_layout +time +hmget +get +exists "
-                          "+xlen +incr +incrby +hset +sadd +set +zadd +xadd +publish "
-                          "+pubsub|numsub +pubsub|numpat %R~dtq:config %W~dtq:task:* "
-                          "%W~dtq:stream:*:p[0-9] %W~dtq:stream:events ~dtq:idempotency:* "
-                          "%W~dtq:queues ~dtq:seq %W~dtq:retry:schedule ~dtq:layout "
-                          "~dtq:queue:*:length &dtq:events\n");
+    ck_assert_str_eq(out,
+                     "resetkeys resetchannels clearselectors -@all +fcall|dtq_enqueue "
+                     "+fcall|dtq_enqueue_bulk +fcall|dtq_layout +time +hmget +get +mget +exists "
+                     "+xlen +incr +incrby +hset +sadd +set +zadd +xadd +publish "
+                     "+pubsub|numsub +pubsub|numpat %R~dtq:config %R~dtq:queue:*:mode "
+                     "%W~dtq:task:* "
+                     "%W~dtq:stream:*:p[0-9] %W~dtq:stream:events ~dtq:idempotency:* "
+                     "%W~dtq:queues ~dtq:seq %W~dtq:retry:schedule ~dtq:layout "
+                     "~dtq:queue:*:length &dtq:events\n");
     free(out);
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "-n jobs acl producer-raw"), 0);
     ck_assert_str_eq(

@@ -195,7 +195,7 @@ START_TEST(test_other_producers_and_stats) {
         depth += stat(st, "queue:%s:depth", Q[i]);
     }
     ck_assert_int_eq(depth, NQ + 2);
-    ck_assert_int_eq(cJSON_GetArraySize(st), NQ * 3 + 4); /* 3 per queue, then the totals */
+    ck_assert_int_eq(cJSON_GetArraySize(st), NQ * 4 + 4); /* 4 per queue, then the totals */
     ck_assert_int_eq(stat(st, "dlq"), 0);
     ck_assert_int_eq(stat(st, "workers"), 0);
     cJSON_Delete(st);
@@ -209,6 +209,21 @@ START_TEST(test_other_producers_and_stats) {
         ck_assert_ptr_nonnull(strstr(out, "\nworkers "));
         ck_assert_ptr_null(strstr(strstr(out, "\nworkers ") + 1, "\nworkers "));
         free(out);
+    }
+    /* a queue's mode, set on its own slot (reference 4.3), shown by stats and queues */
+    {
+        char *out, cmdline[160];
+        const cJSON *m;
+        ck_assert_int_eq(ctl(&out, "queue mode %s lean", Q[0]), 0);
+        free(out);
+        st = ctl_json("stats");
+        snprintf(cmdline, sizeof(cmdline), "queue:%s:mode", Q[0]);
+        m = cJSON_GetObjectItemCaseSensitive(st, cmdline);
+        ck_assert_str_eq(cJSON_GetStringValue(m), "lean");
+        snprintf(cmdline, sizeof(cmdline), "queue:%s:mode", Q[1]);
+        m = cJSON_GetObjectItemCaseSensitive(st, cmdline);
+        ck_assert_str_eq(cJSON_GetStringValue(m), "full");
+        cJSON_Delete(st);
     }
     /* queues: the nine, by name, with their depths */
     st = ctl_json("queues");

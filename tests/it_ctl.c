@@ -436,7 +436,7 @@ START_TEST(test_tag_queues_workers_stats) {
     free(out);
     ck_assert_int_eq(tag(&out, "--json queues"), 0);
     ck_assert_str_eq(out, "[{\"queue\":\"default\",\"depth\":0,\"pending\":0,\"scheduled\":1,"
-                          "\"paused\":true}]\n");
+                          "\"paused\":true,\"mode\":\"full\"}]\n");
     free(out);
     ck_assert_int_eq(tag(&out, "resume default"), 0);
     ck_assert_str_eq(out, "resumed\n");
@@ -646,6 +646,7 @@ START_TEST(test_help_is_the_table) {
         {"queues", "queues x", "usage: dtqctl queues"},
         {"queue clear", "queue clear", "usage: dtqctl queue clear <queue> [options]"},
         {"queue remove", "queue remove", "usage: dtqctl queue remove <queue>"},
+        {"queue mode", "queue mode q", "usage: dtqctl queue mode <queue> lean|full"},
         {"pause", "pause", "usage: dtqctl pause <queue> [options]"},
         {"resume", "resume a b c", "usage: dtqctl resume <queue> [options]"},
         {"cron add", "cron add a b",
@@ -1036,7 +1037,7 @@ START_TEST(test_pause_unknown_queue) {
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues nosuch")), 1);
     ck_assert_int_eq(th_ctl(&R, &out, "--json queues"), 0);
     ck_assert_msg(strstr(out, "{\"queue\":\"nosuch\",\"depth\":0,\"pending\":0,\"scheduled\":0,"
-                              "\"paused\":true}") != NULL,
+                              "\"paused\":true,\"mode\":\"full\"}") != NULL,
                   "%s", out);
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "resume nosuch"), 0); /* known now */

@@ -1502,11 +1502,13 @@ START_TEST(test_stats_lists_known_queues) {
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues rawq")), 0);
     r = th_cmd(C, "FCALL_RO dtq_stats 0");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
-    ck_assert_int_eq(r->elements, 2 * 3 * 2 + 8); /* fresh, later; four totals */
+    ck_assert_int_eq(r->elements, 2 * 4 * 2 + 8); /* fresh, later; four totals */
     ck_assert_str_eq(r->element[0]->str, "queue:fresh:depth");
     ck_assert_int_eq(r->element[1]->integer, 1);
-    ck_assert_str_eq(r->element[6]->str, "queue:later:depth");
-    ck_assert_int_eq(r->element[7]->integer, 0);
+    ck_assert_str_eq(r->element[6]->str, "queue:fresh:mode");
+    ck_assert_str_eq(r->element[7]->str, "full");
+    ck_assert_str_eq(r->element[8]->str, "queue:later:depth");
+    ck_assert_int_eq(r->element[9]->integer, 0);
     freeReplyObject(r);
     freeReplyObject(fetch("w1", 10, "rawq"));
     ck_assert_int_eq(th_int(th_cmd(C, "SISMEMBER dtq:queues rawq")), 1);
@@ -1515,13 +1517,13 @@ START_TEST(test_stats_lists_known_queues) {
     freeReplyObject(th_cmd(C, "SET dtq:stream:weird:p5 junk"));
     r = th_cmd(C, "FCALL_RO dtq_stats 0");
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "stats: %s", r->str);
-    ck_assert_int_eq(r->elements, 4 * 3 * 2 + 8);
-    ck_assert_str_eq(r->element[12]->str, "queue:rawq:depth");
-    ck_assert_int_eq(r->element[13]->integer, 0);
-    ck_assert_str_eq(r->element[14]->str, "queue:rawq:pending");
-    ck_assert_int_eq(r->element[15]->integer, 1);
-    ck_assert_str_eq(r->element[18]->str, "queue:weird:depth");
-    ck_assert_int_eq(r->element[19]->integer, 0);
+    ck_assert_int_eq(r->elements, 4 * 4 * 2 + 8);
+    ck_assert_str_eq(r->element[16]->str, "queue:rawq:depth");
+    ck_assert_int_eq(r->element[17]->integer, 0);
+    ck_assert_str_eq(r->element[18]->str, "queue:rawq:pending");
+    ck_assert_int_eq(r->element[19]->integer, 1);
+    ck_assert_str_eq(r->element[24]->str, "queue:weird:depth");
+    ck_assert_int_eq(r->element[25]->integer, 0);
     freeReplyObject(r);
 }
 END_TEST

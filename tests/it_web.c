@@ -322,6 +322,18 @@ START_TEST(test_overview_states_and_rates) {
     q = th_overview_queue(o, "default");
     ck_assert(cJSON_IsFalse(th_json_at(q, "paused")));
     ck_assert_int_eq((int)th_json_num(q, "depth"), 0);
+    ck_assert_str_eq(th_json_str(q, "mode"), "full");
+    { /* a lean queue says so (reference 4.3) */
+        cJSON *o2;
+        freeReplyObject(th_cmd(C, "SET dtq:queue:mail:mode lean"));
+        o2 = get_json("/api/overview", 200);
+        ck_assert_str_eq(th_json_str(th_overview_queue(o2, "mail"), "mode"), "lean");
+        cJSON_Delete(o2);
+        o2 = get_json("/api/queues/mail", 200);
+        ck_assert_str_eq(th_json_str(o2, "mode"), "lean");
+        cJSON_Delete(o2);
+        freeReplyObject(th_cmd(C, "DEL dtq:queue:mail:mode"));
+    }
     /* scheduler, schedule, dead letters, events */
     ck_assert_str_eq(th_json_str(o, "scheduler.leader"), WORKER);
     ck_assert_int_eq((int)th_json_num(o, "scheduler.scheduled"), 1);

@@ -297,7 +297,8 @@ function queueRow(q) {
   const r = q.rates ? q.rates['1m'] : null;
   return h('tr', { dataset: { queue: q.name } },
     h('td', {}, h('a', { href: '#/queue/' + enc(q.name) }, q.name)),
-    h('td', {}, q.paused ? badge('paused', 'paused') : badge('active', 'active')),
+    h('td', {}, q.paused ? badge('paused', 'paused') : badge('active', 'active'),
+      q.mode === 'lean' ? [' ', badge('lean', 'lean')] : null),
     h('td.num', {}, fmtNum(q.depth)),
     h('td.num', {}, fmtNum(q.pending)),
     h('td', {}, bandBars(q.depth_by_band)),
@@ -378,6 +379,7 @@ async function renderQueue(name) {
   const head = h('div.toolbar', {},
     h('h1', {}, 'Queue ', h('span.mono', {}, q.name)),
     q.paused ? badge('paused', 'paused') : badge('active', 'active'),
+    q.mode === 'lean' ? badge('lean', 'lean') : null,
     q.paused ? writeButton('Resume', '/api/queues/' + enc(q.name) + '/resume', {}, { what: 'resume ' + q.name })
       : writeButton('Pause', '/api/queues/' + enc(q.name) + '/pause', {}, { what: 'pause ' + q.name }));
   const cards = h('div.cards', {},
