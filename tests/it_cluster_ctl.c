@@ -224,6 +224,9 @@ START_TEST(test_other_producers_and_stats) {
         m = cJSON_GetObjectItemCaseSensitive(st, cmdline);
         ck_assert_str_eq(cJSON_GetStringValue(m), "full");
         cJSON_Delete(st);
+        /* back to full: the later cases give their tasks ids */
+        ck_assert_int_eq(ctl(&out, "queue mode %s full", Q[0]), 0);
+        free(out);
     }
     /* queues: the nine, by name, with their depths */
     st = ctl_json("queues");
