@@ -607,8 +607,7 @@ START_TEST(test_wrong_layout) {
         free(out);
     }
     start_web_ns("wcs");
-    for (int i = 0; i < 250 && readyz(buf, sizeof(buf)) == 503 && !strstr(buf, "WRONG_LAYOUT");
-         i++)
+    for (int i = 0; i < 250 && readyz(buf, sizeof(buf)) == 503 && !strstr(buf, "WRONG_LAYOUT"); i++)
         th_sleep_ms(20);
     ck_assert_msg(strstr(buf, "not ready: WRONG_LAYOUT namespace wcs is laid out for") != NULL,
                   "%s", buf);
