@@ -355,6 +355,47 @@ START_TEST(test_overview_sums) {
 }
 END_TEST
 
+/* The other merged views: /metrics (every queue's series, the dead letters summed), the
+ * audit of both clears, and cron and limits (none yet) in their single-layout shapes. */
+START_TEST(test_other_views) {
+    resp m;
+    cJSON *a, *e;
+    const char *p;
+    int n = 0, cleared = 0;
+    char want[64];
+    start_web();
+    m = http("GET", "/metrics", NULL);
+    ck_assert_int_eq(m.status, 200);
+    for (p = strstr(m.body, "dtq_queue_paused{queue="); p;
+         p = strstr(p + 1, "dtq_queue_paused{queue="))
+        n++;
+    ck_assert_int_eq(n, NQ);
+    snprintf(want, sizeof(want), "dtq_dead_letter_length %d\n", TASKS(DLQ_A) + TASKS(DLQ_B));
+    ck_assert_msg(strstr(m.body, want) != NULL, "no '%s' in %s", want, m.body);
+    ck_assert_msg(strstr(m.body, "dtq_schedule_length 2\n") != NULL, "%s", m.body);
+    resp_free(&m);
+    a = GET(200, "/api/audit?count=500");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(a, "entries")) {
+        if (!strcmp(th_json_str(e, "action"), "queue_clear")) cleared++;
+    }
+    ck_assert_int_eq(cleared, 2);
+    cJSON_Delete(a);
+    a = GET(200, "/api/audit?queue=%s", Q[DLQ_A]);
+    ck_assert_int_eq(th_json_size(a, "entries"), 1);
+    ck_assert_str_eq(th_json_str(a, "entries.0.queue"), Q[DLQ_A]);
+    cJSON_Delete(a);
+    a = GET(200, "/api/cron");
+    ck_assert_int_eq(th_json_size(a, "schedules"), 0);
+    cJSON_Delete(a);
+    a = GET(404, "/api/cron/nightly");
+    ck_assert_str_eq(th_json_str(a, "error"), "not_found");
+    cJSON_Delete(a);
+    a = GET(200, "/api/limits");
+    ck_assert_int_eq(th_json_size(a, "limits"), 0);
+    cJSON_Delete(a);
+}
+END_TEST
+
 /* A task by id names its queue: 200 with ?queue=, 400 without, 404 in another queue; a
  * queue's own view lists its waiting tasks. */
 START_TEST(test_task_by_id) {
@@ -682,6 +723,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_world);
     tcase_add_test(tc, test_overview_sums);
+    tcase_add_test(tc, test_other_views);
     tcase_add_test(tc, test_task_by_id);
     tcase_add_test(tc, test_cancel_and_pause);
     tcase_add_test(tc, test_scheduled_across_queues);
