@@ -4,7 +4,8 @@
  *
  * dtq-web, the operator's dashboard: one evhttp server on the event loop that
  * serves the page (web/, embedded at build time) and the JSON API behind it, over one
- * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects).
+ * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects), or on
+ * a Redis Cluster over the daemon's router (rcluster.c, one link per primary).
  *
  * This module owns the server: listening, routing (method and path to a handler of
  * web_api.h or web_events.c, 404 and 405 answered here), the Host check of every request

@@ -4,7 +4,10 @@
  * <p>:events go to push_cb, not to the FIFO of command callbacks, where SUBSCRIBE's own
  * reply and rconn's liveness PING (answered ["pong", ""] on a subscribed connection) are
  * answered as on any connection. A lost link is made again by rconn, and the state
- * callback subscribes again. */
+ * callback subscribes again. In the cluster layout the channel is {ns}:events on any one
+ * primary (a cluster's PUBLISH reaches every node's subscribers): rconn asks a resolver
+ * for the node before each connect, which picks a primary whose link is up, another than
+ * the last one when it can. */
 #include "web_events.h"
 
 #include <event2/buffer.h>
