@@ -8,6 +8,7 @@
 #include "cron.h"
 #include "ctl.h"
 #include "util.h"
+#include "view_merge.h"
 
 /* A flag of cron add and the <ns>_cron_set option it becomes. */
 static const struct {
@@ -137,47 +138,23 @@ static const char *when(const cJSON *o, const char *name, char *buf, size_t size
     return buf;
 }
 
-/* By name, then (the cluster layout) by queue. */
-static int cmp_cron(const void *pa, const void *pb) {
-    const cJSON *a = *(const cJSON *const *)pa, *b = *(const cJSON *const *)pb;
-    int c = strcmp(str_or(a, "name", ""), str_or(b, "name", ""));
-    return c ? c : strcmp(str_or(a, "queue", ""), str_or(b, "queue", ""));
-}
-
-/* <ns>_cron_list over the queues (the cluster layout: one call per queue of the index), the
- * schedules sorted by name as one call sorts them: {"schedules": [...]}. */
+/* <ns>_cron_list over the queues (the cluster layout: one call per queue of the index),
+ * merged as dtq-web merges them (view_merge.h: by name, then queue): {"schedules": [...]}. */
 static cJSON *cron_list_all(ctl *x) {
-    cJSON *out = NULL, *all;
-    const cJSON *e;
-    cJSON **v;
-    int n, k = 0, count;
+    cJSON *out, **parts;
+    int n;
     char **scopes = ctl_scopes(x, &n);
     if (!x->cluster) {
         out = ctl_read_model(x, NULL, "cron_list", 0, NULL);
         ctl_scopes_free(scopes, n);
         return out;
     }
-    all = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) {
-        cJSON *one = ctl_read_model(x, scopes[i], "cron_list", 0, NULL);
-        cJSON *list = cJSON_GetObjectItemCaseSensitive(one, "schedules");
-        while (cJSON_GetArraySize(list) > 0)
-            cJSON_AddItemToArray(all, cJSON_DetachItemFromArray(list, 0));
-        cJSON_Delete(one);
-    }
+    parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *));
+    for (int i = 0; i < n; i++) parts[i] = ctl_read_model(x, scopes[i], "cron_list", 0, NULL);
+    out = dtq_view_merge_cron(parts, n);
+    for (int i = 0; i < n; i++) cJSON_Delete(parts[i]);
+    free(parts);
     ctl_scopes_free(scopes, n);
-    count = cJSON_GetArraySize(all);
-    v = dtq_xcalloc((size_t)count + 1, sizeof(cJSON *));
-    cJSON_ArrayForEach(e, all) v[k++] = (cJSON *)e;
-    qsort(v, (size_t)count, sizeof(cJSON *), cmp_cron);
-    out = cJSON_CreateObject();
-    {
-        cJSON *sorted = cJSON_AddArrayToObject(out, "schedules");
-        while (cJSON_GetArraySize(all) > 0) cJSON_DetachItemFromArray(all, 0);
-        for (k = 0; k < count; k++) cJSON_AddItemToArray(sorted, v[k]);
-    }
-    free(v);
-    cJSON_Delete(all);
     return out;
 }
 

@@ -12,6 +12,7 @@
 #include "ctl.h"
 #include "keys.h"
 #include "util.h"
+#include "view_merge.h"
 
 static cJSON *member(const cJSON *o, const char *name) {
     return cJSON_GetObjectItemCaseSensitive(o, name);
@@ -480,12 +481,7 @@ static void dlq_entry(ctl *x, cJSON *e, void *arg) {
 
 /* The order of stream entries by entry_id (<ms>-<seq>), oldest first. */
 static int cmp_entry_id(const cJSON *a, const cJSON *b) {
-    const char *ia = str_of(a, "entry_id", "0-0"), *ib = str_of(b, "entry_id", "0-0");
-    unsigned long long ma = strtoull(ia, NULL, 10), mb = strtoull(ib, NULL, 10), sa, sb;
-    if (ma != mb) return ma < mb ? -1 : 1;
-    sa = strchr(ia, '-') ? strtoull(strchr(ia, '-') + 1, NULL, 10) : 0;
-    sb = strchr(ib, '-') ? strtoull(strchr(ib, '-') + 1, NULL, 10) : 0;
-    return (sa > sb) - (sa < sb);
+    return dtq_view_cmp_stream_id(str_of(a, "entry_id", "0-0"), str_of(b, "entry_id", "0-0"));
 }
 
 /* dlq list [--count N]: the N oldest dead letters, whole (field_max 0), through

@@ -7,6 +7,7 @@
 
 #include "ctl.h"
 #include "util.h"
+#include "view_merge.h"
 
 #define SCHEDULED_PAGE_MAX 500 /* <ns>_scheduled's count bound */
 
@@ -51,9 +52,9 @@ static void scheduled_entry(ctl *x, cJSON *e, void *arg) {
 
 /* The schedule's order: soonest due first, then by task id (a sorted set's order). */
 static int cmp_due(const cJSON *a, const cJSON *b) {
-    long long da = num_or(a, "due_ms", 0), db = num_or(b, "due_ms", 0);
-    if (da != db) return da < db ? -1 : 1;
-    return strcmp(str_or(a, "task_id", ""), str_or(b, "task_id", ""));
+    char ka[320], kb[320];
+    return dtq_view_cmp_sched_key(dtq_view_sched_key(a, ka, sizeof(ka)),
+                                  dtq_view_sched_key(b, kb, sizeof(kb)));
 }
 
 /* scheduled list [--queue Q] [--kind delayed|retrying|all] [--count N]: the tasks waiting

@@ -36,11 +36,6 @@ typedef struct dtq_redis_url {
 } dtq_redis_url;
 
 #define DTQ_SENTINEL_DEFAULT_PORT 26379
-/* What dtq-web says of a cluster URL (dtqctl and dtq-worker route over a cluster). */
-#define DTQ_CLUSTER_URL_UNSUPPORTED                                                                \
-    "[redis] url: redis-cluster:// is supported by dtqctl and dtq-worker only so far; dtq-web "    \
-    "needs redis://, rediss://, unix:// or a Sentinel URL"
-
 /* Parses redis://[user:password@]host[:port][/db], the same with rediss:// (TLS),
  * unix:///path.sock[?db=N], or
  * redis-sentinel://[user:password@]host[:port][,host[:port]...]/master_name[/db] (the

@@ -4,10 +4,13 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include "rcluster.h"
+
 struct dtq_rsteps {
     dtq_rconn *rc;
-    int outstanding; /* replies of the current step not yet in */
-    int lost;        /* a reply was NULL, or a command could not be sent */
+    dtq_rcluster *cl; /* instead of rc: routed by key */
+    int outstanding;  /* replies of the current step not yet in */
+    int lost;         /* a reply was NULL, or a command could not be sent */
     dtq_rsteps_step_fn *next;
     dtq_rsteps_step_fn *on_lost;
     void *state;
@@ -29,6 +32,13 @@ dtq_rsteps *dtq_rsteps_new(dtq_rconn *rc, void *state, void (*state_free)(void *
     j->state = state;
     j->state_free = state_free;
     j->on_lost = lost;
+    return j;
+}
+
+dtq_rsteps *dtq_rsteps_new_routed(dtq_rcluster *rc, void *state, void (*state_free)(void *),
+                                  dtq_rsteps_step_fn *lost) {
+    dtq_rsteps *j = dtq_rsteps_new(NULL, state, state_free, lost);
+    j->cl = rc;
     return j;
 }
 
@@ -62,8 +72,10 @@ void dtq_rsteps_send(dtq_rsteps *j, dtq_rsteps_reply_fn *fn, int a, int b, const
     c->a = a;
     c->b = b;
     j->outstanding++;
-    if (dtq_rconn_command(j->rc, reply_cb, c, argv->argc, (const char **)argv->argv, argv->lens) !=
-        DTQ_OK) {
+    if ((j->cl ? dtq_rcluster_command(j->cl, reply_cb, c, argv->argc, (const char **)argv->argv,
+                                      argv->lens)
+               : dtq_rconn_command(j->rc, reply_cb, c, argv->argc, (const char **)argv->argv,
+                                   argv->lens)) != DTQ_OK) {
         j->outstanding--;
         j->lost = 1;
         free(c);

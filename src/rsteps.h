@@ -1,4 +1,6 @@
-/* rsteps.h: a job of pipelined steps over one Redis connection (rconn.h). A step sends its
+/* rsteps.h: a job of pipelined steps over one Redis connection (rconn.h), or over a Redis
+ * Cluster router (rcluster.h: each command goes to the primary of its key's slot, the
+ * replies of one step may come from several nodes; a step still waits for all). A step sends its
  * commands (pipelined, in order), each with a callback for its reply; once the step's last
  * reply is in, the job's next step runs and reads what those callbacks kept in the job's
  * state. A reply callback may send more commands of its own step: the step waits for them
@@ -16,6 +18,7 @@
 #include "rconn.h"
 #include "util.h"
 
+struct dtq_rcluster;
 typedef struct dtq_rsteps dtq_rsteps;
 
 /* A step: sends the next commands and waits (dtq_rsteps_wait), or ends the job
@@ -30,6 +33,11 @@ typedef void dtq_rsteps_reply_fn(dtq_rsteps *j, redisReply *r, int a, int b);
  * returns. */
 dtq_rsteps *dtq_rsteps_new(dtq_rconn *rc, void *state, void (*state_free)(void *),
                            dtq_rsteps_step_fn *lost);
+/* The same job over a cluster router: every command routed by its key (rcluster.h); a
+ * command the router cannot send (no slot map, no primary for its slot) ends the job as a
+ * NULL reply does. */
+dtq_rsteps *dtq_rsteps_new_routed(struct dtq_rcluster *rc, void *state, void (*state_free)(void *),
+                                  dtq_rsteps_step_fn *lost);
 void *dtq_rsteps_state(const dtq_rsteps *j);
 /* Sends one command of the current step; fn (NULL: the reply is only waited for) runs with
  * its reply. Nothing is sent once the job has lost its link. */

@@ -22,6 +22,7 @@
 
 #include "keys.h"
 #include "log.h"
+#include "rcluster.h"
 #include "tls.h"
 #include "util.h"
 #include "web_api.h"
@@ -440,6 +441,29 @@ static void dispatch(dtq_web *w, struct evhttp_request *req, char **seg, int n) 
     }
 }
 
+/* GET /readyz: 200 "ready" once dtq-web can answer from Redis; else 503 "not ready: <why>"
+ * (not connected; in the cluster layout also the namespace's layout refused or not checked
+ * yet, and the queues of the index whose slot has no reachable primary, named). */
+static void readyz(dtq_web *w, struct evhttp_request *req) {
+    char slots[512], body[1024];
+    int code = 503;
+    if (!w->redis_up)
+        snprintf(body, sizeof(body), "not ready: not connected to Redis\n");
+    else if (w->rc && w->layout < 0)
+        snprintf(body, sizeof(body), "not ready: %s\n", w->layout_err ? w->layout_err : "?");
+    else if (w->rc && w->layout == 0)
+        snprintf(body, sizeof(body), "not ready: checking the namespace's layout\n");
+    else if (dtq_web_unreachable(w, slots, sizeof(slots)) > 0)
+        snprintf(body, sizeof(body), "not ready: cannot reach %s\n", slots);
+    else {
+        snprintf(body, sizeof(body), "ready\n");
+        code = 200;
+    }
+    dtq_web_common_headers(req, "text/plain; charset=utf-8");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
+    dtq_web_send(req, code, body, strlen(body));
+}
+
 static void request_cb(struct evhttp_request *req, void *arg) {
     dtq_web *w = arg;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -459,6 +483,16 @@ static void request_cb(struct evhttp_request *req, void *arg) {
         }
         dtq_web_common_headers(req, "text/plain; charset=utf-8");
         dtq_web_send(req, 200, "ok\n", 3);
+        return;
+    }
+    if (!strcmp(path, "/readyz")) { /* for probes too: no token, before the Host check */
+        if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+            dtq_web_reply_error(req, 405, "method_not_allowed", "%s is not allowed here; use GET",
+                                dtq_web_method_name(m));
+            return;
+        }
+        readyz(w, req);
         return;
     }
     if (!check_host(w, req)) return;
@@ -508,10 +542,113 @@ static void redis_state_cb(dtq_rconn *rc, int up, void *arg) {
     }
 }
 
+/* ---- the cluster layout */
+
+void dtq_web_fcall_argv(const dtq_web *w, dtq_argv *a, int ro, const char *fn, const char *queue) {
+    dtq_argv_init(a);
+    dtq_argv_adds(a, ro ? "FCALL_RO" : "FCALL");
+    dtq_argv_adds(a, fn);
+    if (w->rc) {
+        char *tag = queue ? dtq_keys_queue_prefix(w->cfg->ns, queue) : dtq_xstrdup(w->gtag);
+        dtq_argv_adds(a, "1");
+        dtq_argv_adds(a, tag);
+        free(tag);
+    } else {
+        dtq_argv_adds(a, "0");
+    }
+}
+
+int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const char **argv) {
+    if (w->rc) return dtq_rcluster_command(w->rc, cb, priv, argc, argv, NULL);
+    return dtq_rconn_command(w->redis, cb, priv, argc, argv, NULL);
+}
+
+void dtq_web_set_index(dtq_web *w, char **queues, int n) {
+    for (int i = 0; i < w->nindex; i++) free(w->index[i]);
+    free(w->index);
+    w->index = queues;
+    w->nindex = n;
+}
+
+int dtq_web_unreachable(const dtq_web *w, char *buf, size_t size) {
+    size_t len = 0;
+    int n = 0;
+    if (size) buf[0] = '\0';
+    if (!w->rc) return 0;
+    for (int i = 0; i < w->nindex; i++) {
+        char *tag = dtq_keys_queue_prefix(w->cfg->ns, w->index[i]);
+        int slot = dtq_cluster_keyslot(tag, strlen(tag)), k;
+        free(tag);
+        if (dtq_rcluster_slot_up(w->rc, slot)) continue;
+        k = snprintf(buf + len, len < size ? size - len : 0, "%s%s (slot %d)", n ? ", " : "",
+                     w->index[i], slot);
+        if (k > 0 && len + (size_t)k < size) len += (size_t)k;
+        n++;
+    }
+    return n;
+}
+
+/* <ns>_layout 1 {ns} cluster answered: the namespace is laid out for a cluster (the
+ * marker written when absent), or refused: WRONG_LAYOUT (a single-layout namespace) is the
+ * answer of every request that needs Redis, and /readyz's, until a check passes. A user
+ * that may not call it (NOPERM: the monitor role) reads on without the check. */
+static void layout_cb(redisAsyncContext *ac, void *reply, void *priv) {
+    dtq_web *w = priv;
+    redisReply *r = reply;
+    DTQ_UNUSED(ac);
+    w->layout_checking = 0;
+    if (!r) return; /* the link went: checked again at the next tick */
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6)) {
+        if (!w->layout_err || strcmp(w->layout_err, r->str))
+            dtq_error("web: redis cluster: %s_layout: %s", w->cfg->ns, r->str);
+        free(w->layout_err);
+        w->layout_err = dtq_xstrdup(r->str);
+        w->layout = -1;
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR)
+        dtq_warn("web: redis cluster: this redis user may not call %s_layout (%s); the "
+                 "namespace's layout is not checked",
+                 w->cfg->ns, r->str);
+    else if (w->layout != 1)
+        dtq_info("web: redis cluster: namespace %s is laid out for a cluster", w->cfg->ns);
+    free(w->layout_err);
+    w->layout_err = NULL;
+    if (w->layout != 1) {
+        w->layout = 1;
+        dtq_web_api_sample(w); /* the baseline */
+    }
+}
+
+static void layout_check(dtq_web *w) {
+    char *fn;
+    const char *argv[5];
+    if (!w->rc || w->layout_checking) return;
+    fn = dtq_keys_function(w->cfg->ns, "layout");
+    argv[0] = "FCALL";
+    argv[1] = fn;
+    argv[2] = "1";
+    argv[3] = w->gtag;
+    argv[4] = "cluster";
+    if (dtq_rcluster_command(w->rc, layout_cb, w, 5, argv, NULL) == DTQ_OK) w->layout_checking = 1;
+    free(fn);
+}
+
+static void cluster_state_cb(dtq_rcluster *rc, int up, void *arg) {
+    dtq_web *w = arg;
+    DTQ_UNUSED(rc);
+    w->redis_up = up;
+    if (up) {
+        dtq_info("web: connected to the redis cluster");
+        layout_check(w);
+    }
+}
+
 static void sample_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_web *w = arg;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
+    if (w->rc && w->redis_up && w->layout != 1) layout_check(w);
     if (w->redis_up && !w->sampling) dtq_web_api_sample(w);
 }
 
@@ -557,8 +694,12 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
     }
     if (dtq_redis_url_parse(cfg->redis_url, &w->url, err, errlen) != DTQ_OK) goto fail;
     if (w->url.cluster) {
-        snprintf(err, errlen, "%s", DTQ_CLUSTER_URL_UNSUPPORTED);
-        goto fail;
+        w->gtag = dtq_keys_global_prefix(cfg->ns);
+        free(w->prefix);
+        w->prefix = dtq_xstrdup(w->gtag);
+        if (cfg->cluster_hash_tag)
+            dtq_warn("[redis] cluster_hash_tag is ignored with a redis-cluster:// url: every "
+                     "queue has a hash tag of its own");
     }
     if (w->url.tls) {
         w->tls = dtq_tls_from_config(cfg, err, errlen);
@@ -567,9 +708,16 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
             dtq_warn("[redis] tls_verify = false: the Redis server's certificate is NOT "
                      "verified");
     }
-    w->redis = dtq_rconn_new(base, &w->url, cfg->connect_timeout_ms, "web", redis_state_cb, w);
-    dtq_rconn_set_liveness(w->redis, cfg->liveness_timeout_ms);
-    dtq_rconn_set_tls(w->redis, w->tls);
+    if (w->url.cluster) {
+        w->rc =
+            dtq_rcluster_new(base, &w->url, cfg->connect_timeout_ms, "web", cluster_state_cb, w);
+        dtq_rcluster_set_liveness(w->rc, cfg->liveness_timeout_ms);
+        if (w->tls) dtq_rcluster_set_tls(w->rc, w->tls);
+    } else {
+        w->redis = dtq_rconn_new(base, &w->url, cfg->connect_timeout_ms, "web", redis_state_cb, w);
+        dtq_rconn_set_liveness(w->redis, cfg->liveness_timeout_ms);
+        dtq_rconn_set_tls(w->redis, w->tls);
+    }
     w->events = dtq_web_events_new(w);
 
     w->http = evhttp_new(base);
@@ -614,7 +762,10 @@ dtq_web *dtq_web_new(struct event_base *base, dtq_config *cfg, dtq_web_tokens *t
         w->sample_ev = event_new(base, -1, EV_PERSIST, sample_cb, w);
         evtimer_add(w->sample_ev, &tv);
     }
-    dtq_rconn_start(w->redis);
+    if (w->rc)
+        dtq_rcluster_start(w->rc);
+    else
+        dtq_rconn_start(w->redis);
     return w;
 fail:
     free(host);
@@ -640,6 +791,7 @@ void dtq_web_free(dtq_web *w) {
     if (w->sample_ev) event_free(w->sample_ev);
     /* first: pending API calls see NULL and answer 503, backlog reads end */
     dtq_rconn_free(w->redis);
+    dtq_rcluster_free(w->rc);
     dtq_web_events_free(w->events); /* ends the streams while evhttp still lives */
     if (w->guard) dtq_guard_watch_listener(w->guard, NULL); /* evhttp_free frees it first */
     if (w->http) evhttp_free(w->http);
@@ -655,6 +807,9 @@ void dtq_web_free(dtq_web *w) {
     dtq_web_hosts_free(w->hosts);
     dtq_web_functions_deinit(&w->fn);
     free(w->prefix);
+    free(w->gtag);
+    free(w->layout_err);
+    dtq_web_set_index(w, NULL, 0);
     free(w->listen);
     dtq_config_free(w->cfg);
     free(w);

@@ -20,13 +20,45 @@ static void job_lost(dtq_rsteps *j) {
 }
 
 dtq_rsteps *dtq_web_job_new(dtq_web_job *h, void *state, void (*state_free)(void *)) {
+    if (h->w->rc) return dtq_rsteps_new_routed(h->w->rc, state, state_free, job_lost);
     return dtq_rsteps_new(h->w->redis, state, state_free, job_lost);
 }
 
 int dtq_web_redis_up(dtq_web *w, struct evhttp_request *req) {
-    if (w->redis_up) return 1;
-    dtq_web_reply_error(req, 503, "redis_unavailable", "not connected to Redis; retrying");
-    return 0;
+    if (!w->redis_up) {
+        dtq_web_reply_error(req, 503, "redis_unavailable", "not connected to Redis; retrying");
+        return 0;
+    }
+    if (w->rc && w->layout < 0) { /* WRONG_LAYOUT, or the Functions not loaded */
+        dtq_web_reply_redis_error(req, w->layout_err ? w->layout_err : "ERR layout");
+        return 0;
+    }
+    if (w->rc && w->layout == 0) {
+        dtq_web_reply_error(req, 503, "redis_unavailable",
+                            "checking the namespace's layout (%s_layout); retrying", w->cfg->ns);
+        return 0;
+    }
+    return 1;
+}
+
+const char *dtq_web_call_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a,
+                               int *bad) {
+    const char *q = dtq_web_query(a, "queue");
+    *bad = 0;
+    if (q && *q && !dtq_valid_queue_name(q)) {
+        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
+        *bad = 1;
+        return NULL;
+    }
+    if (!w->rc) return NULL;
+    if (!q || !*q) {
+        dtq_web_reply_error(req, 400, "bad_request",
+                            "this namespace is laid out for Redis Cluster: name the queue with "
+                            "?queue=Q (task ids and schedule names are unique per queue)");
+        *bad = 1;
+        return NULL;
+    }
+    return q;
 }
 
 const char *dtq_web_query(const dtq_web_args *a, const char *name) {

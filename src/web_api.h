@@ -89,8 +89,15 @@ typedef struct dtq_web_job {
  * with state_free). A lost link answers the request 503 redis_unavailable (the sampler:
  * the sample is dropped). */
 dtq_rsteps *dtq_web_job_new(dtq_web_job *h, void *state, void (*state_free)(void *));
-/* 1 when Redis is connected; else 0 after answering 503. */
+/* 1 when Redis is connected (the cluster layout: and the namespace's layout checked);
+ * else 0 after answering 503 (or the layout check's error). */
 int dtq_web_redis_up(dtq_web *w, struct evhttp_request *req);
+/* The queue of a call by task id or schedule name, ?queue=Q: required in the cluster layout
+ * (those are unique per queue only; the call goes to its slot), not used in the single
+ * layout (NULL). NULL
+ * with *bad set after answering 400 (missing on a cluster, or not a queue name). */
+const char *dtq_web_call_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a,
+                               int *bad);
 /* The query parameter `name`, NULL when absent. */
 const char *dtq_web_query(const dtq_web_args *a, const char *name);
 /* The integer parameter `name` (def when absent or empty) in [min, max]: 0, or -1 after

@@ -97,6 +97,7 @@ int dtq_web_function_error(const char *err, const char **error_word) {
                {"QUEUE_FULL", 1, 409, "queue_full"},
                {"INVALID_ARGUMENT", 1, 400, "bad_request"},
                {"ERR Function not found", 1, 503, "functions_not_loaded"},
+               {"WRONG_LAYOUT", 1, 503, "wrong_layout"},
                {"NOPERM", 1, 403, "redis_permission"},
                /* a command of a Function refused to its caller (ACL) */
                {"ERR The user executing the script can't", 0, 403, "redis_permission"}};

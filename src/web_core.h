@@ -4,7 +4,8 @@
  *
  * dtq-web, the operator's dashboard: one evhttp server on the event loop that
  * serves the page (web/, embedded at build time) and the JSON API behind it, over one
- * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects).
+ * Redis connection of its own (rconn.c: the daemon's URL forms, TLS and reconnects), or on
+ * a Redis Cluster over the daemon's router (rcluster.c, one link per primary).
  *
  * This module owns the server: listening, routing (method and path to a handler of
  * web_api.h or web_events.c, 404 and 405 answered here), the Host check of every request
@@ -22,6 +23,7 @@
 
 #include "config.h"
 #include "rconn.h"
+#include "util.h"
 #include "conn_guard.h"
 #include "web_auth.h"
 #include "web_history.h"
@@ -33,6 +35,7 @@ struct evhttp_request;
 struct evhttp_bound_socket;
 struct dtq_tls;
 struct dtq_web_events;
+struct dtq_rcluster;
 
 #define DTQ_WEB_MAX_BODY 65536      /* bytes of a request body; more is 413 */
 #define DTQ_WEB_MAX_HEADERS 16384   /* bytes of request headers; more is 400 */
@@ -63,8 +66,18 @@ typedef struct dtq_web {
     dtq_config *cfg; /* owned: [redis], [web], [log] are used */
     char *prefix;    /* key prefix: ns or {ns} */
     dtq_web_functions fn;
-    dtq_rconn *redis;    /* every read and write of the API and the sampler */
-    int redis_up;        /* connected, authenticated, on the right db */
+    dtq_rconn *redis; /* every read and write of the API and the sampler (single layout) */
+    int redis_up;     /* connected, authenticated, on the right db (cluster: the router up) */
+    /* The cluster layout (a redis-cluster:// URL): the router replaces `redis`, every call
+     * takes the tag of its slot ({ns:q}, or gtag), and the reads over every queue ask each
+     * queue of the index {ns}:queues (web_read.c). */
+    struct dtq_rcluster *rc; /* NULL: the single layout */
+    char *gtag;              /* "{ns}" in the cluster layout, else NULL */
+    int layout;       /* cluster: <ns>_layout answered 1 ok, -1 refused (layout_err), 0 not yet */
+    char *layout_err; /* the error reply of <ns>_layout (WRONG_LAYOUT ...), or NULL */
+    int layout_checking; /* a <ns>_layout call is in flight */
+    char **index;        /* cluster: the queue index as last read (the sampler reads it) */
+    int nindex;
     struct dtq_tls *tls; /* rediss:// settings, shared with the events connection */
     dtq_redis_url url;
     dtq_web_tokens *tokens;      /* owned; NULL: read-only, every write is refused */
@@ -87,6 +100,21 @@ typedef struct dtq_web {
     dtq_ratelog wrong_tokens; /* 401s for a token that is not in the files */
 } dtq_web;
 
+/* ------------------------------------------------------------- routing (web.c) */
+
+/* The start of a Function call: FCALL or FCALL_RO (ro) fn, then in the single layout 0
+ * keys, in the cluster layout 1 key, the tag {ns:queue} (queue NULL: {ns}). The caller adds
+ * the arguments. */
+void dtq_web_fcall_argv(const dtq_web *w, dtq_argv *a, int ro, const char *fn, const char *queue);
+/* A command on the connection (single layout) or routed by its key (cluster). DTQ_ERR, and
+ * cb is never called, when it cannot be sent. */
+int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const char **argv);
+/* The names of the queues of the index whose slot has no reachable primary now, as
+ * "q4 (slot 13859), ..." into buf; returns how many (0 in the single layout). */
+int dtq_web_unreachable(const dtq_web *w, char *buf, size_t size);
+/* Replaces the queue index kept in w (the cluster layout's {ns}:queues, sorted). */
+void dtq_web_set_index(dtq_web *w, char **queues, int n);
+
 /* ------------------------------------------------------------- answers (web_api, events) */
 
 /* evhttp has one close callback per connection and web.c keeps it for the connection
@@ -107,7 +135,8 @@ void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error
                          ...) __attribute__((format(printf, 4, 5)));
 /* The HTTP status and error word for an error reply of Redis, a Function's or a command's
  * (the one place that maps them): NOT_FOUND 404, WRONG_STATE 409, INVALID_ARGUMENT 400, a
- * missing Function 503, an ACL refusal (NOPERM, or a Function's command refused to its
+ * missing Function 503, a namespace laid out the other way (<ns>_layout's WRONG_LAYOUT) 503
+ * wrong_layout, an ACL refusal (NOPERM, or a Function's command refused to its
  * caller) 403 redis_permission, others 502 redis_error. */
 int dtq_web_function_error(const char *err, const char **error_word);
 /* Answers the error reply err as dtq_web_function_error maps it; the message is the reply,

@@ -4,7 +4,10 @@
  * <p>:events go to push_cb, not to the FIFO of command callbacks, where SUBSCRIBE's own
  * reply and rconn's liveness PING (answered ["pong", ""] on a subscribed connection) are
  * answered as on any connection. A lost link is made again by rconn, and the state
- * callback subscribes again. */
+ * callback subscribes again. In the cluster layout the channel is {ns}:events on any one
+ * primary (a cluster's PUBLISH reaches every node's subscribers): rconn asks a resolver
+ * for the node before each connect, which picks a primary whose link is up, another than
+ * the last one when it can. */
 #include "web_events.h"
 
 #include <event2/buffer.h>
@@ -19,7 +22,9 @@
 
 #include "keys.h"
 #include "log.h"
+#include "rcluster.h"
 #include "util.h"
+#include "view_merge.h"
 
 typedef struct client {
     struct client *prev, *next;
@@ -38,6 +43,8 @@ struct dtq_web_events {
     char *channel;
     dtq_rconn *sub; /* while a stream is open */
     struct event *keepalive_ev;
+    char *sub_host; /* the cluster layout: the node the subscriber was last sent to */
+    int sub_port;
 };
 
 /* ----------------------------------------------------------------- streams */
@@ -144,10 +151,55 @@ static void sub_state_cb(dtq_rconn *rc, int up, void *arg) {
     dtq_rconn_serving(rc);
 }
 
+/* The cluster layout: the subscriber's node, asked before each connect. A cluster delivers
+ * PUBLISH to the subscribers of every node, so any primary whose link is up will do; one
+ * other than the last (which just went away, or the subscriber would not ask again) first. */
+static void sub_resolve(dtq_rconn *rc, void *arg) {
+    dtq_web_events *ev = arg;
+    dtq_rcluster_primary p[64];
+    int n = dtq_rcluster_primaries(ev->w->rc, p, 64), pick = -1;
+    if (n > 64) n = 64;
+    for (int i = 0; i < n && pick < 0; i++)
+        if (p[i].up &&
+            (!ev->sub_host || p[i].port != ev->sub_port || strcmp(p[i].host, ev->sub_host)))
+            pick = i;
+    for (int i = 0; i < n && pick < 0; i++)
+        if (p[i].up) pick = i;
+    if (pick < 0 && n > 0) pick = 0;
+    if (pick < 0) {
+        dtq_rconn_resolved(rc, NULL, 0, "no node of the cluster is known yet");
+        return;
+    }
+    free(ev->sub_host);
+    ev->sub_host = dtq_xstrdup(p[pick].host);
+    ev->sub_port = p[pick].port;
+    dtq_rconn_resolved(rc, ev->sub_host, ev->sub_port, NULL);
+}
+
+static void sub_resolve_cancel(dtq_rconn *rc, void *arg) {
+    DTQ_UNUSED(rc);
+    DTQ_UNUSED(arg);
+}
+
 static void sub_open(dtq_web_events *ev) {
     dtq_web *w = ev->w;
-    ev->sub =
-        dtq_rconn_new(w->base, &w->url, w->cfg->connect_timeout_ms, "web-events", sub_state_cb, ev);
+    if (w->rc) {
+        /* one node's address, the resolver's each time (the URL's is the seed list) */
+        dtq_redis_url u;
+        dtq_rconn_resolver res = {sub_resolve, sub_resolve_cancel, ev};
+        memset(&u, 0, sizeof(u));
+        u.tls = w->url.tls;
+        u.host = w->url.seeds[0].host;
+        u.port = w->url.seeds[0].port;
+        u.user = w->url.user;
+        u.password = w->url.password;
+        ev->sub =
+            dtq_rconn_new(w->base, &u, w->cfg->connect_timeout_ms, "web-events", sub_state_cb, ev);
+        dtq_rconn_set_resolver(ev->sub, &res);
+    } else {
+        ev->sub = dtq_rconn_new(w->base, &w->url, w->cfg->connect_timeout_ms, "web-events",
+                                sub_state_cb, ev);
+    }
     dtq_rconn_set_liveness(ev->sub, w->cfg->liveness_timeout_ms);
     dtq_rconn_set_tls(ev->sub, w->tls);
     dtq_rconn_set_push_handler(ev->sub, push_cb, ev);
@@ -167,39 +219,140 @@ static void keepalive_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ----------------------------------------------------------------- serving */
 
-/* The backlog: XREVRANGE of the events stream, sent oldest first, then what was held. */
-static void backlog_cb(redisAsyncContext *ac, void *reply, void *priv) {
-    client *c = priv;
-    redisReply *r = reply;
-    DTQ_UNUSED(ac);
+/* The backlog is in: its events (oldest first; NULL: none) are sent, then what was held. */
+static void backlog_finish(client *c, const cJSON *events) {
+    const cJSON *e;
     c->backlog_pending = 0;
     if (c->closed) {
         c->closed = 0; /* client_end frees the detached request */
         client_end(c);
         return;
     }
-    if (r && r->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = r->elements; i-- > 0;) {
-            const redisReply *e = r->element[i];
-            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2) continue;
-            for (size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
-                const redisReply *f = e->element[1]->element[k], *v = e->element[1]->element[k + 1];
-                if (f->type == REDIS_REPLY_STRING && !strcmp(f->str, "event") &&
-                    v->type == REDIS_REPLY_STRING) {
-                    char *line = dtq_xasprintf("data: %s\n\n", v->str);
-                    for (char *p = line + 6; p[2]; p++)
-                        if (*p == '\n' || *p == '\r') *p = ' ';
-                    client_write(c, line, strlen(line));
-                    free(line);
-                }
-            }
-        }
+    cJSON_ArrayForEach(e, events) {
+        char *line = dtq_xasprintf("data: %s\n\n", e->valuestring);
+        for (char *p = line + 6; p[2]; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        client_write(c, line, strlen(line));
+        free(line);
     }
     if (evbuffer_get_length(c->held) > 0) {
         size_t n = evbuffer_get_length(c->held);
         client_write(c, (const char *)evbuffer_pullup(c->held, -1), n);
         evbuffer_drain(c->held, n);
     }
+}
+
+/* The `event` field of each entry of an XREVRANGE reply (newest first), as [id, event]
+ * pairs into out. */
+static void backlog_entries(const redisReply *r, cJSON *out) {
+    if (!r || r->type != REDIS_REPLY_ARRAY) return;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+            e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_ARRAY)
+            continue;
+        for (size_t k = 0; k + 1 < e->element[1]->elements; k += 2) {
+            const redisReply *f = e->element[1]->element[k], *v = e->element[1]->element[k + 1];
+            if (f->type == REDIS_REPLY_STRING && !strcmp(f->str, "event") &&
+                v->type == REDIS_REPLY_STRING) {
+                cJSON *pair = cJSON_CreateArray();
+                cJSON_AddItemToArray(pair, cJSON_CreateString(e->element[0]->str));
+                cJSON_AddItemToArray(pair, cJSON_CreateString(v->str));
+                cJSON_AddItemToArray(out, pair);
+            }
+        }
+    }
+}
+
+/* Of [id, event] pairs, the newest `want` events by stream id, oldest first. */
+static cJSON *backlog_newest(cJSON *pairs, int want) {
+    int n = cJSON_GetArraySize(pairs);
+    cJSON **p = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *)), *out = cJSON_CreateArray();
+    int k = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, pairs) p[k++] = it;
+    /* insertion sort, newest first: a backlog holds at most 500 per stream */
+    for (int i = 1; i < n; i++) {
+        cJSON *x = p[i];
+        int j = i;
+        while (j > 0 && dtq_view_cmp_stream_id(cJSON_GetArrayItem(p[j - 1], 0)->valuestring,
+                                               cJSON_GetArrayItem(x, 0)->valuestring) < 0) {
+            p[j] = p[j - 1];
+            j--;
+        }
+        p[j] = x;
+    }
+    for (int i = (n < want ? n : want) - 1; i >= 0; i--)
+        cJSON_AddItemToArray(out, cJSON_CreateString(cJSON_GetArrayItem(p[i], 1)->valuestring));
+    free(p);
+    return out;
+}
+
+/* The backlog: XREVRANGE of the events stream, sent oldest first, then what was held. */
+static void backlog_cb(redisAsyncContext *ac, void *reply, void *priv) {
+    client *c = priv;
+    cJSON *pairs = cJSON_CreateArray(), *events;
+    DTQ_UNUSED(ac);
+    backlog_entries(reply, pairs);
+    events = backlog_newest(pairs, DTQ_WEB_EVENTS_BACKLOG_MAX);
+    backlog_finish(c, events);
+    cJSON_Delete(events);
+    cJSON_Delete(pairs);
+}
+
+/* The cluster layout: each queue's events stream and {ns}'s, read at once; the newest
+ * `want` of them all by stream id. */
+typedef struct backlog_fan {
+    client *c;
+    int left, want;
+    cJSON *pairs;
+} backlog_fan;
+
+static void backlog_part_cb(redisAsyncContext *ac, void *reply, void *priv) {
+    backlog_fan *b = priv;
+    cJSON *events;
+    DTQ_UNUSED(ac);
+    backlog_entries(reply, b->pairs);
+    if (--b->left > 0) return;
+    events = backlog_newest(b->pairs, b->want);
+    backlog_finish(b->c, events);
+    cJSON_Delete(events);
+    cJSON_Delete(b->pairs);
+    free(b);
+}
+
+/* XREVRANGE <prefix>:stream:events + - COUNT n on the stream(s) (the cluster layout: of
+ * each queue of the index and of {ns}); the client's backlog is pending until they answer. */
+static void backlog_read(dtq_web_events *ev, client *c, int64_t n) {
+    dtq_web *w = ev->w;
+    char count[32];
+    const char *argv[6] = {"XREVRANGE", NULL, "+", "-", "COUNT", count};
+    backlog_fan *b;
+    snprintf(count, sizeof(count), "%lld", (long long)n);
+    if (!w->rc) {
+        char *k = dtq_key_events_stream(w->prefix);
+        argv[1] = k;
+        if (dtq_web_command(w, backlog_cb, c, 6, argv) == DTQ_OK) c->backlog_pending = 1;
+        free(k);
+        return;
+    }
+    b = dtq_xcalloc(1, sizeof(*b));
+    b->c = c;
+    b->want = (int)n;
+    b->pairs = cJSON_CreateArray();
+    b->left = 1; /* held while the reads leave */
+    for (int i = 0; i <= w->nindex; i++) {
+        char *tag =
+            i < w->nindex ? dtq_keys_queue_prefix(w->cfg->ns, w->index[i]) : dtq_xstrdup(w->gtag);
+        char *k = dtq_key_events_stream(tag);
+        argv[1] = k;
+        b->left++;
+        if (dtq_web_command(w, backlog_part_cb, b, 6, argv) != DTQ_OK) b->left--;
+        free(k);
+        free(tag);
+    }
+    c->backlog_pending = 1;
+    backlog_part_cb(NULL, NULL, b); /* the hold (replies never come before this returns) */
 }
 
 /* Streams are put at the head of the list, so the oldest is the last one there. One whose
@@ -261,14 +414,7 @@ void dtq_web_events_serve(dtq_web_events *ev, struct evhttp_request *req,
     dtq_web_conn_set_closecb(ev->w, c->evcon, client_closed_cb, c);
     client_write(c, "retry: 3000\n: dtq-web events\n\n", 30);
     if (!ev->sub) sub_open(ev);
-    if (backlog > 0 && ev->w->redis_up) {
-        char *k = dtq_key_events_stream(ev->w->prefix), count[32];
-        const char *argv[6] = {"XREVRANGE", k, "+", "-", "COUNT", count};
-        snprintf(count, sizeof(count), "%lld", (long long)backlog);
-        if (dtq_rconn_command(ev->w->redis, backlog_cb, c, 6, argv, NULL) == DTQ_OK)
-            c->backlog_pending = 1;
-        free(k);
-    }
+    if (backlog > 0 && ev->w->redis_up) backlog_read(ev, c, backlog);
 }
 
 int dtq_web_events_clients(const dtq_web_events *ev) {
@@ -293,5 +439,6 @@ void dtq_web_events_free(dtq_web_events *ev) {
     dtq_rconn_free(ev->sub);
     event_free(ev->keepalive_ev);
     free(ev->channel);
+    free(ev->sub_host);
     free(ev);
 }

@@ -3,7 +3,8 @@
  * holds SUBSCRIBE <p>:events while at least one stream is open and is closed with the last
  * one: the Functions build no events while nobody listens, and an idle dashboard must not
  * change that. ?backlog=N first replays the last N events of <p>:stream:events when that
- * stream is kept ([limits] events_stream_maxlen > 0). */
+ * stream is kept ([limits] events_stream_maxlen > 0); in the cluster layout the newest N of
+ * every queue's stream and {ns}'s, by stream id. */
 #ifndef DTQ_WEB_EVENTS_H
 #define DTQ_WEB_EVENTS_H
 

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keys.h"
 #include "util.h"
+#include "view_merge.h"
 #include "web_api.h"
 
 /* ================================================================= one read Function */
@@ -17,22 +19,58 @@
 /* Adds dtq-web's own fields to a Function's answer; arg is the handler's (the queue). */
 typedef void finish_fn(dtq_web *w, cJSON *body, const char *arg);
 
-typedef struct rd {
-    dtq_web_job h;
+/* The cluster layout's ways to put the parts of a read over every queue together
+ * (view_merge.h). */
+typedef enum merge_kind {
+    MERGE_NONE, /* one call: the single layout, or one slot (a queue's, or {ns}'s) */
+    MERGE_OVERVIEW,
+    MERGE_METRICS,
+    MERGE_STREAM_PAGES,
+    MERGE_SCHEDULED,
+    MERGE_CRON,
+    MERGE_LIMITS
+} merge_kind;
+
+/* What a read calls and how it answers. */
+typedef struct read_spec {
     const char *fn; /* borrowed from w->fn */
     finish_fn *finish;
     dtq_web_read_answer_fn *answer; /* instead of the JSON answer (GET /metrics) */
     const char *wrap;               /* the Function answers an array: answered as {wrap: [...]} */
+    const char *arg;                /* finish's */
+    const char *queue;              /* cluster: the call goes to this queue's slot */
+    int global;                     /* cluster: the call goes to {ns}'s slot */
+    merge_kind merge; /* cluster, neither of the above: every queue of the index and {ns} */
+    int count;        /* merged pages: the page's count */
+    int oldest;       /* merged stream pages: oldest first */
+    int named;        /* MERGE_CRON of one name: a queue's NOT_FOUND is no error */
+} read_spec;
+
+typedef struct rd {
+    dtq_web_job h;
+    read_spec sp; /* its strings borrowed from w->fn, or below */
     char *arg;
-    char *error; /* the Function's error reply */
-    cJSON *body; /* its JSON; NULL when it was not JSON */
+    char *name;    /* MERGE_CRON of one name */
+    char *error;   /* the Function's error reply */
+    cJSON *body;   /* its JSON; NULL when it was not JSON */
+    dtq_argv args; /* the Function's arguments, after its keys */
+    char **queues; /* the index, for a read over every queue */
+    int nq;
+    cJSON **parts; /* each queue's answer, then {ns}'s (nq + 1) */
+    int not_json;  /* a part was not JSON */
 } rd;
 
 static void rd_free(void *p) {
     rd *s = p;
     free(s->arg);
+    free(s->name);
     free(s->error);
     cJSON_Delete(s->body);
+    dtq_argv_deinit(&s->args);
+    for (int i = 0; i < s->nq; i++) free(s->queues[i]);
+    free(s->queues);
+    for (int i = 0; s->parts && i <= s->nq; i++) cJSON_Delete(s->parts[i]);
+    free(s->parts);
     free(s);
 }
 
@@ -48,80 +86,172 @@ static void rd_reply(dtq_rsteps *j, redisReply *r, int a, int b) {
 
 static void rd_answer(dtq_rsteps *j) {
     rd *s = dtq_rsteps_state(j);
-    if (s->wrap && cJSON_IsArray(s->body)) {
+    if (s->sp.wrap && cJSON_IsArray(s->body)) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToObject(o, s->wrap, s->body);
+        cJSON_AddItemToObject(o, s->sp.wrap, s->body);
         s->body = o;
-    } else if (s->wrap) { /* not the array it should be */
+    } else if (s->sp.wrap) { /* not the array it should be */
         cJSON_Delete(s->body);
         s->body = NULL;
     }
     if (s->error) {
         dtq_web_reply_redis_error(s->h.req, s->error);
     } else if (!cJSON_IsObject(s->body)) {
-        dtq_web_reply_error(s->h.req, 502, "redis_error", "%s did not answer a JSON %s", s->fn,
-                            s->wrap ? "array" : "object");
-    } else if (s->answer) {
-        s->answer(s->h.w, s->h.req, s->body);
+        dtq_web_reply_error(s->h.req, 502, "redis_error", "%s did not answer a JSON %s", s->sp.fn,
+                            s->sp.wrap ? "array" : "object");
+    } else if (s->sp.answer) {
+        s->sp.answer(s->h.w, s->h.req, s->body);
     } else {
-        if (s->finish) s->finish(s->h.w, s->body, s->arg);
+        if (s->sp.finish) s->sp.finish(s->h.w, s->body, s->arg);
         dtq_web_reply_json(s->h.req, 200, s->body);
         s->body = NULL;
     }
     dtq_rsteps_end(j);
 }
 
-static void read_callv(dtq_web *w, struct evhttp_request *req, const char *fn, finish_fn *finish,
-                       dtq_web_read_answer_fn *answer, const char *wrap, const char *arg,
-                       va_list ap) {
+/* Sends FCALL_RO fn with the keys of `queue` (NULL: {ns}; the single layout: none) and the
+ * read's arguments. */
+static void rd_send(dtq_rsteps *j, const char *queue, dtq_rsteps_reply_fn *fn, int a) {
+    rd *s = dtq_rsteps_state(j);
+    dtq_argv argv;
+    dtq_web_fcall_argv(s->h.w, &argv, 1, s->sp.fn, queue);
+    for (int i = 0; i < s->args.argc; i++) dtq_argv_add(&argv, s->args.argv[i], s->args.lens[i]);
+    dtq_rsteps_send(j, fn, a, 0, &argv);
+    dtq_argv_deinit(&argv);
+}
+
+/* ---- a read over every queue (the cluster layout) */
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* SMEMBERS {ns}:queues: the queues, sorted (also kept as w's index, for /readyz). */
+static void fan_index(dtq_rsteps *j, redisReply *r, int a, int b) {
+    rd *s = dtq_rsteps_state(j);
+    char **copy;
+    DTQ_UNUSED(a);
+    DTQ_UNUSED(b);
+    if (r->type == REDIS_REPLY_ERROR) {
+        s->error = dtq_xstrndup(r->str, r->len);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) return;
+    s->queues = dtq_xcalloc(r->elements + 1, sizeof(char *));
+    for (size_t i = 0; i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
+            s->queues[s->nq++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
+    qsort(s->queues, (size_t)s->nq, sizeof(char *), cmp_str);
+    copy = dtq_xcalloc((size_t)s->nq + 1, sizeof(char *));
+    for (int i = 0; i < s->nq; i++) copy[i] = dtq_xstrdup(s->queues[i]);
+    dtq_web_set_index(s->h.w, copy, s->nq);
+}
+
+/* One part's answer (a: its index; nq: {ns}'s). */
+static void fan_part(dtq_rsteps *j, redisReply *r, int a, int b) {
+    rd *s = dtq_rsteps_state(j);
+    DTQ_UNUSED(b);
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* one name's schedule: the queues that have none say NOT_FOUND */
+        if (s->sp.named && !strncmp(r->str, "NOT_FOUND", 9)) return;
+        if (!s->error) s->error = dtq_xstrndup(r->str, r->len);
+        return;
+    }
+    if (r->type == REDIS_REPLY_STRING) s->parts[a] = cJSON_ParseWithLength(r->str, r->len);
+    if (!s->parts[a]) s->not_json = 1;
+}
+
+static void fan_merge(dtq_rsteps *j) {
+    rd *s = dtq_rsteps_state(j);
+    cJSON *const *p = s->parts;
+    cJSON **have = dtq_xcalloc((size_t)s->nq + 1, sizeof(cJSON *));
+    int n = 0;
+    for (int i = 0; i <= s->nq; i++)
+        if (s->parts[i]) have[n++] = s->parts[i];
+    p = have;
+    if (!s->error && s->not_json) {
+        free(have);
+        s->body = NULL; /* answered as not JSON */
+        rd_answer(j);
+        return;
+    }
+    if (!s->error) {
+        switch (s->sp.merge) {
+        case MERGE_OVERVIEW: s->body = dtq_view_merge_overview(p, n, DTQ_WEB_QUEUES_MAX); break;
+        case MERGE_METRICS: s->body = dtq_view_merge_metrics(p, n, DTQ_WEB_QUEUES_MAX); break;
+        case MERGE_STREAM_PAGES:
+            s->body = dtq_view_merge_stream_pages(p, n, s->sp.count, s->sp.oldest);
+            break;
+        case MERGE_SCHEDULED: s->body = dtq_view_merge_scheduled(p, n, s->sp.count); break;
+        case MERGE_CRON: s->body = dtq_view_merge_cron(p, n); break;
+        case MERGE_LIMITS: s->body = dtq_view_merge_limits(p, n); break;
+        case MERGE_NONE: break;
+        }
+    }
+    free(have);
+    if (!s->error && s->sp.named &&
+        cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s->body, "schedules")) == 0)
+        s->error = dtq_xasprintf("NOT_FOUND no periodic schedule named %s", s->name);
+    rd_answer(j);
+}
+
+static void fan_calls(dtq_rsteps *j) {
+    rd *s = dtq_rsteps_state(j);
+    if (s->error) {
+        rd_answer(j);
+        return;
+    }
+    s->parts = dtq_xcalloc((size_t)s->nq + 1, sizeof(cJSON *));
+    for (int i = 0; i < s->nq; i++) rd_send(j, s->queues[i], fan_part, i);
+    rd_send(j, NULL, fan_part, s->nq);
+    dtq_rsteps_wait(j, fan_merge);
+}
+
+/* FCALL_RO of sp->fn with args (NULL-terminated; an empty string takes the Function's
+ * default), then sp->finish and the answer. The single layout: one call with no keys. The
+ * cluster layout: one call in sp->queue's slot, or {ns}'s (sp->global), or one per queue of
+ * the index {ns}:queues and one with {ns}, merged as sp->merge says. */
+static void read_start(dtq_web *w, struct evhttp_request *req, const read_spec *sp,
+                       const char *const *args) {
     rd *s = dtq_xcalloc(1, sizeof(*s));
     dtq_rsteps *j;
-    dtq_argv argv;
-    const char *v;
     s->h.w = w;
     s->h.req = req;
-    s->fn = fn;
-    s->finish = finish;
-    s->answer = answer;
-    s->wrap = wrap;
-    s->arg = arg ? dtq_xstrdup(arg) : NULL;
-    dtq_argv_init(&argv);
-    dtq_argv_adds(&argv, "FCALL_RO");
-    dtq_argv_adds(&argv, fn);
-    dtq_argv_adds(&argv, "0");
-    while ((v = va_arg(ap, const char *)) != NULL) dtq_argv_adds(&argv, v);
+    s->sp = *sp;
+    s->arg = sp->arg ? dtq_xstrdup(sp->arg) : NULL;
+    s->sp.arg = NULL;
+    s->sp.queue = NULL; /* borrowed from the request: used here only */
+    dtq_argv_init(&s->args);
+    for (; args && *args; args++) dtq_argv_adds(&s->args, *args);
+    if (sp->named && s->args.argc > 0) s->name = dtq_xstrdup(s->args.argv[0]);
     j = dtq_web_job_new(&s->h, s, rd_free);
-    dtq_rsteps_send(j, rd_reply, 0, 0, &argv);
-    dtq_argv_deinit(&argv);
-    dtq_rsteps_wait(j, rd_answer);
-}
-
-/* FCALL_RO fn 0 <args...> (NULL-terminated; an empty string takes the Function's default),
- * then finish(w, answer, arg) and the answer. */
-static void read_call(dtq_web *w, struct evhttp_request *req, const char *fn, finish_fn *finish,
-                      const char *arg, ...) {
-    va_list ap;
-    va_start(ap, arg);
-    read_callv(w, req, fn, finish, NULL, NULL, arg, ap);
-    va_end(ap);
-}
-
-/* FCALL_RO fn 0 <args...> (NULL-terminated) of a Function that answers a JSON array:
- * answered as {"<key>": [...]}. */
-static void read_array(dtq_web *w, struct evhttp_request *req, const char *fn, const char *key,
-                       ...) {
-    va_list ap;
-    va_start(ap, key);
-    read_callv(w, req, fn, NULL, NULL, key, NULL, ap);
-    va_end(ap);
+    if (!w->rc || sp->queue || sp->global || sp->merge == MERGE_NONE) {
+        rd_send(j, sp->queue, rd_reply, 0);
+        dtq_rsteps_wait(j, rd_answer);
+        return;
+    }
+    {
+        char *k = dtq_key_queues(w->gtag);
+        dtq_rsteps_sendl(j, fan_index, 0, 0, "SMEMBERS", k, NULL);
+        free(k);
+    }
+    dtq_rsteps_wait(j, fan_calls);
 }
 
 void dtq_web_read_function(dtq_web *w, struct evhttp_request *req, const char *fn,
                            dtq_web_read_answer_fn *answer, ...) {
+    read_spec sp = {0};
+    const char *args[16];
+    int n = 0;
     va_list ap;
     va_start(ap, answer);
-    read_callv(w, req, fn, NULL, answer, NULL, NULL, ap);
+    while (n < 15 && (args[n] = va_arg(ap, const char *)) != NULL) n++;
     va_end(ap);
+    args[n] = NULL;
+    sp.fn = fn;
+    sp.answer = answer;
+    sp.merge = fn == w->fn.metrics ? MERGE_METRICS : MERGE_NONE;
+    read_start(w, req, &sp, args);
 }
 
 /* ================================================================= dtq-web's own fields */
@@ -168,6 +298,7 @@ void dtq_web_api_info(dtq_web *w, struct evhttp_request *req, const dtq_web_args
     cJSON_AddBoolToObject(o, "redis_connected", w->redis_up);
     cJSON_AddStringToObject(o, "redis_transport",
                             w->url.is_unix ? "unix" : (w->url.tls ? "tls" : "tcp"));
+    cJSON_AddStringToObject(o, "layout", w->rc ? "cluster" : "single");
     cJSON_AddNumberToObject(o, "sample_interval_s", (double)w->cfg->web_sample_interval_s);
     cJSON_AddNumberToObject(o, "started_at", (double)w->started_ms);
     cJSON_AddNumberToObject(o, "time_ms", (double)dtq_now_ms());
@@ -194,9 +325,13 @@ static void overview_finish(dtq_web *w, cJSON *o, const char *arg) {
 }
 
 void dtq_web_api_overview(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    read_spec sp = {0};
     DTQ_UNUSED(a);
     if (!dtq_web_redis_up(w, req)) return;
-    read_call(w, req, w->fn.overview, overview_finish, NULL, NULL);
+    sp.fn = w->fn.overview;
+    sp.finish = overview_finish;
+    sp.merge = MERGE_OVERVIEW;
+    read_start(w, req, &sp, NULL);
 }
 
 /* ================================================================= GET /api/history */
@@ -255,18 +390,32 @@ void dtq_web_api_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_arg
     if (dtq_web_query_int(req, a, "count", 20, 1, DTQ_WEB_LIST_MAX, &limit) != 0) return;
     if (!dtq_web_redis_up(w, req)) return;
     snprintf(count, sizeof(count), "%lld", (long long)limit);
-    read_call(w, req, w->fn.queue_view, queue_finish, a->arg, a->arg, count, NULL);
+    {
+        read_spec sp = {0};
+        const char *args[] = {a->arg, count, NULL};
+        sp.fn = w->fn.queue_view;
+        sp.finish = queue_finish;
+        sp.arg = a->arg;
+        sp.queue = a->arg;
+        read_start(w, req, &sp, args);
+    }
 }
 
 /* ================================================================= GET /api/tasks/<id> */
 
+/* ?queue=Q: the task's queue, required in the cluster layout (ids are unique per queue). */
 void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    read_spec sp = {0};
+    const char *args[] = {a->arg, NULL};
+    int bad;
     if (!dtq_web_valid_task_id(a->arg)) {
         dtq_web_reply_error(req, 400, "bad_request", "a task id matches [A-Za-z0-9._:-]{1,256}");
         return;
     }
-    if (!dtq_web_redis_up(w, req)) return;
-    read_call(w, req, w->fn.task_view, NULL, NULL, a->arg, NULL);
+    sp.queue = dtq_web_call_queue(w, req, a, &bad);
+    if (bad || !dtq_web_redis_up(w, req)) return;
+    sp.fn = w->fn.task_view;
+    read_start(w, req, &sp, args);
 }
 
 /* ================================================================= GET /api/dlq, /api/audit */
@@ -288,6 +437,7 @@ static void page_stream(dtq_web *w, struct evhttp_request *req, const dtq_web_ar
                         const char *fn, const char *filter_param) {
     const char *cursor = dtq_web_query(a, "cursor"), *order = dtq_web_query(a, "order");
     const char *value = dtq_web_query(a, filter_param);
+    const char *queue = w->rc ? dtq_web_query(a, "queue") : NULL; /* cluster: one queue's */
     int64_t count;
     char count_s[32], cap[32];
     if (dtq_web_query_int(req, a, "count", 50, 1, DTQ_WEB_PAGE_MAX, &count) != 0) return;
@@ -305,11 +455,28 @@ static void page_stream(dtq_web *w, struct evhttp_request *req, const dtq_web_ar
                             filter_param);
         return;
     }
+    if (queue && *queue && !dtq_valid_queue_name(queue)) {
+        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
+        return;
+    }
     if (!dtq_web_redis_up(w, req)) return;
     snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
     snprintf(cap, sizeof(cap), "%d", DTQ_WEB_FIELD_MAX);
-    read_call(w, req, fn, NULL, NULL, cursor && *cursor ? cursor : "-", count_s, order ? order : "",
-              value ? value : "", cap, NULL);
+    {
+        read_spec sp = {0};
+        const char *args[] = {cursor && *cursor ? cursor : "-",
+                              count_s,
+                              order ? order : "",
+                              value ? value : "",
+                              cap,
+                              NULL};
+        sp.fn = fn;
+        sp.queue = queue && *queue ? queue : NULL;
+        sp.merge = MERGE_STREAM_PAGES;
+        sp.count = (int)count;
+        sp.oldest = order && !strcmp(order, "oldest");
+        read_start(w, req, &sp, args);
+    }
 }
 
 void dtq_web_api_dlq(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
@@ -361,9 +528,27 @@ void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web
     }
     if (!dtq_web_redis_up(w, req)) return;
     snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
-    read_call(w, req, w->fn.scheduled, NULL, NULL, cursor && *cursor ? cursor : "-", count_s,
-              "kind", kind ? kind : "", "queue", v[0], "id_prefix", v[1], "task_type", v[2],
-              "class", v[3], NULL);
+    {
+        read_spec sp = {0};
+        const char *args[] = {cursor && *cursor ? cursor : "-",
+                              count_s,
+                              "kind",
+                              kind ? kind : "",
+                              "queue",
+                              v[0],
+                              "id_prefix",
+                              v[1],
+                              "task_type",
+                              v[2],
+                              "class",
+                              v[3],
+                              NULL};
+        sp.fn = w->fn.scheduled;
+        sp.queue = *v[0] ? v[0] : NULL; /* cluster: that queue's schedule alone */
+        sp.merge = MERGE_SCHEDULED;
+        sp.count = (int)count;
+        read_start(w, req, &sp, args);
+    }
 }
 
 /* ================================================================= GET /api/cron */
@@ -371,13 +556,24 @@ void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web
 /* <ns>_cron_list 0 [name]: every periodic schedule, or the one named (404 when there is
  * none), as the Function answers. */
 void dtq_web_api_cron(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    read_spec sp = {0};
+    const char *args[] = {a->arg ? a->arg : "", NULL};
+    const char *queue = w->rc ? dtq_web_query(a, "queue") : NULL; /* cluster: one queue's */
     if (a->arg && !dtq_web_valid_cron_name(a->arg)) {
         dtq_web_reply_error(req, 400, "bad_request",
                             "a schedule name matches [A-Za-z0-9._-]{1,64}");
         return;
     }
+    if (queue && *queue && !dtq_valid_queue_name(queue)) {
+        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
+        return;
+    }
     if (!dtq_web_redis_up(w, req)) return;
-    read_call(w, req, w->fn.cron_list, NULL, NULL, a->arg ? a->arg : "", NULL);
+    sp.fn = w->fn.cron_list;
+    sp.queue = queue && *queue ? queue : NULL;
+    sp.merge = MERGE_CRON;
+    sp.named = a->arg != NULL;
+    read_start(w, req, &sp, args);
 }
 
 /* ================================================================= GET /api/limits */
@@ -385,7 +581,11 @@ void dtq_web_api_cron(dtq_web *w, struct evhttp_request *req, const dtq_web_args
 /* <ns>_limit_list 0: every rate and concurrency limit with its use, the Function's array
  * as it is under "limits" (every list of the API is a field of an object). */
 void dtq_web_api_limits(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    read_spec sp = {0};
     DTQ_UNUSED(a);
     if (!dtq_web_redis_up(w, req)) return;
-    read_array(w, req, w->fn.limit_list, "limits", NULL);
+    sp.fn = w->fn.limit_list;
+    sp.wrap = "limits";
+    sp.merge = MERGE_LIMITS;
+    read_start(w, req, &sp, NULL);
 }

@@ -1,11 +1,15 @@
 /* web_sampler.c: one sample for the history (web_history.h) every [web] sample_interval_s:
  * each queue's depth and pending count from <ns>_stats, and each live worker's outcome
  * counters per queue from <ns>_workers (the read model's worker objects, docs/reference.md
- * 5.5), in one pipelined step. A sample is taken even when a reply is an error (no
+ * 5.5), in one pipelined step (the cluster layout: <ns>_stats per queue of the index, and
+ * <ns>_workers with {ns}). A sample is taken even when a reply is an error (no
  * Functions loaded yet, a refusal): what it lacks is left out, as when there is nothing. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
+#include "keys.h"
+#include "rcluster.h"
 #include "util.h"
 #include "web_api.h"
 
@@ -106,17 +110,72 @@ static void smp_commit(dtq_rsteps *j) {
     dtq_rsteps_end(j);
 }
 
+/* Sends <ns>_stats about `queue` (the cluster layout; NULL: the single layout's one call)
+ * and, with workers, <ns>_workers. */
+static void smp_send(dtq_rsteps *j, const char *queue, int workers) {
+    dtq_web *w = ((smp *)dtq_rsteps_state(j))->h.w;
+    dtq_argv a;
+    dtq_web_fcall_argv(w, &a, 1, w->fn.stats, queue);
+    dtq_rsteps_send(j, smp_stats, 0, 0, &a);
+    dtq_argv_deinit(&a);
+    if (!workers) return;
+    dtq_web_fcall_argv(w, &a, 1, w->fn.workers, NULL);
+    dtq_rsteps_send(j, smp_workers, 0, 0, &a);
+    dtq_argv_deinit(&a);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The cluster layout: SMEMBERS {ns}:queues, kept as w's index (/readyz names the queues of
+ * it whose slot cannot be reached), then <ns>_stats per queue, pipelined. */
+static void smp_index(dtq_rsteps *j, redisReply *r, int a, int b) {
+    smp *s = dtq_rsteps_state(j);
+    char **q;
+    int n = 0;
+    DTQ_UNUSED(a);
+    DTQ_UNUSED(b);
+    if (r->type != REDIS_REPLY_ARRAY) return;
+    q = dtq_xcalloc(r->elements + 1, sizeof(char *));
+    for (size_t i = 0; i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
+            q[n++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
+    qsort(q, (size_t)n, sizeof(char *), cmp_str);
+    dtq_web_set_index(s->h.w, q, n);
+}
+
+static void smp_queues(dtq_rsteps *j) {
+    smp *s = dtq_rsteps_state(j);
+    dtq_web *w = s->h.w;
+    for (int i = 0; i < w->nindex; i++) {
+        /* a queue whose slot cannot be reached now is left out of this sample */
+        char *tag = dtq_keys_queue_prefix(w->cfg->ns, w->index[i]);
+        int up = dtq_rcluster_slot_up(w->rc, dtq_cluster_keyslot(tag, strlen(tag)));
+        free(tag);
+        if (up) smp_send(j, w->index[i], 0);
+    }
+    smp_send(j, NULL, 1);
+    dtq_rsteps_wait(j, smp_commit);
+}
+
 void dtq_web_api_sample(dtq_web *w) {
     smp *s;
     dtq_rsteps *j;
-    if (!w->redis_up || w->sampling) return;
+    if (!w->redis_up || w->sampling || (w->rc && w->layout != 1)) return;
     s = dtq_xcalloc(1, sizeof(*s));
     s->h.w = w;
     s->ts = dtq_now_ms();
     s->gauges = cJSON_CreateObject();
     w->sampling = 1;
     j = dtq_web_job_new(&s->h, s, smp_free);
-    dtq_rsteps_sendl(j, smp_stats, 0, 0, "FCALL_RO", w->fn.stats, "0", NULL);
-    dtq_rsteps_sendl(j, smp_workers, 0, 0, "FCALL_RO", w->fn.workers, "0", NULL);
+    if (w->rc) {
+        char *k = dtq_key_queues(w->gtag);
+        dtq_rsteps_sendl(j, smp_index, 0, 0, "SMEMBERS", k, NULL);
+        free(k);
+        dtq_rsteps_wait(j, smp_queues);
+        return;
+    }
+    smp_send(j, NULL, 1);
     dtq_rsteps_wait(j, smp_commit);
 }

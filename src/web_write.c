@@ -1,6 +1,7 @@
 /* web_write.c: the API's writes: the admin Functions (docs/reference.md 5.3), called like
  * redis-cli and dtqctl call them, with the token's actor, so that every write is audited.
  * Their error replies are answered as web_core.c maps them. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ typedef struct wr {
     long long requeued, skipped;
     char *error; /* the Function's error reply */
     cJSON *result;
+    char *queue;   /* the cluster layout: the queue whose slot the call goes to */
+    char **queues; /* the cluster layout, a write over every queue: the index, then NULL ({ns}) */
+    int nq, qi;    /* their number (without {ns}'s), the one being written */
 } wr;
 
 static void wr_free(void *p) {
@@ -33,6 +37,9 @@ static void wr_free(void *p) {
     free(s->cursor);
     free(s->error);
     cJSON_Delete(s->result);
+    free(s->queue);
+    for (int i = 0; i < s->nq; i++) free(s->queues[i]);
+    free(s->queues);
     free(s);
 }
 
@@ -82,6 +89,72 @@ static void wr_fcall(dtq_rsteps *j, redisReply *r, int a, int b) {
     }
 }
 
+/* FCALL fn with the keys of `queue` (the single layout: none; the cluster layout: its tag,
+ * NULL: {ns}) and the arguments (NULL-terminated); the reply goes to cb with a. */
+static void wr_send(dtq_rsteps *j, dtq_rsteps_reply_fn *cb, int a, const char *fn,
+                    const char *queue, ...) __attribute__((sentinel));
+static void wr_sendv(dtq_rsteps *j, dtq_rsteps_reply_fn *cb, int a, const char *fn,
+                     const char *queue, va_list ap) {
+    dtq_web_job *h = dtq_rsteps_state(j);
+    dtq_argv argv;
+    const char *v;
+    dtq_web_fcall_argv(h->w, &argv, 0, fn, queue);
+    while ((v = va_arg(ap, const char *)) != NULL) dtq_argv_adds(&argv, v);
+    dtq_rsteps_send(j, cb, a, 0, &argv);
+    dtq_argv_deinit(&argv);
+}
+
+static void wr_send(dtq_rsteps *j, dtq_rsteps_reply_fn *cb, int a, const char *fn,
+                    const char *queue, ...) {
+    va_list ap;
+    va_start(ap, queue);
+    wr_sendv(j, cb, a, fn, queue, ap);
+    va_end(ap);
+}
+
+/* wr_send with the reply kept by wr_fcall. */
+static void wr_call(dtq_rsteps *j, const char *fn, const char *queue, ...)
+    __attribute__((sentinel));
+static void wr_call(dtq_rsteps *j, const char *fn, const char *queue, ...) {
+    va_list ap;
+    va_start(ap, queue);
+    wr_sendv(j, wr_fcall, 0, fn, queue, ap);
+    va_end(ap);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* SMEMBERS {ns}:queues (a write over every queue, the cluster layout): s->queues, sorted. */
+static void wr_index(dtq_rsteps *j, redisReply *r, int a, int b) {
+    wr *s = dtq_rsteps_state(j);
+    DTQ_UNUSED(a);
+    DTQ_UNUSED(b);
+    if (r->type == REDIS_REPLY_ERROR) {
+        s->error = dtq_xstrndup(r->str, r->len);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) return;
+    s->queues = dtq_xcalloc(r->elements + 1, sizeof(char *));
+    for (size_t i = 0; i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
+            s->queues[s->nq++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
+    qsort(s->queues, (size_t)s->nq, sizeof(char *), cmp_str);
+}
+
+/* `next` runs with s->queues read (the cluster layout), or at once (the single layout: one
+ * call covers the namespace, nq 0). */
+static void wr_over_queues(dtq_rsteps *j, dtq_rsteps_step_fn *next) {
+    wr *s = dtq_rsteps_state(j);
+    if (s->h.w->rc) {
+        char *k = dtq_key_queues(s->h.w->gtag);
+        dtq_rsteps_sendl(j, wr_index, 0, 0, "SMEMBERS", k, NULL);
+        free(k);
+    }
+    dtq_rsteps_wait(j, next);
+}
+
 /* What every write answers first: the Function's error kept (answered here; NULL back, the
  * job ended), or a new {"ok": true, "action", ...} for the caller to fill, answer and end. */
 static cJSON *answer_start(dtq_rsteps *j, struct evhttp_request *req, const char *error,
@@ -117,21 +190,24 @@ static void wr_answer(dtq_rsteps *j) {
 
 /* ================================================================= tasks */
 
+/* ?queue=Q: the task's queue, required in the cluster layout. */
 void dtq_web_api_task_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     static const char *const none[] = {NULL};
     dtq_rsteps *j;
-    const char *fn;
+    const char *fn, *queue;
+    int bad;
     if (body_fields(req, a->body, none) != 0) return;
     if (!dtq_web_valid_task_id(a->arg)) {
         dtq_web_reply_error(req, 400, "bad_request", "a task id matches [A-Za-z0-9._:-]{1,256}");
         return;
     }
-    if (!dtq_web_redis_up(w, req)) return;
+    queue = dtq_web_call_queue(w, req, a, &bad);
+    if (bad || !dtq_web_redis_up(w, req)) return;
     fn = !strcmp(a->action, "requeue")   ? w->fn.requeue
          : !strcmp(a->action, "discard") ? w->fn.discard
                                          : w->fn.cancel;
     j = wr_new(w, req, a, "task_id");
-    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", fn, "0", a->arg, a->actor, NULL);
+    wr_call(j, fn, queue, a->arg, a->actor, NULL);
     dtq_rsteps_wait(j, wr_answer);
 }
 
@@ -164,9 +240,8 @@ static void qw_call(dtq_rsteps *j) {
     }
     cJSON_Delete(s->result);
     s->result = NULL;
-    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL",
-                     !strcmp(s->action, "pause") ? w->fn.pause : w->fn.resume, "0", s->name,
-                     s->actor, NULL);
+    wr_call(j, !strcmp(s->action, "pause") ? w->fn.pause : w->fn.resume, s->name, s->name, s->actor,
+            NULL);
     dtq_rsteps_wait(j, wr_answer);
 }
 
@@ -195,20 +270,22 @@ void dtq_web_api_queue_write(dtq_web *w, struct evhttp_request *req, const dtq_w
 void dtq_web_api_cron_write(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     static const char *const none[] = {NULL};
     dtq_rsteps *j;
-    const char *fn;
+    const char *fn, *queue;
+    int bad;
     if (body_fields(req, a->body, none) != 0) return;
     if (!dtq_web_valid_cron_name(a->arg)) {
         dtq_web_reply_error(req, 400, "bad_request",
                             "a schedule name matches [A-Za-z0-9._-]{1,64}");
         return;
     }
-    if (!dtq_web_redis_up(w, req)) return;
+    queue = dtq_web_call_queue(w, req, a, &bad);
+    if (bad || !dtq_web_redis_up(w, req)) return;
     fn = !strcmp(a->action, "pause")    ? w->fn.cron_pause
          : !strcmp(a->action, "resume") ? w->fn.cron_resume
                                         : w->fn.cron_run;
     j = wr_new(w, req, a, "name");
     ((wr *)dtq_rsteps_state(j))->result_is_task = fn == w->fn.cron_run;
-    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", fn, "0", a->actor, a->arg, NULL);
+    wr_call(j, fn, queue, a->actor, a->arg, NULL);
     dtq_rsteps_wait(j, wr_answer);
 }
 
@@ -243,21 +320,50 @@ void dtq_web_api_limit_remove(dtq_web *w, struct evhttp_request *req, const dtq_
         free(s->name);
         s->name = dtq_xasprintf("%s:%s", a->arg, type);
     }
-    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", w->fn.limit_remove, "0", a->actor, a->arg, type,
-                     NULL);
+    wr_call(j, w->fn.limit_remove, a->arg, a->actor, a->arg, type, NULL);
     dtq_rsteps_wait(j, wr_answer);
 }
 
 /* ================================================================= dead letters */
 
+/* The entries one <ns>_purge_dlq removed, added up (the cluster layout: one per queue). */
+static void purge_part(dtq_rsteps *j, redisReply *r, int a, int b) {
+    wr *s = dtq_rsteps_state(j);
+    DTQ_UNUSED(a);
+    DTQ_UNUSED(b);
+    if (r->type == REDIS_REPLY_ERROR && !s->error)
+        s->error = dtq_xstrndup(r->str, r->len);
+    else if (r->type == REDIS_REPLY_INTEGER)
+        s->requeued += r->integer;
+}
+
+static void purge_answer(dtq_rsteps *j) {
+    wr *s = dtq_rsteps_state(j);
+    if (!s->error) s->result = cJSON_CreateNumber((double)s->requeued);
+    wr_answer(j);
+}
+
+static void purge_calls(dtq_rsteps *j) {
+    wr *s = dtq_rsteps_state(j);
+    if (s->error) {
+        wr_answer(j);
+        return;
+    }
+    for (int i = 0; i < s->nq; i++)
+        wr_send(j, purge_part, 0, s->h.w->fn.purge_dlq, s->queues[i], s->actor, NULL);
+    wr_send(j, purge_part, 0, s->h.w->fn.purge_dlq, NULL, s->actor, NULL);
+    dtq_rsteps_wait(j, purge_answer);
+}
+
+/* <ns>_purge_dlq; in the cluster layout one per queue of the index and one with {ns}, the
+ * result their sum. */
 void dtq_web_api_dlq_purge(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     static const char *const none[] = {NULL};
     dtq_rsteps *j;
     if (body_fields(req, a->body, none) != 0) return;
     if (!dtq_web_redis_up(w, req)) return;
     j = wr_new(w, req, a, NULL);
-    dtq_rsteps_sendl(j, wr_fcall, 0, 0, "FCALL", w->fn.purge_dlq, "0", a->actor, NULL);
-    dtq_rsteps_wait(j, wr_answer);
+    wr_over_queues(j, purge_calls);
 }
 
 /* ---- POST /api/dlq/requeue-all: <ns>_requeue_dlq's cursor form, from "-" until the cursor
@@ -315,14 +421,20 @@ static void ra_answer(dtq_rsteps *j) {
     dtq_rsteps_end(j);
 }
 
+/* The calls one after another; in the cluster layout each queue of the index in turn, from
+ * cursor "-" until its cursor is nil. */
 static void ra_loop(dtq_rsteps *j) {
     wr *s = dtq_rsteps_state(j);
-    if (s->error || !s->cursor) {
+    if (!s->error && !s->cursor && s->h.w->rc && s->qi + 1 < s->nq) {
+        s->qi++;
+        s->cursor = dtq_xstrdup("-");
+    }
+    if (s->error || !s->cursor || (s->h.w->rc && s->qi >= s->nq)) {
         ra_answer(j);
         return;
     }
-    dtq_rsteps_sendl(j, ra_chunk, 0, 0, "FCALL", s->h.w->fn.requeue_dlq, "0", "", s->actor,
-                     s->cursor, s->cls ? s->cls : "", NULL);
+    wr_send(j, ra_chunk, 0, s->h.w->fn.requeue_dlq, s->h.w->rc ? s->queues[s->qi] : NULL, "",
+            s->actor, s->cursor, s->cls ? s->cls : "", NULL);
     dtq_rsteps_wait(j, ra_loop);
 }
 
@@ -344,7 +456,7 @@ void dtq_web_api_dlq_requeue_all(dtq_web *w, struct evhttp_request *req, const d
     s = dtq_rsteps_state(j);
     if (cls && cJSON_IsString(cls)) s->cls = dtq_xstrdup(cls->valuestring);
     s->cursor = dtq_xstrdup("-");
-    ra_loop(j);
+    wr_over_queues(j, ra_loop);
 }
 
 /* ================================================================= bulk writes */
@@ -358,6 +470,7 @@ typedef struct bk {
     char **words; /* per id: the Function's word, or the error word of its error reply */
     size_t n;
     char *error; /* an error reply that is not about one task: answered for the request */
+    char *queue; /* the cluster layout: the tasks' queue (?queue=) */
 } bk;
 
 static void bk_free(void *p) {
@@ -371,6 +484,7 @@ static void bk_free(void *p) {
     free(s->action);
     free(s->actor);
     free(s->error);
+    free(s->queue);
     free(s);
 }
 
@@ -380,7 +494,8 @@ static dtq_rsteps *bk_new(dtq_web *w, struct evhttp_request *req, const dtq_web_
     static const char *const allowed[] = {"ids", NULL};
     const cJSON *ids = a->body ? cJSON_GetObjectItemCaseSensitive(a->body, "ids") : NULL;
     const cJSON *it;
-    int n;
+    const char *queue;
+    int n, bad;
     bk *s;
     if (body_fields(req, a->body, allowed) != 0) return NULL;
     n = dtq_web_body_ids(a->body, DTQ_WEB_IDS_MAX);
@@ -395,8 +510,10 @@ static dtq_rsteps *bk_new(dtq_web *w, struct evhttp_request *req, const dtq_web_
                             "every id must be a task id ([A-Za-z0-9._:-]{1,256})");
         return NULL;
     }
-    if (!dtq_web_redis_up(w, req)) return NULL;
+    queue = dtq_web_call_queue(w, req, a, &bad);
+    if (bad || !dtq_web_redis_up(w, req)) return NULL;
     s = dtq_xcalloc(1, sizeof(*s));
+    s->queue = queue ? dtq_xstrdup(queue) : NULL;
     s->h.w = w;
     s->h.req = req;
     s->action = dtq_xstrdup(a->action);
@@ -460,10 +577,9 @@ void dtq_web_api_sched_write(dtq_web *w, struct evhttp_request *req, const dtq_w
     dtq_argv argv;
     if (!j) return;
     s = dtq_rsteps_state(j);
-    dtq_argv_init(&argv);
-    dtq_argv_adds(&argv, "FCALL");
-    dtq_argv_adds(&argv, !strcmp(a->action, "run-now") ? w->fn.sched_run_now : w->fn.sched_delete);
-    dtq_argv_adds(&argv, "0");
+    dtq_web_fcall_argv(w, &argv, 0,
+                       !strcmp(a->action, "run-now") ? w->fn.sched_run_now : w->fn.sched_delete,
+                       s->queue);
     dtq_argv_adds(&argv, s->actor);
     for (size_t i = 0; i < s->n; i++) dtq_argv_adds(&argv, s->ids[i]);
     dtq_rsteps_send(j, bk_words, 0, 0, &argv);
@@ -501,6 +617,6 @@ void dtq_web_api_dlq_bulk(dtq_web *w, struct evhttp_request *req, const dtq_web_
     if (!j) return;
     s = dtq_rsteps_state(j);
     for (size_t i = 0; i < s->n; i++)
-        dtq_rsteps_sendl(j, bk_one, (int)i, 0, "FCALL", fn, "0", s->ids[i], s->actor, NULL);
+        wr_send(j, bk_one, (int)i, fn, s->queue, s->ids[i], s->actor, NULL);
     dtq_rsteps_wait(j, bk_answer);
 }

@@ -165,6 +165,16 @@ function writeButton(label, path, body, opts) {
   return b;
 }
 
+// The cluster layout: task ids and schedule names are unique per queue only, so a task's
+// page and every call by id name the queue (?queue=Q); nothing is added on a single Redis.
+function inQueue(queue) {
+  return state.info && state.info.layout === 'cluster' && queue ? '?queue=' + enc(queue) : '';
+}
+
+function taskHref(id, queue) {
+  return '#/task/' + enc(id) + inQueue(queue);
+}
+
 function every(ms, fn) {
   state.timers.push(setInterval(fn, ms));
 }
@@ -395,7 +405,7 @@ async function renderQueue(name) {
       h('td.num', {}, fmtNum(b.length))))));
   if (!q.bands.some((b) => b.length > 0))
     bands.tBodies[0].append(h('tr', {}, h('td', { colspan: 4 }, h('span.muted', {}, 'all streams are empty'))));
-  const taskLink = (t) => h('a.mono', { href: '#/task/' + enc(t.task_id) }, t.task_id);
+  const taskLink = (t) => h('a.mono', { href: taskHref(t.task_id, q.name) }, t.task_id);
   const waiting = h('table', { id: 'waiting' },
     h('thead', {}, h('tr', {}, ['task', 'band', 'type', 'attempt', 'status', 'enqueued'].map((t) => h('th', {}, t)))),
     h('tbody', {}, q.waiting.map((t) => h('tr', { dataset: { task: t.task_id } },
@@ -408,7 +418,7 @@ async function renderQueue(name) {
       h('td', {}, t.task_id ? taskLink(t) : h('span.mono', {}, t.entry_id)), h('td', {}, 'p' + t.band),
       h('td', {}, t.task_type || ''), h('td.mono', {}, t.worker_id), h('td', {}, fmtAge(t.idle_ms)),
       h('td.num', {}, t.deliveries),
-      h('td', {}, t.task_id ? writeButton('Cancel', '/api/tasks/' + enc(t.task_id) + '/cancel', {}, { what: 'cancel ' + t.task_id }) : '')))));
+      h('td', {}, t.task_id ? writeButton('Cancel', '/api/tasks/' + enc(t.task_id) + '/cancel' + inQueue(q.name), {}, { what: 'cancel ' + t.task_id }) : '')))));
   setView(head, cards,
     h('div.charts', {},
       chartBox('Throughput (per minute)', 'chart-tp', ['succeeded', 'failed', 'retried']),
@@ -439,17 +449,18 @@ function pretty(v) {
   return JSON.stringify(v, null, 2);
 }
 
-async function renderTask(id) {
-  const t = await api('/api/tasks/' + enc(id));
+async function renderTask(id, queue) {
+  const t = await api('/api/tasks/' + enc(id) + inQueue(queue));
   const st = t.status;
   const base = '/api/tasks/' + enc(t.id);
+  const inq = inQueue(queue || t.fields.queue);
   const actions = h('div.toolbar', {},
     h('h1', {}, 'Task ', h('span.mono', {}, t.id)), badge(st, st),
-    ['dead_lettered', 'failed'].includes(st) && writeButton('Requeue', base + '/requeue', {}, { what: 'requeue ' + t.id }),
-    st === 'dead_lettered' && writeButton('Discard', base + '/discard', {}, { what: 'discard ' + t.id, danger: true, confirm: 'Discard the dead letter of ' + t.id + '?' }),
-    t.due_ms && !t.due_claimed && writeButton('Run now', '/api/scheduled/run-now', { ids: [t.id] }, { action: 'run-now', what: 'run now ' + t.id }),
-    t.due_ms && !t.due_claimed && writeButton('Delete', '/api/scheduled/delete', { ids: [t.id] }, { action: 'delete', what: 'delete ' + t.id, danger: true, confirm: 'Delete the scheduled task ' + t.id + '? It ends cancelled.' }),
-    ['queued', 'pending', 'retrying', 'running'].includes(st) && writeButton('Cancel', base + '/cancel', {}, { what: 'cancel ' + t.id, danger: true }));
+    ['dead_lettered', 'failed'].includes(st) && writeButton('Requeue', base + '/requeue' + inq, {}, { what: 'requeue ' + t.id }),
+    st === 'dead_lettered' && writeButton('Discard', base + '/discard' + inq, {}, { what: 'discard ' + t.id, danger: true, confirm: 'Discard the dead letter of ' + t.id + '?' }),
+    t.due_ms && !t.due_claimed && writeButton('Run now', '/api/scheduled/run-now' + inq, { ids: [t.id] }, { action: 'run-now', what: 'run now ' + t.id }),
+    t.due_ms && !t.due_claimed && writeButton('Delete', '/api/scheduled/delete' + inq, { ids: [t.id] }, { action: 'delete', what: 'delete ' + t.id, danger: true, confirm: 'Delete the scheduled task ' + t.id + '? It ends cancelled.' }),
+    ['queued', 'pending', 'retrying', 'running'].includes(st) && writeButton('Cancel', base + '/cancel' + inq, {}, { what: 'cancel ' + t.id, danger: true }));
   const parts = [actions,
     h('p.muted', {}, 'queue ', h('a', { href: '#/queue/' + enc(t.fields.queue || '') }, t.fields.queue || '?'),
       ' · type ', t.fields.task_type || '?', ' · attempt ', t.fields.attempt || '?', ' of ', t.fields.max_attempts || '?',
@@ -490,6 +501,11 @@ function selection(onchange) {
   const boxes = [];
   const all = h('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'select all' });
   const ids = () => boxes.filter((b) => b.checked).map((b) => b.dataset.id);
+  const byQueue = () => { /* the selected ids per queue (the cluster layout's calls) */
+    const m = {};
+    boxes.filter((b) => b.checked).forEach((b) => { (m[b.dataset.queue || ''] = m[b.dataset.queue || ''] || []).push(b.dataset.id); });
+    return m;
+  };
   const update = () => {
     const n = boxes.filter((b) => b.checked).length;
     all.checked = n > 0 && n === boxes.length;
@@ -500,13 +516,14 @@ function selection(onchange) {
   all.addEventListener('change', () => { boxes.forEach((b) => { b.checked = all.checked; }); update(); });
   return {
     head: h('th.check', {}, all),
-    box(id) {
-      const b = h('input', { type: 'checkbox', class: 'select-row', 'aria-label': 'select ' + id, dataset: { id } });
+    box(id, queue) {
+      const b = h('input', { type: 'checkbox', class: 'select-row', 'aria-label': 'select ' + id, dataset: { id, queue: queue || '' } });
       b.addEventListener('change', update);
       boxes.push(b);
       return h('td.check', {}, b);
     },
     ids,
+    byQueue,
     update,
   };
 }
@@ -525,7 +542,13 @@ function bulkBar(buttons) {
       if (!ids.length) return;
       if (o.confirm && !window.confirm(o.confirm(ids))) return;
       els.forEach((x) => { x.disabled = true; });
-      try { await write(o.path, { ids }, o.what); } finally { refresh(); }
+      try {
+        if (state.info && state.info.layout === 'cluster') {
+          for (const [q, qids] of Object.entries(sel.byQueue())) await write(o.path + inQueue(q), { ids: qids }, o.what);
+        } else {
+          await write(o.path, { ids }, o.what);
+        }
+      } finally { refresh(); }
     });
     return b;
   });
@@ -585,9 +608,9 @@ async function renderSched(tab, params) {
     { label: 'Delete', path: '/api/scheduled/delete', action: 'delete', what: 'delete', danger: true,
       confirm: (ids) => 'Delete ' + ids.length + ' scheduled task' + (ids.length > 1 ? 's' : '') + '? They end cancelled.' }]);
   const rows = d.entries.map((e) => h('tr', { dataset: { task: e.task_id } },
-    sel.box(e.task_id),
+    sel.box(e.task_id, e.queue),
     h('td', {}, dueIn(e.due_ms, d.time_ms)),
-    h('td', {}, h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id)),
+    h('td', {}, h('a.mono', { href: taskHref(e.task_id, e.queue) }, e.task_id)),
     h('td', {}, e.queue ? h('a', { href: '#/queue/' + enc(e.queue) }, e.queue) : ''),
     h('td', {}, e.task_type || ''),
     retries ? h('td.num', {}, fmtNum(e.next_attempt) + (e.max_attempts ? ' / ' + e.max_attempts : ''))
@@ -624,6 +647,7 @@ function fireCell(ms, now, future) {
 
 function cronRow(s, now) {
   const base = '/api/cron/' + enc(s.name);
+  const inq = inQueue(s.queue);
   const problem = s.error ? h('span.err', {}, s.error)
     : s.last_refusal ? h('span.warn', { title: 'the last fire time was not enqueued' }, 'refused: ' + s.last_refusal) : '';
   return h('tr' + (s.error ? '.has-error' : ''), { dataset: { schedule: s.name } },
@@ -634,13 +658,13 @@ function cronRow(s, now) {
     h('td', {}, s.task_type),
     s.paused ? h('td', {}, h('span.muted', {}, 'paused')) : fireCell(s.next_fire_ms, now, true),
     fireCell(s.last_fire_ms, now, false),
-    h('td', {}, s.last_task_id ? h('a.mono', { href: '#/task/' + enc(s.last_task_id) }, s.last_task_id) : ''),
+    h('td', {}, s.last_task_id ? h('a.mono', { href: taskHref(s.last_task_id, s.queue) }, s.last_task_id) : ''),
     h('td', {}, s.paused ? badge('paused', 'paused') : badge('active', 'active')),
     h('td', { dataset: { col: 'error' } }, problem),
     h('td', {}, s.paused
-      ? writeButton('Resume', base + '/resume', {}, { what: 'resume ' + s.name })
-      : writeButton('Pause', base + '/pause', {}, { what: 'pause ' + s.name }), ' ',
-    writeButton('Run now', base + '/run', {}, { action: 'cron-run', what: 'run ' + s.name,
+      ? writeButton('Resume', base + '/resume' + inq, {}, { what: 'resume ' + s.name })
+      : writeButton('Pause', base + '/pause' + inq, {}, { what: 'pause ' + s.name }), ' ',
+    writeButton('Run now', base + '/run' + inq, {}, { action: 'cron-run', what: 'run ' + s.name,
       confirm: 'Enqueue a task of ' + s.name + ' into ' + s.queue + ' now?' })));
 }
 
@@ -757,15 +781,15 @@ async function renderDlq(params) {
       confirm: (ids) => 'Discard ' + ids.length + ' dead letter' + (ids.length > 1 ? 's' : '') + '?' }]);
   const shown = d.entries.filter((e) => (!prefix || (e.task_id || '').startsWith(prefix)) && (!type || e.task_type === type));
   const rows = shown.map((e) => h('tr', { dataset: { task: e.task_id, entry: e.entry_id } },
-    pick.box(e.task_id),
+    pick.box(e.task_id, e.queue),
     h('td', {}, ago(e.entry_ms)),
-    h('td', {}, h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id)),
+    h('td', {}, h('a.mono', { href: taskHref(e.task_id, e.queue) }, e.task_id)),
     h('td', {}, h('a', { href: '#/queue/' + enc(e.queue) }, e.queue)),
     h('td', {}, e.task_type), h('td.num', {}, e.attempts_made || e.attempt),
     h('td', {}, badge(e.last_error_class || '?')),
     h('td.err', {}, e.last_error),
-    h('td', {}, writeButton('Requeue', '/api/tasks/' + enc(e.task_id) + '/requeue', {}, { what: 'requeue ' + e.task_id }), ' ',
-      writeButton('Discard', '/api/tasks/' + enc(e.task_id) + '/discard', {}, { what: 'discard ' + e.task_id, danger: true, confirm: 'Discard the dead letter of ' + e.task_id + '?' }))));
+    h('td', {}, writeButton('Requeue', '/api/tasks/' + enc(e.task_id) + '/requeue' + inQueue(e.queue), {}, { what: 'requeue ' + e.task_id }), ' ',
+      writeButton('Discard', '/api/tasks/' + enc(e.task_id) + '/discard' + inQueue(e.queue), {}, { what: 'discard ' + e.task_id, danger: true, confirm: 'Discard the dead letter of ' + e.task_id + '?' }))));
   const table = h('table', { id: 'dlq' },
     h('thead', {}, h('tr', {}, pick.head, ['dead-lettered', 'task', 'queue', 'type', 'attempts', 'class', 'last error', ''].map((t) => h('th', {}, t)))),
     h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 9 }, h('span.muted', {}, 'no dead letter' + (cls ? ' of class ' + cls : '') + (local ? ' matching the search' : ''))))));
@@ -841,7 +865,7 @@ function renderEvents() {
     const f = filter.value.trim();
     if (f && ![e.type, e.queue, e.task_id, e.worker_id].some((x) => x && x.includes(f))) return;
     list.prepend(h('tr', { dataset: { type: e.type } }, h('td.mono', {}, e.ts), h('td.ev-type', {}, e.type),
-      h('td', {}, e.task_id ? h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id) : ''),
+      h('td', {}, e.task_id ? h('a.mono', { href: taskHref(e.task_id, e.queue) }, e.task_id) : ''),
       h('td', {}, e.queue || ''), h('td.num', {}, e.attempt), h('td.mono', {}, e.worker_id || ''),
       h('td.mono', {}, e.metadata ? JSON.stringify(e.metadata) : '')));
     while (list.rows.length > 500) list.deleteRow(-1);
@@ -861,7 +885,7 @@ async function renderAudit(params) {
     h('p.muted', {}, 'Every admin action through the Functions, whoever made it (redis-cli, dtqctl, dtq-web).'),
     h('table', { id: 'audit' }, h('thead', {}, h('tr', {}, ['time', 'actor', 'action', 'task'].map((t) => h('th', {}, t)))),
       h('tbody', {}, a.entries.map((e) => h('tr', {}, h('td', {}, ago(e.ts)), h('td.mono', {}, e.actor), h('td', {}, e.action),
-        h('td', {}, e.task_id ? h('a.mono', { href: '#/task/' + enc(e.task_id) }, e.task_id) : ''))))),
+        h('td', {}, e.task_id ? h('a.mono', { href: taskHref(e.task_id, e.queue) }, e.task_id) : ''))))),
     h('div.toolbar', {}, params.cursor && h('button.ghost', { type: 'button', onclick: () => { location.hash = '#/audit'; } }, 'Newest'),
       a.next_cursor && h('button.ghost', { type: 'button', onclick: () => { location.hash = '#/audit?cursor=' + enc(a.next_cursor); } }, 'Older')));
 }
@@ -880,7 +904,7 @@ async function refresh() {
   try {
     if (parts.length === 0) await renderOverview();
     else if (parts[0] === 'queue' && parts[1]) await renderQueue(parts[1]);
-    else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1]);
+    else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1], params.queue);
     else if (parts[0] === 'dlq') await renderDlq(params);
     else if (SCHED_TABS[parts[0]]) await renderSched(parts[0], params);
     else if (parts[0] === 'periodic') await renderPeriodic();
