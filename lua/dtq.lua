@@ -2345,6 +2345,20 @@ local function reg(name, fn, ro)
     LEAN.modes, LEAN.policy = {}, nil
     local bad = SCOPE.enter(keys)
     if bad then return redis.error_reply(bad) end
+    if SCOPE.cluster then
+      -- The slot being moved (resharding): a node that is not the slot's owner runs the
+      -- call only after ASKING, while the slot's keys are split between the two nodes; the
+      -- call would read and write half a queue (and a key it creates would stop the move
+      -- with BUSYKEY). There a command on two keys of the slot that do not exist is
+      -- refused; so the call answers TRYAGAIN before it touches anything, until the move is
+      -- over (the owner, with every key, answers EXISTS 0). The old owner never runs it:
+      -- the tag is not a key, so a MIGRATING node answers ASK.
+      local moving = redis.pcall('EXISTS', PREFIX, PREFIX .. ':moving')
+      if type(moving) == 'table' and moving.err then
+        return redis.error_reply('TRYAGAIN the slot of ' .. PREFIX .. ' is being moved to ' ..
+                                 'this node: try again once the move is over')
+      end
+    end
     return fn(keys, args)
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}

@@ -378,7 +378,14 @@ static void cl_index_cb(redisAsyncContext *ac, void *r, void *priv) {
     for (size_t i = 0; i < reply->elements; i++) {
         dtq_argv a;
         cl_call *c;
+        char *tag;
         if (reply->element[i]->type != REDIS_REPLY_STRING) continue;
+        tag = dtq_ctx_queue_prefix(ctx, reply->element[i]->str);
+        if (!dtq_ctx_key_up(ctx, tag)) { /* a shard down: the next step tries it again */
+            free(tag);
+            continue;
+        }
+        free(tag);
         dtq_call_cron_due(&a, ctx->fn.cron_due);
         tag_queue(ctx, &a, reply->element[i]->str);
         c = cl_call_new(cp);

@@ -139,6 +139,11 @@ static inline const char *dtq_ctx_qtag(const dtq_ctx *ctx, int q) {
 /* 1 when served queue q can be reached: always in the single layout; in the cluster one
  * when its slot has a primary whose link is up (dtq_rcluster_slot_up). */
 int dtq_ctx_queue_up(const dtq_ctx *ctx, int q);
+/* 1 when the slot of key (a tag, or any key with one) can be reached: always in the
+ * single layout; in the cluster one when its primary's link is up. The passes over every
+ * queue of the index skip the queues it says no for, so that a shard down does not hold up
+ * the others (a command for it would wait for its link, rcluster.h). */
+int dtq_ctx_key_up(const dtq_ctx *ctx, const char *key);
 /* The state of served queue `queue` (cluster layout), NULL when not served. */
 dtq_qstate *dtq_ctx_qstate(dtq_ctx *ctx, const char *queue);
 /* Served queue q may be fetched or reaped: up, and no recovery wanted or in flight. */

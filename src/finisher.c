@@ -254,22 +254,37 @@ static int send_one(dtq_finisher *f, round *r, int handback, dtq_finish_record *
 }
 
 /* Sends one round of records of one kind (finish or handback) from the queue head: one
- * batch, or in the cluster layout one per queue among them. */
+ * batch, or in the cluster layout one per queue among them. There the records of a queue
+ * whose slot cannot be reached (a shard down) stay queued, in place, so that they hold up
+ * neither the round nor the others' results (their batch would wait for the node's link);
+ * the retry timer looks again. DTQ_ERR when nothing could be sent. */
 static int send_batch(dtq_finisher *f) {
-    int handback = f->pending->handback, n = 0, rc = DTQ_OK;
-    dtq_finish_record *list = NULL, **tailp = &list;
-    round *r = dtq_xcalloc(1, sizeof(*r));
+    int handback = f->pending->handback, n = 0, rc = DTQ_OK, held = 0;
+    dtq_finish_record *list = NULL, **tailp = &list, **pp = &f->pending, *kept = NULL;
+    round *r;
 
-    while (f->pending && n < FINISH_BATCH_MAX && f->pending->handback == handback) {
-        dtq_finish_record *rec = f->pending;
-        f->pending = rec->next;
+    while (*pp && n < FINISH_BATCH_MAX && (*pp)->handback == handback) {
+        dtq_finish_record *rec = *pp;
+        if (dtq_ctx_cluster(f->ctx) && !dtq_ctx_key_up(f->ctx, rec->stream)) {
+            kept = rec;
+            pp = &rec->next;
+            held++;
+            continue;
+        }
+        *pp = rec->next;
         rec->next = NULL;
         *tailp = rec;
         tailp = &rec->next;
         n++;
     }
-    if (!f->pending) f->pending_tail = NULL;
+    if (!*pp) f->pending_tail = kept; /* the list's end was reached: its last kept record */
     f->npending -= n;
+    if (n == 0) {
+        struct timeval tv = {1, 0};
+        if (held) evtimer_add(f->retry_ev, &tv);
+        return DTQ_ERR;
+    }
+    r = dtq_xcalloc(1, sizeof(*r));
 
     if (!dtq_ctx_cluster(f->ctx)) {
         rc = send_one(f, r, handback, list, n, NULL);

@@ -41,6 +41,7 @@
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "rcluster.h"
 #include "util.h"
 
 typedef struct http_conn http_conn;
@@ -105,6 +106,27 @@ char *dtq_http_render_metrics(const dtq_ctx *ctx) {
     put_series(out, "dtq_scheduler_promoted_total", "counter",
                "Due entries this worker's scheduler passes moved to their queues.",
                (long long)g->promoted);
+    if (ctx->rc) {
+        /* the cluster layout: what the router followed, and what it cannot reach now */
+        dtq_rcluster_stats st;
+        char unreachable[8];
+        dtq_rcluster_stats_get(ctx->rc, &st);
+        fprintf(out,
+                "# HELP dtq_redis_cluster_redirections_total Cluster redirections followed "
+                "(MOVED: a slot's owner changed; ASK: a slot being moved).\n"
+                "# TYPE dtq_redis_cluster_redirections_total counter\n"
+                "dtq_redis_cluster_redirections_total{kind=\"moved\"} %lld\n"
+                "dtq_redis_cluster_redirections_total{kind=\"ask\"} %lld\n",
+                st.moved, st.ask);
+        put_series(out, "dtq_redis_cluster_map_reads_total", "counter",
+                   "Cluster slot maps read (CLUSTER SLOTS), the first included.", st.refreshes);
+        put_series(out, "dtq_redis_cluster_links_lost_total", "counter",
+                   "Links to cluster nodes lost, or not up within connect_timeout_ms.",
+                   st.node_downs);
+        put_series(out, "dtq_redis_cluster_unreachable_queues", "gauge",
+                   "Served queues whose slot has no reachable primary now.",
+                   dtq_ctx_unreachable(ctx, unreachable, sizeof(unreachable)));
+    }
     dtq_metrics_render(ctx->metrics, out);
     if (fclose(out) != 0 || !buf) abort();
     return buf;

@@ -323,6 +323,11 @@ static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
     cq->s = s;
     cq->pass = s->cl_pass;
     cq->tag = dtq_ctx_queue_prefix(ctx, queue);
+    if (!dtq_ctx_key_up(ctx, cq->tag)) { /* a shard down: the next pass tries it again */
+        free(cq->tag);
+        free(cq);
+        return;
+    }
     cq->schedule_key = dtq_key_retry_schedule(cq->tag);
     cq->claimed_key = dtq_key_retry_claimed(cq->tag);
     cq->next_score = -1;
