@@ -1026,6 +1026,26 @@ function LEAN.process(c, ms, worker, policy, stream, queue, band, entry_id, f, f
   return {stream, entry_id, tid, queue, f.task_type, f.payload, lost + 1, ma, to, 1}
 end
 
+--[[ The first delivery (fetch) of a lean entry of the plain shape <ns>_enqueue writes
+without options (lean 1 task_type T payload P), from its fields' values alone: no field
+table, and only the checks that shape leaves (the name and the size of the payload; its
+JSON was parsed at enqueue; no ttl, no own limits or options). The caller has found the
+queue without limits. Returns what LEAN.process would: a claim, nil when the entry was
+settled here (cancelled), or false for the general path (an entry that is not sound). ]]
+function LEAN.first(c, ms, worker, policy, stream, queue, band, entry_id, ttype, payload)
+  if not valid_name128(ttype) or #payload > c.max_payload_bytes then return false end
+  local tid = queue .. ':' .. BAND_NAMES[band] .. ':' .. entry_id
+  if call_any_cancelled ~= false and in_cancelled(tid) then
+    redis.pcall('SREM', k('cancelled'), tid)
+    ack(stream, entry_id)
+    return nil
+  end
+  local per = policy.t[ttype]
+  emit_task(c, ms, 'TASK_STARTED', tid, queue, ttype, 1, worker)
+  return {stream, entry_id, tid, queue, ttype, payload, 1, (per and per[1]) or policy.d[1],
+          (per and per[2]) or policy.d[2], 1}
+end
+
 -- The queue's length counter (for QUEUE_FULL) and whether it is lean, in one MGET.
 function LEAN.depth_mode(queue)
   local v = redis.pcall('MGET', qlen_key(queue), LEAN.mode_key(queue))
@@ -1251,9 +1271,18 @@ local function fetch(keys, args)
             end
           end
           qlen_add(queue, raw)
+          -- Lean entries of the plain shape take LEAN.first while the queue has no limits.
+          local plain = not LIM.of(queue)
           for _, e in ipairs(res[1][2]) do
             read = read + 1
-            local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2])
+            local f, t = e[2], false
+            if plain and f[1] == 'lean' and f[3] == 'task_type' and f[5] == 'payload' and
+                #f == 6 then
+              t = LEAN.first(c, ms, worker, policy, stream, queue, band, e[1], f[4], f[6])
+            end
+            if t == false then
+              t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], f)
+            end
             if t then claimed[#claimed + 1] = t end
           end
         end
