@@ -17,6 +17,7 @@
 #include "calls.h"
 #include "finisher.h"
 #include "streams.h"
+#include "task.h"
 #include "util.h"
 
 static void hook(const char *when, const char *phase) {
@@ -84,6 +85,28 @@ static void report(redisContext *c, const char *phase, long n) {
     freeReplyObject(r);
 }
 
+/* Where the decoded lean claims go: recs[*got], up to n. */
+typedef struct {
+    dtq_finish_record *recs;
+    long *got, n;
+} lean_sink;
+
+static void lean_claim(dtq_task *t, void *arg) {
+    lean_sink *s = arg;
+    if (*s->got < s->n) {
+        dtq_finish_record *rec = &s->recs[(*s->got)++];
+        rec->stream = t->stream;
+        rec->entry_id = t->entry_id;
+        rec->task_id = t->id;
+        rec->attempt = t->attempt;
+        rec->outcome = DTQ_OUTCOME_SUCCEEDED;
+        rec->result_state = DTQ_RESULT_NONE;
+        rec->lean = 1;
+        t->stream = t->entry_id = t->id = NULL; /* now the record's */
+    }
+    dtq_task_free(t);
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: fn_cost <unix-socket> <namespace> <n> <batch>\n");
@@ -135,6 +158,18 @@ int main(int argc, char **argv) {
         redisReply *list = r->element[0];
         if (list->elements == 0 && r->element[2]->integer == -1 && got == 0) {
             freeReplyObject(r); /* the group was created: read again */
+            continue;
+        }
+        if (r->elements > 3) { /* the lean-claims, as the daemon decodes them */
+            lean_sink sink = {recs, &got, n};
+            char err[128];
+            if (dtq_lean_claims_decode(r->element[3], lean_claim, &sink, err, sizeof err) < 0) {
+                fprintf(stderr, "fn_cost: %s\n", err);
+                return 1;
+            }
+        }
+        if (list->elements == 0 && r->element[2]->integer > 0) {
+            freeReplyObject(r); /* lean claims alone */
             continue;
         }
         if (list->elements == 0) {

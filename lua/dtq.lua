@@ -1026,6 +1026,31 @@ function LEAN.process(c, ms, worker, policy, stream, queue, band, entry_id, f, f
   return {stream, entry_id, tid, queue, f.task_type, f.payload, lost + 1, ma, to, 1}
 end
 
+--[[ The first delivery (fetch) of a lean entry of the plain shape <ns>_enqueue writes
+without options (lean 1 task_type T payload P), from its fields' values alone: no field
+table, and only the checks that shape leaves (the name and the size of the payload; its
+JSON was parsed at enqueue; no ttl, no own limits or options). The caller has found the
+queue without limits. The claim is appended to `out`, the flat list of a group of fetch's
+lean-claims (entry_id, task_type, payload, max_attempts, timeout_ms: no table per task);
+returns true, nil when the entry was settled here (cancelled), or false for the general
+path (an entry that is not sound). ]]
+function LEAN.first(c, ms, worker, policy, stream, queue, band, entry_id, ttype, payload, out)
+  if not valid_name128(ttype) or #payload > c.max_payload_bytes then return false end
+  if call_any_cancelled ~= false or c.events ~= 'off' then
+    local tid = queue .. ':' .. BAND_NAMES[band] .. ':' .. entry_id
+    if in_cancelled(tid) then
+      redis.pcall('SREM', k('cancelled'), tid)
+      ack(stream, entry_id)
+      return nil
+    end
+    emit_task(c, ms, 'TASK_STARTED', tid, queue, ttype, 1, worker)
+  end
+  local per, n = policy.t[ttype], #out
+  out[n + 1], out[n + 2], out[n + 3] = entry_id, ttype, payload
+  out[n + 4], out[n + 5] = (per and per[1]) or policy.d[1], (per and per[2]) or policy.d[2]
+  return true
+end
+
 -- The queue's length counter (for QUEUE_FULL) and whether it is lean, in one MGET.
 function LEAN.depth_mode(queue)
   local v = redis.pcall('MGET', qlen_key(queue), LEAN.mode_key(queue))
@@ -1192,9 +1217,12 @@ KEYS: for each served queue, its paused key then its BANDS streams p9..p0.
 ARGV: worker_id, count, policy-json, then the queue names in KEYS order.
 Reads up to `count` (at most FETCH_MAX) new entries in strict order (queue order, then p9
 first), settles the ones that must not run and claims the rest (queued -> running). Returns
-{claimed-tasks, block-streams, entries-read}; block-streams (stream, last-id pairs) is
-filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is -1 when
-a missing group was recreated and the daemon should fetch again at once. ]]
+{claimed-tasks, block-streams, entries-read, lean-claims}; block-streams (stream, last-id
+pairs) is filled only when nothing was read, for the daemon's XREAD BLOCK; entries-read is
+-1 when a missing group was recreated and the daemon should fetch again at once;
+lean-claims holds the plain lean entries' claims (LEAN.first), flat, a group per stream:
+stream, queue, band, m, then m times entry_id, task_type, payload, max_attempts,
+timeout_ms (the task id is <queue>:p<band>:<entry_id>, the attempt 1). ]]
 -- The fetch KEYS layout, the same as the daemon's (dtq_streams_fetch_keys in src/streams.c).
 local FETCH_KEYS_PER_QUEUE, TOP_BAND = BANDS + 1, BANDS - 1
 local function fetch_paused_key(keys, qi) return keys[(qi - 1) * FETCH_KEYS_PER_QUEUE + 1] end
@@ -1209,7 +1237,7 @@ local function fetch(keys, args)
   local count = math.min(tonumber(args[2]) or 0, FETCH_MAX)
   local c = load_config()
   local ms = now_ms()
-  local claimed, read, created = {}, 0, false
+  local claimed, lean, read, created = {}, {}, 0, false
   local nq = #args - 3
   if SCOPE.cluster then
     for qi = 1, nq do
@@ -1236,7 +1264,7 @@ local function fetch(keys, args)
           elseif not string.find(res.err, 'WRONGTYPE', 1, true) then
             -- What was claimed already must reach the daemon; the error can wait a call.
             if read == 0 then return redis.error_reply(res.err) end
-            return {claimed, {}, read}
+            return {claimed, {}, read, lean}
           end
           res = nil
         end
@@ -1251,10 +1279,27 @@ local function fetch(keys, args)
             end
           end
           qlen_add(queue, raw)
+          -- Lean entries of the plain shape take LEAN.first while the queue has no limits:
+          -- their claims go in this stream's group of lean-claims.
+          local plain, head = not LIM.of(queue), #lean
+          lean[head + 1], lean[head + 2], lean[head + 3], lean[head + 4] = stream, queue, band, 0
           for _, e in ipairs(res[1][2]) do
             read = read + 1
-            local t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], e[2])
-            if t then claimed[#claimed + 1] = t end
+            local f, t = e[2], false
+            if plain and f[1] == 'lean' and f[3] == 'task_type' and f[5] == 'payload' and
+                #f == 6 then
+              t = LEAN.first(c, ms, worker, policy, stream, queue, band, e[1], f[4], f[6], lean)
+            end
+            if t == false then
+              t = process_entry(c, ms, worker, policy, stream, queue, band, e[1], f)
+              if t then claimed[#claimed + 1] = t end
+            end
+          end
+          local m = (#lean - head - 4) / 5
+          if m > 0 then
+            lean[head + 4] = m
+          else -- no group for this stream
+            for i = head + 4, head + 1, -1 do lean[i] = nil end
           end
         end
       end
@@ -1283,7 +1328,7 @@ local function fetch(keys, args)
     end
   end
   if created then read = -1 end -- tells the daemon to fetch again at once
-  return {claimed, block, read}
+  return {claimed, block, read, lean}
 end
 
 --[[ Consumers of dead workers are removed from the groups: no pending entry, idle longer

@@ -320,6 +320,16 @@ void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list) {
     }
 }
 
+static void run_one(dtq_task *t, void *arg) {
+    dtq_executor_run(arg, t);
+}
+
+void dtq_executor_run_lean(dtq_executor *ex, const redisReply *lean) {
+    char err[128];
+    if (dtq_lean_claims_decode(lean, run_one, ex, err, sizeof(err)) < 0)
+        dtq_error("ignoring malformed lean claims: %s", err);
+}
+
 void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt) {
     for (run *r = ex->running; r; r = r->next) {
         if (!run_live(r) || strcmp(r->task->id, task_id) || r->task->attempt != attempt) continue;

@@ -23,6 +23,7 @@
 #include "calls.h"
 #include "scripts.h"
 #include "streams.h"
+#include "task.h"
 
 #define MAX_CHILDREN 32
 
@@ -884,15 +885,65 @@ void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue
     dtq_streams_clear(&st);
 }
 
+static redisReply *new_reply(int type) {
+    redisReply *r = calloc(1, sizeof(*r));
+    ck_assert_ptr_nonnull(r);
+    r->type = type;
+    return r;
+}
+
+static redisReply *str_reply(const char *s, size_t len) {
+    redisReply *r = new_reply(REDIS_REPLY_STRING);
+    r->str = malloc(len + 1);
+    ck_assert_ptr_nonnull(r->str);
+    memcpy(r->str, s, len);
+    r->str[len] = '\0';
+    r->len = len;
+    return r;
+}
+
+static redisReply *int_reply(long long v) {
+    redisReply *r = new_reply(REDIS_REPLY_INTEGER);
+    r->integer = v;
+    return r;
+}
+
+/* A task of the lean-claims, appended to the claimed list as the 10-element claim of a lean
+ * task (what reap and recover answer for one). */
+static void append_lean_claim(dtq_task *t, void *arg) {
+    redisReply *list = arg, *e = new_reply(REDIS_REPLY_ARRAY);
+    e->elements = 10;
+    e->element = calloc(10, sizeof(*e->element));
+    e->element[0] = str_reply(t->stream, strlen(t->stream));
+    e->element[1] = str_reply(t->entry_id, strlen(t->entry_id));
+    e->element[2] = str_reply(t->id, strlen(t->id));
+    e->element[3] = str_reply(t->queue, strlen(t->queue));
+    e->element[4] = str_reply(t->task_type, strlen(t->task_type));
+    e->element[5] = str_reply(t->payload, t->payload_len);
+    e->element[6] = int_reply(t->attempt);
+    e->element[7] = int_reply(t->max_attempts);
+    e->element[8] = int_reply(t->timeout_ms);
+    e->element[9] = int_reply(1);
+    list->element = realloc(list->element, (list->elements + 1) * sizeof(*list->element));
+    ck_assert_ptr_nonnull(list->element);
+    list->element[list->elements++] = e;
+    dtq_task_free(t);
+}
+
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
                      const char *policy) {
     dtq_argv a;
     redisReply *r;
+    char err[128];
     th_fetch_argv(&a, worker, count, queue, policy);
     r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
     dtq_argv_deinit(&a);
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
+    ck_assert_msg(dtq_fetch_reply_ok(r) && r->elements == 4, "fetch: not the fetch reply's shape");
+    ck_assert_msg(dtq_lean_claims_decode(r->element[3], append_lean_claim, r->element[0], err,
+                                         sizeof(err)) >= 0,
+                  "fetch: %s", err);
     return r;
 }
 

@@ -55,7 +55,9 @@ redisContext *th_connect(const th_redis *r);
 redisReply *th_cmd(redisContext *c, const char *fmt, ...);
 /* The argv of FCALL dtq_fetch for `queue` as `worker` (namespace dtq), its KEYS laid out by
  * the daemon's own dtq_streams_fetch_keys(); and the call itself, which fails the test
- * unless the reply is an array. */
+ * unless the reply has the fetch reply's shape. The lean-claims (element 3) are decoded by
+ * the daemon's dtq_lean_claims_decode and appended to the claimed list (element 0) as
+ * 10-element lean claims, so a test reads every claim alike (element 3 stays as sent). */
 void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue,
                    const char *policy);
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,

@@ -13,6 +13,7 @@
 #include "calls.h"
 #include "finish_record.h"
 #include "harness.h"
+#include "task.h"
 #include "util.h"
 
 TH_LIBRARY_FIXTURE();
@@ -378,10 +379,11 @@ START_TEST(test_lean_mode_switch) {
     claimed = fetch("w1", 10, "mq");
     ck_assert_int_eq(claimed->element[0]->elements, 5);
     ck_assert(!is_lean(claimed->element[0]->element[0])); /* full1 */
-    ck_assert(is_lean(claimed->element[0]->element[1]));  /* lean, marked */
-    ck_assert(!is_lean(claimed->element[0]->element[2])); /* raw, read full */
-    ck_assert(!is_lean(claimed->element[0]->element[3])); /* raw with an id */
-    ck_assert(!is_lean(claimed->element[0]->element[4])); /* full5 */
+    ck_assert(!is_lean(claimed->element[0]->element[1])); /* raw, read full */
+    ck_assert(!is_lean(claimed->element[0]->element[2])); /* raw with an id */
+    ck_assert(!is_lean(claimed->element[0]->element[3])); /* full5 */
+    ck_assert(is_lean(claimed->element[0]->element[4]));  /* lean, marked: lean-claims */
+    ck_assert_str_eq(claimed->element[0]->element[4]->element[5]->str, "2");
     freeReplyObject(claimed);
     ck_assert_int_eq(task_keys(), 4);
     ck_assert_int_eq(qlen("mq"), 5);
@@ -394,6 +396,120 @@ START_TEST(test_lean_mode_switch) {
     freeReplyObject(claimed);
     ck_assert_int_eq(task_keys(), 4);
     ck_assert_int_eq(qlen("mq"), 6); /* the raw entry counts from its first read */
+}
+END_TEST
+
+/* dtq_lean_claims_decode's sink for the test below: ts[0], then ts[1]. */
+static void collect(dtq_task *t, void *arg) {
+    dtq_task **ts = arg;
+    if (!ts[0]) {
+        ts[0] = t;
+    } else if (!ts[1]) {
+        ts[1] = t;
+    } else {
+        dtq_task_free(t);
+    }
+}
+
+/* The reply's lean-claims as Redis sends them (reference 5.4): a group per stream (stream,
+ * queue, band, m, then m times entry_id, task_type, payload, max_attempts, timeout_ms) for
+ * the plain entries; an entry with options, a malformed plain-shaped one, one whose id a
+ * cancel left in <p>:cancelled and the entries of a queue with a limit take the general
+ * path. */
+START_TEST(test_lean_claims_shape) {
+    redisReply *r, *g;
+    dtq_argv a;
+    char p7[64], pa[64];
+    lean_queue("lq");
+    r = th_cmd(C, "FCALL dtq_enqueue 0 lq echo {\"a\":7} priority 7");
+    snprintf(p7, sizeof(p7), "%s", r->element[0]->str + 6);
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL dtq_enqueue 0 lq other [1]");
+    snprintf(pa, sizeof(pa), "%s", r->element[0]->str + 6);
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL dtq_enqueue 0 lq echo 2"); /* cancelled below */
+    freeReplyObject(
+        th_cmd(C, "SADD dtq:cancelled %s", r->element[0]->str)); /* as a cancel leaves it */
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 lq echo 3 max_attempts 2")); /* options */
+    freeReplyObject(
+        th_cmd(C, "XADD dtq:stream:lq:p5 * lean 1 task_type %s payload {}", "bad!type"));
+    freeReplyObject(
+        th_cmd(C, "XADD dtq:stream:lq:p5 * lean 1 task_type echo payload \"0123456789\""));
+    freeReplyObject(th_cmd(C, "HSET dtq:config max_payload_bytes 8")); /* the last one is over */
+    /* marked entries count as a Function's (from their XADD): counted here as one would */
+    freeReplyObject(th_cmd(C, "INCRBY dtq:queue:lq:length 2"));
+    ck_assert_int_eq(qlen("lq"), 6);
+    th_fetch_argv(&a, "w1", 10, "lq", POLICY);
+    r = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 4, "fetch: %s", r->str);
+    ck_assert_int_eq(r->element[2]->integer, 6);
+    /* the entry with an option: a 10-element lean claim */
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    ck_assert(is_lean(r->element[0]->element[0]));
+    ck_assert_int_eq(r->element[0]->element[0]->element[7]->integer, 2);
+    g = r->element[3];
+    ck_assert_int_eq(g->elements, 2 * 4 + 2 * 5);
+    ck_assert_str_eq(g->element[0]->str, "dtq:stream:lq:p7");
+    ck_assert_str_eq(g->element[1]->str, "lq");
+    ck_assert_int_eq(g->element[2]->integer, 7);
+    ck_assert_int_eq(g->element[3]->integer, 1);
+    ck_assert_str_eq(g->element[4]->str, p7);
+    ck_assert_str_eq(g->element[5]->str, "echo");
+    ck_assert_str_eq(g->element[6]->str, "{\"a\":7}");
+    ck_assert_int_eq(g->element[7]->integer, 3); /* echo's policy */
+    ck_assert_int_eq(g->element[8]->integer, 1000);
+    ck_assert_str_eq(g->element[9]->str, "dtq:stream:lq:p5");
+    ck_assert_int_eq(g->element[11]->integer, 5);
+    ck_assert_int_eq(g->element[12]->integer, 1);
+    ck_assert_str_eq(g->element[13]->str, pa);
+    ck_assert_str_eq(g->element[14]->str, "other");
+    ck_assert_int_eq(g->element[16]->integer, 5); /* the policy's default */
+    ck_assert_int_eq(g->element[17]->integer, 30000);
+    /* the daemon's decoder makes the tasks the claims name */
+    {
+        dtq_task *ts[2] = {NULL, NULL};
+        int n = 0;
+        char err[128], id[96];
+        ck_assert_int_eq(dtq_lean_claims_decode(g, collect, ts, err, sizeof(err)), 2);
+        for (; n < 2 && ts[n]; n++) ck_assert(ts[n]->lean && ts[n]->attempt == 1);
+        ck_assert_int_eq(n, 2);
+        snprintf(id, sizeof(id), "lq:p7:%s", p7);
+        ck_assert_str_eq(ts[0]->id, id);
+        ck_assert_str_eq(ts[0]->stream, "dtq:stream:lq:p7");
+        ck_assert_str_eq(ts[1]->task_type, "other");
+        ck_assert_int_eq(ts[1]->max_attempts, 5);
+        dtq_task_free(ts[0]);
+        dtq_task_free(ts[1]);
+        ts[0] = ts[1] = NULL;
+        g->elements--; /* a group cut short is refused */
+        ck_assert_int_eq(dtq_lean_claims_decode(g, collect, ts, err, sizeof(err)), -1);
+        dtq_task_free(ts[0]); /* the first group's task was handed over */
+        g->elements++;
+    }
+    freeReplyObject(r);
+    /* cancelled: deleted, out of the set; the two malformed ones dead-lettered */
+    ck_assert_int_eq(th_int(th_cmd(C, "SCARD dtq:cancelled")), 0);
+    r = th_cmd(C, "XRANGE dtq:stream:dead-letter - +");
+    ck_assert_int_eq(r->elements, 2);
+    ck_assert_str_eq(th_entry_field(r->element[0], "last_error_class"), "invalid_entry");
+    ck_assert_str_eq(th_entry_field(r->element[1], "last_error_class"), "invalid_entry");
+    freeReplyObject(r);
+    ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:lq:p5")), 2); /* pending: a and the option */
+    ck_assert_int_eq(qlen("lq"), 3);
+
+    /* a queue with a limit: its plain entries run as full tasks, no lean-claims */
+    lean_queue("lim");
+    th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me lim %s concurrency 100", ""), "set");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 lim echo 1"));
+    th_fetch_argv(&a, "w1", 10, "lim", POLICY);
+    r = redisCommandArgv(C, a.argc, (const char **)a.argv, a.lens);
+    dtq_argv_deinit(&a);
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    ck_assert(!is_lean(r->element[0]->element[0]));
+    ck_assert_int_eq(r->element[3]->elements, 0);
+    freeReplyObject(r);
 }
 END_TEST
 
@@ -588,6 +704,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_lean_cancel_waiting_and_running);
     tcase_add_test(tc, test_lean_queue_full);
     tcase_add_test(tc, test_lean_mode_switch);
+    tcase_add_test(tc, test_lean_claims_shape);
     tcase_add_test(tc, test_lean_adopted_recovered_handed_back);
     tcase_add_test(tc, test_lean_lost_last_attempt);
     suite_add_tcase(s, tc);
