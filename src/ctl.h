@@ -21,7 +21,7 @@ typedef struct ctl {
     dtq_rsync *conn; /* NULL for the verbs that do not connect */
     const char *ns;
     char *prefix;
-    const char *url;         /* the Redis URL given or configured (borrowed) */
+    const char *url; /* the Redis URL given or configured (borrowed) */
     int json;
     int64_t wait_timeout_ms; /* [redis] wait_timeout_ms, for --wait-replicas */
     int cluster;             /* the cluster layout: a redis-cluster:// URL (ctl_route.c) */
