@@ -180,6 +180,10 @@ char *dtq_acl_tokens(const char *const *roles, int nroles, const char *ns, const
             if (strcmp(roles[r], "producer-raw")) {
                 add_token(&tokens, &ntokens, &len, dtq_xasprintf("~%s", shared));
                 add_token(&tokens, &ntokens, &len, dtq_xasprintf("~%s", queues));
+                /* and the key no one writes, which the Functions' check of a slot being
+                 * moved reads (lua/dtq.lua's reg()) */
+                add_token(&tokens, &ntokens, &len, dtq_xasprintf("%%R~%s:moving", shared));
+                add_token(&tokens, &ntokens, &len, dtq_xasprintf("%%R~%s:moving", queues));
             }
         }
     }

@@ -18,8 +18,9 @@ extern const char *const dtq_acl_roles[];
  * cluster: the cluster layout (reference 5.9): every key pattern is given twice, for the
  * shared keys under "{<ns>}" and for every queue's under "{<ns>:*}" (prefix is ignored);
  * the events channel is "{<ns>}:events"; every role also gets CLUSTER SLOTS and ASKING,
- * which the routers send, and the bare tags "{<ns>}" and "{<ns>:*}" that the Function
- * calls name as their first key. */
+ * which the routers send, the bare tags "{<ns>}" and "{<ns>:*}" that the Function calls
+ * name as their first key, and read access to the never-written "<tag>:moving" that the
+ * Functions' resharding check reads. */
 char *dtq_acl_tokens(const char *const *roles, int nroles, const char *ns, const char *prefix,
                      int cluster, const char **bad);
 
