@@ -3,9 +3,10 @@
 # 2 and 3 primaries (no replicas, no persistence), QPS queues per shard whose hash tags land
 # on that shard, N no-op tasks per queue enqueued beforehand (pipelined FCALL with the
 # queue's tag, straight to its node), then one daemon drains them all. Per shard it prints
-# Redis CPU per task and commands per task (INFO cpu and commandstats, commands inside
-# Functions included), and the cluster's errorstats (a call that touched two slots would
-# show as CROSSSLOT). Per run: tasks/s and the daemon's CPU per task.
+# Redis CPU per task, commands per task and Function calls per task (INFO cpu and
+# commandstats, commands inside Functions included; the calls per task are the inverse of
+# the batches), and the cluster's errorstats (a call that touched two slots would show as
+# CROSSSLOT). Per run: tasks/s and the daemon's CPU per task.
 # Usage: bench/cluster_scale.sh [N per queue] [concurrency] ["shard counts"]
 # QPS=queues per shard (2). PIN=1 pins the daemon to CPU 1 and every redis-server to CPU 0
 # (taskset), so that the daemon has a core of its own. LEAN=1 makes every queue lean.
@@ -135,8 +136,9 @@ run() { # shards
         local tasks=$((n * per[i]))
         redis-cli -p "$p" INFO commandstats | tr -d '\r' | awk -F'[:=,]' -v n="$tasks" -v a="${cpu0[$i]}" -v b="${cpu1[$i]}" -v p="$p" -v ms="$ms" '
             /^cmdstat_/ { total += $3 }
-            END { printf "  shard %s: %d tasks, redis %.1f us/task (busy %.0f%% of the run), %.2f commands/task\n",
-                  p, n, (b - a) * 1e6 / n, (b - a) * 1e5 / ms, total / n }'
+            /^cmdstat_fcall:/ { fc = $3 }
+            END { printf "  shard %s: %d tasks, redis %.1f us/task (busy %.0f%% of the run), %.2f commands/task, %.3f Function calls/task\n",
+                  p, n, (b - a) * 1e6 / n, (b - a) * 1e5 / ms, total / n, fc / n }'
         redis-cli -p "$p" INFO errorstats | tr -d '\r' | grep '^errorstat' | sed "s/^/    errors on $p: /" || true
     done
     kill "$wpid"
