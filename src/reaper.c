@@ -31,6 +31,7 @@ struct dtq_reaper {
 };
 
 static void reset_cursors(dtq_reaper *rp) {
+    rp->reap_q = 0; /* the cluster layout's round starts over with the new queue table */
     for (int i = 0; i < rp->ncursors; i++) free(rp->cursors[i]);
     free(rp->cursors);
     rp->ncursors = dtq_streams_count(&rp->ctx->streams);
@@ -75,6 +76,7 @@ typedef struct queue_call {
     char *queue;
     int first; /* its first stream's index in the table */
     unsigned gen;
+    int crashed; /* a recovery sent for a predecessor that crashed */
 } queue_call;
 
 static queue_call *queue_call_new(dtq_reaper *rp, int q) {
@@ -233,7 +235,10 @@ static void cluster_recover_cb(redisAsyncContext *ac, void *r, void *priv) {
         if (reply)
             dtq_error("recovering this worker's pending entries of queue %s failed: %s", qc->queue,
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "bad reply");
-        if (st) st->need_recover = 1;
+        if (st) {
+            st->need_recover = 1;
+            st->recover_crashed |= qc->crashed; /* the retry adopts at once too */
+        }
     }
     queue_call_free(qc);
     dtq_ctx_settled(rp->ctx);
@@ -256,6 +261,7 @@ static void cluster_recover(dtq_reaper *rp, int q) {
                      ctx->policy_json, &known);
     dtq_call_tag(&a, k.tag);
     qc = queue_call_new(rp, q);
+    qc->crashed = st->recover_crashed;
     if (dtq_ctx_command(ctx, cluster_recover_cb, qc, &a) == DTQ_OK) {
         rp->recovering++;
         st->recovering = 1;

@@ -628,16 +628,18 @@ static void cl_setup_phase3(cl_setup *s) {
 }
 
 static void cluster_setup(dtq_worker *w) {
-    dtq_rcluster_primary p[64];
-    int n = dtq_rcluster_primaries(w->ctx->rc, p, 64);
+    int n = dtq_rcluster_primaries(w->ctx->rc, NULL, 0);
+    dtq_rcluster_primary *p = dtq_xcalloc((size_t)(n > 0 ? n : 1), sizeof(*p));
     cl_setup *s = dtq_xcalloc(1, sizeof(*s));
+    n = dtq_rcluster_primaries(w->ctx->rc, p, n);
     w->ctx->ready = 0;
     s->w = w;
     s->gen = ++w->setup_gen;
     s->phase = 1;
     s->left = 1; /* held while the phase's commands leave */
-    for (int i = 0; i < n && i < 64; i++)
+    for (int i = 0; i < n; i++)
         if (p[i].slot >= 0) cl_library_check(s, p[i].slot);
+    free(p);
     cl_setup_release(s);
 }
 

@@ -59,7 +59,7 @@ static char *field(const char *q, const char *id, const char *name) {
     char key[256];
     redisReply *r;
     char *out = NULL;
-    snprintf(key, sizeof(key), "{dtq:%s}:task:%s", q, id);
+    if (snprintf(key, sizeof(key), "{dtq:%s}:task:%s", q, id) >= (int)sizeof(key)) return NULL;
     r = at(key, "HGET %s %s", key, name);
     if (r->type == REDIS_REPLY_STRING) out = strdup(r->str);
     freeReplyObject(r);
