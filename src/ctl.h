@@ -77,17 +77,15 @@ void ctl_print_json(const cJSON *v);
 
 /* One entry of a paged list: print it (entry is the page's, borrowed). */
 typedef void ctl_entry_fn(ctl *x, cJSON *entry, void *arg);
-/* A paged read Function (<ns>_dead_letters, <ns>_scheduled): args[0] and args[1] are
- * filled with the cursor and the count, page after page (at most page_max each) until
- * `want` entries or no next_cursor; each entry goes to `each`. With --json the entries
- * are printed as one array (each prints an entry's JSON, entries separated here). */
-void ctl_list_pages(ctl *x, const char *fn, int argc, const char **args, long long want,
-                    long long page_max, ctl_entry_fn *each, void *arg);
 /* Orders two entries of a merged list (qsort's sign). */
 typedef int ctl_entry_cmp(const cJSON *a, const cJSON *b);
-/* ctl_list_pages over the queues of ctl_scopes: the single layout pages the one call as
- * ctl_list_pages does; the cluster layout takes up to `want` entries of each queue, sorts
- * them all by `cmp` (the queues' order breaks ties) and lists the first `want`. */
+/* A paged read Function (<ns>_dead_letters, <ns>_scheduled) over the queues of ctl_scopes:
+ * args[0] and args[1] are filled with the cursor and the count, page after page (at most
+ * page_max each) until `want` entries or no next_cursor. The single layout pages its one
+ * call and lists the entries in their order; the cluster layout takes up to `want`
+ * entries of each queue, sorts them all by `cmp` (the queues' order breaks ties) and lists
+ * the first `want`. Each listed entry goes to `each`; with --json they are printed as one
+ * array (each prints an entry's JSON, entries separated here). */
 void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int argc,
                      const char **args, long long want, long long page_max, ctl_entry_cmp *cmp,
                      ctl_entry_fn *each, void *arg);

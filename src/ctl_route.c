@@ -254,13 +254,10 @@ void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int arg
     cJSON *all = cJSON_CreateArray(), *e;
     merged *m;
     int n = 0, k = 0;
-    if (!x->cluster) {
-        ctl_list_pages(x, fn, argc, args, want, page_max, each, arg);
-        cJSON_Delete(all);
-        return;
-    }
-    for (int i = 0; i < nscopes; i++)
-        collect_pages(x, scopes[i], fn, argc, args, want, page_max, all);
+    /* the single layout: one call's pages, in their order (nothing to merge) */
+    if (!x->cluster) cmp = NULL;
+    for (int i = 0; i < (x->cluster ? nscopes : 1); i++)
+        collect_pages(x, x->cluster ? scopes[i] : NULL, fn, argc, args, want, page_max, all);
     m = dtq_xcalloc((size_t)cJSON_GetArraySize(all) + 1, sizeof(merged));
     cJSON_ArrayForEach(e, all) {
         m[n].e = e;
@@ -268,7 +265,7 @@ void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int arg
         n++;
     }
     sort_cmp = cmp;
-    qsort(m, (size_t)n, sizeof(merged), cmp_merged);
+    if (cmp) qsort(m, (size_t)n, sizeof(merged), cmp_merged);
     if (x->json) putchar('[');
     for (k = 0; k < n && k < want; k++) {
         if (x->json && k) putchar(',');

@@ -66,33 +66,6 @@ void ctl_print_json(const cJSON *v) {
     free(out);
 }
 
-void ctl_list_pages(ctl *x, const char *fn, int argc, const char **args, long long want,
-                    long long page_max, ctl_entry_fn *each, void *arg) {
-    long long listed = 0;
-    char *cursor = dtq_xstrdup("-"), count[32];
-    if (x->json) putchar('[');
-    /* A filtered page may come back short, with a cursor to go on from. */
-    while (cursor && listed < want) {
-        cJSON *page, *e;
-        const cJSON *next;
-        snprintf(count, sizeof(count), "%lld", want - listed < page_max ? want - listed : page_max);
-        args[0] = cursor;
-        args[1] = count;
-        page = ctl_read_model(x, NULL, fn, argc, args);
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(page, "entries")) {
-            if (x->json && listed) putchar(',');
-            each(x, e, arg);
-            listed++;
-        }
-        next = cJSON_GetObjectItemCaseSensitive(page, "next_cursor");
-        free(cursor);
-        cursor = cJSON_IsString(next) ? dtq_xstrdup(next->valuestring) : NULL;
-        cJSON_Delete(page);
-    }
-    free(cursor);
-    if (x->json) printf("]\n");
-}
-
 /* ----------------------------------------------------------------- the verb table */
 
 static ctl_run_fn ctl_acl;

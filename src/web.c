@@ -542,52 +542,6 @@ static void redis_state_cb(dtq_rconn *rc, int up, void *arg) {
     }
 }
 
-/* ---- the cluster layout */
-
-void dtq_web_fcall_argv(const dtq_web *w, dtq_argv *a, int ro, const char *fn, const char *queue) {
-    dtq_argv_init(a);
-    dtq_argv_adds(a, ro ? "FCALL_RO" : "FCALL");
-    dtq_argv_adds(a, fn);
-    if (w->rc) {
-        char *tag = queue ? dtq_keys_queue_prefix(w->cfg->ns, queue) : dtq_xstrdup(w->gtag);
-        dtq_argv_adds(a, "1");
-        dtq_argv_adds(a, tag);
-        free(tag);
-    } else {
-        dtq_argv_adds(a, "0");
-    }
-}
-
-int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const char **argv) {
-    if (w->rc) return dtq_rcluster_command(w->rc, cb, priv, argc, argv, NULL);
-    return dtq_rconn_command(w->redis, cb, priv, argc, argv, NULL);
-}
-
-void dtq_web_set_index(dtq_web *w, char **queues, int n) {
-    for (int i = 0; i < w->nindex; i++) free(w->index[i]);
-    free(w->index);
-    w->index = queues;
-    w->nindex = n;
-}
-
-int dtq_web_unreachable(const dtq_web *w, char *buf, size_t size) {
-    size_t len = 0;
-    int n = 0;
-    if (size) buf[0] = '\0';
-    if (!w->rc) return 0;
-    for (int i = 0; i < w->nindex; i++) {
-        char *tag = dtq_keys_queue_prefix(w->cfg->ns, w->index[i]);
-        int slot = dtq_cluster_keyslot(tag, strlen(tag)), k;
-        free(tag);
-        if (dtq_rcluster_slot_up(w->rc, slot)) continue;
-        k = snprintf(buf + len, len < size ? size - len : 0, "%s%s (slot %d)", n ? ", " : "",
-                     w->index[i], slot);
-        if (k > 0 && len + (size_t)k < size) len += (size_t)k;
-        n++;
-    }
-    return n;
-}
-
 /* <ns>_layout 1 {ns} cluster answered: the namespace is laid out for a cluster (the
  * marker written when absent), or refused: WRONG_LAYOUT (a single-layout namespace) is the
  * answer of every request that needs Redis, and /readyz's, until a check passes. A user
