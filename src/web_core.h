@@ -114,6 +114,9 @@ int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const
 int dtq_web_unreachable(const dtq_web *w, char *buf, size_t size);
 /* Replaces the queue index kept in w (the cluster layout's {ns}:queues, sorted). */
 void dtq_web_set_index(dtq_web *w, char **queues, int n);
+/* The valid queue names of an SMEMBERS {ns}:queues reply, sorted (NULL-terminated,
+ * caller-owned); their number in *n. */
+char **dtq_web_index_names(const redisReply *r, int *n);
 
 /* ------------------------------------------------------------- answers (web_api, events) */
 

@@ -122,10 +122,6 @@ static void rd_send(dtq_rsteps *j, const char *queue, dtq_rsteps_reply_fn *fn, i
 
 /* ---- a read over every queue (the cluster layout) */
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* SMEMBERS {ns}:queues: the queues, sorted (also kept as w's index, for /readyz). */
 static void fan_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     rd *s = dtq_rsteps_state(j);
@@ -137,11 +133,7 @@ static void fan_index(dtq_rsteps *j, redisReply *r, int a, int b) {
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY) return;
-    s->queues = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
-            s->queues[s->nq++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
-    qsort(s->queues, (size_t)s->nq, sizeof(char *), cmp_str);
+    s->queues = dtq_web_index_names(r, &s->nq);
     copy = dtq_xcalloc((size_t)s->nq + 1, sizeof(char *));
     for (int i = 0; i < s->nq; i++) copy[i] = dtq_xstrdup(s->queues[i]);
     dtq_web_set_index(s->h.w, copy, s->nq);

@@ -124,10 +124,6 @@ static void smp_send(dtq_rsteps *j, const char *queue, int workers) {
     dtq_argv_deinit(&a);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* The cluster layout: SMEMBERS {ns}:queues, kept as w's index (/readyz names the queues of
  * it whose slot cannot be reached), then <ns>_stats per queue, pipelined. */
 static void smp_index(dtq_rsteps *j, redisReply *r, int a, int b) {
@@ -137,11 +133,7 @@ static void smp_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
     if (r->type != REDIS_REPLY_ARRAY) return;
-    q = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
-            q[n++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
-    qsort(q, (size_t)n, sizeof(char *), cmp_str);
+    q = dtq_web_index_names(r, &n);
     dtq_web_set_index(s->h.w, q, n);
 }
 

@@ -122,10 +122,6 @@ static void wr_call(dtq_rsteps *j, const char *fn, const char *queue, ...) {
     va_end(ap);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* SMEMBERS {ns}:queues (a write over every queue, the cluster layout): s->queues, sorted. */
 static void wr_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     wr *s = dtq_rsteps_state(j);
@@ -136,11 +132,7 @@ static void wr_index(dtq_rsteps *j, redisReply *r, int a, int b) {
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY) return;
-    s->queues = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
-            s->queues[s->nq++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
-    qsort(s->queues, (size_t)s->nq, sizeof(char *), cmp_str);
+    s->queues = dtq_web_index_names(r, &s->nq);
 }
 
 /* `next` runs with s->queues read (the cluster layout), or at once (the single layout: one
