@@ -1334,3 +1334,26 @@ void th_cluster_stop(th_cluster *cl) {
             cl->node[i].pid = 0;
         }
 }
+
+void th_cluster_pick_queues(const th_cluster *cl, const char *ns, int shards, int per,
+                            char (*out)[16]) {
+    int port_of[TH_CLUSTER_MAX] = {0}, count[TH_CLUSTER_MAX] = {0}, n = 0;
+    for (int i = 1; n < shards * per && i < 1000; i++) {
+        char name[16], tag[192];
+        int port, s;
+        snprintf(name, sizeof(name), "q%d", i);
+        snprintf(tag, sizeof(tag), "{%s:%s}", ns, name);
+        port = th_cluster_owner_port(cl, tag);
+        for (s = 0; s < shards && port_of[s] && port_of[s] != port; s++) continue;
+        if (s == shards || count[s] == per || (s > 0 && count[s - 1] < per)) continue;
+        port_of[s] = port;
+        count[s]++;
+        snprintf(out[n], 16, "%s", name);
+        printf("queue %s: slot %d, node %d\n", name, dtq_cluster_keyslot(tag, strlen(tag)), port);
+        n++;
+    }
+    if (n != shards * per) {
+        fprintf(stderr, "no %d queues over %d shards of namespace %s\n", shards * per, shards, ns);
+        exit(1);
+    }
+}

@@ -150,6 +150,11 @@ typedef struct th_cluster {
 void th_cluster_start(th_cluster *cl, int primaries, int replicas_per);
 /* Stops every node still running (SIGKILL: no data is kept). */
 void th_cluster_stop(th_cluster *cl);
+/* Names q1, q2, ... of namespace ns whose tags {ns:qN} land `per` on each of the first
+ * `shards` primaries, in shard order (per * shards names of at most 15 bytes into out;
+ * each name's slot and node printed). Exits the test program when none are found. */
+void th_cluster_pick_queues(const th_cluster *cl, const char *ns, int shards, int per,
+                            char (*out)[16]);
 /* A connection to node i (its unix socket, no timeouts). */
 redisContext *th_cluster_connect(const th_cluster *cl, int i);
 /* The index of the node on port, or -1. */

@@ -33,27 +33,9 @@ static char ID[NQ][16]; /* the id of the task dtqctl enqueues into each (--id) *
 /* The cluster, and nine queue names whose slots land three on each shard: Q[0..2] on one
  * primary, Q[3..5] on another, Q[6..8] on the third (slot and node printed). */
 static void cluster_setup(void) {
-    int port_of[3] = {0}, per[3] = {0}, n = 0;
     th_cluster_start(&CL, 3, 1);
-    for (int i = 1; n < NQ && i < 1000; i++) {
-        char name[16], tag[192];
-        int port, s;
-        snprintf(name, sizeof(name), "q%d", i);
-        snprintf(tag, sizeof(tag), "{" NS ":%s}", name);
-        port = th_cluster_owner_port(&CL, tag);
-        for (s = 0; s < 3 && port_of[s] && port_of[s] != port; s++) continue;
-        if (s == 3 || per[s] == 3 || (s > 0 && per[s - 1] < 3)) continue;
-        port_of[s] = port;
-        per[s]++;
-        snprintf(Q[n], sizeof(Q[n]), "%s", name);
-        snprintf(ID[n], sizeof(ID[n]), "t-%d", n);
-        printf("queue %s: slot %d, node %d\n", name, dtq_cluster_keyslot(tag, strlen(tag)), port);
-        n++;
-    }
-    if (n != NQ) {
-        fprintf(stderr, "cluster_ctl: no nine queues over three shards\n");
-        exit(1);
-    }
+    th_cluster_pick_queues(&CL, NS, 3, NQ / 3, Q);
+    for (int n = 0; n < NQ; n++) snprintf(ID[n], sizeof(ID[n]), "t-%d", n);
 }
 
 static void cluster_teardown(void) {

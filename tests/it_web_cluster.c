@@ -46,26 +46,8 @@ static int PORT;
 /* ----------------------------------------------------------------- the cluster */
 
 static void cluster_setup(void) {
-    int port_of[3] = {0}, per[3] = {0}, n = 0;
     th_cluster_start(&CL, 3, 1);
-    for (int i = 1; n < NQ && i < 1000; i++) {
-        char name[16], tag[192];
-        int port, s;
-        snprintf(name, sizeof(name), "q%d", i);
-        snprintf(tag, sizeof(tag), "{" NS ":%s}", name);
-        port = th_cluster_owner_port(&CL, tag);
-        for (s = 0; s < 3 && port_of[s] && port_of[s] != port; s++) continue;
-        if (s == 3 || per[s] == 3 || (s > 0 && per[s - 1] < 3)) continue;
-        port_of[s] = port;
-        per[s]++;
-        snprintf(Q[n], sizeof(Q[n]), "%s", name);
-        printf("queue %s: slot %d, node %d\n", name, dtq_cluster_keyslot(tag, strlen(tag)), port);
-        n++;
-    }
-    if (n != NQ) {
-        fprintf(stderr, "web_cluster: no nine queues over three shards\n");
-        exit(1);
-    }
+    th_cluster_pick_queues(&CL, NS, 3, NQ / 3, Q);
 }
 
 static void cluster_teardown(void) {
