@@ -89,10 +89,10 @@ static void report(redisContext *c, const char *phase, long n) {
 typedef struct {
     dtq_finish_record *recs;
     long *got, n;
-} lean_sink;
+} claim_sink;
 
-static void lean_claim(dtq_task *t, void *arg) {
-    lean_sink *s = arg;
+static void sink_claim(dtq_task *t, void *arg) {
+    claim_sink *s = arg;
     if (*s->got < s->n) {
         dtq_finish_record *rec = &s->recs[(*s->got)++];
         rec->stream = t->stream;
@@ -101,7 +101,7 @@ static void lean_claim(dtq_task *t, void *arg) {
         rec->attempt = t->attempt;
         rec->outcome = DTQ_OUTCOME_SUCCEEDED;
         rec->result_state = DTQ_RESULT_NONE;
-        rec->lean = 1;
+        rec->lean = t->lean;
         t->stream = t->entry_id = t->id = NULL; /* now the record's */
     }
     dtq_task_free(t);
@@ -161,15 +161,23 @@ int main(int argc, char **argv) {
             continue;
         }
         if (r->elements > 3) { /* the lean-claims, as the daemon decodes them */
-            lean_sink sink = {recs, &got, n};
+            claim_sink sink = {recs, &got, n};
             char err[128];
-            if (dtq_lean_claims_decode(r->element[3], lean_claim, &sink, err, sizeof err) < 0) {
+            if (dtq_lean_claims_decode(r->element[3], sink_claim, &sink, err, sizeof err) < 0) {
+                fprintf(stderr, "fn_cost: %s\n", err);
+                return 1;
+            }
+        }
+        if (r->elements > 4) { /* the full-claims, alike */
+            claim_sink sink = {recs, &got, n};
+            char err[128];
+            if (dtq_full_claims_decode(r->element[4], sink_claim, &sink, err, sizeof err) < 0) {
                 fprintf(stderr, "fn_cost: %s\n", err);
                 return 1;
             }
         }
         if (list->elements == 0 && r->element[2]->integer > 0) {
-            freeReplyObject(r); /* lean claims alone */
+            freeReplyObject(r); /* lean or full claims alone */
             continue;
         }
         if (list->elements == 0) {

@@ -218,6 +218,22 @@ local function valid_name128(s)
   return ok == true
 end
 
+-- tonumber(s), with the strings '1' .. '1024' (attempts, the usual counts) looked up: each
+-- tonumber of a string is a strtod, and finish compares a few per task. The table is made
+-- by the first call that asks (the standard library is out of reach while the library
+-- loads) and kept: constants.
+local num
+do
+  local small = nil
+  num = function(s)
+    if not small then
+      small = {}
+      for i = 1, 1024 do small[string.format('%d', i)] = i end
+    end
+    return small[s] or tonumber(s)
+  end
+end
+
 local function parse_int(s, lo, hi)
   if type(s) ~= 'string' or not s:match('^%-?%d+$') then return nil end
   local n = tonumber(s)
@@ -287,8 +303,8 @@ end
 
 -- The quarantine record of an item whose key holds another type: reason, key, source (the
 -- stream entry <stream>/<entry-id>, or the Function's name), ts. Never raises.
-local QUARANTINE_MAXLEN = 10000
 local function quarantine(reason, key, source, ms)
+  local QUARANTINE_MAXLEN = 10000
   redis.pcall('XADD', k('stream', 'quarantine'), 'MAXLEN', '~', fmt(QUARANTINE_MAXLEN), '*',
               'reason', reason, 'key', key, 'source', source, 'ts', fmt(ms))
 end
@@ -338,8 +354,8 @@ producer holds those (a Function runs with its caller's permissions) and INCRBY 
 negative step: a rewound counter would mint an id that is taken and overwrite that task.
 So a taken id is never used: the counter is stepped on until a free id comes (a bounded
 number of times; after that the enqueue is refused with ID_EXISTS, nothing overwritten). ]]
-local MINT_TRIES = 1000
 local function free_task_id(ms, tid)
+  local MINT_TRIES = 1000
   for _ = 1, MINT_TRIES do
     local tkey = k('task', tid)
     if redis.call('EXISTS', tkey) == 0 then return tid, tkey end
@@ -1188,6 +1204,40 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
   return claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h, adopt, source, slots)
 end
 
+--[[ The full lane's fast path (FULL.first): the claim of a task delivered by dtq's own entry
+(task_id, attempt) whose hash is as create_task wrote it and nothing since: its ten fields
+in their order (a hash this small is a listpack, which keeps that order), queued at attempt
+1 in this queue and band. HGETALL reads it in one pass (an HMGET of the fields that decide
+would look each up, and the absent ones scan the whole hash); any other hash (options of
+its own, a later attempt, a limit's or a requeue's fields, damage) takes the general path,
+process_entry, which reads it again and decides. The claim is what claim_task writes; it
+is appended to `out`, the flat list of a group of fetch's full-claims (entry_id, task_id,
+task_type, payload, attempt, max_attempts, timeout_ms: no table per task). Returns true,
+or false for the general path. The caller has found the queue valid and without limits. ]]
+local FULL = {}
+function FULL.first(c, ms, worker, policy, stream, queue, band, entry_id, tid, attempt, out)
+  if attempt ~= '1' then return false end
+  local tkey = k('task', tid)
+  local h = redis.pcall('HMGET', tkey, 'id', 'queue', 'task_type', 'payload', 'status',
+                        'attempt', 'priority', 'created_at')
+  if h[5] ~= 'queued' or h[1] ~= tid or h[2] ~= queue or h[6] ~= '1' or h[7] ~= fmt(band) or
+      not h[3] or not h[4] or not h[8] or redis.call('HLEN', tkey) ~= 10 then
+    return false
+  end
+  local ttype, created = h[3], h[8]
+  if #created > 15 or created:find('%D') then return false end
+  if call_any_cancelled ~= false and in_cancelled(tid) then return false end
+  local per = policy.t[ttype]
+  local ma, to = (per and per[1]) or policy.d[1], (per and per[2]) or policy.d[2]
+  redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', fmt(ms),
+             'max_attempts', fmt(ma), 'timeout_ms', fmt(to), 'carrier', stream .. '/' .. entry_id)
+  emit_task(c, ms, 'TASK_STARTED', tid, queue, ttype, 1, worker)
+  local i = #out
+  out[i + 1], out[i + 2], out[i + 3], out[i + 4] = entry_id, tid, ttype, h[4]
+  out[i + 5], out[i + 6], out[i + 7] = 1, ma, to
+  return true
+end
+
 local function decode_policy_json(json)
   local ok, p = pcall(cjson.decode, json or '')
   if not ok or type(p) ~= 'table' or type(p.d) ~= 'table' then
@@ -1237,7 +1287,7 @@ local function fetch(keys, args)
   local count = math.min(tonumber(args[2]) or 0, FETCH_MAX)
   local c = load_config()
   local ms = now_ms()
-  local claimed, lean, read, created = {}, {}, 0, false
+  local claimed, lean, full, read, created = {}, {}, {}, 0, false
   local nq = #args - 3
   if SCOPE.cluster then
     for qi = 1, nq do
@@ -1264,16 +1314,16 @@ local function fetch(keys, args)
           elseif not string.find(res.err, 'WRONGTYPE', 1, true) then
             -- What was claimed already must reach the daemon; the error can wait a call.
             if read == 0 then return redis.error_reply(res.err) end
-            return {claimed, {}, read, lean}
+            return {claimed, {}, read, lean, full}
           end
           res = nil
         end
         if res then
           -- Entries no Function wrote (neither dtq's two fields nor a lean entry's marker)
           -- count from their first delivery, before any of them is settled (deleted) below.
-          local raw = 0
-          for _, e in ipairs(res[1][2]) do
-            local f = e[2]
+          local list, raw = res[1][2], 0
+          for j = 1, #list do
+            local f = list[j][2]
             if not ((#f == 4 and f[1] == 'task_id' and f[3] == 'attempt') or f[1] == 'lean') then
               raw = raw + 1
             end
@@ -1281,12 +1331,17 @@ local function fetch(keys, args)
           qlen_add(queue, raw)
           -- Lean entries of the plain shape take LEAN.first while the queue has no limits:
           -- their claims go in this stream's group of lean-claims.
-          local plain, head = not LIM.of(queue), #lean
+          -- Full tasks of the usual case take FULL.first, the same way: claims' group.
+          local plain, head, fhead = not LIM.of(queue) and valid_name128(queue), #lean, #full
           lean[head + 1], lean[head + 2], lean[head + 3], lean[head + 4] = stream, queue, band, 0
-          for _, e in ipairs(res[1][2]) do
+          full[fhead + 1], full[fhead + 2], full[fhead + 3] = stream, queue, 0
+          for j = 1, #list do
             read = read + 1
+            local e = list[j]
             local f, t = e[2], false
-            if plain and f[1] == 'lean' and f[3] == 'task_type' and f[5] == 'payload' and
+            if plain and #f == 4 and f[1] == 'task_id' and f[3] == 'attempt' then
+              t = FULL.first(c, ms, worker, policy, stream, queue, band, e[1], f[2], f[4], full)
+            elseif plain and f[1] == 'lean' and f[3] == 'task_type' and f[5] == 'payload' and
                 #f == 6 then
               t = LEAN.first(c, ms, worker, policy, stream, queue, band, e[1], f[4], f[6], lean)
             end
@@ -1300,6 +1355,12 @@ local function fetch(keys, args)
             lean[head + 4] = m
           else -- no group for this stream
             for i = head + 4, head + 1, -1 do lean[i] = nil end
+          end
+          m = (#full - fhead - 3) / 7
+          if m > 0 then
+            full[fhead + 3] = m
+          else
+            for i = fhead + 3, fhead + 1, -1 do full[i] = nil end
           end
         end
       end
@@ -1328,7 +1389,7 @@ local function fetch(keys, args)
     end
   end
   if created then read = -1 end -- tells the daemon to fetch again at once
-  return {claimed, block, read, lean}
+  return {claimed, block, read, lean, full}
 end
 
 --[[ Consumers of dead workers are removed from the groups: no pending entry, idle longer
@@ -1368,8 +1429,8 @@ longer ago than that plus 2 s (or none) follows a time in which no daemon reache
 outage, or no daemon running. Running attempts of live daemons then look idle for as long
 as it lasted, and their daemons may not have reconnected yet, so nothing is adopted until
 min_idle after that reap (`up_since`), whichever daemon asks and however new it is. ]]
-local REAP_GAP_SLACK_MS = 2000
 local function reap_may_adopt(ms, min_idle)
+  local REAP_GAP_SLACK_MS = 2000
   local key = k('reaper')
   local st = redis.pcall('HMGET', key, 'last_reap', 'up_since')
   if st.err then
@@ -1520,7 +1581,7 @@ local RESULT_STATES = {none = true, full = true, truncated = true}
 local function finish_record_error(args, b)
   local tid, outcome, rstate = args[b + 1], args[b + 3], args[b + 7]
   if not tid or tid == '' then return 'task_id is empty' end
-  if not tonumber(args[b + 2]) then return 'attempt is not a number' end
+  if not num(args[b + 2]) then return 'attempt is not a number' end
   if not FINISH_OUTCOMES[outcome] then return 'unknown outcome ' .. tostring(outcome) end
   if not RESULT_STATES[rstate] then return 'unknown result_state ' .. tostring(rstate) end
   if (outcome == 'retry' or outcome == 'defer') and not tonumber(args[b + 10]) then
@@ -1534,8 +1595,10 @@ end
 -- the hash sound (task_poison at fetch or reap), and a hash damaged since then fails the
 -- guard below ('stale': nothing written), so its entry stays pending and the reaper's
 -- task_poison settles it. Reading and checking all of it here cost ~15% of the Redis time.
+-- limit_slots is read only when the task's queue has limits: a claim takes slots only then,
+-- and the slots of a limit removed since are healed when the limit comes back (heal).
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
-                       'task_type', 'attempt', 'limit_slots'}
+                       'task_type', 'attempt'}
 
 -- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
 -- FINISH_FIELDS (a success publishes its event from the values themselves).
@@ -1563,8 +1626,13 @@ local function finish_one(c, ms, worker, args, b)
     v = redis.call('HMGET', tkey, unpack(FINISH_FIELDS))
   end
   if v[4] ~= 'running' or v[1] ~= worker then return 'stale' end
-  if tonumber(v[7]) ~= tonumber(args[b + 2]) or not valid_name128(v[5]) then return 'stale' end
-  if v[8] then LIM.release(v[8], tid) end -- the attempt ends, however it ends
+  if (v[7] ~= args[b + 2] and num(v[7]) ~= num(args[b + 2])) or not valid_name128(v[5]) then
+    return 'stale'
+  end
+  if LIM.of(v[5]) then -- the attempt ends, however it ends: its slots go back
+    local slots = redis.call('HGET', tkey, 'limit_slots')
+    if slots then LIM.release(slots, tid) end
+  end
   if v[2] == '1' and outcome ~= 'succeeded' then outcome = 'cancelled' end
   if outcome == 'succeeded' then
     local rstate = args[b + 7]

@@ -102,8 +102,7 @@ static void fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
         return;
     }
     c->processing = 1;
-    dtq_executor_run_claimed(c->ex, reply->element[0]);
-    dtq_executor_run_lean(c->ex, reply->elements > 3 ? reply->element[3] : NULL);
+    dtq_executor_run_fetched(c->ex, reply);
     c->processing = 0;
     if (c->stopped) { /* draining: what was claimed runs, nothing more is read */
         dtq_ctx_settled(c->ctx);
@@ -151,8 +150,7 @@ static void cluster_fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
         }
     } else {
         c->processing = 1;
-        dtq_executor_run_claimed(c->ex, reply->element[0]);
-        dtq_executor_run_lean(c->ex, reply->elements > 3 ? reply->element[3] : NULL);
+        dtq_executor_run_fetched(c->ex, reply);
         c->processing = 0;
         read = reply->element[2]->integer;
     }

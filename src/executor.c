@@ -324,10 +324,15 @@ static void run_one(dtq_task *t, void *arg) {
     dtq_executor_run(arg, t);
 }
 
-void dtq_executor_run_lean(dtq_executor *ex, const redisReply *lean) {
+void dtq_executor_run_fetched(dtq_executor *ex, const redisReply *reply) {
     char err[128];
-    if (dtq_lean_claims_decode(lean, run_one, ex, err, sizeof(err)) < 0)
+    dtq_executor_run_claimed(ex, reply->element[0]);
+    if (reply->elements > 3 &&
+        dtq_lean_claims_decode(reply->element[3], run_one, ex, err, sizeof(err)) < 0)
         dtq_error("ignoring malformed lean claims: %s", err);
+    if (reply->elements > 4 &&
+        dtq_full_claims_decode(reply->element[4], run_one, ex, err, sizeof(err)) < 0)
+        dtq_error("ignoring malformed full claims: %s", err);
 }
 
 void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt) {

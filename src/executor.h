@@ -19,8 +19,9 @@ int dtq_executor_running(const dtq_executor *ex);
 void dtq_executor_run(dtq_executor *ex, dtq_task *t);
 /* Starts every task of a fetch or reap reply (an array of claimed-task arrays). */
 void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list);
-/* Starts every task of a fetch reply's lean-claims (its 4th element; NULL: none). */
-void dtq_executor_run_lean(dtq_executor *ex, const redisReply *lean);
+/* Starts every task of a fetch reply (dtq_fetch_reply_ok): its claimed tasks, lean-claims
+ * and full-claims. */
+void dtq_executor_run_fetched(dtq_executor *ex, const redisReply *reply);
 /* Stops the handler of a running attempt because dtq_cancel asked; it ends cancelled.
  * No-op when that attempt is not running here. */
 void dtq_executor_cancel(dtq_executor *ex, const char *task_id, int64_t attempt);

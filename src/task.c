@@ -12,6 +12,7 @@
 
 #define CLAIM_FIELDS 9      /* lua/dtq.lua claim_task(); a lean claim (LEAN.process) adds one */
 #define LEAN_CLAIM_FIELDS 5 /* a task of fetch's lean-claims (LEAN.first) */
+#define FULL_CLAIM_FIELDS 7 /* a task of fetch's full-claims (FULL.first) */
 
 static int as_string(const redisReply *r, char **out, size_t *len) {
     if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
@@ -120,12 +121,63 @@ int dtq_lean_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *ar
     return n;
 }
 
+int dtq_full_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *arg), void *arg,
+                           char *err, size_t errlen) {
+    int n = 0;
+    size_t i = 0;
+    if (!r) return 0;
+    if (r->type != REDIS_REPLY_ARRAY) {
+        snprintf(err, errlen, "full claims are not an array");
+        return -1;
+    }
+    while (i < r->elements) {
+        redisReply *const *g = r->element + i;
+        int64_t m;
+        if (r->elements - i < 3 || g[0]->type != REDIS_REPLY_STRING ||
+            g[1]->type != REDIS_REPLY_STRING ||
+            as_int(g[2], 1, (int64_t)(r->elements - i - 3) / FULL_CLAIM_FIELDS, &m)) {
+            snprintf(err, errlen, "full claims: a group head that is not stream, queue, m");
+            return -1;
+        }
+        for (int64_t j = 0; j < m; j++) {
+            redisReply *const *e = g + 3 + j * FULL_CLAIM_FIELDS;
+            dtq_task *t;
+            if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING ||
+                e[2]->type != REDIS_REPLY_STRING || e[3]->type != REDIS_REPLY_STRING) {
+                snprintf(err, errlen, "full claims: a claim field of the wrong type");
+                return -1;
+            }
+            t = dtq_xcalloc(1, sizeof(*t));
+            if (as_int(e[4], 1, DTQ_TASK_INT_MAX, &t->attempt) ||
+                as_int(e[5], 1, DTQ_MAX_ATTEMPTS, &t->max_attempts) ||
+                as_int(e[6], 1, DTQ_TASK_INT_MAX, &t->timeout_ms)) {
+                snprintf(err, errlen,
+                         "full claims: attempt, max_attempts or timeout_ms out of range");
+                free(t);
+                return -1;
+            }
+            t->stream = dtq_xstrndup(g[0]->str, g[0]->len);
+            t->queue = dtq_xstrndup(g[1]->str, g[1]->len);
+            t->entry_id = dtq_xstrndup(e[0]->str, e[0]->len);
+            t->id = dtq_xstrndup(e[1]->str, e[1]->len);
+            t->task_type = dtq_xstrndup(e[2]->str, e[2]->len);
+            t->payload = dtq_xstrndup(e[3]->str, e[3]->len);
+            t->payload_len = e[3]->len;
+            fn(t, arg);
+            n++;
+        }
+        i += 3 + (size_t)m * FULL_CLAIM_FIELDS;
+    }
+    return n;
+}
+
 int dtq_fetch_reply_ok(const redisReply *r) {
     const redisReply *block;
-    if (!r || r->type != REDIS_REPLY_ARRAY || (r->elements != 3 && r->elements != 4) ||
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements > 5 ||
         r->element[0]->type != REDIS_REPLY_ARRAY || r->element[1]->type != REDIS_REPLY_ARRAY ||
         r->element[2]->type != REDIS_REPLY_INTEGER ||
-        (r->elements == 4 && r->element[3]->type != REDIS_REPLY_ARRAY))
+        (r->elements >= 4 && r->element[3]->type != REDIS_REPLY_ARRAY) ||
+        (r->elements == 5 && r->element[4]->type != REDIS_REPLY_ARRAY))
         return 0;
     block = r->element[1];
     if (block->elements % 2) return 0;

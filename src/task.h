@@ -32,10 +32,11 @@ typedef struct dtq_task {
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen);
 void dtq_task_free(dtq_task *t);
 
-/* The shape of the fetch Function's reply, {claimed, block, read, lean}: claimed an array
- * (of claimed tasks, each decoded on its own), block an array of stream key / last id string
- * pairs (where to wait when idle), read an integer, lean an array (lean-claims, decoded by
- * dtq_lean_claims_decode; a library older than it answers without it). 1 when r has it. */
+/* The shape of the fetch Function's reply, {claimed, block, read, lean, full}: claimed an
+ * array (of claimed tasks, each decoded on its own), block an array of stream key / last id
+ * string pairs (where to wait when idle), read an integer, lean and full arrays (lean-claims
+ * and full-claims, decoded by dtq_lean_claims_decode and dtq_full_claims_decode; a library
+ * older than them answers without them). 1 when r has it. */
 int dtq_fetch_reply_ok(const redisReply *r);
 
 /* The fetch reply's lean-claims (r->element[3], NULL when absent): flat groups, one per
@@ -45,6 +46,12 @@ int dtq_fetch_reply_ok(const redisReply *r);
  * the number of tasks, or -1 (err filled) at the first malformed group: the tasks before it
  * were handed over, nothing after it is. */
 int dtq_lean_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *arg), void *arg,
+                           char *err, size_t errlen);
+/* The fetch reply's full-claims (r->element[4], NULL when absent): flat groups, one per
+ * stream, `stream, queue, m` then m times `entry_id, task_id, task_type, payload, attempt,
+ * max_attempts, timeout_ms` (reference 5.4), each a full task's claim with the bounds of
+ * dtq_task_from_reply. Handed to fn and counted as dtq_lean_claims_decode does. */
+int dtq_full_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *arg), void *arg,
                            char *err, size_t errlen);
 /* The shape of the reap Function's reply, {claimed, cursors}: two arrays. */
 int dtq_reap_reply_ok(const redisReply *r);

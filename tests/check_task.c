@@ -85,8 +85,8 @@ END_TEST
  * while writing tests/fuzz/fuzz_task). */
 START_TEST(test_fetch_and_reap_reply_shapes) {
     static const char *const fetch_ok[] = {
-        "*3\r\n*0\r\n*0\r\n:0\r\n",
-        "*3\r\n*0\r\n*2\r\n$1\r\ns\r\n$3\r\n0-0\r\n:-1\r\n",
+        "*3\r\n*0\r\n*0\r\n:0\r\n", "*3\r\n*0\r\n*2\r\n$1\r\ns\r\n$3\r\n0-0\r\n:-1\r\n",
+        "*5\r\n*0\r\n*0\r\n:1\r\n*0\r\n*0\r\n", /* lean-claims and full-claims */
     };
     static const char *const fetch_bad[] = {
         "*3\r\n*0\r\n*1\r\n*0\r\n:0\r\n",            /* a pair holds an array */
@@ -95,6 +95,8 @@ START_TEST(test_fetch_and_reap_reply_shapes) {
         "*3\r\n$1\r\nx\r\n*0\r\n:0\r\n",             /* claimed not an array */
         "*3\r\n*0\r\n*0\r\n$1\r\n0\r\n",             /* read not an integer */
         "*2\r\n*0\r\n*0\r\n",
+        "*5\r\n*0\r\n*0\r\n:1\r\n*0\r\n:0\r\n",       /* full-claims not an array */
+        "*6\r\n*0\r\n*0\r\n:1\r\n*0\r\n*0\r\n*0\r\n", /* an element too many */
         "-ERR x\r\n",
     };
     for (size_t i = 0; i < sizeof(fetch_ok) / sizeof(fetch_ok[0]); i++) {
@@ -115,6 +117,72 @@ START_TEST(test_fetch_and_reap_reply_shapes) {
         ck_assert(!dtq_reap_reply_ok(bad));
         freeReplyObject(ok);
         freeReplyObject(bad);
+    }
+}
+END_TEST
+
+/* A sink for dtq_full_claims_decode: the tasks, in order. */
+typedef struct {
+    dtq_task *t[4];
+    int n;
+} claims;
+
+static void keep(dtq_task *t, void *arg) {
+    claims *c = arg;
+    ck_assert_int_lt(c->n, 4);
+    c->t[c->n++] = t;
+}
+
+/* The full-claims of a fetch reply (FULL.first's groups): stream, queue, m, then m times
+ * entry_id, task_id, task_type, payload, attempt, max_attempts, timeout_ms. */
+START_TEST(test_full_claims_decode) {
+    char err[128];
+    claims c = {0};
+    redisReply *ok = resp("*17\r\n$4\r\ns:p5\r\n$1\r\nq\r\n:2\r\n"
+                          "$3\r\n1-1\r\n$2\r\nt1\r\n$1\r\nx\r\n$2\r\n{}\r\n:1\r\n:3\r\n:"
+                          "500\r\n"
+                          "$3\r\n1-2\r\n$2\r\nt2\r\n$1\r\ny\r\n$3\r\n[1]\r\n:2\r\n$1\r\n5\r\n:"
+                          "9\r\n");
+    ck_assert_int_eq(dtq_full_claims_decode(ok, keep, &c, err, sizeof(err)), 2);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_str_eq(c.t[0]->stream, "s:p5");
+    ck_assert_str_eq(c.t[0]->queue, "q");
+    ck_assert_str_eq(c.t[0]->entry_id, "1-1");
+    ck_assert_str_eq(c.t[0]->id, "t1");
+    ck_assert_str_eq(c.t[0]->task_type, "x");
+    ck_assert_str_eq(c.t[0]->payload, "{}");
+    ck_assert_int_eq(c.t[0]->attempt, 1);
+    ck_assert_int_eq(c.t[0]->max_attempts, 3);
+    ck_assert_int_eq(c.t[0]->timeout_ms, 500);
+    ck_assert_int_eq(c.t[0]->lean, 0);
+    ck_assert_str_eq(c.t[1]->id, "t2");
+    ck_assert_str_eq(c.t[1]->payload, "[1]");
+    ck_assert_int_eq(c.t[1]->attempt, 2);
+    ck_assert_int_eq(c.t[1]->max_attempts, 5);
+    for (int i = 0; i < c.n; i++) dtq_task_free(c.t[i]);
+    freeReplyObject(ok);
+    ck_assert_int_eq(dtq_full_claims_decode(NULL, keep, &c, err, sizeof(err)), 0);
+    {
+        static const char *const bad[] = {
+            ":1\r\n",                             /* not an array */
+            "*3\r\n$1\r\ns\r\n$1\r\nq\r\n:1\r\n", /* m claims, none there */
+            "*10\r\n$1\r\ns\r\n$1\r\nq\r\n:1\r\n$1\r\ne\r\n$1\r\ni\r\n$1\r\nt\r\n$1\r\np\r\n:"
+            "0\r\n:1\r\n:1\r\n", /* attempt 0 */
+            "*10\r\n$1\r\ns\r\n$1\r\nq\r\n:1\r\n$1\r\ne\r\n$1\r\ni\r\n$1\r\nt\r\n$1\r\np\r\n:"
+            "1\r\n:1001\r\n:1\r\n", /* max_attempts over the cap */
+            "*10\r\n$1\r\ns\r\n$1\r\nq\r\n:1\r\n$1\r\ne\r\n:7\r\n$1\r\nt\r\n$1\r\np\r\n:"
+            "1\r\n:1\r\n:1\r\n", /* a task id that is no string */
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            redisReply *r = resp(bad[i]);
+            claims none = {0};
+            err[0] = '\0';
+            ck_assert_msg(dtq_full_claims_decode(r, keep, &none, err, sizeof(err)) == -1,
+                          "bad case %zu", i);
+            ck_assert_int_eq(none.n, 0);
+            ck_assert_msg(err[0] != '\0', "bad case %zu has no message", i);
+            freeReplyObject(r);
+        }
     }
 }
 END_TEST
@@ -195,6 +263,7 @@ int main(void) {
     Suite *s = suite_create("task");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_task_from_reply);
+    tcase_add_test(tc, test_full_claims_decode);
     tcase_add_test(tc, test_task_numbers_in_bounds);
     tcase_add_test(tc, test_fetch_and_reap_reply_shapes);
     tcase_add_test(tc, test_terminal_statuses_match_lua);

@@ -908,12 +908,13 @@ static redisReply *int_reply(long long v) {
     return r;
 }
 
-/* A task of the lean-claims, appended to the claimed list as the 10-element claim of a lean
- * task (what reap and recover answer for one). */
-static void append_lean_claim(dtq_task *t, void *arg) {
+/* A task of the lean-claims or full-claims, appended to the claimed list as the claim array
+ * of that task (what reap and recover answer for one: 10 elements, the last 1, for a lean
+ * task; 9 for a full one). */
+static void append_claim(dtq_task *t, void *arg) {
     redisReply *list = arg, *e = new_reply(REDIS_REPLY_ARRAY);
-    e->elements = 10;
-    e->element = calloc(10, sizeof(*e->element));
+    e->elements = t->lean ? 10 : 9;
+    e->element = calloc(e->elements, sizeof(*e->element));
     e->element[0] = str_reply(t->stream, strlen(t->stream));
     e->element[1] = str_reply(t->entry_id, strlen(t->entry_id));
     e->element[2] = str_reply(t->id, strlen(t->id));
@@ -923,27 +924,53 @@ static void append_lean_claim(dtq_task *t, void *arg) {
     e->element[6] = int_reply(t->attempt);
     e->element[7] = int_reply(t->max_attempts);
     e->element[8] = int_reply(t->timeout_ms);
-    e->element[9] = int_reply(1);
+    if (t->lean) e->element[9] = int_reply(1);
     list->element = realloc(list->element, (list->elements + 1) * sizeof(*list->element));
     ck_assert_ptr_nonnull(list->element);
     list->element[list->elements++] = e;
     dtq_task_free(t);
 }
 
+/* The serving order of one queue's claims: band p9 first, then entry ids in order. */
+static int claim_order(const void *a, const void *b) {
+    const redisReply *x = *(redisReply *const *)a, *y = *(redisReply *const *)b;
+    const char *sx = x->element[0]->str, *sy = y->element[0]->str;
+    unsigned long long mx, my, nx = 0, ny = 0;
+    char bx = sx[strlen(sx) - 1], by = sy[strlen(sy) - 1];
+    if (bx != by) return bx > by ? -1 : 1;
+    mx = strtoull(x->element[1]->str, NULL, 10);
+    my = strtoull(y->element[1]->str, NULL, 10);
+    if (strchr(x->element[1]->str, '-'))
+        nx = strtoull(strchr(x->element[1]->str, '-') + 1, NULL, 10);
+    if (strchr(y->element[1]->str, '-'))
+        ny = strtoull(strchr(y->element[1]->str, '-') + 1, NULL, 10);
+    if (mx != my) return mx < my ? -1 : 1;
+    return nx < ny ? -1 : nx > ny;
+}
+
+void th_fetch_claims(redisReply *r) {
+    char err[128];
+    ck_assert_msg(dtq_fetch_reply_ok(r) && r->elements == 5, "fetch: not the fetch reply's shape");
+    ck_assert_msg(
+        dtq_lean_claims_decode(r->element[3], append_claim, r->element[0], err, sizeof(err)) >= 0,
+        "fetch: %s", err);
+    ck_assert_msg(
+        dtq_full_claims_decode(r->element[4], append_claim, r->element[0], err, sizeof(err)) >= 0,
+        "fetch: %s", err);
+    if (r->element[0]->elements > 1)
+        qsort(r->element[0]->element, r->element[0]->elements, sizeof(redisReply *), claim_order);
+}
+
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
                      const char *policy) {
     dtq_argv a;
     redisReply *r;
-    char err[128];
     th_fetch_argv(&a, worker, count, queue, policy);
     r = redisCommandArgv(c, a.argc, (const char **)a.argv, a.lens);
     dtq_argv_deinit(&a);
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "fetch: %s", r->str);
-    ck_assert_msg(dtq_fetch_reply_ok(r) && r->elements == 4, "fetch: not the fetch reply's shape");
-    ck_assert_msg(dtq_lean_claims_decode(r->element[3], append_lean_claim, r->element[0], err,
-                                         sizeof(err)) >= 0,
-                  "fetch: %s", err);
+    th_fetch_claims(r);
     return r;
 }
 

@@ -55,11 +55,15 @@ redisContext *th_connect(const th_redis *r);
 redisReply *th_cmd(redisContext *c, const char *fmt, ...);
 /* The argv of FCALL dtq_fetch for `queue` as `worker` (namespace dtq), its KEYS laid out by
  * the daemon's own dtq_streams_fetch_keys(); and the call itself, which fails the test
- * unless the reply has the fetch reply's shape. The lean-claims (element 3) are decoded by
- * the daemon's dtq_lean_claims_decode and appended to the claimed list (element 0) as
- * 10-element lean claims, so a test reads every claim alike (element 3 stays as sent). */
+ * unless the reply has the fetch reply's shape. The lean-claims (element 3) and full-claims
+ * (element 4) are decoded by the daemon's decoders and appended to the claimed list (element
+ * 0) as the claim arrays reap answers (10 elements for a lean task, 9 for a full one), in
+ * serving order (p9 first, then entry ids), so a test reads every claim alike (elements 3
+ * and 4 stay as sent). */
 void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue,
                    const char *policy);
+/* What th_fetch does to its reply, for a fetch reply read another way (pipelined). */
+void th_fetch_claims(redisReply *r);
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
                      const char *policy);
 /* The consumer group (workers) of each of queue's band streams, as the daemon's setup makes

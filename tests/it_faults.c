@@ -427,6 +427,7 @@ START_TEST(test_reaper_finds_lost_entries_behind_live_ones) {
                               "dtq:stream:default:p5 dtq:stream:default:p4 dtq:stream:default:p3 "
                               "dtq:stream:default:p2 dtq:stream:default:p1 dtq:stream:default:p0 "
                               "dead-w 5 {} default");
+    th_fetch_claims(r);
     ck_assert_int_eq(r->element[0]->elements, 5);
     freeReplyObject(r);
     freeReplyObject(th_cmd(C, "FCALL dtq_resume 0 default"));

@@ -356,6 +356,8 @@ START_TEST(test_fetch_exactly_one_winner) {
     dtq_argv_deinit(&args);
     ck_assert_int_eq(redisGetReply(C, (void **)&a), REDIS_OK);
     ck_assert_int_eq(redisGetReply(c2, (void **)&b), REDIS_OK);
+    th_fetch_claims(a);
+    th_fetch_claims(b);
     ck_assert_int_eq(a->element[0]->elements + b->element[0]->elements, 1);
     th_assert_field(C, "race", "worker_id", a->element[0]->elements ? "w1" : "w2");
     freeReplyObject(a);

@@ -2,7 +2,8 @@
  * hiredis: the shape checks of whole fetch and reap replies (dtq_fetch_reply_ok,
  * dtq_reap_reply_ok) and what consumer.c and reaper.c then read of a reply that passes,
  * and every claimed-task array decoded with dtq_task_from_reply: the reply taken whole,
- * each of its elements and theirs (a claimed task inside a fetch or reap reply). */
+ * each of its elements and theirs (a claimed task inside a fetch or reap reply); a fetch
+ * reply's lean-claims and full-claims through their decoders (executor.c). */
 #include "fuzz.h"
 #include "task.h"
 #include "util.h"
@@ -25,6 +26,11 @@ static void decode(const redisReply *r) {
     dtq_task_free(t);
 }
 
+static void drop(dtq_task *t, void *arg) {
+    (void)arg;
+    dtq_task_free(t);
+}
+
 static void each(const redisReply *r, void *arg) {
     (void)arg;
     if (dtq_fetch_reply_ok(r)) { /* consumer.c: fetch_cb, start_block */
@@ -33,6 +39,12 @@ static void each(const redisReply *r, void *arg) {
         for (size_t i = 0; i < block->elements; i++) bytes += strlen(block->element[i]->str);
         (void)bytes;
         (void)r->element[2]->integer;
+        if (r->elements > 3) {
+            char err[128];
+            (void)dtq_lean_claims_decode(r->element[3], drop, NULL, err, sizeof(err));
+            if (r->elements > 4)
+                (void)dtq_full_claims_decode(r->element[4], drop, NULL, err, sizeof(err));
+        }
     }
     if (dtq_reap_reply_ok(r)) /* reaper.c: reap_cb, save_cursors */
         (void)r->element[0]->elements;
