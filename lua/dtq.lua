@@ -1205,15 +1205,15 @@ local function process_entry(c, ms, worker, policy, stream, queue, band, entry_i
 end
 
 --[[ The full lane's fast path (FULL.first): the claim of a task delivered by dtq's own entry
-(task_id, attempt) whose hash is as create_task wrote it and nothing since: its ten fields
-in their order (a hash this small is a listpack, which keeps that order), queued at attempt
-1 in this queue and band. HGETALL reads it in one pass (an HMGET of the fields that decide
-would look each up, and the absent ones scan the whole hash); any other hash (options of
-its own, a later attempt, a limit's or a requeue's fields, damage) takes the general path,
-process_entry, which reads it again and decides. The claim is what claim_task writes; it
-is appended to `out`, the flat list of a group of fetch's full-claims (entry_id, task_id,
-task_type, payload, attempt, max_attempts, timeout_ms: no table per task). Returns true,
-or false for the general path. The caller has found the queue valid and without limits. ]]
+(task_id, attempt) whose hash is as create_task wrote it and untouched since: its ten
+fields (HLEN), queued at attempt 1 in this queue and band. One HMGET of the fields that
+decide (the whole hash as a Lua table, and the poison check's field by field conversions,
+cost a third of a fetch); any other hash (options of its own, a later attempt, a limit's
+or a requeue's fields, damage) takes the general path, process_entry, which reads it again
+and decides. The claim is what claim_task writes; it is appended to `out`, the flat list
+of a group of fetch's full-claims (entry_id, task_id, task_type, payload, attempt,
+max_attempts, timeout_ms: no table per task). Returns true, or false for the general path.
+The caller has found the queue valid and without limits. ]]
 local FULL = {}
 function FULL.first(c, ms, worker, policy, stream, queue, band, entry_id, tid, attempt, out)
   if attempt ~= '1' then return false end
