@@ -2056,7 +2056,13 @@ local function enqueue_bulk(keys, args)
 end
 --[[ Scheduler. FCALL <ns>_sched_claim 2 <schedule> <claimed> <batch> <claim_timeout_ms>
 Returns stale claims to the schedule (due now), then moves up to `batch` due members from
-the schedule to the claimed set, scored with the claim time. Returns the claimed ids.
+the schedule to the claimed set, scored with the claim time. Replies with the claimed ids,
+then four more elements that the pass renders (its gauges, its next wake-up): the schedule's
+and the claimed set's sizes as the call found them (before its moves, so the claimed size
+counts the claims earlier passes left, never this one's, which its promote removes), the
+schedule's soonest due time after the moves (epoch ms; nil when empty) and the Redis time
+the claim used (epoch ms). The ids are strings, the four integers (or nil): the last four
+elements are always these.
 `batch` is at most SCHED_CLAIM_MAX, whatever the caller passes. ]]
 local SCHED_CLAIM_MAX = 10000
 
@@ -2064,6 +2070,7 @@ local function sched_claim(keys, args)
   local batch = math.max(1, math.min(tonumber(args[1]) or 1, SCHED_CLAIM_MAX))
   local claim_timeout = tonumber(args[2])
   local ms = now_ms()
+  local scheduled, claimed = redis.call('ZCARD', keys[1]), redis.call('ZCARD', keys[2])
   local stale = redis.call('ZRANGEBYSCORE', keys[2], '-inf', fmt(ms - claim_timeout), 'LIMIT',
                            0, batch)
   for _, id in ipairs(stale) do
@@ -2075,6 +2082,11 @@ local function sched_claim(keys, args)
     redis.call('ZREM', keys[1], id)
     redis.call('ZADD', keys[2], fmt(ms), id)
   end
+  local soonest = redis.call('ZRANGE', keys[1], 0, 0, 'WITHSCORES')
+  local n = #due
+  due[n + 1], due[n + 2] = scheduled, claimed
+  due[n + 3] = soonest[2] and math.floor(tonumber(soonest[2])) or false
+  due[n + 4] = ms
   return due
 end
 

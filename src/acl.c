@@ -45,8 +45,9 @@ static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NU
 /* dtq-worker: its Functions (not FUNCTION LOAD: an admin installs the library), the
  * commands they run, and its own: the handshake PING, INFO memory (eviction policy), the
  * published config and queue set, consumer groups, the blocking XREAD, claims (XCLAIM),
- * the cancel probe (HGET), heartbeats, the scheduler's gauges (ZCARD) and lock (SET), the
- * layout check (<ns>_layout) and, in the cluster layout, the queue index (SMEMBERS). */
+ * the cancel probe (HGET), heartbeats, the scheduler's lock (SET), the layout check
+ * (<ns>_layout) and, in the cluster layout, the queue index (SMEMBERS). <ns>_sched_claim
+ * runs ZCARD, ZRANGE and TIME for the pass's gauges and next wake-up. */
 static const char *const worker[] = {
     "+fcall|<ns>_layout", "+fcall|<ns>_fetch", "+fcall|<ns>_reap", "+fcall|<ns>_recover", "+fcall|<ns>_deregister",
     "+fcall|<ns>_finish",

@@ -97,12 +97,31 @@ void dtq_call_sched_claim(dtq_argv *a, const char *fn, const char *schedule_key,
     dtq_argv_addll(a, (long long)claim_timeout_ms);
 }
 
+int dtq_sched_claim_reply_parse(const redisReply *r, dtq_sched_claim_reply *out) {
+    redisReply *const *t;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 4) return 0;
+    t = r->element + (r->elements - 4);
+    if (t[0]->type != REDIS_REPLY_INTEGER || t[1]->type != REDIS_REPLY_INTEGER ||
+        (t[2]->type != REDIS_REPLY_INTEGER && t[2]->type != REDIS_REPLY_NIL) ||
+        t[3]->type != REDIS_REPLY_INTEGER)
+        return 0;
+    for (size_t i = 0; i < r->elements - 4; i++)
+        if (r->element[i]->type != REDIS_REPLY_STRING) return 0;
+    out->nids = r->elements - 4;
+    out->scheduled = t[0]->integer;
+    out->claimed = t[1]->integer;
+    out->has_next = t[2]->type == REDIS_REPLY_INTEGER;
+    out->next_due_ms = out->has_next ? t[2]->integer : 0;
+    out->now_ms = t[3]->integer;
+    return 1;
+}
+
 void dtq_call_sched_promote(dtq_argv *a, const char *fn, const char *claimed_key,
-                            const char *worker_id, const redisReply *claimed) {
+                            const char *worker_id, const redisReply *claimed, size_t n) {
     head(a, fn, 1);
     dtq_argv_adds(a, claimed_key);
     dtq_argv_adds(a, worker_id);
-    for (size_t i = 0; i < claimed->elements; i++)
+    for (size_t i = 0; i < n && i < claimed->elements; i++)
         dtq_argv_add(a, claimed->element[i]->str, claimed->element[i]->len);
 }
 

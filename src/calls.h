@@ -52,10 +52,26 @@ void dtq_call_finish(dtq_argv *a, const char *fn, const char *worker_id, int nre
 void dtq_call_sched_claim(dtq_argv *a, const char *fn, const char *schedule_key,
                           const char *claimed_key, int64_t batch, int64_t claim_timeout_ms);
 
-/* <ns>_sched_promote: the claimed set; worker_id, then the members <ns>_sched_claim
- * answered (`claimed`, an array of strings). */
+/* <ns>_sched_claim's reply: the claimed ids (strings), then four integers: the schedule's
+ * and the claimed set's sizes as the call found them (before its moves), the schedule's
+ * soonest due time after them (nil when it is empty) and the Redis time the claim used
+ * (epoch ms). */
+typedef struct dtq_sched_claim_reply {
+    size_t nids;         /* the ids: the reply's first nids elements */
+    int64_t scheduled;   /* ZCARD of the schedule, before the moves */
+    int64_t claimed;     /* ZCARD of the claimed set, before the moves */
+    int has_next;        /* 0: the schedule is empty */
+    int64_t next_due_ms; /* its soonest due time (score) */
+    int64_t now_ms;      /* the claim's time */
+} dtq_sched_claim_reply;
+
+/* 1 when r has that shape (out filled), else 0. The reply is borrowed. */
+int dtq_sched_claim_reply_parse(const redisReply *r, dtq_sched_claim_reply *out);
+
+/* <ns>_sched_promote: the claimed set; worker_id, then the ids <ns>_sched_claim answered
+ * (the first `n` elements of `claimed`, strings). */
 void dtq_call_sched_promote(dtq_argv *a, const char *fn, const char *claimed_key,
-                            const char *worker_id, const redisReply *claimed);
+                            const char *worker_id, const redisReply *claimed, size_t n);
 
 /* <ns>_lock_refresh: the lock key; worker_id, the lock's new lifetime. */
 void dtq_call_lock_refresh(dtq_argv *a, const char *fn, const char *lock_key, const char *worker_id,

@@ -1,6 +1,7 @@
 /* scheduler.c: leader election and passes. Each step is one pipelined command; state
  * moves tick -> (lock) -> claim -> promote -> tick. All due-time comparisons happen in
- * the Functions against the Redis clock. */
+ * the Functions against the Redis clock; the claim's reply also carries what the pass
+ * renders (the gauges, the soonest due time and the Redis time it was read at). */
 #include "scheduler.h"
 
 #include <event2/event.h>
@@ -20,10 +21,9 @@ struct dtq_scheduler {
     int busy;           /* a step is in flight */
     int batch_full;     /* the last claim filled its batch */
     int new_leader;     /* the first pass since taking the lock: no claim can be in use */
-    int promoting;      /* this pass sent a promote: its reply ends the pass */
     int claim_failed;   /* this pass's claim was refused: the next one after an interval */
-    int64_t next_score; /* the schedule's soonest due time after the claim, -1: empty */
-    int64_t next_in_ms; /* ... as a wait on Redis's clock (TIME), -1: none */
+    int64_t next_in_ms; /* the schedule's soonest due time after the claim, as a wait on
+                         * Redis's clock, -1: none (empty) */
     char *lock_key, *schedule_key, *claimed_key;
     /* The cluster layout's pass: replies still to come, and the sums so far. */
     int cl_pending;
@@ -71,18 +71,10 @@ static void lose_leadership(dtq_scheduler *s, const char *why) {
     s->ctx->gauges.scheduler_leader = 0;
 }
 
-static void scheduled_gauge_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_scheduler *s = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    if (reply && reply->type == REDIS_REPLY_INTEGER) s->ctx->gauges.scheduled = reply->integer;
-}
-
-static void claimed_gauge_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_scheduler *s = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    if (reply && reply->type == REDIS_REPLY_INTEGER) s->ctx->gauges.claimed = reply->integer;
+/* The wait from the claim's Redis time to the schedule's soonest due time, -1: empty. */
+static int64_t claim_wait_ms(const dtq_sched_claim_reply *cr) {
+    if (!cr->has_next) return -1;
+    return cr->next_due_ms > cr->now_ms ? cr->next_due_ms - cr->now_ms : 0;
 }
 
 static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
@@ -90,7 +82,6 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     s->busy = 0;
-    s->promoting = 0;
     if (!reply) return;
     if (reply->type == REDIS_REPLY_ERROR) {
         dtq_error("scheduler: promote failed: %s", reply->str);
@@ -101,57 +92,35 @@ static void promote_cb(redisAsyncContext *ac, void *r, void *priv) {
     arm_next(s);
 }
 
-/* ZRANGE <schedule> 0 0 WITHSCORES, sent right after the claim: the soonest due time left. */
-static void next_due_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_scheduler *s = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    s->next_score = -1;
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-        reply->element[1]->type == REDIS_REPLY_STRING)
-        s->next_score = (int64_t)strtod(reply->element[1]->str, NULL);
-}
-
-/* TIME, the pass's last reply but a promote's: the wait until the soonest due time. */
-static void time_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_scheduler *s = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    if (!reply) return;
-    s->next_in_ms = -1;
-    if (s->next_score >= 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
-        int64_t now = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
-                      strtoll(reply->element[1]->str, NULL, 10) / 1000;
-        s->next_in_ms = s->next_score > now ? s->next_score - now : 0;
-    }
-    if (!s->promoting) {
-        s->busy = 0;
-        if (s->claim_failed)
-            arm_interval(s);
-        else
-            arm_next(s);
-    }
-}
-
+/* The pass's claim: its reply sets the gauges and the next wake-up, and a claim that took
+ * entries is followed by the promote, whose reply ends the pass. */
 static void claim_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
     dtq_ctx *ctx = s->ctx;
     redisReply *reply = r;
+    dtq_sched_claim_reply cr;
     dtq_argv a;
     DTQ_UNUSED(ac);
+    s->busy = 0;
     if (!reply) return;
     s->batch_full = 0;
-    if (reply->type != REDIS_REPLY_ARRAY) {
+    if (!dtq_sched_claim_reply_parse(reply, &cr)) {
         dtq_error("scheduler: claim failed: %s",
-                  reply->type == REDIS_REPLY_ERROR ? reply->str : "?");
-        s->claim_failed = 1; /* time_cb ends the pass, an interval away: no 10 ms loop */
+                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        arm_interval(s); /* no 10 ms loop */
         return;
     }
-    if (reply->elements == 0) return;
-    dtq_call_sched_promote(&a, ctx->fn.sched_promote, s->claimed_key, ctx->cfg->worker_id, reply);
-    s->batch_full = (int64_t)reply->elements >= ctx->cfg->scheduler_batch;
-    if (dtq_ctx_command(ctx, promote_cb, s, &a) == DTQ_OK) s->promoting = 1;
-    dtq_argv_deinit(&a);
+    ctx->gauges.scheduled = cr.scheduled;
+    ctx->gauges.claimed = cr.claimed;
+    s->next_in_ms = claim_wait_ms(&cr);
+    if (cr.nids > 0) {
+        dtq_call_sched_promote(&a, ctx->fn.sched_promote, s->claimed_key, ctx->cfg->worker_id,
+                               reply, cr.nids);
+        s->batch_full = (int64_t)cr.nids >= ctx->cfg->scheduler_batch;
+        sched_send(s, promote_cb, &a); /* its reply ends the pass */
+        return;
+    }
+    arm_next(s);
 }
 
 static void pass(dtq_scheduler *s) {
@@ -165,49 +134,20 @@ static void pass(dtq_scheduler *s) {
     dtq_call_sched_claim(&a, ctx->fn.sched_claim, s->schedule_key, s->claimed_key,
                          ctx->cfg->scheduler_batch, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
     s->new_leader = 0;
-    for (int i = 0; i < 2; i++) {
-        dtq_argv g;
-        dtq_argv_init(&g);
-        dtq_argv_adds(&g, "ZCARD");
-        dtq_argv_adds(&g, i ? s->claimed_key : s->schedule_key);
-        dtq_ctx_command(ctx, i ? claimed_gauge_cb : scheduled_gauge_cb, s, &g);
-        dtq_argv_deinit(&g);
-    }
-    s->promoting = 0;
-    s->claim_failed = 0;
-    if (sched_send(s, claim_cb, &a) != DTQ_OK) return;
-    {
-        dtq_argv n, t;
-        dtq_argv_init(&n);
-        dtq_argv_adds(&n, "ZRANGE");
-        dtq_argv_adds(&n, s->schedule_key);
-        dtq_argv_adds(&n, "0");
-        dtq_argv_adds(&n, "0");
-        dtq_argv_adds(&n, "WITHSCORES");
-        dtq_ctx_command(ctx, next_due_cb, s, &n);
-        dtq_argv_deinit(&n);
-        dtq_argv_init(&t);
-        dtq_argv_adds(&t, "TIME");
-        if (dtq_ctx_command(ctx, time_cb, s, &t) != DTQ_OK) {
-            s->busy = 0;
-            arm_interval(s);
-        }
-        dtq_argv_deinit(&t);
-    }
+    sched_send(s, claim_cb, &a);
 }
 
 /* ----------------------------------------------------------------- the cluster layout
  * A pass reads the queue index ({ns}:queues) and then, per queue, pipelined and routed by
- * its tag: <ns>_sched_claim with T(q), the two ZCARDs, the soonest due time and TIME (on
- * the queue's node: the wait is on that node's clock); a claim that took entries is
- * followed by <ns>_sched_promote with T(q). The pass ends with its last reply: the next
- * one at the soonest due time over the queues (or at once after a full batch). */
+ * its tag: <ns>_sched_claim with T(q) (its reply carries the queue's two sizes and its
+ * soonest due time as a wait on that node's clock); a claim that took entries is followed
+ * by <ns>_sched_promote with T(q). The pass ends with its last reply: the next one at the
+ * soonest due time over the queues (or at once after a full batch). */
 typedef struct cl_queue {
     dtq_scheduler *s;
     int refs; /* its replies to come, and cl_pass_queue while it sends */
     unsigned pass;
     char *tag, *schedule_key, *claimed_key;
-    int64_t next_score; /* -1: its schedule is empty */
 } cl_queue;
 
 static void cl_queue_unref(cl_queue *cq);
@@ -217,7 +157,7 @@ typedef struct cl_reply {
     int kind;
 } cl_reply;
 
-enum { CL_CLAIM, CL_ZSCHED, CL_ZCLAIMED, CL_NEXT, CL_TIME, CL_PROMOTE };
+enum { CL_CLAIM, CL_PROMOTE };
 
 static void cl_pass_reply_done(dtq_scheduler *s) {
     if (--s->cl_pending > 0) return;
@@ -245,46 +185,31 @@ static void cl_reply_cb(redisAsyncContext *ac, void *r, void *priv) {
         cl_queue_unref(cq);
         return;
     }
-    if (reply && reply->type == REDIS_REPLY_ERROR && kind != CL_ZSCHED && kind != CL_ZCLAIMED) {
-        dtq_error("scheduler: %s failed for %s: %s", kind == CL_PROMOTE ? "promote" : "a pass step",
-                  cq->tag, reply->str);
-        if (kind == CL_CLAIM) s->claim_failed = 1;
-    } else if (reply) {
-        switch (kind) {
-        case CL_CLAIM:
-            if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) {
+    if (reply && kind == CL_CLAIM) {
+        dtq_sched_claim_reply c;
+        if (!dtq_sched_claim_reply_parse(reply, &c)) {
+            dtq_error("scheduler: claim failed for %s: %s", cq->tag,
+                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+            s->claim_failed = 1;
+        } else {
+            s->cl_scheduled += c.scheduled;
+            s->cl_claimed += c.claimed;
+            int64_t in = claim_wait_ms(&c);
+            if (in >= 0 && (s->next_in_ms < 0 || in < s->next_in_ms)) s->next_in_ms = in;
+            if (c.nids > 0) {
                 dtq_argv a;
                 dtq_call_sched_promote(&a, ctx->fn.sched_promote, cq->claimed_key,
-                                       ctx->cfg->worker_id, reply);
+                                       ctx->cfg->worker_id, reply, c.nids);
                 dtq_call_tag(&a, cq->tag);
-                if ((int64_t)reply->elements >= ctx->cfg->scheduler_batch) s->batch_full = 1;
+                if ((int64_t)c.nids >= ctx->cfg->scheduler_batch) s->batch_full = 1;
                 cl_send(s, cq, CL_PROMOTE, &a);
             }
-            break;
-        case CL_ZSCHED:
-            if (reply->type == REDIS_REPLY_INTEGER) s->cl_scheduled += reply->integer;
-            break;
-        case CL_ZCLAIMED:
-            if (reply->type == REDIS_REPLY_INTEGER) s->cl_claimed += reply->integer;
-            break;
-        case CL_NEXT:
-            if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-                reply->element[1]->type == REDIS_REPLY_STRING)
-                cq->next_score = (int64_t)strtod(reply->element[1]->str, NULL);
-            break;
-        case CL_TIME:
-            if (cq->next_score >= 0 && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
-                int64_t now = strtoll(reply->element[0]->str, NULL, 10) * 1000 +
-                              strtoll(reply->element[1]->str, NULL, 10) / 1000;
-                int64_t in = cq->next_score > now ? cq->next_score - now : 0;
-                if (s->next_in_ms < 0 || in < s->next_in_ms) s->next_in_ms = in;
-            }
-            break;
-        case CL_PROMOTE:
-            if (reply->type == REDIS_REPLY_INTEGER)
-                s->ctx->gauges.promoted += (uint64_t)reply->integer;
-            break;
         }
+    } else if (reply) { /* CL_PROMOTE */
+        if (reply->type == REDIS_REPLY_ERROR)
+            dtq_error("scheduler: promote failed for %s: %s", cq->tag, reply->str);
+        else if (reply->type == REDIS_REPLY_INTEGER)
+            s->ctx->gauges.promoted += (uint64_t)reply->integer;
     }
     /* a reply lost with its node's link (NULL) counts as given up: the next pass tries */
     cl_queue_unref(cq);
@@ -330,27 +255,10 @@ static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
     }
     cq->schedule_key = dtq_key_retry_schedule(cq->tag);
     cq->claimed_key = dtq_key_retry_claimed(cq->tag);
-    cq->next_score = -1;
     dtq_call_sched_claim(&a, ctx->fn.sched_claim, cq->schedule_key, cq->claimed_key,
                          ctx->cfg->scheduler_batch, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
     dtq_call_tag(&a, cq->tag);
     cl_send(s, cq, CL_CLAIM, &a);
-    for (int i = 0; i < 2; i++) {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "ZCARD");
-        dtq_argv_adds(&a, i ? cq->claimed_key : cq->schedule_key);
-        cl_send(s, cq, i ? CL_ZCLAIMED : CL_ZSCHED, &a);
-    }
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "ZRANGE");
-    dtq_argv_adds(&a, cq->schedule_key);
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, "0");
-    dtq_argv_adds(&a, "WITHSCORES");
-    cl_send(s, cq, CL_NEXT, &a);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "TIME");
-    cl_send(s, cq, CL_TIME, &a);
     cl_queue_unref(cq);
 }
 
@@ -463,7 +371,7 @@ dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx) {
     s->lock_key = dtq_key_scheduler_lock(ctx->prefix);
     s->schedule_key = dtq_key_retry_schedule(ctx->prefix);
     s->claimed_key = dtq_key_retry_claimed(ctx->prefix);
-    s->next_score = s->next_in_ms = -1;
+    s->next_in_ms = -1;
     return s;
 }
 
@@ -491,7 +399,6 @@ void dtq_scheduler_stop(dtq_scheduler *s) {
 void dtq_scheduler_connection_lost(dtq_scheduler *s) {
     s->busy = 0;
     s->cl_pass++; /* the cluster layout: replies of the pass in flight are ignored */
-    s->promoting = 0;
     lose_leadership(s, "connection lost");
     arm_interval(s);
 }

@@ -974,6 +974,38 @@ redisReply *th_fetch(redisContext *c, const char *worker, int count, const char 
     return r;
 }
 
+redisReply *th_sched_claim(redisContext *c, int batch, long long claim_timeout_ms, size_t *nids) {
+    dtq_sched_claim_reply cr;
+    redisReply *r, *z;
+    long long scheduled = th_int(th_cmd(c, "ZCARD dtq:retry:schedule"));
+    long long claimed = th_int(th_cmd(c, "ZCARD dtq:retry:claimed"));
+    int64_t before = th_redis_ms(c), after;
+    r = th_cmd(c, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed %d %lld", batch,
+               claim_timeout_ms);
+    after = th_redis_ms(c);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "sched_claim: %s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
+    ck_assert_msg(dtq_sched_claim_reply_parse(r, &cr), "sched_claim: not its reply's shape");
+    for (size_t i = 0; i < cr.nids; i++) ck_assert_int_eq(r->element[i]->type, REDIS_REPLY_STRING);
+    ck_assert_int_eq(r->element[cr.nids]->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(r->element[cr.nids]->integer, scheduled);
+    ck_assert_int_eq(r->element[cr.nids + 1]->integer, claimed);
+    z = th_cmd(c, "ZRANGE dtq:retry:schedule 0 0 WITHSCORES");
+    ck_assert_int_eq(z->type, REDIS_REPLY_ARRAY);
+    if (z->elements == 0) {
+        ck_assert_int_eq(r->element[cr.nids + 2]->type, REDIS_REPLY_NIL);
+    } else {
+        ck_assert_int_eq(r->element[cr.nids + 2]->type, REDIS_REPLY_INTEGER);
+        ck_assert_int_eq(r->element[cr.nids + 2]->integer,
+                         (long long)strtod(z->element[1]->str, NULL));
+    }
+    freeReplyObject(z);
+    ck_assert_int_ge(r->element[cr.nids + 3]->integer, before);
+    ck_assert_int_le(r->element[cr.nids + 3]->integer, after);
+    if (nids) *nids = cr.nids;
+    return r;
+}
+
 dtq_finish_record th_finish_record(const redisReply *claimed) {
     dtq_finish_record rec = {0};
     rec.task_id = claimed->element[2]->str;

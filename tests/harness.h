@@ -66,6 +66,13 @@ void th_fetch_argv(dtq_argv *a, const char *worker, int count, const char *queue
 void th_fetch_claims(redisReply *r);
 redisReply *th_fetch(redisContext *c, const char *worker, int count, const char *queue,
                      const char *policy);
+/* FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed <batch> <claim_timeout_ms>,
+ * failing the test unless the reply has its shape (the ids, then the two sizes, the soonest
+ * due time and the time) and its four last elements equal what the two ZCARDs before the
+ * call, ZRANGE <schedule> 0 0 WITHSCORES after it (nil when empty) and TIME around it read
+ * (on c, nothing else writing the two sets). *nids: the number of ids, the reply's first
+ * elements. */
+redisReply *th_sched_claim(redisContext *c, int batch, long long claim_timeout_ms, size_t *nids);
 /* The consumer group (workers) of each of queue's band streams, as the daemon's setup makes
  * them (XGROUP CREATE ... MKSTREAM; an existing group is left as it is). */
 void th_queue_groups(redisContext *c, const char *queue);

@@ -556,6 +556,54 @@ START_TEST(test_rate_limit) {
 }
 END_TEST
 
+/* The scheduler's pass is one call per pass (<ns>_sched_claim): its reply sets the gauges
+ * and the next wake-up. A delayed task is promoted at its due time, not an interval later;
+ * the gauges are the sizes of the schedule and the claimed set as a pass found them. */
+START_TEST(test_scheduler_pass) {
+    th_daemon d;
+    int port = th_free_port();
+    char ini[2048], *v;
+    long long created, started;
+    cJSON *fams;
+    th_enqueue(C, "default", "far1", "ok", "{}", "delay_ms 600000");
+    th_enqueue(C, "default", "far2", "ok", "{}", "delay_ms 600000");
+    th_enqueue(C, "default", "soon", "ok", "{}", "delay_ms 1500");
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-sched\nheartbeat_interval_s = 1\nvisibility_timeout_s = 5\n"
+             "drain_timeout_s = 1\n[http]\nlisten = 127.0.0.1:%d\n"
+             "[scheduler]\ninterval_ms = 5000\nleader_lock_ms = 20000\n" HANDLERS,
+             port);
+    th_daemon_start(&d, &R, ini);
+    th_daemon_wait_ready(C, "w-sched", 10000);
+    th_expect_status(C, "soon", "succeeded", 10000);
+    v = th_task_field(C, "soon", "created_at");
+    created = atoll(v);
+    free(v);
+    v = th_task_field(C, "soon", "started_at");
+    started = atoll(v);
+    free(v);
+    /* the first pass armed the next at soon's due time; without that the next pass comes
+     * 4 to 6 s after the first, itself after the enqueue */
+    ck_assert_int_ge(started - created, 1500);
+    ck_assert_msg(started - created < 3900, "soon started %lld ms after its enqueue",
+                  started - created);
+    fams = scrape_until_total(port, "dtq_scheduler_promoted_total", 1);
+    assert_value(fams, "dtq_scheduler_leader", "", 1);
+    assert_value(fams, "dtq_scheduler_promoted_total", "", 1);
+    cJSON_Delete(fams);
+    /* a claim a pass finds (not stale: claim_timeout_ms is a minute) is in the claimed
+     * gauge, and the schedule's gauge is its size then: far1 and far2 */
+    freeReplyObject(th_cmd(C, "ZADD dtq:retry:claimed %lld ghost", (long long)th_redis_ms(C)));
+    fams = scrape_until_total(port, "dtq_scheduler_claimed", 1);
+    assert_value(fams, "dtq_scheduler_claimed", "", 1);
+    assert_value(fams, "dtq_scheduler_scheduled", "", 2);
+    cJSON_Delete(fams);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 2);
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 1);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("obs");
     TCase *tc = tcase_create("core");
@@ -565,6 +613,7 @@ int main(void) {
     tcase_add_test(tc, test_json_lines);
     tcase_add_test(tc, test_text_lines);
     tcase_add_test(tc, test_rate_limit);
+    tcase_add_test(tc, test_scheduler_pass);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

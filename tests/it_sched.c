@@ -329,9 +329,16 @@ START_TEST(test_run_now) {
      * promote that follows writes no second entry */
     enqueue("mail", "soon", "delay_ms 1");
     th_sleep_ms(5);
-    r = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 10 60000");
-    ck_assert_int_eq((int)r->elements, 1);
-    freeReplyObject(r);
+    {
+        size_t n;
+        r = th_sched_claim(C, 10, 60000, &n);
+        ck_assert_int_eq((int)n, 1);
+        ck_assert_str_eq(r->element[0]->str, "soon");
+        ck_assert_int_eq(r->element[1]->integer, 1);            /* found: soon */
+        ck_assert_int_eq(r->element[2]->integer, 0);            /* no claims */
+        ck_assert_int_eq(r->element[3]->type, REDIS_REPLY_NIL); /* left: none */
+        freeReplyObject(r);
+    }
     ck_assert(zscore_exists("dtq:retry:claimed", "soon"));
     words("FCALL dtq_sched_run_now 0 bob soon", "done");
     ck_assert(!zscore_exists("dtq:retry:claimed", "soon"));
@@ -342,9 +349,14 @@ START_TEST(test_run_now) {
     ck_assert_str_eq(v, "queued");
     free(v);
     /* and the claim cannot come back as stale: it is gone */
-    r = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 10 0");
-    ck_assert_int_eq((int)r->elements, 0);
-    freeReplyObject(r);
+    {
+        size_t n;
+        r = th_sched_claim(C, 10, 0, &n);
+        ck_assert_int_eq((int)n, 0);
+        ck_assert_int_eq(r->element[1]->integer, 0); /* claims: none */
+        ck_assert_int_eq(r->element[2]->type, REDIS_REPLY_NIL);
+        freeReplyObject(r);
+    }
 
     /* refusals: no ids, too many, a bad id; nothing audited */
     free(refused("FCALL dtq_sched_run_now 0 alice", "INVALID_ARGUMENT"));

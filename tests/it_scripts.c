@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calls.h"
 #include "finisher.h"
 #include "harness.h"
 #include "keys.h"
@@ -558,6 +559,8 @@ END_TEST
 
 START_TEST(test_sched_claim_never_twice_and_stale_claims_return) {
     redisReply *a, *b;
+    dtq_sched_claim_reply ca, cb;
+    size_t n;
     for (int i = 0; i < 10; i++) freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 1 m%d", i));
     freeReplyObject(th_cmd(C, "ZADD dtq:retry:schedule 99999999999999 future"));
     redisContext *c2 = th_connect(&R);
@@ -565,10 +568,19 @@ START_TEST(test_sched_claim_never_twice_and_stale_claims_return) {
     redisAppendCommand(c2, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 6 60000");
     ck_assert_int_eq(redisGetReply(C, (void **)&a), REDIS_OK);
     ck_assert_int_eq(redisGetReply(c2, (void **)&b), REDIS_OK);
-    ck_assert_int_eq(a->elements + b->elements, 10);
-    for (size_t i = 0; i < a->elements; i++)
-        for (size_t j = 0; j < b->elements; j++)
+    ck_assert(dtq_sched_claim_reply_parse(a, &ca));
+    ck_assert(dtq_sched_claim_reply_parse(b, &cb));
+    ck_assert_int_eq(ca.nids + cb.nids, 10);
+    for (size_t i = 0; i < ca.nids; i++)
+        for (size_t j = 0; j < cb.nids; j++)
             ck_assert_str_ne(a->element[i]->str, b->element[j]->str);
+    /* the sizes each call found: the second saw the first's moves */
+    ck_assert_int_eq(ca.scheduled + cb.scheduled, 11 + (11 - 6));
+    ck_assert_int_eq(ca.claimed + cb.claimed, 0 + 6);
+    ck_assert(ca.has_next && cb.has_next);
+    /* the first left 4 due members, the second only future */
+    ck_assert_int_eq(ca.next_due_ms, ca.scheduled == 11 ? 1 : 99999999999999);
+    ck_assert_int_eq(cb.next_due_ms, cb.scheduled == 11 ? 1 : 99999999999999);
     freeReplyObject(a);
     freeReplyObject(b);
     redisFree(c2);
@@ -576,8 +588,20 @@ START_TEST(test_sched_claim_never_twice_and_stale_claims_return) {
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 1);
     /* with claim_timeout 0 every claim is stale: back to the schedule, then claimed again */
     th_sleep_ms(5); /* deliberate: every claim becomes older than 0 ms */
-    a = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 100 0");
-    ck_assert_int_eq(a->elements, 10);
+    a = th_sched_claim(C, 100, 0, &n);
+    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(a->element[10]->integer, 1);              /* found: future, */
+    ck_assert_int_eq(a->element[11]->integer, 10);             /* and the 10 stale claims */
+    ck_assert_int_eq(a->element[12]->integer, 99999999999999); /* future is left */
+    freeReplyObject(a);
+    /* an empty schedule: no soonest due time (nil), nothing claimed */
+    freeReplyObject(th_cmd(C, "ZREM dtq:retry:schedule future"));
+    a = th_sched_claim(C, 100, 60000, &n);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(a->elements, 4);
+    ck_assert_int_eq(a->element[0]->integer, 0);
+    ck_assert_int_eq(a->element[1]->integer, 10); /* the claims, none stale */
+    ck_assert_int_eq(a->element[2]->type, REDIS_REPLY_NIL);
     freeReplyObject(a);
 }
 END_TEST
@@ -1578,10 +1602,15 @@ START_TEST(test_fetch_and_sched_claim_caps) {
     freeReplyObject(r);
     freeReplyObject(th_cmd(C, "EVAL %s 1 dtq:retry:schedule",
                            "for i = 1, 10005 do redis.call('ZADD', KEYS[1], 1, 'm' .. i) end"));
-    r = th_cmd(C, "FCALL dtq_sched_claim 2 dtq:retry:schedule dtq:retry:claimed 20000 60000");
-    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
-    ck_assert_int_eq(r->elements, 10000);
-    freeReplyObject(r);
+    {
+        size_t n;
+        r = th_sched_claim(C, 20000, 60000, &n);
+        ck_assert_int_eq(n, 10000);
+        ck_assert_int_eq(r->element[n]->integer, 10005);
+        ck_assert_int_eq(r->element[n + 1]->integer, 0);
+        ck_assert_int_eq(r->element[n + 2]->integer, 1); /* the 5 left are due */
+        freeReplyObject(r);
+    }
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:schedule")), 5);
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:retry:claimed")), 10000);
 }
