@@ -234,6 +234,20 @@ do
   end
 end
 
+-- Appends to the list `a` each name-value pair (given flat after it) whose value is set:
+-- the options a task was given, as command arguments. Returns `a`.
+local function options_set(a, ...)
+  local n = select('#', ...)
+  for i = 1, n, 2 do
+    local v = select(i + 1, ...)
+    if v then
+      a[#a + 1] = select(i, ...)
+      a[#a + 1] = v
+    end
+  end
+  return a
+end
+
 local function parse_int(s, lo, hi)
   if type(s) ~= 'string' or not s:match('^%-?%d+$') then return nil end
   local n = tonumber(s)
@@ -1083,18 +1097,11 @@ end
 function LEAN.add(c, ms, queue, ttype, payload, o)
   local stream, id = stream_key(queue, o.priority), nil
   if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.limit_key then
-    local a = {'XADD', stream, '*', 'lean', '1', 'task_type', ttype, 'payload', payload}
-    local function opt(name, v)
-      if v then
-        a[#a + 1] = name
-        a[#a + 1] = v
-      end
-    end
-    opt('max_attempts', o.max_attempts and fmt(o.max_attempts))
-    opt('timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
-    opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
-    opt('limit_key', o.limit_key)
-    id = redis.call(unpack(a))
+    id = redis.call(unpack(options_set(
+      {'XADD', stream, '*', 'lean', '1', 'task_type', ttype, 'payload', payload},
+      'max_attempts', o.max_attempts and fmt(o.max_attempts),
+      'timeout_ms', o.timeout_ms and fmt(o.timeout_ms),
+      'ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds), 'limit_key', o.limit_key)))
   else
     id = redis.call('XADD', stream, '*', 'lean', '1', 'task_type', ttype, 'payload', payload)
   end
@@ -1884,19 +1891,11 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
              fmt(o.priority), 'created_at', now, 'metadata', '{}',
              'cancel_requested', '0')
   if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key or o.limit_key then
-    local more = {}
-    local function opt(name, v)
-      if v then
-        more[#more + 1] = name
-        more[#more + 1] = v
-      end
-    end
-    opt('own_max_attempts', o.max_attempts and fmt(o.max_attempts))
-    opt('own_timeout_ms', o.timeout_ms and fmt(o.timeout_ms))
-    opt('ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds))
-    opt('idempotency_key', o.idempotency_key)
-    opt('limit_key', o.limit_key)
-    redis.call('HSET', tkey, unpack(more))
+    redis.call(unpack(options_set({'HSET', tkey},
+      'own_max_attempts', o.max_attempts and fmt(o.max_attempts),
+      'own_timeout_ms', o.timeout_ms and fmt(o.timeout_ms),
+      'ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds),
+      'idempotency_key', o.idempotency_key, 'limit_key', o.limit_key)))
   end
   if delayed then
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
