@@ -15,10 +15,34 @@
 
 /* The cluster layout cannot wait in XREAD BLOCK: one XREAD cannot name streams of several
  * slots, and a blocking link per node would hold one queue's XREAD at a time. So an idle
- * daemon polls: after a sweep over the queues that found nothing it fetches again after
- * IDLE_MIN_MS, doubling up to IDLE_MAX_MS while they stay empty; work resets the wait. */
+ * daemon polls: once every shard's sweep found nothing it fetches again after IDLE_MIN_MS,
+ * doubling up to IDLE_MAX_MS while they stay empty; work resets the wait. A shard whose
+ * sweep found nothing while another's has work is fetched again after IDLE_MIN_MS. */
 #define IDLE_MIN_MS 5
 #define IDLE_MAX_MS 100
+
+/* The cluster layout fetches each shard (the primary of a served queue's slot, by the
+ * router's number for it) on its own lane, the lanes concurrently: a lane sweeps its
+ * shard's queues in serving order with at most one fetch in flight, going on to its next
+ * queue when one comes back short and starting again at its first when one fills its
+ * count. A sweep that read nothing parks the lane until the poll timer. */
+typedef struct lane {
+    int inflight;   /* a fetch of this shard is out */
+    int parked;     /* its last sweep read nothing: waits for the poll timer */
+    int sweep_q;    /* where its sweep goes on (an index into the served queues) */
+    int sweep_read; /* entries were read in its current sweep */
+    unsigned seen;  /* scratch: the pass of cluster_fetch that last saw it */
+} lane;
+
+/* One fetch in flight (cluster layout). */
+typedef struct fetch_call {
+    struct dtq_consumer *c;
+    int node;     /* its lane */
+    int q;        /* the queue's index ... */
+    unsigned gen; /* ... in this generation of the served table */
+    char *name;   /* the queue by name (a reload may renumber the queues) */
+    int count;    /* the slots it asked for, reserved in the executor until its reply */
+} fetch_call;
 
 struct dtq_consumer {
     dtq_ctx *ctx;
@@ -26,20 +50,22 @@ struct dtq_consumer {
     const dtq_finisher *fin;
     int started;
     int stopped;
-    int fetch_inflight;
+    int fetch_inflight; /* the single layout's fetch */
     int block_inflight;
-    int idle;       /* the last fetch found nothing: wait for the block or the poll timer */
-    int processing; /* inside fetch_cb: kicks are folded into one fetch at its end */
+    int idle;       /* single layout: the last fetch found nothing: wait for the block or the
+                     * poll timer; cluster layout: every lane is parked */
+    int processing; /* inside a fetch callback: kicks are folded into one fetch at its end */
     struct event *poll_ev;
-    /* The cluster layout: a sweep fetches queue by queue in serving order, one fetch at a
-     * time, each for the slots still free, going on to the next queue when one comes back
-     * short; a sweep that read nothing makes the consumer idle for idle_ms. */
-    int sweep_q;             /* the queue fetched next in this sweep */
-    int sweep_read;          /* entries read in this sweep */
-    int fetch_q;             /* the queue of the fetch in flight */
-    char *fetch_name;        /* ... by name (a reload may renumber the queues) */
-    int fetch_count;         /* ... and the count it asked for */
-    unsigned gen;            /* ctx->streams_gen of sweep_q */
+    /* The cluster layout. */
+    lane *lanes; /* by the router's node number */
+    int nlanes;
+    int nflight;             /* fetches in flight, over all lanes */
+    int round_read;          /* entries were read since every lane was last parked */
+    unsigned pass;           /* numbers the passes of cluster_fetch (lane.seen) */
+    int *ready;              /* scratch: the lanes a pass fetches, as node numbers */
+    int *ready_q;            /* ... and the queue each fetches */
+    int nready_cap;          /* their size */
+    unsigned gen;            /* ctx->streams_gen the lanes' sweeps are over */
     int idle_ms;             /* the current poll wait */
     int64_t error_logged_ms; /* when a fetch error was last logged (one line per 10 s) */
 };
@@ -117,34 +143,64 @@ static void fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
     maybe_fetch(c);
 }
 
-/* The cluster layout's sweep is over: another at once after work, else idle a while. */
-static void sweep_end(dtq_consumer *c) {
-    c->sweep_q = 0;
-    if (c->sweep_read != 0) {
-        c->idle_ms = 0;
-        c->sweep_read = 0;
-        return;
+static lane *lane_get(dtq_consumer *c, int node) {
+    if (node >= c->nlanes) {
+        c->lanes = dtq_xrealloc(c->lanes, sizeof(*c->lanes) * (size_t)(node + 1));
+        memset(c->lanes + c->nlanes, 0, sizeof(*c->lanes) * (size_t)(node + 1 - c->nlanes));
+        c->nlanes = node + 1;
     }
-    c->idle = 1;
-    c->idle_ms = c->idle_ms ? c->idle_ms * 2 : IDLE_MIN_MS;
-    if (c->idle_ms > IDLE_MAX_MS) c->idle_ms = IDLE_MAX_MS;
-    arm_poll(c, c->idle_ms);
+    return &c->lanes[node];
+}
+
+static void unpark_all(dtq_consumer *c) {
+    for (int i = 0; i < c->nlanes; i++) c->lanes[i].parked = 0;
+}
+
+/* A lane's sweep is over: it starts again at once after work, else it parks. */
+static void lane_end(dtq_consumer *c, lane *l) {
+    l->sweep_q = 0;
+    if (l->sweep_read) {
+        l->sweep_read = 0;
+        c->round_read = 1;
+    } else {
+        l->parked = 1;
+    }
+}
+
+/* The next queue of node's lane to fetch, -1 when none. Queues whose slot cannot be
+ * reached, or that wait for their recovery, are skipped: a command for a node that is down
+ * would hold the lane for the router's max wait. So is a queue with a fetch out (after a
+ * map change, on another lane): a queue has one fetch in flight at most. */
+static int lane_next(dtq_consumer *c, int node, lane *l) {
+    const dtq_ctx *ctx = c->ctx;
+    for (; l->sweep_q < ctx->streams.nqueues; l->sweep_q++) {
+        int q = l->sweep_q;
+        if (dtq_ctx_queue_node(ctx, q) == node && dtq_ctx_queue_fetchable(ctx, q) &&
+            !ctx->qstate[q].fetching)
+            return q;
+    }
+    return -1;
 }
 
 static void cluster_fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_consumer *c = priv;
+    fetch_call *fc = priv;
+    dtq_consumer *c = fc->c;
+    dtq_ctx *ctx = c->ctx;
     redisReply *reply = r;
     long long read = 0;
-    dtq_qstate *st = dtq_ctx_qstate(c->ctx, c->fetch_name);
+    lane *l = lane_get(c, fc->node);
+    dtq_qstate *st = dtq_ctx_qstate(ctx, fc->name);
     DTQ_UNUSED(ac);
-    c->fetch_inflight = 0;
+    l->inflight = 0;
+    c->nflight--;
     if (st) st->fetching = 0;
+    dtq_executor_reserve(c->ex, -fc->count); /* the claimed tasks take their slots now */
     if (!reply || !dtq_fetch_reply_ok(reply)) {
-        /* A lost link (NULL) or an error (a node down, a refused write): the sweep goes on
-         * with the next queue; this one is tried again at the next sweep. */
+        /* A lost link (NULL) or an error (a node down, a refused write): the lane goes on
+         * with its next queue; this one is tried again at its next sweep. */
         int64_t now = dtq_monotonic_ms();
         if (reply && now - c->error_logged_ms >= 10000) {
-            dtq_error("fetch of queue %s failed: %s", c->fetch_name,
+            dtq_error("fetch of queue %s failed: %s", fc->name,
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
             c->error_logged_ms = now;
         }
@@ -154,63 +210,138 @@ static void cluster_fetch_cb(redisAsyncContext *ac, void *r, void *priv) {
         c->processing = 0;
         read = reply->element[2]->integer;
     }
-    dtq_ctx_queue_quiet(c->ctx); /* its recovery may go now */
-    if (c->stopped) {            /* draining: what was claimed runs, nothing more is read */
-        dtq_ctx_settled(c->ctx);
-        return;
-    }
-    if (read != 0) c->sweep_read = 1;
-    if (read < 0) { /* a group was made: the same queue again at once */
-    } else if (read >= c->fetch_count) {
-        sweep_end(c); /* the slots are full: the next sweep starts at the first queue */
+    dtq_ctx_queue_quiet(ctx); /* its recovery may go now */
+    if (c->stopped) {         /* draining: what was claimed runs, nothing more is read */
+        if (c->nflight == 0) dtq_ctx_settled(ctx);
     } else {
-        c->sweep_q = c->fetch_q + 1; /* came back short: the next queue */
+        if (read != 0) {
+            l->sweep_read = 1;
+            c->idle_ms = 0;
+        }
+        if (fc->gen != ctx->streams_gen) { /* a reload: the lanes start new sweeps */
+        } else if (read < 0) {             /* a group was made: the same queue again at once */
+            l->sweep_q = fc->q;
+        } else if (read >= fc->count) {
+            lane_end(c, l); /* its count was filled: its next sweep starts at its first queue */
+        } else {
+            l->sweep_q = fc->q + 1; /* came back short: its next queue */
+        }
     }
-    maybe_fetch(c);
+    free(fc->name);
+    free(fc);
+    if (!c->stopped) maybe_fetch(c);
 }
 
+static int cluster_send(dtq_consumer *c, int node, int q, int count) {
+    dtq_ctx *ctx = c->ctx;
+    dtq_streams one = dtq_streams_one(&ctx->streams, q);
+    fetch_call *fc = dtq_xcalloc(1, sizeof(*fc));
+    dtq_argv a;
+    int rc;
+    fc->c = c;
+    fc->node = node;
+    fc->q = q;
+    fc->gen = ctx->streams_gen;
+    fc->name = dtq_xstrdup(ctx->streams.queues[q]);
+    fc->count = count;
+    dtq_call_fetch(&a, ctx->fn.fetch, &one, ctx->cfg->worker_id, count, ctx->policy_json);
+    dtq_call_tag(&a, dtq_ctx_qtag(ctx, q));
+    rc = dtq_ctx_command(ctx, cluster_fetch_cb, fc, &a);
+    dtq_argv_deinit(&a);
+    if (rc != DTQ_OK) {
+        free(fc->name);
+        free(fc);
+        return DTQ_ERR;
+    }
+    lane_get(c, node)->inflight = 1;
+    c->nflight++;
+    dtq_executor_reserve(c->ex, count);
+    ctx->qstate[q].fetching = 1;
+    return DTQ_OK;
+}
+
+/* One pass: every lane without a fetch out and not parked sends one for its next queue,
+ * the free slots split evenly between them (the lane of the queue served first gets the
+ * remainder); a fetch holds its count reserved until its reply. */
 static void cluster_fetch(dtq_consumer *c, int free_slots) {
     dtq_ctx *ctx = c->ctx;
-    int n = ctx->streams.nqueues;
-    if (c->gen != ctx->streams_gen) { /* a reload: a new sweep over the new table */
+    int n = ctx->streams.nqueues, nready = 0;
+    if (c->gen != ctx->streams_gen) { /* a reload: new sweeps over the new table */
         c->gen = ctx->streams_gen;
-        c->sweep_q = 0;
+        for (int i = 0; i < c->nlanes; i++) {
+            c->lanes[i].sweep_q = 0;
+            c->lanes[i].sweep_read = 0;
+            c->lanes[i].parked = 0;
+        }
     }
-    /* Queues whose slot cannot be reached, or that wait for their recovery, are skipped:
-     * a command for a node that is down would hold the sweep for the router's max wait. */
-    while (c->sweep_q < n && !dtq_ctx_queue_fetchable(ctx, c->sweep_q)) c->sweep_q++;
-    if (c->sweep_q >= n) {
-        sweep_end(c);
-        if (!c->idle) { /* work was found: a new sweep from the first queue, unless no
-                         * queue can be fetched (then poll) */
-            for (int q = 0; q < n; q++)
-                if (dtq_ctx_queue_fetchable(ctx, q)) {
-                    cluster_fetch(c, free_slots);
-                    return;
+    if (n > c->nready_cap) {
+        c->ready = dtq_xrealloc(c->ready, sizeof(*c->ready) * (size_t)n);
+        c->ready_q = dtq_xrealloc(c->ready_q, sizeof(*c->ready_q) * (size_t)n);
+        c->nready_cap = n;
+    }
+    c->pass++;
+    for (int q = 0; q < n; q++) { /* the lanes, met in serving order */
+        int node = dtq_ctx_queue_node(ctx, q), next, at;
+        lane *l;
+        if (node < 0) continue;
+        l = lane_get(c, node);
+        if (l->seen == c->pass) continue;
+        l->seen = c->pass;
+        if (l->inflight || l->parked) continue;
+        next = lane_next(c, node, l);
+        if (next < 0) { /* its sweep is over: another at once after work, else it parks */
+            lane_end(c, l);
+            if (!l->parked) next = lane_next(c, node, l);
+            if (next < 0) {
+                l->sweep_read = 0;
+                l->parked = 1;
+                continue;
+            }
+        }
+        /* in the order of the queues they fetch */
+        for (at = nready; at > 0 && c->ready_q[at - 1] > next; at--) {
+            c->ready[at] = c->ready[at - 1];
+            c->ready_q[at] = c->ready_q[at - 1];
+        }
+        c->ready[at] = node;
+        c->ready_q[at] = next;
+        nready++;
+    }
+    for (int i = 0; i < nready; i++) {
+        int count = free_slots / nready + (i < free_slots % nready);
+        if (count <= 0) break;
+        if (cluster_send(c, c->ready[i], c->ready_q[i], count) != DTQ_OK) {
+            c->idle = 1; /* the gate closed or the map names no primary: poll */
+            arm_poll(c, POLL_MS);
+            return;
+        }
+    }
+    if (nready || c->nflight) {
+        /* a lane parked while another has work: it is fetched again soon */
+        if (!evtimer_pending(c->poll_ev, NULL)) {
+            for (int i = 0; i < c->nlanes; i++)
+                if (c->lanes[i].parked) {
+                    arm_poll(c, IDLE_MIN_MS);
+                    break;
                 }
-            c->sweep_read = 0;
-            sweep_end(c);
         }
         return;
     }
-    {
-        dtq_streams one = dtq_streams_one(&ctx->streams, c->sweep_q);
-        dtq_argv a;
-        dtq_call_fetch(&a, ctx->fn.fetch, &one, ctx->cfg->worker_id, free_slots, ctx->policy_json);
-        dtq_call_tag(&a, dtq_ctx_qtag(ctx, c->sweep_q));
-        if (dtq_ctx_command(ctx, cluster_fetch_cb, c, &a) == DTQ_OK) {
-            c->fetch_inflight = 1;
-            c->fetch_q = c->sweep_q;
-            c->fetch_count = free_slots;
-            free(c->fetch_name);
-            c->fetch_name = dtq_xstrdup(ctx->streams.queues[c->sweep_q]);
-            ctx->qstate[c->sweep_q].fetching = 1;
-        } else {
-            arm_poll(c, POLL_MS);
-            c->idle = 1;
-        }
-        dtq_argv_deinit(&a);
+    /* every lane is parked */
+    if (c->round_read) { /* work was found since they last were: new sweeps at once */
+        c->round_read = 0;
+        c->idle_ms = 0;
+        unpark_all(c);
+        for (int q = 0; q < n; q++)
+            if (dtq_ctx_queue_fetchable(ctx, q)) {
+                cluster_fetch(c, free_slots);
+                return;
+            }
     }
+    c->idle = 1;
+    c->idle_ms = c->idle_ms ? c->idle_ms * 2 : IDLE_MIN_MS;
+    if (c->idle_ms > IDLE_MAX_MS) c->idle_ms = IDLE_MAX_MS;
+    arm_poll(c, c->idle_ms);
 }
 
 static void maybe_fetch(dtq_consumer *c) {
@@ -218,8 +349,8 @@ static void maybe_fetch(dtq_consumer *c) {
     const dtq_config *cfg = ctx->cfg;
     dtq_argv a;
     int free_slots;
-    if (!c->started || c->stopped || c->processing || c->fetch_inflight || !dtq_ctx_is_up(ctx))
-        return;
+    if (!c->started || c->stopped || c->processing || !dtq_ctx_is_up(ctx)) return;
+    if (!dtq_ctx_cluster(ctx) && c->fetch_inflight) return;
     if (c->idle) return;                      /* the block or poll timer ends idleness */
     if (dtq_finisher_refused(c->fin)) return; /* resumed by slots_freed once accepted */
     free_slots = dtq_executor_free_slots(c->ex);
@@ -239,6 +370,7 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg) {
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     c->idle = 0;
+    unpark_all(c);
     maybe_fetch(c);
 }
 
@@ -269,16 +401,19 @@ void dtq_consumer_kick(dtq_consumer *c) {
 void dtq_consumer_reset(dtq_consumer *c) {
     c->idle = 0;
     c->idle_ms = 0;
+    unpark_all(c);
     maybe_fetch(c);
 }
 
 int dtq_consumer_busy(const dtq_consumer *c) {
-    return c->fetch_inflight;
+    return c->fetch_inflight || c->nflight > 0;
 }
 
 void dtq_consumer_free(dtq_consumer *c) {
     if (!c) return;
     event_free(c->poll_ev);
-    free(c->fetch_name);
+    free(c->lanes);
+    free(c->ready);
+    free(c->ready_q);
     free(c);
 }

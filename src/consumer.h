@@ -1,7 +1,8 @@
 /* consumer.h: reading new work. One FCALL <ns>_fetch reads and claims up to the free
  * slots in strict priority order; when the streams are empty the `blk` connection waits in
- * one XREAD BLOCK. At most one fetch is in flight; completions that free slots while it is
- * out are picked up by the next one, so reads batch themselves under load. */
+ * one XREAD BLOCK. At most one fetch is in flight (in the cluster layout: one per shard,
+ * the free slots split between them); completions that free slots while it is out are
+ * picked up by the next one, so reads batch themselves under load. */
 #ifndef DTQ_CONSUMER_H
 #define DTQ_CONSUMER_H
 

@@ -189,6 +189,11 @@ int dtq_ctx_queue_up(const dtq_ctx *ctx, int q) {
     return dtq_rcluster_slot_up(ctx->rc, ctx->streams.slots[q]);
 }
 
+int dtq_ctx_queue_node(const dtq_ctx *ctx, int q) {
+    if (!ctx->rc) return 0;
+    return dtq_rcluster_slot_node(ctx->rc, ctx->streams.slots[q]);
+}
+
 int dtq_ctx_key_up(const dtq_ctx *ctx, const char *key) {
     if (!ctx->rc) return 1;
     return dtq_rcluster_slot_up(ctx->rc, dtq_cluster_keyslot(key, strlen(key)));

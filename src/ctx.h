@@ -139,6 +139,9 @@ static inline const char *dtq_ctx_qtag(const dtq_ctx *ctx, int q) {
 /* 1 when served queue q can be reached: always in the single layout; in the cluster one
  * when its slot has a primary whose link is up (dtq_rcluster_slot_up). */
 int dtq_ctx_queue_up(const dtq_ctx *ctx, int q);
+/* The shard of served queue q in the cluster layout: the router's number for the primary
+ * of its slot (dtq_rcluster_slot_node), -1 when it has none; 0 in the single layout. */
+int dtq_ctx_queue_node(const dtq_ctx *ctx, int q);
 /* 1 when the slot of key (a tag, or any key with one) can be reached: always in the
  * single layout; in the cluster one when its primary's link is up. The passes over every
  * queue of the index skip the queues it says no for, so that a shard down does not hold up

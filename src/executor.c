@@ -53,6 +53,7 @@ struct dtq_executor {
     dtq_exec *children; /* exec handler processes */
     run *running;
     int nrunning;
+    int reserved;         /* slots promised to fetches in flight (dtq_executor_reserve) */
     int draining;         /* the daemon is stopping: see dtq_executor_drain */
     char *abandon_reason; /* the drain ran out of time: new runs go straight back */
 };
@@ -396,8 +397,13 @@ void dtq_executor_free(dtq_executor *ex) {
 }
 
 int dtq_executor_free_slots(const dtq_executor *ex) {
-    int free_slots = (int)ex->ctx->cfg->concurrency - ex->nrunning;
+    int free_slots = (int)ex->ctx->cfg->concurrency - ex->nrunning - ex->reserved;
     return free_slots > 0 ? free_slots : 0;
+}
+
+void dtq_executor_reserve(dtq_executor *ex, int n) {
+    ex->reserved += n;
+    if (ex->reserved < 0) ex->reserved = 0;
 }
 
 int dtq_executor_running(const dtq_executor *ex) {

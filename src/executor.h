@@ -13,7 +13,12 @@ typedef struct dtq_executor dtq_executor;
 dtq_executor *dtq_executor_new(dtq_ctx *ctx, dtq_finisher *fin);
 void dtq_executor_free(dtq_executor *ex);
 
+/* concurrency minus the running tasks and the reserved slots (never below 0). */
 int dtq_executor_free_slots(const dtq_executor *ex);
+/* Reserves n slots (n < 0 gives them back): the cluster layout's concurrent fetches each
+ * hold the count they asked for until their reply, so that neither they nor a reap claim
+ * the same free slots twice. */
+void dtq_executor_reserve(dtq_executor *ex, int n);
 int dtq_executor_running(const dtq_executor *ex);
 /* Starts an attempt; takes ownership of t. */
 void dtq_executor_run(dtq_executor *ex, dtq_task *t);

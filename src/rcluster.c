@@ -625,15 +625,19 @@ int dtq_rcluster_command(dtq_rcluster *rc, redisCallbackFn *cb, void *priv, int 
         argc, argv, lens);
 }
 
-int dtq_rcluster_slot_up(const dtq_rcluster *rc, int slot) {
+int dtq_rcluster_slot_node(const dtq_rcluster *rc, int slot) {
     const dtq_redis_endpoint *e;
-    if (!rc->map || slot < 0 || slot >= DTQ_CLUSTER_SLOTS) return 0;
+    if (!rc->map || slot < 0 || slot >= DTQ_CLUSTER_SLOTS) return -1;
     e = dtq_cluster_map_primary(rc->map, (uint16_t)slot);
-    if (!e) return 0;
+    if (!e) return -1;
     for (int i = 0; i < rc->nnodes; i++)
-        if (rc->nodes[i]->port == e->port && !strcmp(rc->nodes[i]->host, e->host))
-            return rc->nodes[i]->up && dtq_rconn_is_up(rc->nodes[i]->conn);
-    return 0;
+        if (rc->nodes[i]->port == e->port && !strcmp(rc->nodes[i]->host, e->host)) return i;
+    return -1;
+}
+
+int dtq_rcluster_slot_up(const dtq_rcluster *rc, int slot) {
+    int i = dtq_rcluster_slot_node(rc, slot);
+    return i >= 0 && rc->nodes[i]->up && dtq_rconn_is_up(rc->nodes[i]->conn);
 }
 
 int dtq_rcluster_primaries(const dtq_rcluster *rc, dtq_rcluster_primary *out, int max) {

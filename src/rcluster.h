@@ -100,6 +100,11 @@ int dtq_rcluster_command_slot(dtq_rcluster *rc, int slot, redisCallbackFn *cb, v
 
 /* 1 when the map names a primary for slot and that primary's link is up. */
 int dtq_rcluster_slot_up(const dtq_rcluster *rc, int slot);
+/* Which node the map names as slot's primary: a number that stands for that host:port for
+ * the router's life (0, 1, ...: a node is numbered the first time it is named, and keeps
+ * its number when it stops being a primary); -1 when no primary is named or none has a
+ * link yet. For the daemon's per-shard fetch scheduling. */
+int dtq_rcluster_slot_node(const dtq_rcluster *rc, int slot);
 /* The map's primaries, in the map's order: at most max into out (host borrowed until the
  * next map read: copy it), each with one slot it serves (for dtq_rcluster_command_slot,
  * e.g. FUNCTION LOAD on each) and whether its link is up. Returns how many there are (may

@@ -312,6 +312,68 @@ START_TEST(test_daemons_serve_every_shard) {
 }
 END_TEST
 
+/* The shards are fetched concurrently: with the first served queue's primary paused
+ * (CLIENT PAUSE: the fetch sent to it gets no answer for 2 s), a task of the second queue,
+ * on another shard, still starts at once. A serial fetch would hold it until the pause
+ * ends. */
+START_TEST(test_stalled_shard_does_not_hold_others) {
+    th_daemon d;
+    char ini[2048], stalled[16] = "", other[16] = "", tag[64];
+    int sport = 0, oport = 0;
+    int64_t pause_at, lat;
+    redisReply *r;
+    for (int i = 0; i < 100 && !*other; i++) { /* two queues on two shards */
+        char name[16];
+        int port;
+        snprintf(name, sizeof(name), "st%d", i);
+        snprintf(tag, sizeof(tag), "{dtq:%s}", name);
+        port = th_cluster_owner_port(&CL, tag);
+        if (!*stalled) {
+            snprintf(stalled, sizeof(stalled), "%s", name);
+            sport = port;
+        } else if (port != sport) {
+            snprintf(other, sizeof(other), "%s", name);
+            oport = port;
+        }
+    }
+    ck_assert_msg(*other, "no two queues on two shards");
+    printf("stalled queue %s on %d, other queue %s on %d\n", stalled, sport, other, oport);
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-st\nqueues = %s,%s\nconcurrency = 4\n"
+             "heartbeat_interval_s = 1\nvisibility_timeout_s = 10\ndrain_timeout_s = 5\n" HANDLERS,
+             stalled, other);
+    th_daemon_start(&d, &R, ini);
+    /* both queues run (the daemon is up on both shards) */
+    enqueue(stalled, "st-warm", "echo", "{}", NULL);
+    enqueue(other, "ot-warm", "echo", "{}", NULL);
+    expect_status(stalled, "st-warm", "succeeded", 20000);
+    expect_status(other, "ot-warm", "succeeded", 20000);
+    th_sleep_ms(300); /* idle: polling both shards */
+
+    th_cluster_node_ok(&CL, sport, "CLIENT PAUSE 2000 ALL");
+    pause_at = th_now_ms();
+    th_sleep_ms(300); /* a fetch of the stalled queue is out and unanswered by now */
+    enqueue(other, "ot-1", "echo", "{}", NULL);
+    ck_assert_msg(wait_status(other, "ot-1", "succeeded", 1200),
+                  "the other shard's task waited for the stalled shard");
+    lat = num_field(other, "ot-1", "started_at") - num_field(other, "ot-1", "created_at");
+    printf("other shard's task started %lld ms after its enqueue, %lld ms into the pause\n",
+           (long long)lat, (long long)(th_now_ms() - pause_at));
+    ck_assert_int_lt(lat, 1000);
+    ck_assert_int_lt(th_now_ms() - pause_at, 1900); /* it ran while the pause held */
+
+    /* the stalled shard is served again once the pause ends */
+    th_sleep_ms(2000);
+    enqueue(stalled, "st-1", "echo", "{}", NULL);
+    expect_status(stalled, "st-1", "succeeded", 5000);
+    ck_assert_int_eq(num_field(stalled, "st-1", "attempt"), 1);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 15000), 0);
+    r = at("{dtq}", "SISMEMBER {dtq}:workers w-st");
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+}
+END_TEST
+
 /* A namespace laid out for a single Redis with cluster_hash_tag ({ns}:config, no layout
  * marker) on the cluster: a daemon with the cluster URL refuses to start and says why. */
 START_TEST(test_wrong_layout_refused) {
@@ -344,6 +406,7 @@ int main(void) {
     tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
     tcase_add_test(tc, test_wrong_layout_refused);
     tcase_add_test(tc, test_daemons_serve_every_shard);
+    tcase_add_test(tc, test_stalled_shard_does_not_hold_others);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
