@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,7 +139,8 @@ int main(int argc, char **argv) {
     char *child_argv[] = {prog, NULL};
     child *kids = calloc((size_t)parallel, sizeof *kids);
     long started = 0, done = 0;
-    double t0 = now_s(), dt;
+    double t0 = now_s(), dt, cpu;
+    struct rusage ru;
     signal(SIGPIPE, SIG_IGN); /* a child that exits before reading its stdin */
     while (done < n) {
         while (started < n && started - done < parallel) {
@@ -168,12 +170,15 @@ int main(int argc, char **argv) {
         done++;
     }
     dt = now_s() - t0;
-    printf("spawn floor%s: %ld x %s, %ld at a time: %.0f/s\n",
+    getrusage(RUSAGE_SELF, &ru); /* this process alone, as bench/exec.sh's daemon CPU */
+    cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+          (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    printf("spawn floor%s: %ld x %s, %ld at a time: %.0f/s, spawner CPU %.0f us/child\n",
            cloned  ? " with stdio pipes and a clean slate, cloned as dtq does"
            : clean ? " with stdio pipes and a clean slate"
            : pipes ? " with stdio pipes"
                    : "",
-           n, prog, parallel, (double)n / dt);
+           n, prog, parallel, (double)n / dt, cpu / (double)n);
     free(kids);
     munmap(stack, stack_size);
     return 0;
