@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # exec handlers beside the machine's spawn floor, in one sitting: N tasks of `exec =
 # /bin/true` at concurrency C through one daemon, then the bare posix_spawn + waitpid loop
-# (bench/spawn_floor.c) with the same parallelism: bare, with stdio pipes, and with the pipes
-# and the clean slate dtq gives its children. Also the daemon's own CPU per task.
+# (bench/spawn_floor.c) with the same parallelism: bare, with stdio pipes, with the pipes
+# and the clean slate dtq gives its children, and that started as dtq starts it (a clone on
+# a stack mapped once, not glibc's posix_spawn). Also the daemon's own CPU per task.
 # Usage: bench/exec.sh [N] [concurrency]
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -45,3 +46,4 @@ echo "dtq exec: $n tasks in $ms ms: $(( n * 1000 / (ms > 0 ? ms : 1) )) tasks/s;
 "$floor_bin" "$n_all" "$conc" /bin/true
 "$floor_bin" "$n_all" "$conc" /bin/true pipes
 "$floor_bin" "$n_all" "$conc" /bin/true clean
+"$floor_bin" "$n_all" "$conc" /bin/true clone

@@ -5,13 +5,21 @@
  * the output read after the exit (so only for programs that write less than a pipe holds).
  * With "clean", the pipes and also the clean slate dtq gives every exec child: its own
  * process group, every signal at its default and none blocked, no descriptor above 2.
- * Usage: spawn_floor [n] [parallel] [program] [pipes|clean] */
+ * With "clone", the same child started the way dtq starts it (src/handler_exec.c): a
+ * clone(CLONE_VM | CLONE_VFORK) on a stack mapped once, where glibc's posix_spawn maps
+ * and unmaps a stack per child. The payload is written before the spawn, as dtq does.
+ * Usage: spawn_floor [n] [parallel] [program] [pipes|clean|clone] */
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,21 +81,73 @@ static int spawn_piped(char *prog, char **child_argv, child *c, int clean) {
     return 0;
 }
 
+typedef struct {
+    char *prog;
+    char **argv;
+    int fds[3];
+    int err;
+} clone_args;
+
+static int clone_child(void *arg) {
+    clone_args *a = arg;
+    struct sigaction dfl;
+    sigset_t none;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+    setpgid(0, 0);
+    for (int i = 0; i < 3; i++) dup2(a->fds[i], i);
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->prog, a->argv, environ);
+    a->err = errno;
+    _exit(127);
+}
+
+static int spawn_cloned(char *prog, char **child_argv, child *c, char *stack_top) {
+    int p[3][2];
+    sigset_t all, old;
+    for (int i = 0; i < 3; i++)
+        if (pipe2(p[i], O_CLOEXEC) != 0) return -1;
+    if (write(p[0][1], "{}", 2) != 2) return -1;
+    close(p[0][1]);
+    clone_args a = {prog, child_argv, {p[0][0], p[1][1], p[2][1]}, 0};
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    c->pid = clone(clone_child, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(p[0][0]);
+    close(p[1][1]);
+    close(p[2][1]);
+    if (c->pid < 0 || a.err) return -1;
+    c->out = p[1][0];
+    c->err = p[2][0];
+    return 0;
+}
+
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 5000, parallel = argc > 2 ? atol(argv[2]) : 64;
     char *prog = argc > 3 ? argv[3] : (char *)"/bin/true";
-    int clean = argc > 4 && !strcmp(argv[4], "clean");
+    int cloned = argc > 4 && !strcmp(argv[4], "clone");
+    int clean = cloned || (argc > 4 && !strcmp(argv[4], "clean"));
     int pipes = clean || (argc > 4 && !strcmp(argv[4], "pipes"));
+    size_t stack_size = 64 * 1024;
+    char *stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     char *child_argv[] = {prog, NULL};
     child *kids = calloc((size_t)parallel, sizeof *kids);
     long started = 0, done = 0;
-    double t0 = now_s(), dt;
+    double t0 = now_s(), dt, cpu;
+    struct rusage ru;
     signal(SIGPIPE, SIG_IGN); /* a child that exits before reading its stdin */
     while (done < n) {
         while (started < n && started - done < parallel) {
             child c = {0, -1, -1};
-            if (pipes ? spawn_piped(prog, child_argv, &c, clean) != 0
-                      : posix_spawn(&c.pid, prog, NULL, NULL, child_argv, environ) != 0) {
+            if (cloned  ? spawn_cloned(prog, child_argv, &c, stack + stack_size) != 0
+                : pipes ? spawn_piped(prog, child_argv, &c, clean) != 0
+                        : posix_spawn(&c.pid, prog, NULL, NULL, child_argv, environ) != 0) {
                 perror("spawn");
                 return 1;
             }
@@ -110,11 +170,16 @@ int main(int argc, char **argv) {
         done++;
     }
     dt = now_s() - t0;
-    printf("spawn floor%s: %ld x %s, %ld at a time: %.0f/s\n",
-           clean   ? " with stdio pipes and a clean slate"
+    getrusage(RUSAGE_SELF, &ru); /* this process alone, as bench/exec.sh's daemon CPU */
+    cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+          (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    printf("spawn floor%s: %ld x %s, %ld at a time: %.0f/s, spawner CPU %.0f us/child\n",
+           cloned  ? " with stdio pipes and a clean slate, cloned as dtq does"
+           : clean ? " with stdio pipes and a clean slate"
            : pipes ? " with stdio pipes"
                    : "",
-           n, prog, parallel, (double)n / dt);
+           n, prog, parallel, (double)n / dt, cpu / (double)n);
     free(kids);
+    munmap(stack, stack_size);
     return 0;
 }

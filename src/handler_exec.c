@@ -5,15 +5,19 @@
 #include "handler_exec.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,11 +46,18 @@ typedef struct job {
     unsigned char retry_exit_codes[32]; /* the spec's: a reload may free it meanwhile */
 } job;
 
+/* The stack every child runs on from its clone to its execve (spawn_child): mapped once,
+ * with a guard page below it. A fresh stack per spawn, as posix_spawn maps, costs an mmap
+ * and an munmap, and the munmap a flush of the TLB of every core the child ran on. */
+#define CHILD_STACK_BYTES (64 * 1024)
+
 struct dtq_exec {
     struct event_base *base;
     int64_t error_max_bytes;
     int64_t result_max_bytes;
     job *jobs;
+    char *stack;      /* CHILD_STACK_BYTES with a guard page below: see spawn_child */
+    size_t stack_map; /* the bytes mapped, guard page included */
 };
 
 /* ----------------------------------------------------------------- spec */
@@ -387,36 +398,86 @@ static int make_pipes(int p[3][2], char *msg, size_t msglen) {
     return 0;
 }
 
-/* The child is started with posix_spawn, which glibc implements with clone(CLONE_VM |
- * CLONE_VFORK): no copy of the daemon's page tables, so an exec handler costs what the
- * machine's spawn floor costs (bench/exec.sh). Everything the child needs is declared:
- * its own process group, every signal at its default disposition and none blocked (a
- * program starts as if from a clean login, not with what the daemon set up or inherited:
- * an ignored SIGPIPE under systemd would stay ignored across execve), the three pipes on
- * 0-2, no descriptor above 2, and the working directory. A failure to chdir or execve
- * comes back as posix_spawn's error, in the parent. */
-static int spawn_child(const dtq_exec_spec *spec, char **env, int p[3][2], pid_t *pid) {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t all, none;
+/* What the child needs between its clone and its execve, in the parent's memory. */
+typedef struct {
+    const dtq_exec_spec *spec;
+    char **env;
+    int fds[3]; /* become 0, 1 and 2; all above 2 (make_pipes) */
+    int err;    /* the errno of the step that failed; 0 when execve ran */
+} spawn_args;
+
+/* Closes every descriptor above 2: close_range, or on kernels before 5.9 a walk of
+ * /proc/self/fd with getdents64 (no malloc: this runs in the child, on the parent's
+ * memory). Descriptors are listed by number, so closing one does not disturb the walk. */
+static int close_above_2(void) {
+    char buf[1024];
+    long n;
+    int dir;
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return 0;
+    if (errno != ENOSYS) return -1;
+    dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return -1;
+    while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+        for (long off = 0; off < n;) {
+            const struct dirent64 *d = (const struct dirent64 *)(void *)(buf + off);
+            int fd = 0;
+            off += d->d_reclen;
+            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+            for (const char *c = d->d_name; *c >= '0' && *c <= '9'; c++) fd = fd * 10 + (*c - '0');
+            if (fd > 2 && fd != dir) close(fd);
+        }
+    }
+    close(dir);
+    return n < 0 ? -1 : 0;
+}
+
+/* The child, from its clone to its execve, sharing the parent's memory (the parent waits:
+ * CLONE_VFORK). Only system calls: no malloc, no stdio, no locks. Every signal is blocked
+ * when it starts (spawn_child), so none of the daemon's handlers can run here; they are
+ * all reset before the mask is emptied. On a failure, err says why and the child exits
+ * 127 before the parent resumes. */
+static int child_main(void *arg) {
+    spawn_args *a = arg;
+    struct sigaction dfl;
+    sigset_t none;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+    if (setpgid(0, 0) != 0) goto fail;
+    for (int i = 0; i < 3; i++)
+        if (dup2(a->fds[i], i) != i) goto fail;
+    if (close_above_2() != 0) goto fail;
+    if (a->spec->workdir && chdir(a->spec->workdir) != 0) goto fail;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->spec->argv[0], a->spec->argv, a->env);
+fail:
+    a->err = errno;
+    _exit(127);
+}
+
+/* The child is started as posix_spawn starts one, with clone(CLONE_VM | CLONE_VFORK): no
+ * copy of the daemon's page tables, and the daemon resumes once the child has reached its
+ * execve. Unlike glibc's posix_spawn, on a stack mapped once (ex->stack) and without its
+ * descriptor checks, which cost an mmap, an munmap with its TLB flush and seven getrlimit
+ * calls per spawn. Everything the child needs is declared: its own process group, every
+ * signal at its default disposition and none blocked (a program starts as if from a clean
+ * login, not with what the daemon set up or inherited: an ignored SIGPIPE under systemd
+ * would stay ignored across execve), the three pipes on 0-2, no descriptor above 2, and
+ * the working directory. A failure to chdir or execve comes back as an errno, in the
+ * parent. Called from the event loop's thread only: one child at a time uses the stack. */
+static int spawn_child(dtq_exec *ex, const dtq_exec_spec *spec, char **env, const int fds[3],
+                       pid_t *pid) {
+    spawn_args a = {spec, env, {fds[0], fds[1], fds[2]}, 0};
+    sigset_t all, old;
     int rc;
     sigfillset(&all);
-    sigemptyset(&none);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                        POSIX_SPAWN_SETSIGMASK);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, p[0][0], 0);
-    posix_spawn_file_actions_adddup2(&fa, p[1][1], 1);
-    posix_spawn_file_actions_adddup2(&fa, p[2][1], 2);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    if (spec->workdir) posix_spawn_file_actions_addchdir_np(&fa, spec->workdir);
-    rc = posix_spawn(pid, spec->argv[0], &fa, &attr, spec->argv, env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    *pid = clone(child_main, ex->stack + ex->stack_map, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+    rc = *pid < 0 ? errno : a.err;
+    if (*pid > 0 && rc != 0) waitpid(*pid, NULL, 0); /* it exited 127: nothing to report */
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
 
@@ -430,13 +491,25 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     char **env, msg[320];
     job *j;
     pid_t pid;
+    size_t written = 0;
     int rc;
     if (make_pipes(p, msg, sizeof(msg)) != 0) {
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
     }
+    /* A payload of at most PIPE_BUF bytes goes into the empty pipe before the child
+     * exists: the write cannot block and is whole, and the child finds its stdin complete
+     * and closed. The usual case, as payloads are far smaller than a pipe; a larger one
+     * goes in through an event as the program reads (feed_stdin). */
+    if (call->payload_len <= PIPE_BUF &&
+        (call->payload_len == 0 ||
+         write(p[0][1], call->payload, call->payload_len) == (ssize_t)call->payload_len)) {
+        close(p[0][1]);
+        p[0][1] = -1;
+        written = call->payload_len;
+    }
     env = child_env(spec, call);
-    rc = spawn_child(spec, env, p, &pid);
+    rc = spawn_child(ex, spec, env, (const int[3]){p[0][0], p[1][1], p[2][1]}, &pid);
     free_child_env(env);
     close(p[0][0]);
     close(p[1][1]);
@@ -447,7 +520,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
         int transient = rc == EAGAIN || rc == ENOMEM;
         snprintf(msg, sizeof(msg), "exec: cannot run %s%s%s: %s", spec->argv[0],
                  spec->workdir ? " in " : "", spec->workdir ? spec->workdir : "", strerror(rc));
-        close(p[0][1]);
+        if (p[0][1] >= 0) close(p[0][1]);
         close(p[1][0]);
         close(p[2][0]);
         call->complete(call, transient ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL, NULL, 0, msg);
@@ -463,16 +536,18 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     j->out_max = spec->keep_stdout ? (size_t)ex->result_max_bytes : 0;
     j->payload = call->payload;
     j->payload_len = call->payload_len;
+    j->payload_off = written;
     j->kill_grace_ms = spec->kill_grace_ms;
     memcpy(j->retry_exit_codes, spec->retry_exit_codes, sizeof(j->retry_exit_codes));
-    set_nonblock(j->in_fd);
     set_nonblock(j->out_fd);
     set_nonblock(j->err_fd);
-    /* A payload the pipe holds goes in at once, with no stdin event to register, wake
-     * and remove: the usual case, as payloads are far smaller than a pipe. */
-    if (!feed_stdin(j)) {
-        j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
-        event_add(j->in_ev, NULL);
+    /* A larger payload: what the pipe takes goes in at once, the rest as it drains. */
+    if (j->in_fd >= 0) {
+        set_nonblock(j->in_fd);
+        if (!feed_stdin(j)) {
+            j->in_ev = event_new(ex->base, j->in_fd, EV_WRITE | EV_PERSIST, stdin_cb, j);
+            event_add(j->in_ev, NULL);
+        }
     }
     j->out_ev = event_new(ex->base, j->out_fd, EV_READ | EV_PERSIST, stdout_cb, j);
     j->err_ev = event_new(ex->base, j->err_fd, EV_READ | EV_PERSIST, stderr_cb, j);
@@ -513,7 +588,16 @@ void dtq_exec_reap(dtq_exec *ex) {
 
 dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes, int64_t result_max_bytes) {
     dtq_exec *ex = dtq_xcalloc(1, sizeof(*ex));
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     ex->base = base;
+    ex->stack_map = CHILD_STACK_BYTES + page;
+    ex->stack = mmap(NULL, ex->stack_map, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (ex->stack == MAP_FAILED) { /* as any allocation failure */
+        fprintf(stderr, "dtq: out of memory mapping %zu bytes\n", ex->stack_map);
+        abort();
+    }
+    mprotect(ex->stack, page, PROT_NONE); /* the guard page: an overflow faults */
     dtq_exec_set_limits(ex, error_max_bytes, result_max_bytes);
     return ex;
 }
@@ -539,5 +623,6 @@ void dtq_exec_free(dtq_exec *ex) {
         }
         job_free(j);
     }
+    munmap(ex->stack, ex->stack_map);
     free(ex);
 }

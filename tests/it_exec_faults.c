@@ -520,6 +520,46 @@ START_TEST(test_retry_exit_codes) {
 }
 END_TEST
 
+/* The child starts in the section's workdir, leads its own process group and finds its
+ * payload on stdin; a workdir that does not exist is a permanent failure whose message
+ * (the child's errno, from between its clone and its execve) says why, and the daemon
+ * goes on starting children. */
+START_TEST(test_workdir_and_spawn_failure) {
+    th_daemon d;
+    char where[400], dir[400], ini[2048], want[1024], *res;
+    script("where.sh",
+           "read -r l </proc/$$/stat; set -- ${l##*) }; in=$(cat); echo \"$(pwd) $3 $$ $in\"",
+           where, sizeof(where));
+    th_path(&R, "", dir, sizeof(dir));
+    if (strlen(dir) > 1 && dir[strlen(dir) - 1] == '/') dir[strlen(dir) - 1] = '\0';
+    snprintf(ini, sizeof(ini),
+             "[handler:here]\nexec = %s\nresult = text\nworkdir = %s\n"
+             "[handler:nodir]\nexec = %s\nworkdir = /nonexistent-dtq-dir\nmax_attempts = 3\n",
+             where, dir, where);
+    start(&d, "w-workdir", NULL, ini);
+    th_enqueue(C, "default", "w1", "nodir", "{}", NULL);
+    th_enqueue(C, "default", "w2", "here", "{\"n\":1}", NULL);
+    th_expect_status(C, "w1", "dead_lettered", 10000);
+    th_assert_field(C, "w1", "attempt", "1");
+    snprintf(want, sizeof(want),
+             "exec: cannot run %s in /nonexistent-dtq-dir: No such file or directory", where);
+    th_assert_field(C, "w1", "last_error", want);
+    th_expect_status(C, "w2", "succeeded", 10000);
+    res = result_of("w2");
+    {
+        char wd[400];
+        long pgrp = 0, pid = -1;
+        /* "<workdir> <pgrp> <pid> {\"n\":1}\n" as a JSON string */
+        ck_assert_int_eq(sscanf(res, "\"%399s %ld %ld", wd, &pgrp, &pid), 3);
+        ck_assert_str_eq(wd, dir);
+        ck_assert_int_eq(pgrp, pid);
+        ck_assert_ptr_nonnull(strstr(res, " {\\\"n\\\":1}\\n\""));
+    }
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 /* result = text stores stdout as a JSON string, result = ignore stores nothing (and the
  * task succeeds, though "done" is no JSON), and text that is not UTF-8 is a bad_result. */
 START_TEST(test_result_text_and_ignore) {
@@ -673,6 +713,7 @@ int main(void) {
     tcase_add_test(tc, test_child_sees_only_0_1_2);
     tcase_add_test(tc, test_child_signals_default);
     tcase_add_test(tc, test_section_env_overrides_inherited);
+    tcase_add_test(tc, test_workdir_and_spawn_failure);
     suite_add_tcase(s, tc);
     tc = tcase_create("choices");
     tcase_add_checked_fixture(tc, setup, teardown);
