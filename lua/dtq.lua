@@ -1232,7 +1232,7 @@ function FULL.first(c, ms, worker, policy, stream, queue, band, entry_id, tid, a
     return false
   end
   local ttype, created = h[3], h[8]
-  if #created > 15 or created:find('%D') then return false end
+  if #created > 15 or not created:find('^%d+$') then return false end
   if call_any_cancelled ~= false and in_cancelled(tid) then return false end
   local per = policy.t[ttype]
   local ma, to = (per and per[1]) or policy.d[1], (per and per[2]) or policy.d[2]

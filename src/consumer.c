@@ -262,10 +262,12 @@ static int cluster_send(dtq_consumer *c, int node, int q, int count) {
 
 /* One pass: every lane without a fetch out and not parked sends one for its next queue,
  * the free slots split evenly between them (the lane of the queue served first gets the
- * remainder); a fetch holds its count reserved until its reply. */
+ * remainder); a fetch holds its count reserved until its reply. No fetch asks for more than
+ * its shard's share of the concurrency (over the shards of the served queues), so a shard
+ * that stalls with a fetch out cannot hold every slot while another has work. */
 static void cluster_fetch(dtq_consumer *c, int free_slots) {
     dtq_ctx *ctx = c->ctx;
-    int n = ctx->streams.nqueues, nready = 0;
+    int n = ctx->streams.nqueues, nready = 0, nlanes = 0, share;
     if (c->gen != ctx->streams_gen) { /* a reload: new sweeps over the new table */
         c->gen = ctx->streams_gen;
         for (int i = 0; i < c->nlanes; i++) {
@@ -287,6 +289,7 @@ static void cluster_fetch(dtq_consumer *c, int free_slots) {
         l = lane_get(c, node);
         if (l->seen == c->pass) continue;
         l->seen = c->pass;
+        nlanes++;
         if (l->inflight || l->parked) continue;
         next = lane_next(c, node, l);
         if (next < 0) { /* its sweep is over: another at once after work, else it parks */
@@ -307,12 +310,16 @@ static void cluster_fetch(dtq_consumer *c, int free_slots) {
         c->ready_q[at] = next;
         nready++;
     }
+    share = nlanes ? ((int)ctx->cfg->concurrency + nlanes - 1) / nlanes : 0;
     for (int i = 0; i < nready; i++) {
         int count = free_slots / nready + (i < free_slots % nready);
+        if (count > share) count = share;
         if (count <= 0) break;
         if (cluster_send(c, c->ready[i], c->ready_q[i], count) != DTQ_OK) {
-            c->idle = 1; /* the gate closed or the map names no primary: poll */
-            arm_poll(c, POLL_MS);
+            /* the gate closed or the map names no primary: poll (soon when other lanes
+             * have fetches out: their replies do not fetch while the consumer is idle) */
+            c->idle = 1;
+            arm_poll(c, c->nflight ? IDLE_MIN_MS : POLL_MS);
             return;
         }
     }

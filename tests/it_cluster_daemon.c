@@ -367,6 +367,46 @@ START_TEST(test_stalled_shard_does_not_hold_others) {
     enqueue(stalled, "st-1", "echo", "{}", NULL);
     expect_status(stalled, "st-1", "succeeded", 5000);
     ck_assert_int_eq(num_field(stalled, "st-1", "attempt"), 1);
+
+    /* The stalled shard has a backlog, so its lane fetches again at once while the other's
+     * is parked (it found nothing): such a lone fetch asks for no more than its shard's
+     * share of the slots, so the other shard's task still finds one while it stalls. */
+    {
+        redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, sport));
+        enum { BACKLOG = 20000 };
+        snprintf(tag, sizeof(tag), "{dtq:%s}", stalled);
+        for (int i = 0; i < BACKLOG; i++)
+            redisAppendCommand(c, "FCALL dtq_enqueue 1 %s %s echo {}", tag, stalled);
+        for (int i = 0; i < BACKLOG; i++) {
+            ck_assert_int_eq(redisGetReply(c, (void **)&r), REDIS_OK);
+            ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "backlog enqueue: %s", r->str);
+            freeReplyObject(r);
+        }
+        redisFree(c);
+    }
+    th_cluster_node_ok(&CL, sport, "CLIENT PAUSE 2000 ALL");
+    pause_at = th_now_ms();
+    th_sleep_ms(300);
+    enqueue(other, "ot-2", "echo", "{}", NULL);
+    /* started (claimed) in time; its end is recorded once the stalled shard answers: the
+     * finisher sends the next batches when every shard answered the last ones */
+    {
+        int started = 0;
+        for (int64_t t0 = th_now_ms(); !started && th_now_ms() - t0 < 1200;) {
+            char *v = field(other, "ot-2", "started_at");
+            started = v != NULL;
+            free(v);
+            if (!started) th_sleep_ms(10);
+        }
+        ck_assert_msg(started, "the other shard's task waited for the stalled shard's lone fetch");
+    }
+    lat = num_field(other, "ot-2", "started_at") - num_field(other, "ot-2", "created_at");
+    printf("with a backlog on the stalled shard: the other's task started %lld ms after its "
+           "enqueue\n",
+           (long long)lat);
+    ck_assert_int_lt(lat, 1000);
+    ck_assert_int_lt(th_now_ms() - pause_at, 1900);
+    expect_status(other, "ot-2", "succeeded", 5000);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 15000), 0);
     r = at("{dtq}", "SISMEMBER {dtq}:workers w-st");
     ck_assert_int_eq(r->integer, 0);
