@@ -702,11 +702,12 @@ end
 
 --[[ The one place max_attempts and timeout_ms are resolved: at claim, from the task's own
 value, else its handler section's (the policy table the daemon sends), else the defaults.
-The result is written into the hash; finish, handback and the reaper read it from there. ]]
-local function resolve(h, policy)
-  local per = policy.t[h.task_type]
-  local ma = tonumber(h.own_max_attempts) or (per and per[1]) or policy.d[1]
-  local to = tonumber(h.own_timeout_ms) or (per and per[2]) or policy.d[2]
+The result is written into the hash; finish, handback and the reaper read it from there.
+own_ma and own_to are the task's own values as stored (nil: none). ]]
+local function resolve(policy, ttype, own_ma, own_to)
+  local per = policy.t[ttype]
+  local ma = (own_ma and tonumber(own_ma)) or (per and per[1]) or policy.d[1]
+  local to = (own_to and tonumber(own_to)) or (per and per[2]) or policy.d[2]
   return ma, to
 end
 
@@ -874,7 +875,7 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
                           slots)
   local attempt = tonumber(h.attempt)
   if adopt then attempt = attempt + 1 end
-  local ma, to = resolve(h, policy)
+  local ma, to = resolve(policy, h.task_type, h.own_max_attempts, h.own_timeout_ms)
   local now, sma, sto = fmt(ms), fmt(ma), fmt(to)
   local kept = h.max_attempts == sma and h.timeout_ms == sto
   -- A limited claim (LIM.gate ran) records the slot sets it holds (limit_slots: a claim
@@ -965,11 +966,6 @@ function LEAN.sound(c, first, f)
   return true
 end
 
-function LEAN.resolve(f, policy)
-  local per = policy.t[f.task_type]
-  return tonumber(f.max_attempts) or (per and per[1]) or policy.d[1],
-         tonumber(f.timeout_ms) or (per and per[2]) or policy.d[2]
-end
 
 --[[ Writes the hash of lean task `tid` from its entry's fields f, as the full task it becomes:
 what creation would have written (created_at is the entry's time), the attempt `attempt`
@@ -1022,7 +1018,7 @@ function LEAN.process(c, ms, worker, policy, stream, queue, band, entry_id, f, f
       return nil
     end
     if LIM.of(queue) then return false end -- limits keep per-task state: a full task
-    local ma, to = LEAN.resolve(f, policy)
+    local ma, to = resolve(policy, f.task_type, f.max_attempts, f.timeout_ms)
     emit_task(c, ms, 'TASK_STARTED', tid, queue, f.task_type, 1, worker)
     return {stream, entry_id, tid, queue, f.task_type, f.payload, 1, ma, to, 1}
   end
@@ -1037,7 +1033,7 @@ function LEAN.process(c, ms, worker, policy, stream, queue, band, entry_id, f, f
   if h then return false, h end
   local owner, deliveries = LEAN.pending(stream, entry_id)
   if not deliveries then return nil end -- not pending (any more): nothing to adopt
-  local ma, to = LEAN.resolve(f, policy)
+  local ma, to = resolve(policy, f.task_type, f.max_attempts, f.timeout_ms)
   if mode == 'lost' then
     redis.call('XCLAIM', stream, GROUP, worker, 0, entry_id, 'IDLE', 0, 'JUSTID')
     return {stream, entry_id, tid, queue, f.task_type, f.payload, deliveries, ma, to, 1}
@@ -1075,9 +1071,9 @@ function LEAN.first(c, ms, worker, policy, stream, queue, band, entry_id, ttype,
     end
     emit_task(c, ms, 'TASK_STARTED', tid, queue, ttype, 1, worker)
   end
-  local per, n = policy.t[ttype], #out
+  local n = #out
   out[n + 1], out[n + 2], out[n + 3] = entry_id, ttype, payload
-  out[n + 4], out[n + 5] = (per and per[1]) or policy.d[1], (per and per[2]) or policy.d[2]
+  out[n + 4], out[n + 5] = resolve(policy, ttype)
   return true
 end
 
@@ -1127,7 +1123,7 @@ function LEAN.settle(ms, worker, stream, entry_id, attempt, policy)
   end
   local owner, deliveries = LEAN.pending(stream, entry_id)
   if owner ~= worker or deliveries ~= attempt then return 'stale' end
-  local ma, to = LEAN.resolve(f, policy)
+  local ma, to = resolve(policy, f.task_type, f.max_attempts, f.timeout_ms)
   LEAN.materialise(ms, LEAN.tid(queue, band, entry_id), queue, band, stream, entry_id, f,
                    'running', attempt, {'worker_id', worker, 'max_attempts', fmt(ma),
                    'timeout_ms', fmt(to), 'carrier', stream .. '/' .. entry_id,
@@ -1234,8 +1230,7 @@ function FULL.first(c, ms, worker, policy, stream, queue, band, entry_id, tid, a
   local ttype, created = h[3], h[8]
   if #created > 15 or not created:find('^%d+$') then return false end
   if call_any_cancelled ~= false and in_cancelled(tid) then return false end
-  local per = policy.t[ttype]
-  local ma, to = (per and per[1]) or policy.d[1], (per and per[2]) or policy.d[2]
+  local ma, to = resolve(policy, ttype)
   redis.call('HSET', tkey, 'status', 'running', 'worker_id', worker, 'started_at', fmt(ms),
              'max_attempts', fmt(ma), 'timeout_ms', fmt(to), 'carrier', stream .. '/' .. entry_id)
   emit_task(c, ms, 'TASK_STARTED', tid, queue, ttype, 1, worker)
