@@ -128,12 +128,8 @@ static void fan_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     char **copy;
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
-    if (r->type == REDIS_REPLY_ERROR) {
-        s->error = dtq_xstrndup(r->str, r->len);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY) return;
-    s->queues = dtq_web_index_names(r, &s->nq);
+    s->queues = dtq_web_index_names(r, &s->nq, &s->error);
+    if (!s->queues) return;
     copy = dtq_xcalloc((size_t)s->nq + 1, sizeof(char *));
     for (int i = 0; i < s->nq; i++) copy[i] = dtq_xstrdup(s->queues[i]);
     dtq_web_set_index(s->h.w, copy, s->nq);

@@ -132,9 +132,8 @@ static void smp_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     int n = 0;
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
-    if (r->type != REDIS_REPLY_ARRAY) return;
-    q = dtq_web_index_names(r, &n);
-    dtq_web_set_index(s->h.w, q, n);
+    q = dtq_web_index_names(r, &n, NULL);
+    if (q) dtq_web_set_index(s->h.w, q, n);
 }
 
 static void smp_queues(dtq_rsteps *j) {

@@ -127,12 +127,7 @@ static void wr_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     wr *s = dtq_rsteps_state(j);
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
-    if (r->type == REDIS_REPLY_ERROR) {
-        s->error = dtq_xstrndup(r->str, r->len);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY) return;
-    s->queues = dtq_web_index_names(r, &s->nq);
+    s->queues = dtq_web_index_names(r, &s->nq, &s->error);
 }
 
 /* `next` runs with s->queues read (the cluster layout), or at once (the single layout: one
