@@ -71,104 +71,115 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
     return t;
 }
 
-int dtq_lean_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *arg), void *arg,
-                           char *err, size_t errlen) {
+/* The claim lists of a fetch reply (lean-claims, full-claims): flat groups, a head (stream,
+ * queue, [band,] m) then m claims of a fixed width, decoded by the kind's claim(). */
+typedef struct {
+    const char *head_error; /* the message of a malformed group head */
+    size_t head;            /* its elements: 4 with a band, 3 without */
+    size_t fields;          /* the elements of one claim */
+    /* The task of claim e (its stream, queue and a lean id come from the group), or NULL
+     * with err filled. */
+    dtq_task *(*claim)(redisReply *const *e, char *err, size_t errlen);
+} claim_kind;
+
+static int strings(redisReply *const *e, int n) {
+    for (int i = 0; i < n; i++)
+        if (e[i]->type != REDIS_REPLY_STRING) return 0;
+    return 1;
+}
+
+static int claims_decode(const claim_kind *k, const redisReply *r,
+                         void (*fn)(dtq_task *t, void *arg), void *arg, char *err, size_t errlen) {
     int n = 0;
     size_t i = 0;
     if (!r) return 0;
     if (r->type != REDIS_REPLY_ARRAY) {
-        snprintf(err, errlen, "lean claims are not an array");
+        snprintf(err, errlen, "claims are not an array");
         return -1;
     }
     while (i < r->elements) {
         redisReply *const *g = r->element + i;
-        int64_t band, m;
-        if (r->elements - i < 4 || g[0]->type != REDIS_REPLY_STRING ||
-            g[1]->type != REDIS_REPLY_STRING || as_int(g[2], 0, DTQ_BANDS - 1, &band) ||
-            as_int(g[3], 1, (int64_t)(r->elements - i - 4) / LEAN_CLAIM_FIELDS, &m)) {
-            snprintf(err, errlen, "lean claims: a group head that is not stream, queue, band, m");
+        int64_t band = -1, m;
+        if (r->elements - i < k->head || !strings(g, 2) ||
+            (k->head == 4 && as_int(g[2], 0, DTQ_BANDS - 1, &band)) ||
+            as_int(g[k->head - 1], 1, (int64_t)((r->elements - i - k->head) / k->fields), &m)) {
+            snprintf(err, errlen, "%s", k->head_error);
             return -1;
         }
         for (int64_t j = 0; j < m; j++) {
-            redisReply *const *e = g + 4 + j * LEAN_CLAIM_FIELDS;
-            dtq_task *t;
-            if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING ||
-                e[2]->type != REDIS_REPLY_STRING) {
-                snprintf(err, errlen, "lean claims: a claim field of the wrong type");
-                return -1;
-            }
-            t = dtq_xcalloc(1, sizeof(*t));
-            t->attempt = 1;
-            t->lean = 1;
-            if (as_int(e[3], 1, DTQ_MAX_ATTEMPTS, &t->max_attempts) ||
-                as_int(e[4], 1, DTQ_TASK_INT_MAX, &t->timeout_ms)) {
-                snprintf(err, errlen, "lean claims: max_attempts or timeout_ms out of range");
-                free(t);
-                return -1;
-            }
+            dtq_task *t = k->claim(g + k->head + (size_t)j * k->fields, err, errlen);
+            if (!t) return -1;
             t->stream = dtq_xstrndup(g[0]->str, g[0]->len);
             t->queue = dtq_xstrndup(g[1]->str, g[1]->len);
-            t->entry_id = dtq_xstrndup(e[0]->str, e[0]->len);
-            t->task_type = dtq_xstrndup(e[1]->str, e[1]->len);
-            t->payload = dtq_xstrndup(e[2]->str, e[2]->len);
-            t->payload_len = e[2]->len;
-            t->id = dtq_xasprintf("%s:p%d:%s", t->queue, (int)band, t->entry_id);
+            if (band >= 0) t->id = dtq_xasprintf("%s:p%d:%s", t->queue, (int)band, t->entry_id);
             fn(t, arg);
             n++;
         }
-        i += 4 + (size_t)m * LEAN_CLAIM_FIELDS;
+        i += k->head + (size_t)m * k->fields;
     }
     return n;
 }
 
+/* entry_id, task_type, payload, max_attempts, timeout_ms: a lean task at attempt 1 */
+static dtq_task *lean_claim(redisReply *const *e, char *err, size_t errlen) {
+    dtq_task *t;
+    if (!strings(e, 3)) {
+        snprintf(err, errlen, "lean claims: a claim field of the wrong type");
+        return NULL;
+    }
+    t = dtq_xcalloc(1, sizeof(*t));
+    t->attempt = 1;
+    t->lean = 1;
+    if (as_int(e[3], 1, DTQ_MAX_ATTEMPTS, &t->max_attempts) ||
+        as_int(e[4], 1, DTQ_TASK_INT_MAX, &t->timeout_ms)) {
+        snprintf(err, errlen, "lean claims: max_attempts or timeout_ms out of range");
+        free(t);
+        return NULL;
+    }
+    t->entry_id = dtq_xstrndup(e[0]->str, e[0]->len);
+    t->task_type = dtq_xstrndup(e[1]->str, e[1]->len);
+    t->payload = dtq_xstrndup(e[2]->str, e[2]->len);
+    t->payload_len = e[2]->len;
+    return t;
+}
+
+/* entry_id, task_id, task_type, payload, attempt, max_attempts, timeout_ms */
+static dtq_task *full_claim(redisReply *const *e, char *err, size_t errlen) {
+    dtq_task *t;
+    if (!strings(e, 4)) {
+        snprintf(err, errlen, "full claims: a claim field of the wrong type");
+        return NULL;
+    }
+    t = dtq_xcalloc(1, sizeof(*t));
+    if (as_int(e[4], 1, DTQ_TASK_INT_MAX, &t->attempt) ||
+        as_int(e[5], 1, DTQ_MAX_ATTEMPTS, &t->max_attempts) ||
+        as_int(e[6], 1, DTQ_TASK_INT_MAX, &t->timeout_ms)) {
+        snprintf(err, errlen, "full claims: attempt, max_attempts or timeout_ms out of range");
+        free(t);
+        return NULL;
+    }
+    t->entry_id = dtq_xstrndup(e[0]->str, e[0]->len);
+    t->id = dtq_xstrndup(e[1]->str, e[1]->len);
+    t->task_type = dtq_xstrndup(e[2]->str, e[2]->len);
+    t->payload = dtq_xstrndup(e[3]->str, e[3]->len);
+    t->payload_len = e[3]->len;
+    return t;
+}
+
+static const claim_kind LEAN_CLAIMS = {
+    "lean claims: a group head that is not stream, queue, band, m", 4, LEAN_CLAIM_FIELDS,
+    lean_claim};
+static const claim_kind FULL_CLAIMS = {"full claims: a group head that is not stream, queue, m", 3,
+                                       FULL_CLAIM_FIELDS, full_claim};
+
+int dtq_lean_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *arg), void *arg,
+                           char *err, size_t errlen) {
+    return claims_decode(&LEAN_CLAIMS, r, fn, arg, err, errlen);
+}
+
 int dtq_full_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *arg), void *arg,
                            char *err, size_t errlen) {
-    int n = 0;
-    size_t i = 0;
-    if (!r) return 0;
-    if (r->type != REDIS_REPLY_ARRAY) {
-        snprintf(err, errlen, "full claims are not an array");
-        return -1;
-    }
-    while (i < r->elements) {
-        redisReply *const *g = r->element + i;
-        int64_t m;
-        if (r->elements - i < 3 || g[0]->type != REDIS_REPLY_STRING ||
-            g[1]->type != REDIS_REPLY_STRING ||
-            as_int(g[2], 1, (int64_t)(r->elements - i - 3) / FULL_CLAIM_FIELDS, &m)) {
-            snprintf(err, errlen, "full claims: a group head that is not stream, queue, m");
-            return -1;
-        }
-        for (int64_t j = 0; j < m; j++) {
-            redisReply *const *e = g + 3 + j * FULL_CLAIM_FIELDS;
-            dtq_task *t;
-            if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING ||
-                e[2]->type != REDIS_REPLY_STRING || e[3]->type != REDIS_REPLY_STRING) {
-                snprintf(err, errlen, "full claims: a claim field of the wrong type");
-                return -1;
-            }
-            t = dtq_xcalloc(1, sizeof(*t));
-            if (as_int(e[4], 1, DTQ_TASK_INT_MAX, &t->attempt) ||
-                as_int(e[5], 1, DTQ_MAX_ATTEMPTS, &t->max_attempts) ||
-                as_int(e[6], 1, DTQ_TASK_INT_MAX, &t->timeout_ms)) {
-                snprintf(err, errlen,
-                         "full claims: attempt, max_attempts or timeout_ms out of range");
-                free(t);
-                return -1;
-            }
-            t->stream = dtq_xstrndup(g[0]->str, g[0]->len);
-            t->queue = dtq_xstrndup(g[1]->str, g[1]->len);
-            t->entry_id = dtq_xstrndup(e[0]->str, e[0]->len);
-            t->id = dtq_xstrndup(e[1]->str, e[1]->len);
-            t->task_type = dtq_xstrndup(e[2]->str, e[2]->len);
-            t->payload = dtq_xstrndup(e[3]->str, e[3]->len);
-            t->payload_len = e[3]->len;
-            fn(t, arg);
-            n++;
-        }
-        i += 3 + (size_t)m * FULL_CLAIM_FIELDS;
-    }
-    return n;
+    return claims_decode(&FULL_CLAIMS, r, fn, arg, err, errlen);
 }
 
 int dtq_fetch_reply_ok(const redisReply *r) {
