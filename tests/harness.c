@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1415,4 +1416,20 @@ void th_cluster_pick_queues(const th_cluster *cl, const char *ns, int shards, in
         fprintf(stderr, "no %d queues over %d shards of namespace %s\n", shards * per, shards, ns);
         exit(1);
     }
+}
+
+int th_read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap) {
+    size_t len = strlen(buf);
+    int64_t end = th_now_ms() + timeout_ms;
+    while (!strstr(buf, needle)) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int64_t left = end - th_now_ms();
+        ssize_t n;
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) return 0;
+        n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n <= 0) return 0;
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    return 1;
 }

@@ -53,6 +53,9 @@ void th_redis_restart(th_redis *r);
 redisContext *th_connect(const th_redis *r);
 /* redisCommand that fails the test on a NULL reply. */
 redisReply *th_cmd(redisContext *c, const char *fmt, ...);
+/* Reads from fd, appending to buf (NUL-terminated, cap bytes), until buf holds needle; 1
+ * when it came within timeout_ms, 0 on timeout or a closed connection. */
+int th_read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap);
 /* The argv of FCALL dtq_fetch for `queue` as `worker` (namespace dtq), its KEYS laid out by
  * the daemon's own dtq_streams_fetch_keys(); and the call itself, which fails the test
  * unless the reply has the fetch reply's shape. The lean-claims (element 3) and full-claims

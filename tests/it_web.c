@@ -764,23 +764,6 @@ START_TEST(test_bad_input_and_methods) {
 }
 END_TEST
 
-/* Reads from fd until `needle` has arrived or timeout_ms passed; 1 when it did. */
-static int read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap) {
-    size_t len = strlen(buf);
-    int64_t end = th_now_ms() + timeout_ms;
-    while (!strstr(buf, needle)) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int64_t left = end - th_now_ms();
-        ssize_t n;
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0) return 0;
-        n = recv(fd, buf + len, cap - len - 1, 0);
-        if (n <= 0) return 0;
-        len += (size_t)n;
-        buf[len] = '\0';
-    }
-    return 1;
-}
-
 /* Reads until one "data:" line holds both a and b; 1 when it came within timeout_ms. */
 static int read_event(int fd, const char *a, const char *b, int timeout_ms, char *buf, size_t cap) {
     int64_t end = th_now_ms() + timeout_ms;
@@ -836,7 +819,7 @@ START_TEST(test_event_stream) {
     fd = tcp_connect(PORT);
     ck_assert(fd >= 0);
     ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
-    ck_assert(read_until(fd, "\r\n\r\n", 5000, buf, 65536));
+    ck_assert(th_read_until(fd, "\r\n\r\n", 5000, buf, 65536));
     ck_assert(strstr(buf, "200") && strstr(buf, "text/event-stream"));
     /* the backlog: the newest two events of the stream (m1 and m2 queued), oldest first */
     ck_assert(read_event(fd, "\"task_id\":\"m2\"", "TASK_QUEUED", 5000, buf, 65536));
@@ -1080,7 +1063,7 @@ static void events_open(const char *host, const char *auth) {
     snprintf(req, sizeof(req), "GET /api/events HTTP/1.1\r\nHost: %s\r\n%s%s%s\r\n", host,
              auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
     ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
-    ck_assert_msg(read_until(fd, "\r\n\r\n", 5000, buf, 8192), "no answer: %s", buf);
+    ck_assert_msg(th_read_until(fd, "\r\n\r\n", 5000, buf, 8192), "no answer: %s", buf);
     ck_assert_msg(!strncmp(buf, "HTTP/1.1 200", 12) && strstr(buf, "text/event-stream"),
                   "Host %s: %s", host, buf);
     close(fd);
@@ -1427,14 +1410,14 @@ START_TEST(test_event_streams_evict_oldest) {
         ck_assert(fds[i] >= 0);
         ck_assert_int_eq(send(fds[i], req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
         buf[0] = '\0';
-        ck_assert_msg(read_until(fds[i], "dtq-web events", 5000, buf, sizeof(buf)),
+        ck_assert_msg(th_read_until(fds[i], "dtq-web events", 5000, buf, sizeof(buf)),
                       "stream %d was not served: %s", i, buf);
         ck_assert_msg(strstr(buf, "200") != NULL, "stream %d: %s", i, buf);
     }
     /* the oldest ends: the last chunk of its answer (its connection may stay for another
      * request, as HTTP/1.1 allows) */
     buf[0] = '\0';
-    ck_assert_msg(read_until(fds[0], "0\r\n\r\n", 5000, buf, sizeof(buf)),
+    ck_assert_msg(th_read_until(fds[0], "0\r\n\r\n", 5000, buf, sizeof(buf)),
                   "the oldest stream was not ended: %s", buf);
     for (int i = 1; i <= DTQ_WEB_EVENTS_CLIENTS_MAX; i++) {
         struct pollfd p = {fds[i], POLLIN, 0};

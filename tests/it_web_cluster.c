@@ -534,23 +534,6 @@ END_TEST
 
 /* ----------------------------------------------------------------- events */
 
-/* Reads from fd until buf holds needle; 1 when it came within timeout_ms. */
-static int read_until(int fd, const char *needle, int timeout_ms, char *buf, size_t cap) {
-    size_t len = strlen(buf);
-    int64_t end = th_now_ms() + timeout_ms;
-    while (!strstr(buf, needle)) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int64_t left = end - th_now_ms();
-        ssize_t n;
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0) return 0;
-        n = recv(fd, buf + len, cap - len - 1, 0);
-        if (n <= 0) return 0;
-        len += (size_t)n;
-        buf[len] = '\0';
-    }
-    return 1;
-}
-
 /* The subscribers of {NS}:events summed over the primaries, and the port of one that has. */
 static int subscribers(int *port) {
     int n = 0;
@@ -580,7 +563,7 @@ static int events_open(char *buf, size_t cap) {
     int fd = tcp_connect(PORT);
     ck_assert(fd >= 0);
     ck_assert_int_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
-    ck_assert(read_until(fd, "\r\n\r\n", 5000, buf, cap));
+    ck_assert(th_read_until(fd, "\r\n\r\n", 5000, buf, cap));
     ck_assert(strstr(buf, "200") && strstr(buf, "text/event-stream"));
     return fd;
 }
@@ -592,8 +575,8 @@ static void events_of_every_shard(int fd, char *buf, size_t cap, const char *tag
         snprintf(id, sizeof(id), "%s-%d", tag, s);
         ctl_ok("enqueue %s echo '{}' --id %s", Q[3 * s + 1], id);
         snprintf(needle, sizeof(needle), "\"task_id\":\"%s\"", id);
-        ck_assert_msg(read_until(fd, needle, 10000, buf, cap), "no event of %s (queue %s): %s", id,
-                      Q[3 * s + 1], buf);
+        ck_assert_msg(th_read_until(fd, needle, 10000, buf, cap), "no event of %s (queue %s): %s",
+                      id, Q[3 * s + 1], buf);
     }
 }
 
