@@ -3,7 +3,7 @@
 # commandstats), without a daemon in the loop: most of what bench/throughput.sh reports
 # as "redis CPU". With CALLGRIND=1 the server runs under callgrind and each phase also
 # prints instructions per task: the same count for the same code, however busy the
-# machine is, so a change to lua/dtq.lua can be compared on a noisy machine.
+# machine is, so a change to lua/ can be compared on a noisy machine.
 # Usage: bench/fn_cost.sh [N] [batch]   (EVENTS=all|terminal|off, default off; SUBSCRIBER=1
 # adds a client subscribed to the events channel; LIMIT="<options of <ns>_limit_set>" puts
 # that limit on the queue the tasks go through, e.g. LIMIT="rate 1000000 period_ms 1000

@@ -1,6 +1,6 @@
 /* acl.c: see acl.h. A rule is a template: "<ns>" stands for the namespace (Function names),
  * "<p>" for the key prefix (key and channel patterns). The command lists follow the code:
- * the Functions' redis.call/pcall in lua/dtq.lua and the daemon's and dtqctl's own
+ * the Functions' redis.call/pcall in lua/ and the daemon's and dtqctl's own
  * commands. tests/it_acl.c runs every role and fails on any denial in ACL LOG, including
  * the ones a redis.pcall would swallow. */
 #include "acl.h"
@@ -18,7 +18,7 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
 /* One line per purpose. */
 /* clang-format off */
 
-/* The read model (FCALL_RO, lua/dtq.lua), and the commands it runs that the roles reading
+/* The read model (FCALL_RO, lua/fn/read.lua), and the commands it runs that the roles reading
  * through it hold for nothing else. */
 #define READ_FUNCTIONS                                                                  \
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
@@ -182,7 +182,7 @@ char *dtq_acl_tokens(const char *const *roles, int nroles, const char *ns, const
                 add_token(&tokens, &ntokens, &len, dtq_xasprintf("~%s", shared));
                 add_token(&tokens, &ntokens, &len, dtq_xasprintf("~%s", queues));
                 /* and the key no one writes, which the Functions' check of a slot being
-                 * moved reads (lua/dtq.lua's reg()) */
+                 * moved reads (lua/lib/call.lua's wrapper) */
                 add_token(&tokens, &ntokens, &len, dtq_xasprintf("%%R~%s:moving", shared));
                 add_token(&tokens, &ntokens, &len, dtq_xasprintf("%%R~%s:moving", queues));
             }

@@ -1,5 +1,5 @@
 /* calls.h: the argument layout of every Function call the daemon makes, one builder per
- * Function, so that each layout is spelled once on the C side (lua/dtq.lua reads the same
+ * Function, so that each layout is spelled once on the C side (lua/lib/scope.lua reads the same
  * layouts; docs/reference.md 5.4 describes them). Each builder starts `a` (dtq_argv_init)
  * with FCALL, the Function's name `fn` (ctx->fn), numkeys and the KEYS, then the ARGV; the
  * caller sends it and frees it (dtq_argv_deinit). Strings are copied: nothing is kept. */

@@ -680,7 +680,7 @@ static void validate(load_state *st) {
     if (cfg->scheduler_interval_ms >= cfg->leader_lock_ms)
         return fail(st, "scheduler", "interval_ms",
                     "must be less than leader_lock_ms, or the lock lapses between passes");
-    /* Checked here, applied by the Functions (lua/dtq.lua emit) from <prefix>:config. */
+    /* Checked here, applied by the Functions (lua/lib/events.lua emit) from <prefix>:config. */
     if (strcmp(cfg->events_raw, "all") && strcmp(cfg->events_raw, "terminal") &&
         strcmp(cfg->events_raw, "off"))
         return fail(st, "limits", "events", "'%s' is not one of all, terminal, off",

@@ -15,7 +15,7 @@
 
 /* Values that are not config keys. The Functions get them, like the defaults and bounds of
  * the <prefix>:config fields (dtq_config_each_field), from scripts.c, which writes them into
- * lua/dtq.lua's generated block at load: change them here only. */
+ * the library's generated CONST table at load: change them here only. */
 #define DTQ_DEFAULT_PRIORITY 5       /* enqueue without `priority` */
 #define DTQ_DEFAULT_TIMEOUT_MS 30000 /* attempts of a task type without timeout_ms */
 #define DTQ_MAX_ATTEMPTS 1000 /* the cap on max_attempts: a task's, a handler's, the default */
@@ -163,7 +163,7 @@ char *dtq_config_prefix(const dtq_config *cfg);
 
 /* A field of <prefix>:config, the limits the Functions enforce as the daemon's config says.
  * The list in config.c owns their names; a field that is a config key (`section` set) takes
- * the key table's default and bounds. scripts.c writes lua/dtq.lua's CONFIG_NAMES,
+ * the key table's default and bounds. scripts.c writes the library's CONST.CONFIG_NAMES,
  * CONFIG_BOUNDS and DEFAULTS from this list at load. */
 enum {
     DTQ_FIELD_PUBLISHED = 1u, /* the daemon writes it into <prefix>:config (worker.c) */

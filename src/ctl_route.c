@@ -4,7 +4,7 @@
  * The single layout (redis://, rediss://, unix://, Sentinel): FCALL <ns>_<fn> 0 args, as
  * ever. The cluster layout (redis-cluster://, rediss-cluster://): FCALL <ns>_<fn> 1 <tag>
  * args, the tag {ns:q} for a call about queue q (its slot) and {ns} for the namespace's
- * global state (the workers, the scheduler lock); lua/dtq.lua's reg() takes the tag as the
+ * global state (the workers, the scheduler lock); lua/lib/call.lua's wrapper takes the tag as the
  * prefix of the call's keys. Before the first Function call <ns>_layout says whether the
  * namespace is laid out the way this client is (WRONG_LAYOUT: exit 1). The reads over
  * every queue call once per queue of the index {ns}:queues (ctl_scopes) and merge; the

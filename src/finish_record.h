@@ -14,7 +14,7 @@
 
 struct dtq_metrics_cell;
 
-/* The values of one record of <ns>_finish, in the order lua/dtq.lua's
+/* The values of one record of <ns>_finish, in the order lua/fn/finish.lua's
  * decode_finish_record() reads them. */
 #define DTQ_FINISH_RECORD_FIELDS 11
 

@@ -4,7 +4,7 @@
  * cluster_hash_tag so that every key hashes to one Redis Cluster slot.
  *
  * Every key the C side reads or writes is built by one of the dtq_key_* constructors
- * below (caller-owned strings); lua/dtq.lua's k() builds the same names. */
+ * below (caller-owned strings); lua/lib/scope.lua's k() builds the same names. */
 #ifndef DTQ_KEYS_H
 #define DTQ_KEYS_H
 
@@ -20,7 +20,7 @@ char *dtq_keys_prefix(const char *ns, int cluster_hash_tag);
  * of queue q has the prefix "{ns:q}", its hash tag, so that one queue is one slot and
  * queues spread over the shards by their names; the worker registry, the scheduler lock,
  * the queue index and the layout marker have the prefix "{ns}". A Function call names the
- * slot with its first key, the bare prefix itself (lua/dtq.lua's reg()). The suffixes are
+ * slot with its first key, the bare prefix itself (lua/lib/call.lua's wrapper). The suffixes are
  * the single layout's: "{ns:q}:stream:q:p9", "{ns:q}:task:<id>", "{ns}:workers". */
 char *dtq_keys_queue_prefix(const char *ns, const char *queue); /* "{ns:q}" */
 char *dtq_keys_global_prefix(const char *ns);                   /* "{ns}" */

@@ -2,7 +2,7 @@
  * result to keep), a retry after a backoff, a dead letter, a cancellation, or (a task type
  * this worker has no handler for, with [worker] unknown_task_type = hand_back) a deferral
  * that gives the task back without using an attempt. The one owner of that decision;
- * lua/dtq.lua's finish applies it (and [limits] dlq_enabled, and the deferral's grace). */
+ * lua/fn/finish.lua applies it (and [limits] dlq_enabled, and the deferral's grace). */
 #ifndef DTQ_OUTCOME_H
 #define DTQ_OUTCOME_H
 
@@ -65,7 +65,7 @@ void dtq_outcome_decide(const dtq_attempt_end *end, const dtq_outcome_limits *li
                         dtq_outcome *out);
 void dtq_outcome_deinit(dtq_outcome *out);
 
-/* The words of the finish record (lua/dtq.lua FINISH_OUTCOMES and RESULT_STATES). */
+/* The words of the finish record (lua/fn/finish.lua FINISH_OUTCOMES and RESULT_STATES). */
 const char *dtq_outcome_kind_name(enum dtq_outcome_kind k);
 const char *dtq_result_state_name(enum dtq_result_state s);
 

@@ -1,8 +1,9 @@
-/* scripts.c: the embedded library as loaded. The file has exactly one shebang line, one
+/* scripts.c: the embedded library as loaded. The assembled text (lua/dtq.lua, its head,
+ * then the modules: cmake/lua_library.cmake) has exactly one shebang line, one
  * `local NS, PREFIX = ...` line, after it one `local VERSION = ...` line and after that
- * one `local GROUP, BANDS, ... = <global>` line, the placeholder of the constants whose
- * owner is on the C side (written here from keys.h, streams.h, config.c and task.c, so
- * the source text alone refuses to load); all four are rewritten here. */
+ * one `local CONST = <global>` line, the placeholder of the constants whose owner is on
+ * the C side (written here from keys.h, streams.h, config.c, task.c and util.h, so the
+ * source text alone refuses to load); all four are rewritten here. */
 #include "scripts.h"
 
 #include <stdint.h>
@@ -21,9 +22,7 @@ extern const size_t dtq_lua_library_len;
 
 #define NS_LINE "local NS, PREFIX = 'dtq', 'dtq'"
 #define VERSION_LINE "local VERSION = 'unversioned'"
-#define CONSTANTS_LINE                                                                             \
-    "local GROUP, BANDS, BAND_NAMES, MAX_ATTEMPTS, TERMINAL, DEFAULTS, CONFIG_BOUNDS, "            \
-    "CONFIG_NAMES "
+#define CONSTANTS_LINE "local CONST = "
 
 /* The markers, checked once per use: a build that embedded a file without them, or not in
  * this order, is broken. */
@@ -87,35 +86,37 @@ static void names_item(const dtq_config_field *c, void *arg) {
     lua_word(t->f, c->name);
 }
 
-/* The block that replaces the placeholder: the constants whose owner is on the C side,
- * one `local NAME = value` line each. */
+/* The line that replaces the placeholder: the table CONST of the constants whose owner is
+ * on the C side. One line, so that a line number in a Function's error is the assembled
+ * text's (scripts/lua-where maps it back to its module). */
 static char *constants_block(size_t *len) {
     char *out = NULL;
     FILE *f = open_memstream(&out, len);
     table t;
     if (!f) abort();
-    fputs("-- generated at load time by src/scripts.c from the C side's tables (keys.h, "
-          "streams.h, config.c, task.c)\nlocal GROUP = ",
-          f);
+    fputs("local CONST = {GROUP = ", f);
     lua_word(f, DTQ_GROUP);
-    fprintf(f, "\nlocal BANDS = %d\nlocal BAND_NAMES = {", DTQ_BANDS);
+    fprintf(f, ", BANDS = %d, BAND_NAMES = {", DTQ_BANDS);
     for (int b = 0; b < DTQ_BANDS; b++) fprintf(f, b ? ", 'p%d'" : "[0] = 'p%d'", b);
-    fprintf(f, "}\nlocal MAX_ATTEMPTS = %d\nlocal TERMINAL = {", DTQ_MAX_ATTEMPTS);
+    fprintf(f, "}, MAX_ATTEMPTS = %d, NAME_MAX = %d, ID_MAX = %d, TERMINAL = {", DTQ_MAX_ATTEMPTS,
+            DTQ_NAME_MAX, DTQ_ID_MAX);
     t = (table){f, 0};
     for (const char *const *s = dtq_task_terminal_statuses; *s; s++) {
         item(&t);
         fprintf(f, "%s = true", *s);
     }
-    fputs("}\nlocal DEFAULTS = {", f);
+    fputs("}, DEFAULTS = {", f);
     t = (table){f, 0};
     dtq_config_each_field(defaults_item, &t);
-    fputs("}\nlocal CONFIG_BOUNDS = {", f);
+    fputs("}, CONFIG_BOUNDS = {", f);
     t = (table){f, 0};
     dtq_config_each_field(bounds_item, &t);
-    fputs("}\nlocal CONFIG_NAMES = {", f);
+    fputs("}, CONFIG_NAMES = {", f);
     t = (table){f, 0};
     dtq_config_each_field(names_item, &t);
-    fputs("}\n", f);
+    fputs("}} -- generated at load time by src/scripts.c (keys.h, streams.h, config.c, task.c, "
+          "util.h)\n",
+          f);
     if (fclose(f) != 0) abort();
     return out;
 }

@@ -53,7 +53,7 @@ static inline dtq_streams dtq_streams_one(const dtq_streams *t, int q) {
 int dtq_streams_find(const dtq_streams *t, const char *name);
 
 /* Appends the KEYS of <ns>_fetch: per queue its paused key, then its streams p9..p0
- * (lua/dtq.lua's fetch_paused_key / fetch_stream_key read this layout). */
+ * (lua/fn/fetch.lua's fetch_paused_key / fetch_stream_key read this layout). */
 void dtq_streams_fetch_keys(const dtq_streams *t, dtq_argv *a);
 
 #endif

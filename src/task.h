@@ -1,6 +1,6 @@
 /* task.h: a claimed task as the daemon holds it while it runs, decoded from the claim
  * reply of the fetch and reap Functions, plus the status names of SPEC 3.
- * Checklist: statuses must match lua/dtq.lua and SPEC 3. */
+ * Checklist: statuses must match lua/lib/task.lua and SPEC 3. */
 #ifndef DTQ_TASK_H
 #define DTQ_TASK_H
 
@@ -56,7 +56,7 @@ int dtq_full_claims_decode(const redisReply *r, void (*fn)(dtq_task *t, void *ar
 /* The shape of the reap Function's reply, {claimed, cursors}: two arrays. */
 int dtq_reap_reply_ok(const redisReply *r);
 
-/* The terminal statuses, NULL-terminated: the C side's one list (lua/dtq.lua's TERMINAL is
+/* The terminal statuses, NULL-terminated: the C side's one list (the library's CONST.TERMINAL is
  * the Lua side's; tests/check_task.c keeps the two equal). */
 extern const char *const dtq_task_terminal_statuses[];
 int dtq_task_status_is_terminal(const char *status);

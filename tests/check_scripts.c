@@ -46,15 +46,20 @@ START_TEST(test_library_constants) {
     size_t len;
     char *lib = dtq_scripts_library("jobs", "jobs", &len), want[128];
     const char *t;
-    snprintf(want, sizeof(want), "\nlocal GROUP = '%s'\n", DTQ_GROUP);
+    ck_assert_ptr_nonnull(strstr(lib, "\nlocal CONST = {GROUP = "));
+    snprintf(want, sizeof(want), "{GROUP = '%s', ", DTQ_GROUP);
     ck_assert_ptr_nonnull(strstr(lib, want));
-    snprintf(want, sizeof(want), "\nlocal BANDS = %d\n", DTQ_BANDS);
+    snprintf(want, sizeof(want), ", BANDS = %d, ", DTQ_BANDS);
     ck_assert_ptr_nonnull(strstr(lib, want));
-    snprintf(want, sizeof(want), "\nlocal BAND_NAMES = {[0] = 'p0', 'p1', ");
+    snprintf(want, sizeof(want), ", BAND_NAMES = {[0] = 'p0', 'p1', ");
     ck_assert_ptr_nonnull(strstr(lib, want));
-    snprintf(want, sizeof(want), ", 'p%d'}\n", DTQ_BANDS - 1);
+    snprintf(want, sizeof(want), ", 'p%d'}, ", DTQ_BANDS - 1);
     ck_assert_ptr_nonnull(strstr(lib, want));
-    snprintf(want, sizeof(want), "\nlocal MAX_ATTEMPTS = %d\n", DTQ_MAX_ATTEMPTS);
+    snprintf(want, sizeof(want), ", MAX_ATTEMPTS = %d, ", DTQ_MAX_ATTEMPTS);
+    ck_assert_ptr_nonnull(strstr(lib, want));
+    snprintf(want, sizeof(want), ", NAME_MAX = %d, ", DTQ_NAME_MAX);
+    ck_assert_ptr_nonnull(strstr(lib, want));
+    snprintf(want, sizeof(want), ", ID_MAX = %d, ", DTQ_ID_MAX);
     ck_assert_ptr_nonnull(strstr(lib, want));
     snprintf(want, sizeof(want), "default_max_attempts = {1, %d}", DTQ_MAX_ATTEMPTS);
     ck_assert_ptr_nonnull(strstr(lib, want));
@@ -65,15 +70,19 @@ START_TEST(test_library_constants) {
     snprintf(want, sizeof(want), "default_timeout_ms = %d", DTQ_DEFAULT_TIMEOUT_MS);
     ck_assert_ptr_nonnull(strstr(lib, want));
     for (const char *const *name =
-             (const char *const[]){"\nlocal TERMINAL = {", "\nlocal DEFAULTS = {",
-                                   "\nlocal CONFIG_BOUNDS = {", "\nlocal CONFIG_NAMES = {", NULL};
+             (const char *const[]){" TERMINAL = {", " DEFAULTS = {", " CONFIG_BOUNDS = {",
+                                   " CONFIG_NAMES = {", NULL};
          *name; name++) {
         t = strstr(lib, *name);
         ck_assert_msg(t != NULL, "no%s", *name);
         ck_assert_msg(strstr(t + 1, *name) == NULL, "twice:%s", *name);
     }
     ck_assert_ptr_null(strstr(lib, "load_with_dtqctl_functions_install"));
-    ck_assert_ptr_null(strstr(lib, "local GROUP, BANDS"));
+    t = strstr(lib, "\nlocal CONST = {");
+    ck_assert_ptr_nonnull(strstr(t, " -- generated at load time")); /* one line */
+    ck_assert_ptr_eq(strchr(t + 1, '\n'),
+                     strstr(t, " -- generated at load time") +
+                         strcspn(strstr(t, " -- generated at load time"), "\n"));
     free(lib);
 }
 END_TEST

@@ -809,8 +809,10 @@ int th_lua_table(const char *table, th_lua_item *items, int max) {
     const char *p = src, *open = NULL;
     char *body, *out, *item, quote = 0;
     int n = 0, depth = 0;
+    /* a module's `local NAME = {` at the start of a line, or a field of the generated CONST
+     * table (` NAME = {` on its one line, scripts.c) */
     snprintf(want, sizeof(want), "local %s", table);
-    while ((p = strstr(p, want)) != NULL) {
+    while (!open && (p = strstr(p, want)) != NULL) {
         const char *q = p + strlen(want);
         if (p == src || p[-1] == '\n') {
             while (*q == ' ') q++;
@@ -824,6 +826,10 @@ int th_lua_table(const char *table, th_lua_item *items, int max) {
         }
         p += strlen(want);
     }
+    snprintf(want, sizeof(want), " %s = {", table);
+    if (!open && (p = strstr(src, "\nlocal CONST = {")) != NULL && (p = strstr(p, want)) != NULL &&
+        p < strchr(strstr(src, "\nlocal CONST = {") + 1, '\n'))
+        open = p + strlen(want) - 1;
     ck_assert_msg(open != NULL, "the library has no 'local %s = {'", table);
     /* the constructor's text up to its closing brace, without comments */
     body = out = calloc(1, strlen(open) + 1);

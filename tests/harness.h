@@ -260,7 +260,7 @@ typedef struct th_lua_item {
     char value[128];
 } th_lua_item;
 /* Parses the table `local <table> = {...}` of the library as loaded (dtq_scripts_library:
- * lua/dtq.lua with the constants scripts.c writes in) into at most max items and returns
+ * the assembled library with the constants scripts.c writes in) into at most max items and returns
  * their number; fails the test when the table is missing or nests deeper than one level. */
 int th_lua_table(const char *table, th_lua_item *items, int max);
 /* Runs a suite (fork mode) and returns the process exit code. */

@@ -1438,11 +1438,12 @@ END_TEST
 
 /* ----------------------------------------------------------------- names and constants */
 
-/* The source text alone is a template: its constants are written in by scripts.c, so a
- * FUNCTION LOAD of the bare file is refused, naming the way to install it (in the name of
- * the global its placeholder reads: Redis allows no error() while it loads a library). */
+/* The assembled text alone (lua/dtq.lua and its modules, as the build embeds it) is a
+ * template: its constants are written in by scripts.c, so a FUNCTION LOAD of the bare
+ * file is refused, naming the way to install it (in the name of the global its
+ * placeholder reads: Redis allows no error() while it loads a library). */
 START_TEST(test_source_text_refuses_to_load) {
-    char *src = th_read_file(DTQ_SOURCE_DIR "/lua/dtq.lua");
+    char *src = th_read_file(DTQ_LUA_LIBRARY);
     redisReply *r = th_cmd(C, "FUNCTION LOAD REPLACE %s", src);
     ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
     ck_assert_msg(strstr(r->str, "load_with_dtqctl_functions_install") != NULL, "%s", r->str);
