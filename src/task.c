@@ -10,7 +10,7 @@
 #include "streams.h"
 #include "util.h"
 
-#define CLAIM_FIELDS 9      /* lua/lib/claim.lua claim_task(); a lean claim (LEAN.process) adds one */
+#define CLAIM_FIELDS 9 /* lua/lib/claim.lua claim_task(); a lean claim (LEAN.process) adds one */
 #define LEAN_CLAIM_FIELDS 5 /* a task of fetch's lean-claims (LEAN.first) */
 #define FULL_CLAIM_FIELDS 7 /* a task of fetch's full-claims (FULL.first) */
 
