@@ -1,3 +1,6 @@
+-- lua/fn/admin.lua
+-- The admin Functions on tasks and queues: requeue, the dead-letter stream, cancel,
+-- pause and resume, a queue's mode.
 local fmt, hgetall, is_name, NAME_RULE, now_ms, opt_error, parse_int, valid_name =
   util.fmt, util.hgetall, util.is_name, util.NAME_RULE, util.now_ms, util.opt_error,
   util.parse_int, util.valid_name
@@ -17,7 +20,6 @@ local dead_letter_poisoned, finish_terminal, idem_set, quarantine, read_task, ta
   task.read_task, task.task_poison, task.task_queue
 local LEAN =
   lean.LEAN
-
 
 local function dlq_remove(h)
   if h.dlq_entry and h.dlq_entry ~= '' then
@@ -295,5 +297,4 @@ reg('cancel', cancel)
 reg('pause', pause)
 reg('resume', resume)
 reg('queue_mode', queue_mode)
-
 

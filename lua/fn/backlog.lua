@@ -1,3 +1,6 @@
+-- lua/fn/backlog.lua
+-- The schedule's view and admin (scheduled, sched_run_now, sched_delete) and clearing
+-- or removing a queue.
 local BANDS, TERMINAL =
   CONST.BANDS, CONST.TERMINAL
 local first_line, fmt, is_name, NAME_RULE, now_ms, opt_error, parse_int, valid_name =
@@ -24,9 +27,6 @@ local promote_one =
 local READ, arr, count_of, int_of, json_encode, last_delivered, queue_counts =
   view.READ, view.arr, view.count_of, view.int_of, view.json_encode, view.last_delivered,
   view.queue_counts
-
-
------------------------------------------------------------------------------- the schedule
 
 --[[ Scheduled tasks, and what an admin does with them and with a queue (docs/reference.md
 5.6). <prefix>:retry:schedule is one sorted set per namespace (member = task id, score =
@@ -403,5 +403,4 @@ reg('sched_run_now', sched_run_now)
 reg('sched_delete', sched_delete)
 reg('queue_clear', queue_clear)
 reg('queue_remove', queue_remove)
-
 

@@ -1,3 +1,5 @@
+-- lua/fn/cron.lua
+-- Periodic tasks: their schedules and their firing.
 local fmt, hgetall_map, is_name, NAME_RULE, now_ms, opt_error, parse_int =
   util.fmt, util.hgetall_map, util.is_name, util.NAME_RULE, util.now_ms, util.opt_error,
   util.parse_int
@@ -19,9 +21,6 @@ local LEAN =
   lean.LEAN
 local arr, json_encode =
   view.arr, view.json_encode
-
-
------------------------------------------------------------------------------- periodic tasks
 
 --[[ Periodic tasks (docs/reference.md 5.8). A schedule is the hash
 <prefix>:cron:<queue>:<name>, with its queue so that it lives where the queue's keys do;
@@ -433,5 +432,4 @@ reg('cron_list', cron_list, true)
 reg('cron_due', cron_due, true)
 reg('cron_fire', cron_fire)
 reg('cron_sync', cron_sync)
-
 

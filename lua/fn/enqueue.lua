@@ -1,3 +1,5 @@
+-- lua/fn/enqueue.lua
+-- FCALL <ns>_enqueue and <ns>_enqueue_bulk.
 local fmt, ID_RULE, is_name, is_task_id, NAME_RULE, now_ms, opt_error, parse_int =
   util.fmt, util.ID_RULE, util.is_name, util.is_task_id, util.NAME_RULE, util.now_ms,
   util.opt_error, util.parse_int
@@ -15,7 +17,6 @@ local ENQUEUE_LIMITS, create_task, payload_refusal =
   task.ENQUEUE_LIMITS, task.create_task, task.payload_refusal
 local LEAN =
   lean.LEAN
-
 
 -- Enqueue options from args[first..]: a table, or nil and the INVALID_ARGUMENT message.
 -- `per_task` allows the options that name one task (idempotency_key, task_id).
@@ -201,5 +202,4 @@ local function enqueue_bulk(keys, args)
 end
 reg('enqueue', enqueue)
 reg('enqueue_bulk', enqueue_bulk)
-
 

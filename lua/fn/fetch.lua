@@ -1,3 +1,5 @@
+-- lua/fn/fetch.lua
+-- FCALL <ns>_fetch: new entries read in serving order and claimed.
 local BANDS, GROUP =
   CONST.BANDS, CONST.GROUP
 local fmt, is_name, now_ms =
@@ -18,7 +20,6 @@ local LEAN =
   lean.LEAN
 local FULL, process_entry =
   claim.FULL, claim.process_entry
-
 
 --[[ FCALL <ns>_fetch numkeys KEYS ARGV
 KEYS: for each served queue, its paused key then its BANDS streams p9..p0.
@@ -151,5 +152,4 @@ local function fetch(keys, args)
 end
 
 reg('fetch', fetch)
-
 

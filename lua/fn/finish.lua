@@ -1,3 +1,5 @@
+-- lua/fn/finish.lua
+-- FCALL <ns>_finish and <ns>_handback: the ends of attempts.
 local GROUP =
   CONST.GROUP
 local fmt, hgetall, is_name, now_ms, num =
@@ -22,7 +24,6 @@ local LIM =
   limits.LIM
 local LEAN =
   lean.LEAN
-
 
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
 for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/it_scripts.c
@@ -278,5 +279,4 @@ local function handback(keys, args)
 end
 reg('finish', finish)
 reg('handback', handback)
-
 

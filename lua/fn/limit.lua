@@ -1,3 +1,6 @@
+-- lua/fn/limit.lua
+-- FCALL <ns>_limit_set, <ns>_limit_remove and <ns>_limit_list (the machinery is
+-- lua/lib/limits.lua).
 local fmt, hgetall_map, is_name, NAME_RULE, now_ms, opt_error, parse_int =
   util.fmt, util.hgetall_map, util.is_name, util.NAME_RULE, util.now_ms, util.opt_error,
   util.parse_int
@@ -12,8 +15,7 @@ local LIMIT, decode_limit, lkey =
 local arr, count_of, json_encode =
   view.arr, view.count_of, view.json_encode
 
-
--- ------------------------------------------------------------ the admin Functions
+-- The admin Functions
 
 -- The target's field and name from <queue> <task_type or ''>, or nil and the error reply.
 local function target_of(q, ttype)
@@ -160,5 +162,4 @@ end
 reg('limit_set', limit_set)
 reg('limit_remove', limit_remove)
 reg('limit_list', limit_list, true)
-
 

@@ -1,10 +1,12 @@
+-- lua/fn/namespace.lua
+-- FCALL_RO <ns>_version and FCALL <ns>_layout: the library's version and the
+-- namespace's layout marker.
 local opt_error =
   util.opt_error
 local SCOPE, k =
   scope.SCOPE, scope.k
 local reg =
   call.reg
-
 
 --[[ FCALL_RO <ns>_version 0: the library's version marker, <DTQ_VERSION>-<hash of the
 library text> (scripts.c). A worker that may not FUNCTION LOAD checks it against its own
@@ -50,5 +52,4 @@ local function layout(keys, args)
   return want
 end
 reg('layout', layout)
-
 

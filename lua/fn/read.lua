@@ -1,3 +1,5 @@
+-- lua/fn/read.lua
+-- The read model: FCALL_RO Functions that answer what dtq-web and dtqctl show.
 local BANDS, GROUP =
   CONST.BANDS, CONST.GROUP
 local fmt, hgetall_map, is_name, NAME_RULE, now_ms, opt_error, parse_int, valid_name =
@@ -22,7 +24,6 @@ local MARK, READ, arr, count_of, id_ms, int_of, json_decode, json_encode, json_v
   view.MARK, view.READ, view.arr, view.count_of, view.id_ms, view.int_of, view.json_decode,
   view.json_encode, view.json_verbatim, view.last_delivered, view.queue_counts,
   view.valid_stream_id
-
 
 -- The known queues, sorted (a <prefix>:queues of another type lists none). In the cluster
 -- layout a queue's call knows its queue, and a {<ns>} call none (its answer is the global
@@ -125,9 +126,6 @@ local function live_workers(now)
   return arr(list), #ids > READ.QUEUES_MAX, gone
 end
 
--- The read Functions, in a block of their own: Lua allows a function (the library's main
--- chunk included) 200 local variables, so each group of Functions keeps its locals to
--- itself and registers what it defines; what others share stays above.
 -- The schedule's size, and per queue its members among the READ.SCHEDULE_SCAN soonest due.
 local function scheduled_by_queue()
   local skey = k('retry', 'schedule')
@@ -526,5 +524,4 @@ reg('dead_letters', dead_letters, true)
 reg('audit_page', audit_page, true)
 reg('metrics', metrics, true)
 reg('stats', stats, true)
-
 

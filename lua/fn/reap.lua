@@ -1,3 +1,6 @@
+-- lua/fn/reap.lua
+-- FCALL <ns>_reap, <ns>_recover and <ns>_deregister: lost workers' attempts, a
+-- restarted worker's own, and a stopping worker's leave.
 local GROUP =
   CONST.GROUP
 local fmt, hgetall_map, now_ms =
@@ -193,5 +196,4 @@ end
 reg('reap', reap)
 reg('recover', recover)
 reg('deregister', deregister)
-
 

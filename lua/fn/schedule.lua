@@ -1,3 +1,6 @@
+-- lua/fn/schedule.lua
+-- FCALL <ns>_sched_claim, <ns>_sched_promote, <ns>_lock_refresh and <ns>_lock_release:
+-- the scheduler leader's pass and its lock.
 local fmt, now_ms =
   util.fmt, util.now_ms
 local reg =
@@ -82,5 +85,4 @@ reg('sched_claim', sched_claim)
 reg('sched_promote', sched_promote)
 reg('lock_refresh', lock_refresh)
 reg('lock_release', lock_release)
-
 

@@ -1,3 +1,5 @@
+-- lua/fn/worker.lua
+-- FCALL <ns>_worker_event: a worker's start and stop, as events.
 local now_ms, opt_error =
   util.now_ms, util.opt_error
 local reg =
@@ -6,7 +8,6 @@ local load_config =
   config.load_config
 local emit =
   events.emit
-
 
 --[[ FCALL <ns>_worker_event 0 <worker_id> <type>: publishes WORKER_STARTED or
 WORKER_STOPPED through the one event builder. ]]
@@ -19,5 +20,4 @@ local function worker_event(keys, args)
   return 'ok'
 end
 reg('worker_event', worker_event)
-
 

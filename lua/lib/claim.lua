@@ -1,3 +1,6 @@
+-- lua/lib/claim.lua
+-- A delivered entry becomes a running attempt, or is settled: the general path
+-- (process_entry) and the full lane's fast path (FULL.first).
 local TERMINAL =
   CONST.TERMINAL
 local fmt =
@@ -20,7 +23,6 @@ local LIM =
   limits.LIM
 local LEAN =
   lean.LEAN
-
 
 --[[ Whether a task whose entry was delivered may run now. Returns 'claim' (queued at the
 entry's attempt), 'adopt' (the entry carries a running attempt of a lost worker), or nil
@@ -229,6 +231,5 @@ function FULL.first(c, ms, worker, policy, stream, queue, band, entry_id, tid, a
   out[i + 5], out[i + 6], out[i + 7] = 1, ma, to
   return true
 end
-
 
 return {FULL = FULL, process_entry = process_entry}

@@ -1,8 +1,10 @@
+-- lua/lib/config.lua
+-- The limits the daemon published in <prefix>:config, parsed and checked against the
+-- C side's bounds.
 local CONFIG_BOUNDS, CONFIG_NAMES, DEFAULTS =
   CONST.CONFIG_BOUNDS, CONST.CONFIG_NAMES, CONST.DEFAULTS
 local k =
   scope.k
-
 
 -- What load_config() accepts from <prefix>:config: CONFIG_BOUNDS, the bounds of the key
 -- table in src/config.c (dlq_enabled is its boolean as 0/1, default_priority a band).
@@ -52,6 +54,5 @@ local function load_config() return read_config(CONFIG_NAMES) end
 -- The limits an enqueue applies, read alone: six fields instead of eleven, on the path
 -- where one task is one call.
 local function enqueue_config() return read_config(ENQUEUE_CONFIG_NAMES) end
-
 
 return {enqueue_config = enqueue_config, load_config = load_config}

@@ -1,10 +1,12 @@
+-- lua/lib/events.lua
+-- The lifecycle events (one builder and publisher for every type) and the audit stream
+-- of admin actions.
 local fmt, is_name, iso =
   util.fmt, util.is_name, util.iso
 local SCOPE, k =
   scope.SCOPE, scope.k
 local next_seq =
   ids.next_seq
-
 
 local TERMINAL_EVENTS = {TASK_SUCCEEDED = true, TASK_FAILED = true, TASK_DEAD_LETTERED = true,
                          TASK_CANCELLED = true, TASK_EXPIRED = true, WORKER_STARTED = true,
@@ -92,8 +94,6 @@ local function emit(c, ms, etype, h, worker_id, meta)
   emit_task(c, ms, etype, h.id, h.queue, h.task_type, h.attempt, worker_id, meta)
 end
 
------------------------------------------------------------------------------- admin
-
 --[[ One entry of <prefix>:stream:audit: who (`actor`; none or empty: redis-cli) did what
 (`action`) to which task (`task_id`, and `queue`, the task's queue) or queue (`queue`, an
 empty `task_id`), when (`ts`); `more` adds field/value pairs (purge_dlq's `removed`). ]]
@@ -104,6 +104,5 @@ local function audit(action, tid, actor, ms, queue, more)
   for _, v in ipairs(more or {}) do cmd[#cmd + 1] = v end
   redis.call(unpack(cmd))
 end
-
 
 return {audit = audit, emit = emit, emit_task = emit_task, event_wanted = event_wanted}

@@ -1,8 +1,9 @@
+-- lua/lib/ids.lua
+-- Numbers and ids: <prefix>:seq and task ids that no task holds.
 local fmt =
   util.fmt
 local k =
   scope.k
-
 
 -- A fresh value of <prefix>:seq. The first one a call takes also numbers its events.
 --[[ <p>:seq after INCRBY by; a value that is not an integer, or a key of another type
@@ -38,6 +39,5 @@ local function free_task_id(ms, tid)
   end
   return nil
 end
-
 
 return {free_task_id = free_task_id, next_seq = next_seq, seq_incr = seq_incr}

@@ -1,3 +1,5 @@
+-- lua/lib/lean.lua
+-- The lean lane: tasks that live as stream entries alone.
 local BAND_NAMES, GROUP =
   CONST.BAND_NAMES, CONST.GROUP
 local fmt, is_name, options_set =
@@ -17,7 +19,6 @@ local raw_entry_error =
   raw.raw_entry_error
 local LIM =
   limits.LIM
-
 
 --[[ The lean lane (docs/reference.md 4.3). A queue whose <prefix>:queue:<q>:mode is `lean`
 takes its tasks as stream entries alone: no task hash while a task waits or runs. An entry
@@ -66,7 +67,6 @@ function LEAN.sound(c, first, f)
   end
   return true
 end
-
 
 --[[ Writes the hash of lean task `tid` from its entry's fields f, as the full task it becomes:
 what creation would have written (created_at is the entry's time), the attempt `attempt`
@@ -231,7 +231,5 @@ function LEAN.settle(ms, worker, stream, entry_id, attempt, policy)
                    'started_at', fmt(ms)})
   return true
 end
-
-
 
 return {LEAN = LEAN}

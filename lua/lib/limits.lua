@@ -1,3 +1,6 @@
+-- lua/lib/limits.lua
+-- Rate and concurrency limits: what a queue's limits are, admission of a claim, the
+-- deferral of a task a limit refuses, the release of slots.
 local fmt, hgetall_map =
   util.fmt, util.hgetall_map
 local SCOPE, k =
@@ -6,7 +9,6 @@ local emit =
   events.emit
 local ack =
   streams.ack
-
 
 --[[ The limits (docs/reference.md 5.7): LIM.of(queue) is the queue's limits (false: none),
 read once per call (call.ctx.limits); LIM.gate(...) admits a claim or defers its task;
@@ -259,6 +261,5 @@ function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
   end
   return true, slots
 end
-
 
 return {LIM = LIM, LIMIT = LIMIT, decode_limit = decode_limit, lkey = lkey}

@@ -1,6 +1,7 @@
+-- lua/lib/policy.lua
+-- The handler policy the daemon sends: max_attempts and timeout_ms resolved at claim.
 local DEFAULTS =
   CONST.DEFAULTS
-
 
 --[[ The one place max_attempts and timeout_ms are resolved: at claim, from the task's own
 value, else its handler section's (the policy table the daemon sends), else the defaults.
@@ -32,7 +33,5 @@ local function decode_policy(json)
   policy_json, policy_decoded = json, p
   return p
 end
-
-
 
 return {decode_policy = decode_policy, resolve = resolve}

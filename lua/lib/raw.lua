@@ -1,3 +1,5 @@
+-- lua/lib/raw.lua
+-- Producers' raw entries (a plain XADD): checked, and made into tasks on first read.
 local MAX_ATTEMPTS =
   CONST.MAX_ATTEMPTS
 local fmt, ID_RULE, is_name, is_task_id, NAME_RULE, parse_int =
@@ -10,7 +12,6 @@ local ack, queue_known =
   streams.ack, streams.queue_known
 local dead_letter, quarantine, read_task =
   task.dead_letter, task.quarantine, task.read_task
-
 
 -- Why a raw entry cannot become a runnable task, or nil when it can.
 local function raw_entry_error(c, f)
@@ -112,7 +113,6 @@ local function materialize_raw(c, ms, worker, stream, queue, band, entry_id, f, 
   end
   return tid, tkey, h
 end
-
 
 return {materialize_raw = materialize_raw, raw_entry_error = raw_entry_error,
         raw_task_id = raw_task_id}

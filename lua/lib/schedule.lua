@@ -1,3 +1,5 @@
+-- lua/lib/schedule.lua
+-- The schedule's promotion of one task (scheduler and <ns>_sched_run_now).
 local TERMINAL =
   CONST.TERMINAL
 local fmt =
@@ -11,7 +13,6 @@ local add_entry, queue_known =
 local dead_letter_poisoned, finish_terminal, in_cancelled, quarantine, read_task, task_poison =
   task.dead_letter_poisoned, task.finish_terminal, task.in_cancelled, task.quarantine,
   task.read_task, task.task_poison
-
 
 --[[ One task the scheduler (or <ns>_sched_run_now) takes out of the schedule, by its hash:
 gone/terminal -> drop; cancelled -> cancelled; TTL passed -> expired; already queued ->
@@ -57,6 +58,5 @@ local function promote_one(c, ms, worker, tid, source, meta)
   end
   return 'dropped'
 end
-
 
 return {promote_one = promote_one}

@@ -1,3 +1,6 @@
+-- lua/lib/scope.lua
+-- The call's scope: the key prefix of every key (k), the layout (single, or a cluster
+-- call's hash tag) and the refusal of a queue that is not the call's own.
 
 -- The call's key prefix (SCOPE.prefix too; set by SCOPE.enter): an upvalue for k(), which
 -- builds every key.

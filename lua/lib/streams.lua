@@ -1,10 +1,12 @@
+-- lua/lib/streams.lua
+-- A queue's streams: their names, the queue's length counter, the acknowledgement and
+-- deletion of entries, a task's fresh entry, and the set of known queues.
 local BANDS, BAND_NAMES, GROUP =
   CONST.BANDS, CONST.BAND_NAMES, CONST.GROUP
 local fmt, is_name, split_id =
   util.fmt, util.is_name, util.split_id
 local SCOPE, k =
   scope.SCOPE, scope.k
-
 
 -- Adds a queue to <prefix>:queues, the set <ns>_stats reports on. Never raises.
 local function queue_known(queue)
@@ -103,7 +105,6 @@ local function qlen_add(queue, by)
   if type(n) ~= 'number' or n < 0 then qlen_resync(queue) end
 end
 
-
 --[[ Deletes the entries `ids` of one stream, all just acknowledged. XDEL finds each entry
 by walking its stream node from the start, which made it a fifth of a finish's Redis time.
 But every entry older than the group's oldest pending one was delivered (a group reads in
@@ -155,7 +156,6 @@ end
 local function ensure_group(stream)
   redis.pcall('XGROUP', 'CREATE', stream, GROUP, '0', 'MKSTREAM')
 end
-
 
 return {ack = ack, add_entry = add_entry, delete_acked = delete_acked,
         ensure_group = ensure_group, qlen_add = qlen_add, qlen_key = qlen_key,

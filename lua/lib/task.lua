@@ -1,3 +1,7 @@
+-- lua/lib/task.lua
+-- The task hash: reading it (poisoned records, quarantine), creating it, its history,
+-- its terminal states (dead letters included), the options' bounds and the idempotency
+-- record.
 local BANDS, MAX_ATTEMPTS, TERMINAL =
   CONST.BANDS, CONST.MAX_ATTEMPTS, CONST.TERMINAL
 local first_line, fmt, hgetall_map, is_name, opt_error, options_set =
@@ -8,7 +12,6 @@ local emit, emit_task =
   events.emit, events.emit_task
 local stream_key =
   streams.stream_key
-
 
 --[[ Poisoned records. A task hash is read with read_task(): redis.pcall turns WRONGTYPE
 into a reply at no extra cost, and TYPE is asked only then, for the reason. task_poison()
@@ -225,7 +228,6 @@ local function task_queue(tid)
   local q = redis.pcall('HGET', k('task', tid), 'queue')
   return type(q) == 'string' and q or ''
 end
-
 
 return {CREATED_FIELDS = CREATED_FIELDS, ENQUEUE_LIMITS = ENQUEUE_LIMITS, HISTORY_ERROR_MAX = HISTORY_ERROR_MAX,
         create_task = create_task, dead_letter = dead_letter,

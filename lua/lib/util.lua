@@ -1,3 +1,7 @@
+-- lua/lib/util.lua
+-- Pure helpers every module uses: integers as Redis strings (fmt), the server clock
+-- (now_ms, iso), hashes as tables, names and their rules (is_name, NAME_RULE), numbers,
+-- stream ids, a first line, and the INVALID_ARGUMENT reply.
 
 
 -- Integers as Redis strings. string.format costs about 2,000 server instructions a call
@@ -152,7 +156,6 @@ local function first_line(s, max)
 end
 
 local function opt_error(msg) return redis.error_reply('INVALID_ARGUMENT ' .. msg) end
-
 
 return {first_line = first_line, fmt = fmt, hgetall = hgetall, hgetall_map = hgetall_map,
         ID_RULE = ID_RULE, is_name = is_name, is_task_id = is_task_id, iso = iso,

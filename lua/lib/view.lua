@@ -1,10 +1,10 @@
+-- lua/lib/view.lua
+-- What the read model's Functions share: queue counts, its bounds (READ) and JSON
+-- rendering.
 local BANDS, GROUP =
   CONST.BANDS, CONST.GROUP
 local stream_key =
   streams.stream_key
-
-
------------------------------------------------------------------------------- read model
 
 --[[ The counts of a queue's ten streams, the one definition every reader uses (stats,
 overview, queue_view): per band its length (XLEN) and pending count (XPENDING of the
@@ -112,7 +112,6 @@ local function last_delivered(s)
   end
   return nil
 end
-
 
 return {MARK = MARK, READ = READ, arr = arr, count_of = count_of, id_ms = id_ms,
         int_of = int_of, json_decode = json_decode, json_encode = json_encode,
