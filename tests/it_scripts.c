@@ -1191,6 +1191,60 @@ START_TEST(test_reap_isolates_poisoned_records) {
 }
 END_TEST
 
+/* `FCALL dtq_reap` of worker w with min_idle ms over the default queue's p5: the number of
+ * tasks it claimed to run. */
+static size_t reap_claims(const char *w, long long min_idle) {
+    redisReply *r =
+        th_cmd(C, "FCALL dtq_reap 1 dtq:stream:default:p5 %s %lld 10 16 %s default 5 0-0", w,
+               min_idle, POLICY);
+    size_t n;
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "reap: %s", r->str);
+    n = r->element[0]->elements;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A stall of Redis judged by the fleet's shortest visibility timeout (issue 27.3): daemons of
+ * 10 s and 60 s share the namespace; the 10 s one last reaped 9 s ago (Redis was stopped),
+ * and the 60 s one reaps first. By its own timeout 9 s is no gap (60 / 2 + 2 s); by the
+ * fleet's it is (10 / 2 + 2 s), so up_since starts again and the 10 s daemon's next reap
+ * adopts nothing of a live peer whose claim looks 20 s idle. Without the gap it adopts. */
+START_TEST(test_reap_gap_judged_by_the_shortest_visibility_timeout) {
+    redisReply *r;
+    int64_t now;
+    th_queue_groups(C, "default");
+    freeReplyObject(th_cmd(C, "FCALL dtq_enqueue 0 default echo 1 task_id s1"));
+    r = fetch("w-live", 10, "default");
+    ck_assert_int_eq(r->element[0]->elements, 1);
+    freeReplyObject(th_cmd(C, "XCLAIM dtq:stream:default:p5 workers w-live 0 %s IDLE 20000 JUSTID",
+                           r->element[0]->element[0]->element[1]->str));
+    freeReplyObject(r);
+    ck_assert_uint_eq(reap_claims("w-short", 10000), 0); /* the first reap: no history */
+    now = th_redis_ms(C);
+    freeReplyObject(th_cmd(C,
+                           "HSET dtq:reaper last_reap %lld up_since %lld short_idle 10000 "
+                           "short_idle_at %lld",
+                           (long long)(now - 9000), (long long)(now - 600000),
+                           (long long)(now - 9000)));
+    ck_assert_uint_eq(reap_claims("w-long", 60000), 0);
+    r = th_cmd(C, "HGET dtq:reaper up_since");
+    ck_assert_int_ge(atoll(r->str), now); /* up_since starts again */
+    freeReplyObject(r);
+    ck_assert_uint_eq(reap_claims("w-short", 10000), 0);
+    th_assert_field(C, "s1", "worker_id", "w-live");
+    th_assert_field(C, "s1", "attempt", "1");
+    /* the same reaps without the gap: the 20 s idle claim is adopted (attempt 2) */
+    now = th_redis_ms(C);
+    freeReplyObject(th_cmd(C, "HSET dtq:reaper last_reap %lld up_since %lld short_idle_at %lld",
+                           (long long)(now - 3000), (long long)(now - 600000),
+                           (long long)(now - 3000)));
+    ck_assert_uint_eq(reap_claims("w-long", 60000), 0); /* nothing idle for 60 s */
+    ck_assert_uint_eq(reap_claims("w-short", 10000), 1);
+    th_assert_field(C, "s1", "worker_id", "w-short");
+    th_assert_field(C, "s1", "attempt", "2");
+}
+END_TEST
+
 /* finish: one call, four records: a poisoned hash is dead-lettered whatever the outcome, a
  * task key of another type is quarantined, every entry is acknowledged. */
 START_TEST(test_finish_isolates_poisoned_records) {
@@ -1866,6 +1920,7 @@ int main(void) {
     tcase_add_test(tc, test_event_ids_within_one_call);
     tcase_add_test(tc, test_fetch_isolates_poisoned_records);
     tcase_add_test(tc, test_reap_isolates_poisoned_records);
+    tcase_add_test(tc, test_reap_gap_judged_by_the_shortest_visibility_timeout);
     tcase_add_test(tc, test_finish_isolates_poisoned_records);
     tcase_add_test(tc, test_handback_and_recover_isolate_a_task_key_of_another_type);
     tcase_add_test(tc, test_sched_promote_isolates_poisoned_records);

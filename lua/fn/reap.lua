@@ -51,25 +51,33 @@ head of a pending list cannot hide lost ones behind them. Returns {claimed-tasks
 next-cursors}, one cursor per stream. ]]
 --[[ Whether reaps may adopt yet, as Redis saw the fleet: every reap (each daemon calls one
 every visibility_timeout / 2) leaves its time in <p>:reaper. A reap that finds the last one
-longer ago than that plus 2 s (or none) follows a time in which no daemon reached Redis: an
-outage, or no daemon running. Running attempts of live daemons then look idle for as long
-as it lasted, and their daemons may not have reconnected yet, so nothing is adopted until
-min_idle after that reap (`up_since`), whichever daemon asks and however new it is. ]]
+longer ago than the fleet's shortest visibility timeout / 2 plus 2 s (or none) follows a
+time in which no daemon reached Redis: an outage, a stall of Redis, or no daemon running.
+Running attempts of live daemons then look idle for as long as it lasted, and their daemons
+may not have renewed their claims yet, so nothing is adopted until min_idle after that reap
+(`up_since`), whichever daemon asks and however new it is.
+The gap is judged by the shortest visibility timeout a reap brought (`short_idle`), not the
+caller's: a daemon with a longer one reaps less often, and judged by its own timeout it
+would let a stall pass that leaves a shorter-timeout daemon's attempts looking idle, which
+that daemon's next reap would then adopt from a live peer. short_idle is renewed by every
+reap that brings it (its daemons reap every short_idle / 2) and given up when none has for
+twice its value (they left). ]]
 local function reap_may_adopt(ms, min_idle)
   local REAP_GAP_SLACK_MS = 2000
   local key = k('reaper')
-  local st = redis.pcall('HMGET', key, 'last_reap', 'up_since')
+  local st = redis.pcall('HMGET', key, 'last_reap', 'up_since', 'short_idle', 'short_idle_at')
   if st.err then
     redis.call('DEL', key) -- a key of another type: start over, as after an outage
     st = {}
   end
   local last, up = tonumber(st[1]), tonumber(st[2])
-  if not last or not up or ms - last > min_idle / 2 + REAP_GAP_SLACK_MS then
-    up = ms
-    redis.call('HSET', key, 'last_reap', fmt(ms), 'up_since', fmt(ms))
-  else
-    redis.call('HSET', key, 'last_reap', fmt(ms))
+  local short, short_at = tonumber(st[3]), tonumber(st[4])
+  if not short or not short_at or min_idle <= short or ms - short_at > 2 * short then
+    short, short_at = min_idle, ms
   end
+  if not last or not up or ms - last > short / 2 + REAP_GAP_SLACK_MS then up = ms end
+  redis.call('HSET', key, 'last_reap', fmt(ms), 'up_since', fmt(up), 'short_idle', fmt(short),
+             'short_idle_at', fmt(short_at))
   return ms - up >= min_idle
 end
 
