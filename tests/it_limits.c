@@ -345,6 +345,65 @@ START_TEST(test_stale_slot_healed) {
 }
 END_TEST
 
+/* Claims task `id` of `queue` as w1 (the set full), then a raw producer's trim deletes every
+ * entry of the queue's band, the running attempt's carrier among them. */
+static void claim_then_trim(const char *queue, const char *id, const char *opts) {
+    redisReply *r;
+    enqueue(queue, "echo", id, opts);
+    r = fetch(queue, 10);
+    ck_assert_int_eq((int)claimed_n(r), 1);
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "XADD dtq:stream:%s:p5 MAXLEN 0 * task_type echo payload {}", queue));
+    ck_assert_int_eq(int_of("XLEN dtq:stream:%s:p5", queue), 0);
+}
+
+/* A running attempt nothing can end any more (issue 27.4): its entry deleted by a producer's
+ * trim and its worker gone (no worker key). While its worker lives it keeps its slot; once
+ * the worker is gone a full set's next claim ends it: requeued at attempt 2 (history
+ * worker_lost), its slot given to the next task; after its last attempt it is dead-lettered
+ * worker_lost; and a cancel ends such an attempt at once, freeing its slot. */
+START_TEST(test_lost_attempt_without_entry_frees_its_slot) {
+    redisReply *r;
+    char *hist;
+    for (const char *const *q = (const char *const[]){"q", "q2", "q3", NULL}; *q; q++)
+        th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me %s %s concurrency 1", *q, ""), "set");
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w1 pid 1")); /* w1 lives */
+    claim_then_trim("q", "lost", NULL);
+    enqueue("q", "echo", "next", NULL);
+    r = fetch("q", 10);
+    ck_assert_int_eq((int)claimed_n(r), 0); /* deferred: the live worker's attempt holds */
+    freeReplyObject(r);
+    field_is("lost", "status", "running");
+    freeReplyObject(th_cmd(C, "DEL dtq:worker:w1")); /* w1 is gone (SIGKILL, its key expired) */
+    enqueue("q", "echo", "next2", NULL);
+    r = fetch("q", 10);
+    ck_assert_int_eq((int)claimed_n(r), 1);
+    ck_assert_str_eq(claimed_id(r, 0), "next2");
+    freeReplyObject(r);
+    field_is("lost", "status", "queued");
+    field_is("lost", "attempt", "2");
+    hist = th_task_field(C, "lost", "history");
+    ck_assert_ptr_nonnull(strstr(hist, "\"class\":\"worker_lost\""));
+    free(hist);
+    ck_assert_msg(score_of("dtq:limit:q/*/run", "next2") > 0, "next2 holds no slot");
+    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/*/run"), 1);
+    /* the last attempt: dead-lettered worker_lost */
+    claim_then_trim("q2", "last", "max_attempts 1");
+    enqueue("q2", "echo", "after", NULL);
+    r = fetch("q2", 10);
+    ck_assert_int_eq((int)claimed_n(r), 1);
+    ck_assert_str_eq(claimed_id(r, 0), "after");
+    freeReplyObject(r);
+    field_is("last", "status", "dead_lettered");
+    field_is("last", "last_error_class", "worker_lost");
+    /* a cancel ends it at once */
+    claim_then_trim("q3", "ghost", NULL);
+    th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 ghost"), "cancelled");
+    field_is("ghost", "status", "cancelled");
+    ck_assert_int_eq(int_of("ZCARD dtq:limit:q3/*/run"), 0);
+}
+END_TEST
+
 /* Per key: one key at its cap does not hold back another; tasks without a key share the
  * bucket of the empty key; a raw entry's limit_key counts too. */
 START_TEST(test_per_key) {
@@ -707,6 +766,7 @@ static Suite *suite(void) {
     tcase_add_test(fn, test_deferral_uses_no_attempt);
     tcase_add_test(fn, test_slots_released);
     tcase_add_test(fn, test_stale_slot_healed);
+    tcase_add_test(fn, test_lost_attempt_without_entry_frees_its_slot);
     tcase_add_test(fn, test_per_key);
     tcase_add_test(fn, test_rate_deferrals_spaced);
     tcase_add_test(fn, test_unlimited_unchanged);

@@ -18,6 +18,8 @@ local dead_letter_poisoned, finish_terminal, idem_set, quarantine, read_task, ta
       task_queue =
   task.dead_letter_poisoned, task.finish_terminal, task.idem_set, task.quarantine,
   task.read_task, task.task_poison, task.task_queue
+local LIM =
+  limits.LIM
 local LEAN =
   lean.LEAN
 
@@ -227,6 +229,8 @@ local function cancel(keys, args)
   elseif h.status == 'running' then
     redis.call('HSET', tkey, 'cancel_requested', '1', 'updated_at', fmt(ms))
     reply = 'cancel_requested'
+    -- an attempt nothing can end any more (its entry and its worker gone) ends here
+    if LIM.end_lost(c, ms, args[1]) then reply = 'cancelled' end
   else
     return redis.error_reply('WRONG_STATE ' .. h.status)
   end

@@ -7,14 +7,17 @@ local SCOPE, k =
   scope.SCOPE, scope.k
 local emit =
   events.emit
-local ack =
-  streams.ack
+local ack, add_entry =
+  streams.ack, streams.add_entry
+local dead_letter, finish_terminal, history_add =
+  task.dead_letter, task.finish_terminal, task.history_add
 
 --[[ The limits (docs/reference.md 5.7): LIM.of(queue) is the queue's limits (false: none),
 read once per call (call.ctx.limits); LIM.gate(...) admits a claim or defers its task;
 LIM.release(slots, tid) gives back the slots of an attempt that ended (the task hash's
-limit_slots). What a call read or wrote of the limits' state is in call.ctx.limit_state.
-The Functions that set, remove and list limits are lua/fn/limit.lua. ]]
+limit_slots); LIM.end_lost(c, ms, tid) ends a running attempt nothing else can end any
+more. What a call read or wrote of the limits' state is in call.ctx.limit_state. The
+Functions that set, remove and list limits are lua/fn/limit.lua. ]]
 local LIM = {}
 
 --[[ Rate and concurrency limits (docs/reference.md 5.7). A limit's target is a queue
@@ -133,10 +136,52 @@ function LIM.release(slots, tid)
   end
 end
 
--- The members of a full slot set whose task is gone or not running are removed (the
--- oldest HEAL_MAX, once per set and call: a lease a lost release left). Its size after
--- (n, its size before, when it was healed already in this call).
-local function heal(zk, n)
+--[[ A running attempt that nothing can end any more, ended: its carrier entry is gone (a
+producer's XADD MAXLEN or XTRIM deleted it, so no reaper finds the attempt) and its worker
+with it (no <p>:worker:<id> key; in the cluster layout, where a queue's call cannot see the
+worker keys, its timeout_ms long past instead). It ends as a lost worker's attempt does:
+requeued at the next attempt, dead-lettered worker_lost after the last, cancelled when a
+cancel was asked; its slots go back. Returns true when it ended it. A full slot set asks it
+of its members (heal), and so does a cancel. ]]
+function LIM.end_lost(c, ms, tid)
+  local LOST_MARGIN_MS = 60000 -- past timeout_ms: the daemon's kill grace and its finish
+  local tkey = k('task', tid)
+  local h = hgetall_map(tkey)
+  if not h or h.status ~= 'running' or type(h.carrier) ~= 'string' then return false end
+  local stream, eid = h.carrier:match('^(.+)/([^/]+)$')
+  if not stream or SCOPE.foreign_stream(stream) then return false end
+  local e = redis.pcall('XRANGE', stream, eid, eid)
+  if type(e) ~= 'table' or e.err or e[1] then return false end -- the reaper's to settle
+  if SCOPE.cluster then
+    local started, timeout = tonumber(h.started_at), tonumber(h.timeout_ms)
+    if not started or not timeout or ms < started + timeout + LOST_MARGIN_MS then return false end
+  elseif redis.call('EXISTS', k('worker', h.worker_id or '')) == 1 then
+    return false
+  end
+  h.id = tid
+  if h.limit_slots then LIM.release(h.limit_slots, tid) end
+  if h.cancel_requested == '1' then
+    history_add(tkey, h.history or false, h.attempt, ms, 'cancelled', 'worker_lost', h.worker_id)
+    finish_terminal(c, tkey, h, 'cancelled', ms)
+    emit(c, ms, 'TASK_CANCELLED', h, '', {reason = 'worker_lost'})
+  elseif (tonumber(h.attempt) or 1) >= (tonumber(h.max_attempts) or 1) then
+    dead_letter(c, tkey, h, ms, 'worker_lost', 'worker_lost', h.worker_id)
+  else
+    history_add(tkey, h.history or false, h.attempt, ms, 'worker_lost', 'worker_lost', h.worker_id)
+    h.attempt = fmt((tonumber(h.attempt) or 1) + 1)
+    redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
+    redis.call('HDEL', tkey, 'worker_id', 'carrier', 'limit_slots')
+    add_entry(h, tid)
+    emit(c, ms, 'TASK_QUEUED', h, '', {reason = 'worker_lost'})
+  end
+  return true
+end
+
+-- The members of a full slot set whose task is gone, not running, or running an attempt
+-- nothing can end any more (LIM.end_lost) are removed (the oldest HEAL_MAX, once per set
+-- and call: a lease a lost release left). Its size after (n, its size before, when it was
+-- healed already in this call).
+local function heal(c, ms, zk, n)
   local memo = call.ctx.limit_state
   memo.healed = memo.healed or {}
   if memo.healed[zk] then return n end
@@ -145,7 +190,11 @@ local function heal(zk, n)
   if not ids.err then
     for _, id in ipairs(ids) do
       local st = redis.pcall('HGET', k('task', id), 'status')
-      if st ~= 'running' then redis.call('ZREM', zk, id) end
+      if st ~= 'running' then
+        redis.call('ZREM', zk, id)
+      else
+        LIM.end_lost(c, ms, id)
+      end
     end
   end
   n = redis.pcall('ZCARD', zk)
@@ -228,7 +277,7 @@ function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
           redis.call('DEL', zk) -- a key of another type: the slots start over
           n = 0
         end
-        if n >= l.concurrency then n = heal(zk, n) end
+        if n >= l.concurrency then n = heal(c, ms, zk, n) end
         counts[zk] = n
         if n >= l.concurrency then
           if not adopt then
