@@ -25,7 +25,8 @@ static long long num_or(const cJSON *o, const char *name, long long dflt) {
     return cJSON_IsNumber(v) ? (long long)v->valuedouble : dflt;
 }
 
-/* One scheduled task on a line: id, queue, type, kind, due time, attempt, last error. */
+/* One scheduled task on a line: id, queue, type, why it waits, due time, attempt, last
+ * error. */
 static void print_item(const cJSON *e) {
     char ms[32], when[80];
     const char *err = str_or(e, "last_error", ""), *cls = str_or(e, "last_error_class", "");
@@ -33,8 +34,10 @@ static void print_item(const cJSON *e) {
     if (!ctl_iso_time(ms, when, sizeof(when))) snprintf(when, sizeof(when), "?");
     *strchrnul(when, ' ') = '\0'; /* the ISO time alone */
     printf("%s  %s  %s  %s  due=%s  attempt=%lld/%lld", str_or(e, "task_id", "?"),
-           str_or(e, "queue", "?"), str_or(e, "task_type", "?"), str_or(e, "kind", "?"), when,
+           str_or(e, "queue", "?"), str_or(e, "task_type", "?"),
+           str_or(e, "reason", str_or(e, "kind", "?")), when,
            num_or(e, "next_attempt", num_or(e, "attempt", 0)), num_or(e, "max_attempts", 0));
+    if (*str_or(e, "limited_by", "")) printf("  limited_by=%s", str_or(e, "limited_by", ""));
     if (*cls || *err) printf("  %s%s%s", cls, *cls && *err ? ": " : "", err);
     printf("\n");
 }

@@ -13,7 +13,84 @@
 struct dtq_tasklog {
     dtq_ctx *ctx;
     struct event *timer; /* writes the summaries of windows that ended without a next line */
+    dtq_bounce bounces[DTQ_TASKLOG_BOUNCE_TYPES];
 };
+
+static void bounce_reset(dtq_bounce *b) {
+    free(b->queue);
+    free(b->task_type);
+    memset(b, 0, sizeof(*b));
+}
+
+int dtq_bounce_note(dtq_bounce *table, const char *queue, const char *task_type, int64_t now_ms) {
+    dtq_bounce *b = NULL, *oldest = NULL;
+    for (int i = 0; i < DTQ_TASKLOG_BOUNCE_TYPES; i++) {
+        dtq_bounce *e = &table[i];
+        if (e->queue && !strcmp(e->queue, queue) && !strcmp(e->task_type, task_type)) {
+            b = e;
+            break;
+        }
+        if (!e->queue && !b) b = e; /* the first free one, unless the pair is found */
+        if (e->queue && (!oldest || e->since_ms < oldest->since_ms)) oldest = e;
+    }
+    if (b && b->queue) {
+        if (now_ms - b->since_ms < DTQ_TASKLOG_BOUNCE_INTERVAL_MS || b->count) {
+            b->count++; /* written when its interval is over (dtq_bounce_due) */
+            return 0;
+        }
+        b->since_ms = now_ms; /* a quiet interval ended: this one is written at once */
+        return 1;
+    }
+    if (!b) { /* full: the oldest goes (its count, if any, is lost to the log, not to metrics) */
+        b = oldest;
+        bounce_reset(b);
+    }
+    b->queue = dtq_xstrdup(queue);
+    b->task_type = dtq_xstrdup(task_type);
+    b->since_ms = now_ms;
+    return 1;
+}
+
+int dtq_bounce_due(dtq_bounce *table, int64_t now_ms, int flush, const char **queue,
+                   const char **task_type, uint64_t *count) {
+    for (int i = 0; i < DTQ_TASKLOG_BOUNCE_TYPES; i++) {
+        dtq_bounce *b = &table[i];
+        if (!b->queue || !b->count) continue;
+        if (!flush && now_ms - b->since_ms < DTQ_TASKLOG_BOUNCE_INTERVAL_MS) continue;
+        *queue = b->queue;
+        *task_type = b->task_type;
+        *count = b->count;
+        b->count = 0;
+        b->since_ms = now_ms; /* the next interval starts with this line */
+        return 1;
+    }
+    return 0;
+}
+
+void dtq_bounce_clear(dtq_bounce *table) {
+    for (int i = 0; i < DTQ_TASKLOG_BOUNCE_TYPES; i++) bounce_reset(&table[i]);
+}
+
+/* The lines of the bounces whose interval is over (all of them with flush); whether some
+ * interval is still open with bounces counted. */
+static int write_bounces(dtq_tasklog *tl, int64_t now_ms, int flush) {
+    const char *queue, *type;
+    uint64_t n;
+    int open = 0;
+    while (dtq_bounce_due(tl->bounces, now_ms, flush, &queue, &type, &n)) {
+        dtq_log_field f[] = {DTQ_LOG_STR("queue", queue), DTQ_LOG_STR("task_type", type),
+                             DTQ_LOG_INT("handed_back", n),
+                             DTQ_LOG_INT("interval_s", DTQ_TASKLOG_BOUNCE_INTERVAL_MS / 1000),
+                             DTQ_LOG_STR("worker", tl->ctx->cfg->worker_id)};
+        dtq_log_fields(DTQ_LOG_INFO,
+                       "tasks of a type unknown here handed back without using an attempt "
+                       "(unknown_task_type = hand_back)",
+                       f, sizeof(f) / sizeof(f[0]));
+    }
+    for (int i = 0; i < DTQ_TASKLOG_BOUNCE_TYPES; i++)
+        if (tl->bounces[i].count) open = 1;
+    return open;
+}
 
 int dtq_line_limit_admit(dtq_line_limit *l, int64_t now_ms, int64_t per_s, int level,
                          uint64_t *summary, int *summary_level) {
@@ -99,6 +176,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     dtq_metrics_each_cell(tl->ctx->metrics, expire_cell, &p);
+    if (write_bounces(tl, p.now_ms, 0)) p.pending = 1;
     if (p.pending) arm(tl);
 }
 
@@ -164,10 +242,23 @@ static void one(dtq_tasklog *tl, const dtq_finish_record *rec, const char *word)
         cls = "interrupted";
         break;
     case DTQ_MO_DEFERRED:
+        /* a rolling deploy bounces every task of the type: one line per type and interval */
+        if (!dtq_log_enabled(DTQ_LOG_INFO)) return;
+        if (!dtq_bounce_note(tl->bounces,
+                             t   ? t->queue
+                             : c ? c->queue
+                                 : "",
+                             t   ? t->task_type
+                             : c ? c->task_type
+                                 : "",
+                             dtq_monotonic_ms())) {
+            arm(tl);
+            return;
+        }
         level = DTQ_LOG_INFO;
         msg = "task type unknown here; handed back without using an attempt "
-              "(unknown_task_type = hand_back)";
-        key = dtq_metrics_class_index(rec->error_class);
+              "(unknown_task_type = hand_back); more of its type are counted for a minute";
+        key = -1; /* the bounce gate above is its limit */
         break;
     default: /* DTQ_MO_STALE */
         level = DTQ_LOG_WARN;
@@ -239,6 +330,8 @@ void dtq_tasklog_free(dtq_tasklog *tl) {
     expire_pass p = {INT64_MAX / 2, 0};
     if (!tl) return;
     dtq_metrics_each_cell(tl->ctx->metrics, expire_cell, &p);
+    write_bounces(tl, p.now_ms, 1);
+    dtq_bounce_clear(tl->bounces);
     event_free(tl->timer);
     free(tl);
 }

@@ -126,6 +126,38 @@ START_TEST(test_line_limit) {
 }
 END_TEST
 
+/* The hand-back lines of one (queue, type): the first bounce of an interval at once, the
+ * rest counted and handed out once the interval is over; another type apart; a full table
+ * evicts its oldest pair; flush hands out every count. */
+START_TEST(test_bounce_gate) {
+    dtq_bounce t[DTQ_TASKLOG_BOUNCE_TYPES] = {{0}};
+    const char *q, *type;
+    uint64_t n = 0;
+    char name[32];
+    ck_assert_int_eq(dtq_bounce_note(t, "q", "a", 1000), 1);
+    for (int i = 1; i <= 50; i++) ck_assert_int_eq(dtq_bounce_note(t, "q", "a", 1000 + i), 0);
+    ck_assert_int_eq(dtq_bounce_note(t, "q", "b", 1100), 1); /* another type: its own line */
+    ck_assert_int_eq(dtq_bounce_due(t, 1000 + DTQ_TASKLOG_BOUNCE_INTERVAL_MS - 1, 0, &q, &type, &n),
+                     0);
+    ck_assert_int_eq(dtq_bounce_due(t, 1000 + DTQ_TASKLOG_BOUNCE_INTERVAL_MS, 0, &q, &type, &n), 1);
+    ck_assert_str_eq(q, "q");
+    ck_assert_str_eq(type, "a");
+    ck_assert_uint_eq(n, 50);
+    ck_assert_int_eq(dtq_bounce_due(t, 1000 + DTQ_TASKLOG_BOUNCE_INTERVAL_MS, 0, &q, &type, &n), 0);
+    /* a bounce in the interval the summary started is counted; after a quiet one, at once */
+    ck_assert_int_eq(dtq_bounce_note(t, "q", "a", 2000 + DTQ_TASKLOG_BOUNCE_INTERVAL_MS), 0);
+    ck_assert_int_eq(dtq_bounce_due(t, 2000 + DTQ_TASKLOG_BOUNCE_INTERVAL_MS, 1, &q, &type, &n), 1);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(dtq_bounce_note(t, "q", "a", 1000 + 4 * DTQ_TASKLOG_BOUNCE_INTERVAL_MS), 1);
+    for (int i = 0; i < DTQ_TASKLOG_BOUNCE_TYPES; i++) { /* fills the table: q/a is evicted */
+        snprintf(name, sizeof(name), "t%d", i);
+        ck_assert_int_eq(dtq_bounce_note(t, "q", name, 1000000 + i), 1);
+    }
+    ck_assert_int_eq(dtq_bounce_note(t, "q", "t5", 1000001), 0); /* still there */
+    dtq_bounce_clear(t);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("log");
     TCase *tc = tcase_create("core");
@@ -133,6 +165,7 @@ int main(void) {
     tcase_add_test(tc, test_fields_json);
     tcase_add_test(tc, test_fields_text);
     tcase_add_test(tc, test_line_limit);
+    tcase_add_test(tc, test_bounce_gate);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

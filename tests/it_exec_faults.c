@@ -623,6 +623,15 @@ START_TEST(test_unknown_type_handed_back) {
         free(st);
     }
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    {
+        /* the bounces are logged once for the type (then counted for a minute), not a line
+         * each */
+        char *log = th_read_file(a.log);
+        const char *first = strstr(log, "task type unknown here");
+        ck_assert_ptr_nonnull(first);
+        ck_assert_ptr_null(strstr(first + 1, "task type unknown here"));
+        free(log);
+    }
     start(&b, "w-new", NULL, "[handler:newtype]\nbuiltin = echo\n");
     th_expect_status(C, "u1", "succeeded", 30000);
     th_assert_field(C, "u1", "attempt", "1");
@@ -630,6 +639,9 @@ START_TEST(test_unknown_type_handed_back) {
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     ck_assert_int_eq(th_daemon_stop(&b, SIGTERM, 10000), 0);
     ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+    /* at its stop, w-old wrote the count of the bounces after the first */
+    ck_assert(
+        th_wait_log(a.log, "handed back without using an attempt (unknown_task_type", 2, 1000));
 }
 END_TEST
 

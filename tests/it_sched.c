@@ -162,7 +162,23 @@ START_TEST(test_scheduled_lists_delayed_and_retrying) {
     ck_assert(cJSON_IsNull(th_json_at(e, "last_error_class")));
     ck_assert(th_json_int(e, "due_ms") > th_json_int(o, "entries.0.due_ms"));
     ck_assert(th_json_int(e, "due_ms") - th_json_int(o, "time_ms") > 500000);
+    ck_assert_str_eq(th_json_str(o, "entries.0.reason"), "retry");
+    ck_assert_str_eq(th_json_str(e, "reason"), "delayed");
+    ck_assert(cJSON_IsNull(th_json_at(e, "limited_by")));
     cJSON_Delete(o);
+    /* why a pending task waits: a limit's deferral (limited_by), a hand-back of a type no
+     * worker had a handler for (class unknown_task_type), or its own delay */
+    freeReplyObject(th_cmd(C, "HSET dtq:task:later limited_by concurrency:mail"));
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind delayed");
+    ck_assert_str_eq(th_json_str(o, "entries.0.reason"), "limited");
+    ck_assert_str_eq(th_json_str(o, "entries.0.limited_by"), "concurrency:mail");
+    cJSON_Delete(o);
+    freeReplyObject(th_cmd(C, "HDEL dtq:task:later limited_by"));
+    freeReplyObject(th_cmd(C, "HSET dtq:task:later last_error_class unknown_task_type"));
+    o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind delayed");
+    ck_assert_str_eq(th_json_str(o, "entries.0.reason"), "handed_back");
+    cJSON_Delete(o);
+    freeReplyObject(th_cmd(C, "HDEL dtq:task:later last_error_class"));
 
     /* the filters */
     o = th_read_json(C, NULL, "dtq_scheduled 0 - 10 kind delayed");

@@ -591,10 +591,18 @@ function goTo(tab, params) {
 // ------------------------------------------------------------------ scheduled, retries
 
 const SCHED_TABS = {
-  scheduled: { kind: 'delayed', title: 'Scheduled', none: 'no delayed task' },
+  scheduled: { kind: 'delayed', title: 'Scheduled', none: 'no task waiting for its due time' },
   retries: { kind: 'retrying', title: 'Retries', none: 'no task waiting for a retry' },
 };
 const SCHED_FILTERS = [['id_prefix', 'task id prefix'], ['task_type', 'task type'], ['class', 'error class'], ['queue', 'queue']];
+
+// Why a scheduled task waits (the `reason` of <ns>_scheduled).
+function schedWhy(e) {
+  if (e.reason === 'limited') return h('span', { title: 'deferred by a limit' }, 'limited by ', h('span.mono', {}, e.limited_by || '?'));
+  if (e.reason === 'handed_back') return h('span', { title: e.last_error || '' }, 'handed back: no worker has its handler yet');
+  if (e.reason === 'delayed') return h('span.muted', {}, 'delay');
+  return h('span.muted', {}, e.reason || e.kind || '');
+}
 
 async function renderSched(tab, params) {
   const t = SCHED_TABS[tab], retries = t.kind === 'retrying';
@@ -615,10 +623,11 @@ async function renderSched(tab, params) {
     h('td', {}, e.task_type || ''),
     retries ? h('td.num', {}, fmtNum(e.next_attempt) + (e.max_attempts ? ' / ' + e.max_attempts : ''))
       : h('td.num', {}, fmtNum(e.priority)),
+    !retries && h('td', { dataset: { col: 'why' } }, schedWhy(e)),
     retries && h('td', {}, badge(e.last_error_class || '?')),
     retries && h('td.err', { dataset: { col: 'last-error' } }, e.last_error || '')));
   const heads = retries ? ['next retry', 'task', 'queue', 'type', 'attempt', 'class', 'last error']
-    : ['due', 'task', 'queue', 'type', 'priority'];
+    : ['due', 'task', 'queue', 'type', 'priority', 'why'];
   const filtered = Object.keys(filters).length > 0;
   const table = h('table', { id: 'sched' },
     h('thead', {}, h('tr', {}, sel.head, heads.map((x) => h(['attempt', 'priority'].includes(x) ? 'th.num' : 'th', {}, x)))),
@@ -631,7 +640,8 @@ async function renderSched(tab, params) {
       '; ' + d.scanned + ' examined for this page'));
   setView(h('h1', {}, t.title),
     h('p.muted', {}, retries ? 'Tasks that failed and wait for their next attempt, soonest first.'
-      : 'Tasks enqueued with a delay, soonest due first.'),
+      : 'Tasks waiting for their due time, soonest first: enqueued with a delay, deferred by a limit, ' +
+        'or handed back by a worker without a handler for their type.'),
     searchForm(SCHED_FILTERS, params, (p) => goTo(tab, p)), bar, table, pager);
 }
 

@@ -42,7 +42,19 @@ local SCHED = { -- the bounds of the schedule and queue admin Functions
 local SCHED_KINDS = {pending = 'delayed', retrying = 'retrying'}
 local SCHED_FILTER_MAX = {queue = 128, id_prefix = 256, task_type = 128, class = 64}
 local SCHED_FIELDS = {'status', 'queue', 'task_type', 'attempt', 'max_attempts',
-                      'own_max_attempts', 'last_error', 'last_error_class', 'priority'}
+                      'own_max_attempts', 'last_error', 'last_error_class', 'priority',
+                      'limited_by'}
+
+-- Why a member waits (its `reason`), from its status, limited_by and last error's class:
+-- a retry; a deferral by a limit; a hand-back by a worker without the type's handler
+-- (outcome defer: unknown_task_type); else a delay its producer asked for.
+local function sched_reason(status, limited_by, class)
+  if status == 'retrying' then return 'retry' end
+  if status ~= 'pending' then return 'other' end
+  if limited_by then return 'limited' end
+  if class == 'unknown_task_type' then return 'handed_back' end
+  return 'delayed'
+end
 
 -- a < b bytewise, the order of members of equal score (Lua's < follows the locale).
 local function bytes_less(a, b)
@@ -78,7 +90,8 @@ local function sched_item(tid, score, v)
              queue = or_null(v[2]), task_type = or_null(v[3]),
              attempt = v[4] and int_of(v[4]) or cjson.null, next_attempt = cjson.null,
              max_attempts = cjson.null, last_error = cjson.null,
-             last_error_class = or_null(v[8]), priority = v[9] and int_of(v[9]) or cjson.null}
+             last_error_class = or_null(v[8]), priority = v[9] and int_of(v[9]) or cjson.null,
+             reason = sched_reason(v[1], v[10], v[8]), limited_by = or_null(v[10])}
   if v[4] and kind ~= 'other' then
     o.next_attempt = int_of(v[4]) + (kind == 'retrying' and 1 or 0)
   end
