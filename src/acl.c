@@ -1,8 +1,8 @@
 /* acl.c: see acl.h. A rule is a template: "<ns>" stands for the namespace (Function names),
  * "<p>" for the key prefix (key and channel patterns). The command lists follow the code:
  * the Functions' redis.call/pcall in lua/ and the daemon's and dtqctl's own
- * commands. tests/it_acl.c runs every role and fails on any denial in ACL LOG, including
- * the ones a redis.pcall would swallow. */
+ * commands. tests/integration/it_acl.c runs every role and fails on any denial in ACL LOG,
+ * including the ones a redis.pcall would swallow. */
 #include "acl.h"
 
 #include <stdlib.h>

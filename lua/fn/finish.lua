@@ -26,7 +26,7 @@ local LEAN =
   lean.LEAN
 
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
-for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/it_scripts.c
+for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/lua/finish.c
 pins the two sides together. ]]
 local FINISH_RECORD_FIELDS = 11
 local FINISH_OUTCOMES = {succeeded = true, retry = true, dead_letter = true, cancelled = true,

@@ -1,7 +1,7 @@
 /* fuzz_finish: the replies to finish and hand-back batches (a verdict per record, read as
  * tasklog.c reads them), read as RESP by hiredis, against a batch of four records (finishes and
- * hand-backs); and the records' encoding (dtq_finish_record_encode, the C side of lua/fn/finish.lua's
- * decode_finish_record) with the reply's bytes as task id, result and error. */
+ * hand-backs); and the records' encoding (dtq_finish_record_encode, the C side of
+ * lua/fn/finish.lua's decode_finish_record) with the reply's bytes as task id, result and error. */
 #include "finisher.h"
 #include "fuzz.h"
 #include "metrics.h"

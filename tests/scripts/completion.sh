@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The bash completion of dtqctl offers exactly what `dtqctl --help` lists: the verbs, the
 # sub-verbs of each verb, the global options, each verb's options, the roles of acl.
-# Usage: tests/completion.sh SOURCE_DIR DTQCTL
+# Usage: tests/scripts/completion.sh SOURCE_DIR DTQCTL
 set -euo pipefail
 src=$1
 ctl=$2
 # shellcheck source-path=SCRIPTDIR source=cli_help.sh
-. "$src/tests/cli_help.sh"
+. "$src/tests/scripts/cli_help.sh"
 # shellcheck source=/dev/null
 . "$src/packaging/dtqctl.bash-completion"
 fails=0 checks=0

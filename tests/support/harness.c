@@ -576,8 +576,8 @@ cJSON *th_metrics_parse(const th_redis *r, const char *body) {
     ck_assert_ptr_nonnull(f);
     fputs(body, f);
     fclose(f);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/prom_parse.py < %s > %s", DTQ_SOURCE_DIR,
-             in, out);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s/tests/support/prom_parse.py < %s > %s",
+             DTQ_SOURCE_DIR, in, out);
     ck_assert_msg(system(cmd) == 0,
                   "prometheus_client cannot parse /metrics (is python3-prometheus-client "
                   "installed? scripts/test installs it): %s",

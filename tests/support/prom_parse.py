@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Parses Prometheus text format from stdin with prometheus_client's own parser
-(Debian's python3-prometheus-client) and prints the families as JSON for tests/it_obs.c:
+(Debian's python3-prometheus-client) and prints the families as JSON for tests/integration/it_obs.c:
 [{"name", "type", "help", "samples": [{"name", "labels": {...}, "value"}]}].
 Exits non-zero when the text does not parse."""
 import json

@@ -3,7 +3,7 @@
 # (Documentation=, the configuration directory, the binaries) is where the install puts
 # things, the example and the ready configuration land in /etc/dtq as the README says (a
 # second install keeps an edited worker.ini), and dtqctl's completion is installed.
-# Usage: tests/install_layout.sh SOURCE_DIR
+# Usage: tests/scripts/install_layout.sh SOURCE_DIR
 set -euo pipefail
 src=$1
 tmp=$(mktemp -d /tmp/dtq-install.XXXXXX)

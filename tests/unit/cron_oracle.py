@@ -4,7 +4,7 @@
 
 Generates thousands of random specs (5 and 6 fields, steps, ranges, lists, month and day
 names, 7 = Sunday) and random instants (over several years, and dense around the 2026 DST
-days of America/New_York and Europe/Berlin), runs them through ORACLE_BIN (tests/
+days of America/New_York and Europe/Berlin), runs them through ORACLE_BIN (tests/unit/
 cron_oracle.c: `spec<TAB>tz<TAB>after_ms` lines in, `next_ms`, `none` or `error <msg>`
 out) and compares with croniter's next fire time for a tz-aware start.
 

@@ -1,4 +1,4 @@
-/* it_sched.c: scheduled tasks and queue housekeeping against a real redis-server, through
+/* backlog.c: scheduled tasks and queue housekeeping against a real redis-server, through
  * the Functions alone (no daemon): FCALL_RO <ns>_scheduled (a delayed and a retrying task
  * with their due time, attempt and last error; paging by score and member, also past a
  * member that left; the filters), <ns>_sched_run_now (queued in its stream at once, out of
@@ -711,7 +711,7 @@ START_TEST(test_history) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("sched");
+    Suite *s = suite_create("lua_backlog");
     TCase *tc = tcase_create("scheduled tasks");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);

@@ -212,7 +212,7 @@ int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *ar
 int th_ctl(const th_redis *r, char **out, const char *args);
 /* A TCP port of 127.0.0.1 that was free a moment ago (bound, then closed). */
 int th_free_port(void);
-/* The families of a /metrics body as tests/prom_parse.py (Prometheus' own parser, Debian's
+/* The families of a /metrics body as tests/support/prom_parse.py (Prometheus' own parser, Debian's
  * python3-prometheus-client) reports them (caller deletes), through files in r's directory;
  * fails the test when the text does not parse. */
 cJSON *th_metrics_parse(const th_redis *r, const char *body);
@@ -272,7 +272,7 @@ int64_t th_now_ms(void);
 /* A unique temp file path in the harness dir. */
 void th_path(const th_redis *r, const char *name, char *out, size_t outlen);
 
-/* ---- Without Check, for programs that are not Check suites (tests/chaos.c) too: these
+/* ---- Without Check, for programs that are not Check suites (tests/integration/chaos.c) too: these
  * fail no test and track nothing; the caller waits for and stops what they start. */
 /* Runs argv like th_spawn (stdin from /dev/null, stdout and stderr appended to log_path
  * when not NULL, an empty signal mask, SIGKILL when this process dies); -1 when fork

@@ -3,14 +3,14 @@
 # output, and every verb (and sub-verb) in dtqctl's, is in the page's Markdown source
 # (docs/man/*.md), and dtqctl's page documents no verb that --help does not list. With
 # the built pages (a build that found go-md2man), each renders without a groff warning.
-# Usage: tests/man_pages.sh SOURCE_DIR DTQ_WORKER DTQCTL DTQ_WEB [BUILT_MAN_DIR]
+# Usage: tests/scripts/man_pages.sh SOURCE_DIR DTQ_WORKER DTQCTL DTQ_WEB [BUILT_MAN_DIR]
 set -euo pipefail
 src=$1
 declare -A bin=([dtq-worker]=$2 [dtqctl]=$3 [dtq-web]=$4)
 declare -A page=([dtq-worker]=dtq-worker.8 [dtqctl]=dtqctl.1 [dtq-web]=dtq-web.8)
 built=${5:-}
 # shellcheck source-path=SCRIPTDIR source=cli_help.sh
-. "$src/tests/cli_help.sh"
+. "$src/tests/scripts/cli_help.sh"
 fails=0 checks=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 

@@ -1,6 +1,6 @@
 /* it_obs.c: what an operator of a real dtq-worker sees. /metrics, scraped after known work
  * (successes, a retry, dead letters, a timeout, an unknown task type) and parsed with
- * Prometheus' own parser (tests/prom_parse.py, python3-prometheus-client): every family
+ * Prometheus' own parser (tests/support/prom_parse.py, python3-prometheus-client): every family
  * has HELP and TYPE, the labelled task counters and histograms have the values the work
  * implies, and no label value comes from a task. The log: one line per failed, retried,
  * dead-lettered, timed-out, cancelled or handed-back attempt, as JSON with separate fields

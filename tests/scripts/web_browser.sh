@@ -232,7 +232,7 @@ check "$tmp/attempts.html" "re.search(r'id=\"due\"> · due <span[^>]*>in \\d+ (m
 
 echo "== a click on Run now (DevTools protocol)"
 mkdir -p "$tmp/profile-cdp-sched"
-/usr/bin/python3 "$here/web_cdp.py" "$chromium" "$tmp/profile-cdp-sched" "$base" "$token" later-1 \
+/usr/bin/python3 "$here/../support/web_cdp.py" "$chromium" "$tmp/profile-cdp-sched" "$base" "$token" later-1 \
     scheduled || fail "Run now through the DevTools protocol"
 status_is later-1 queued || fail "later-1 is $(rc HGET dtq:task:later-1 status), not queued"
 [ -z "$(rc ZSCORE dtq:retry:schedule later-1)" ] || fail "later-1 is still in the schedule"
@@ -245,7 +245,7 @@ esac
 echo "== a click on Requeue (DevTools protocol)"
 audit_before=$(rc XLEN dtq:stream:audit)
 mkdir -p "$tmp/profile-cdp"
-/usr/bin/python3 "$here/web_cdp.py" "$chromium" "$tmp/profile-cdp" "$base" "$token" bad-card ||
+/usr/bin/python3 "$here/../support/web_cdp.py" "$chromium" "$tmp/profile-cdp" "$base" "$token" bad-card ||
     fail "the click through the DevTools protocol"
 status_is bad-card queued || fail "bad-card is $(rc HGET dtq:task:bad-card status), not queued"
 [ "$(rc XLEN dtq:stream:dead-letter)" = 0 ] || fail "the dead letter is still in the stream"
@@ -284,6 +284,6 @@ sys.exit(1)"
 }
 wait_for "dtq-web with a read token" refused_without_token
 mkdir -p "$tmp/profile-cdp2"
-/usr/bin/python3 "$here/web_cdp.py" "$chromium" "$tmp/profile-cdp2" "http://127.0.0.1:$port2" \
+/usr/bin/python3 "$here/../support/web_cdp.py" "$chromium" "$tmp/profile-cdp2" "http://127.0.0.1:$port2" \
     "$read_token" ok-3 read-token || fail "the page with a read token"
 echo "web_browser: all checks passed"

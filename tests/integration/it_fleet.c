@@ -1,4 +1,4 @@
-/* it_cluster.c: several daemons sharing one Redis: thousands of retries with no (task,
+/* it_fleet.c: several daemons sharing one Redis: thousands of retries with no (task,
  * attempt) executed twice, leader failover after SIGKILL, and recovery from a scheduler
  * that died between XADD and removing its claim. */
 #include <check.h>
@@ -191,7 +191,7 @@ START_TEST(test_scheduler_disabled_never_takes_lock) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("cluster");
+    Suite *s = suite_create("fleet");
     TCase *tc = tcase_create("coordination");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);

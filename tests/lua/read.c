@@ -1,4 +1,4 @@
-/* it_read.c: the read model (FCALL_RO <ns>_overview, _workers, _queue_view, _task_view,
+/* read.c: the read model (FCALL_RO <ns>_overview, _workers, _queue_view, _task_view,
  * _dead_letters, _audit_page) against a real redis-server, after known work done through
  * the Functions: the JSON each one answers (depths per band and in total, equal to what
  * <ns>_stats says; a raw entry's task id equal to the one fetch gives it; running entries;
@@ -886,7 +886,7 @@ START_TEST(test_metrics) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("read");
+    Suite *s = suite_create("lua_read");
     TCase *tc = tcase_create("read model");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);

@@ -1,4 +1,4 @@
-# What a program's --help lists, for tests/man_pages.sh and tests/completion.sh.
+# What a program's --help lists, for tests/scripts/man_pages.sh and tests/scripts/completion.sh.
 # shellcheck shell=bash
 
 # help_options HELP_TEXT: every option token (-c, --config, ...) anywhere in the text,

@@ -1,4 +1,4 @@
-/* cron_oracle.c: a test-only filter over src/cron.c for tests/cron_oracle.py. Reads lines
+/* cron_oracle.c: a test-only filter over src/cron.c for tests/unit/cron_oracle.py. Reads lines
  * `spec<TAB>tz<TAB>after_ms` on stdin and prints one line each: the next fire time in epoch
  * ms, `none` when the spec never fires within the horizon (or the zone is not valid), or
  * `error <message>` when the spec does not parse. @every specs use anchor 0. */

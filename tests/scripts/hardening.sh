@@ -3,7 +3,7 @@
 # position-independent executable (ELF type DYN, FLAGS_1 PIE), full RELRO (a GNU_RELRO
 # segment and BIND_NOW), the stack protector (__stack_chk_fail imported) and
 # _FORTIFY_SOURCE (at least one __*_chk function imported). readelf only (binutils).
-# Usage: tests/hardening.sh BINARY...
+# Usage: tests/scripts/hardening.sh BINARY...
 set -euo pipefail
 fails=0
 fail() {
