@@ -1225,29 +1225,38 @@ START_TEST(test_scheduled_and_queue_verbs) {
 }
 END_TEST
 
-int main(void) {
-    Suite *s = suite_create("ctl");
-    TCase *tc = tcase_create("dtqctl");
+/* A TCase of the suite with the usual fixture (one redis-server, no daemon). */
+static TCase *themed_case(Suite *s, const char *name) {
+    TCase *tc = tcase_create(name);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int main(void) {
+    Suite *s = suite_create("ctl");
+    TCase *tc;
+    tc = themed_case(s, "tasks"); /* enqueue, show, wait, events */
     tcase_add_test(tc, test_enqueue_wait_and_show);
-    tcase_add_test(tc, test_refusals_and_usage);
+    tcase_add_test(tc, test_enqueue_bulk_from_stdin);
+    tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
+    tcase_add_test(tc, test_show_renders_task_view);
+    tcase_add_test(tc, test_show_times_due_and_errors);
+    tcase_add_test(tc, test_events_follow);
+    tcase_add_test(tc, test_json_numbers);
+    tc = themed_case(s, "admin"); /* dead letters, queues, workers, the schedule */
     tcase_add_test(tc, test_dlq_queues_workers);
     tcase_add_test(tc, test_dlq_requeue_all_chunks);
-    tcase_add_test(tc, test_events_follow);
-    tcase_add_test(tc, test_enqueue_bulk_from_stdin);
-    tcase_add_test(tc, test_bad_config_and_secrets);
-    tcase_add_test(tc, test_help_is_the_table);
     tcase_add_test(tc, test_dlq_list_pages);
-    tcase_add_test(tc, test_show_renders_task_view);
-    tcase_add_test(tc, test_version);
-    tcase_add_test(tc, test_json_numbers);
-    tcase_add_test(tc, test_show_times_due_and_errors);
     tcase_add_test(tc, test_pause_unknown_queue);
-    tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
     tcase_add_test(tc, test_scheduled_and_queue_verbs);
     tcase_add_test(tc, test_layout_and_queue_option);
-    suite_add_tcase(s, tc);
+    tc = themed_case(s, "cli"); /* usage, refusals, config and secrets, help, version */
+    tcase_add_test(tc, test_refusals_and_usage);
+    tcase_add_test(tc, test_bad_config_and_secrets);
+    tcase_add_test(tc, test_help_is_the_table);
+    tcase_add_test(tc, test_version);
     tc = tcase_create("cluster_hash_tag");
     tcase_add_checked_fixture(tc, setup_tag, teardown);
     tcase_set_timeout(tc, 60);

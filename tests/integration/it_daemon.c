@@ -1075,11 +1075,19 @@ START_TEST(test_acl_user_password_and_db) {
 }
 END_TEST
 
-int main(void) {
-    Suite *s = suite_create("daemon");
-    TCase *tc = tcase_create("process");
+/* A TCase of the suite with the usual fixture (one redis-server). */
+static TCase *themed_case(Suite *s, const char *name) {
+    TCase *tc = tcase_create(name);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 90);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int main(void) {
+    Suite *s = suite_create("daemon");
+    TCase *tc;
+    tc = themed_case(s, "tasks"); /* tasks through their outcomes */
     tcase_add_test(tc, test_fcall_and_raw_xadd_succeed);
     tcase_add_test(tc, test_priority_order);
     tcase_add_test(tc, test_dead_letters_and_keeps_serving);
@@ -1090,22 +1098,25 @@ int main(void) {
     tcase_add_test(tc, test_always_failing_exhausts_attempts);
     tcase_add_test(tc, test_delayed_task_and_ttl_expiry);
     tcase_add_test(tc, test_cancel_running_task);
+    tc = themed_case(s, "lifecycle"); /* signals, drains, crashes and a Redis that goes away */
     tcase_add_test(tc, test_sighup_reload);
     tcase_add_test(tc, test_sighup_max_attempts_applies_from_the_next_claim);
     tcase_add_test(tc, test_sigterm_drains_running_tasks);
     tcase_add_test(tc, test_drain_timeout_hands_tasks_back);
     tcase_add_test(tc, test_sigkill_recovered_by_reaper);
     tcase_add_test(tc, test_survives_redis_restart);
+    tcase_add_test(tc, test_hung_redis_detected);
+    tc = themed_case(s, "handlers"); /* exec programs and plugins */
     tcase_add_test(tc, test_exec_handlers);
     tcase_add_test(tc, test_exec_payload_larger_than_a_pipe);
     tcase_add_test(tc, test_exec_many_children);
     tcase_add_test(tc, test_plugin_handlers);
+    tc =
+        themed_case(s, "process"); /* what the process shows: endpoints, systemd, namespace, logs */
     tcase_add_test(tc, test_http_endpoints);
     tcase_add_test(tc, test_systemd_notify);
     tcase_add_test(tc, test_namespace_and_cluster_hash_tag);
     tcase_add_test(tc, test_json_logs);
-    tcase_add_test(tc, test_hung_redis_detected);
-    suite_add_tcase(s, tc);
     tc = tcase_create("auth");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_acl_user_password_and_db);

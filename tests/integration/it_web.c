@@ -2233,39 +2233,49 @@ START_TEST(test_connection_flood_under_fd_limit) {
 }
 END_TEST
 
-int main(void) {
-    Suite *s = suite_create("web");
-    TCase *tc = tcase_create("api");
+/* A TCase of the suite with the usual fixture (one redis-server, one dtq-web). */
+static TCase *api_case(Suite *s, const char *name) {
+    TCase *tc = tcase_create(name);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 90);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int main(void) {
+    Suite *s = suite_create("web");
+    TCase *tc = api_case(s, "reads"); /* the read model as the page gets it */
     tcase_add_test(tc, test_overview_states_and_rates);
     tcase_add_test(tc, test_queue_view);
     tcase_add_test(tc, test_task_view);
     tcase_add_test(tc, test_dlq_paging_and_filter);
+    tcase_add_test(tc, test_scheduled_list_and_filters);
+    tcase_add_test(tc, test_task_attempts_without_events_stream);
+    tcase_add_test(tc, test_cron);
+    tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_metrics);
+    tc = api_case(s, "writes"); /* the admin actions, the token and read-only mode */
     tcase_add_test(tc, test_writes_refused_when_read_only);
     tcase_add_test(tc, test_writes_refused_without_the_token);
     tcase_add_test(tc, test_writes_with_the_token);
+    tcase_add_test(tc, test_bulk_writes_refused);
+    tcase_add_test(tc, test_bulk_writes_with_the_token);
     tcase_add_test(tc, test_bad_input_and_methods);
+    tc = api_case(s, "events"); /* the server-sent event streams */
     tcase_add_test(tc, test_event_stream);
     tcase_add_test(tc, test_event_streams_evict_oldest);
-    tcase_add_test(tc, test_command_line);
-    tcase_add_test(tc, test_systemd_unit_and_ready);
+    tc = api_case(s, "guards"); /* who may ask: hosts, tokens, floods, slow clients */
     tcase_add_test(tc, test_host_check_refuses_foreign_names);
     tcase_add_test(tc, test_allowed_hosts);
     tcase_add_test(tc, test_read_token);
-    tcase_add_test(tc, test_non_loopback_bind_warns);
-    tcase_add_test(tc, test_metrics);
-    tcase_add_test(tc, test_scheduled_list_and_filters);
-    tcase_add_test(tc, test_task_attempts_without_events_stream);
-    tcase_add_test(tc, test_bulk_writes_refused);
-    tcase_add_test(tc, test_bulk_writes_with_the_token);
-    tcase_add_test(tc, test_cron);
-    tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_wrong_tokens_logged_rate_limited);
     tcase_add_test(tc, test_healthz_under_idle_flood);
     tcase_add_test(tc, test_slow_client_cut_at_deadline);
-    tcase_add_test(tc, test_wrong_tokens_logged_rate_limited);
     tcase_add_test(tc, test_connection_flood_under_fd_limit);
-    suite_add_tcase(s, tc);
+    tc = api_case(s, "process"); /* the program: its command line, unit and warnings */
+    tcase_add_test(tc, test_command_line);
+    tcase_add_test(tc, test_systemd_unit_and_ready);
+    tcase_add_test(tc, test_non_loopback_bind_warns);
     tc = tcase_create("acl"); /* a TCP server: an ACL user is named in the URL */
     tcase_add_checked_fixture(tc, setup_tcp, teardown);
     tcase_set_timeout(tc, 60);
