@@ -474,8 +474,10 @@ static void dlq_entry(ctl *x, cJSON *e, void *arg) {
         printf("%s", out);
         free(out);
     } else {
-        printf("%s  %s  attempts=%s  %s\n", str_of(e, "task_id", "?"), str_of(e, "task_type", "?"),
-               str_of(e, "attempts_made", "?"), str_of(e, "last_error", ""));
+        /* the queue: what --queue (cluster layout) and a requeue by redis-cli need */
+        printf("%s  %s  %s  attempts=%s  %s\n", str_of(e, "task_id", "?"), str_of(e, "queue", "?"),
+               str_of(e, "task_type", "?"), str_of(e, "attempts_made", "?"),
+               str_of(e, "last_error", ""));
     }
 }
 

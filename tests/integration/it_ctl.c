@@ -163,7 +163,7 @@ START_TEST(test_dlq_queues_workers) {
     ck_assert_ptr_nonnull(strstr(out, "dead_lettered"));
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "dlq list"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "f1"));
+    ck_assert_ptr_nonnull(strstr(out, "f1  default  fail  attempts=")); /* the queue shown */
     ck_assert_ptr_nonnull(strstr(out, "nope"));
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "--json dlq list --count 5"), 0);
@@ -373,12 +373,12 @@ START_TEST(test_tag_dlq) {
     assert_shown(out, "status", "dead_lettered");
     free(out);
     ck_assert_int_eq(tag(&out, "dlq list"), 0);
-    ck_assert_msg(!strncmp(out, "f1  fail  attempts=", 19), "%s", out);
+    ck_assert_msg(!strncmp(out, "f1  default  fail  attempts=", 28), "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "nope"));
     ck_assert_int_eq(count_lines(out), 1);
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "dlq list"), 0); /* dtq_dead_letters: the library's keys */
-    ck_assert_msg(!strncmp(out, "f1  fail  attempts=", 19), "%s", out);
+    ck_assert_msg(!strncmp(out, "f1  default  fail  attempts=", 28), "%s", out);
     free(out);
     ck_assert_int_eq(tag(&out, "--json dlq list --count 5"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"f1\""));
@@ -720,7 +720,7 @@ START_TEST(test_dlq_list_pages) {
     big[3000] = 0;
     for (int i = 1; i <= 1203; i++)
         redisAppendCommand(C,
-                           "XADD dtq:stream:dead-letter 1-%d task_id dl%d task_type echo "
+                           "XADD dtq:stream:dead-letter 1-%d task_id dl%d queue q task_type echo "
                            "attempts_made %d last_error e%d payload %s",
                            i, i, i % 7, i, big);
     for (int i = 1; i <= 1203; i++) {
@@ -730,14 +730,14 @@ START_TEST(test_dlq_list_pages) {
     }
     ck_assert_int_eq(th_ctl(&R, &out, "dlq list"), 0);
     ck_assert_int_eq(count_lines(out), 20);
-    ck_assert_msg(!strncmp(out, "dl1  echo  attempts=1  e1\n", 26), "%s", out);
+    ck_assert_msg(!strncmp(out, "dl1  q  echo  attempts=1  e1\n", 29), "%s", out);
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "dlq list --count 1100"), 0);
     ck_assert_int_eq(count_lines(out), 1100);
-    ck_assert_msg(!strncmp(out, "dl1  echo  attempts=1  e1\n", 26), "%.200s", out);
-    snprintf(line, sizeof(line), "\ndl501  echo  attempts=%d  e501\n", 501 % 7);
+    ck_assert_msg(!strncmp(out, "dl1  q  echo  attempts=1  e1\n", 29), "%.200s", out);
+    snprintf(line, sizeof(line), "\ndl501  q  echo  attempts=%d  e501\n", 501 % 7);
     ck_assert_ptr_nonnull(strstr(out, line));
-    snprintf(line, sizeof(line), "\ndl1100  echo  attempts=%d  e1100\n", 1100 % 7);
+    snprintf(line, sizeof(line), "\ndl1100  q  echo  attempts=%d  e1100\n", 1100 % 7);
     ck_assert_ptr_nonnull(strstr(out, line));
     ck_assert_ptr_null(strstr(out, "dl1101 "));
     free(out);
