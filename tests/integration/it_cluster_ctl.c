@@ -442,6 +442,22 @@ START_TEST(test_dlq_empty) {
     rc = ctl(&out, "dlq purge");
     ck_assert_msg(rc == 0 && !strcmp(out, "0\n"), "exit %d: %s", rc, out);
     free(out);
+    {
+        /* the README's cluster form of a redis-cli requeue, from a node that may not own the
+         * queue's slot (redis-cli -c follows MOVED) */
+        char cli[512], cmd[2048], path[400], tag[192], *slash, *text;
+        snprintf(cli, sizeof(cli), "%s", REDIS_SERVER_BIN);
+        slash = strrchr(cli, '/');
+        snprintf(slash + 1, sizeof(cli) - (size_t)(slash + 1 - cli), "redis-cli");
+        th_path(&CL.node[0], "requeue.out", path, sizeof(path));
+        snprintf(tag, sizeof(tag), "{" NS ":%s}", Q[8]);
+        snprintf(cmd, sizeof(cmd), "%s -c -p %d FCALL " NS "_requeue_dlq 1 '{" NS ":%s}' >%s 2>&1",
+                 cli, th_cluster_owner_port(&CL, tag), Q[0], path);
+        ck_assert_int_eq(system(cmd), 0);
+        text = th_read_file(path);
+        ck_assert_msg(!strcmp(text, "0\n"), "redis-cli: %s", text);
+        free(text);
+    }
 }
 END_TEST
 
