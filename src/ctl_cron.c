@@ -100,8 +100,10 @@ static char *cron_queue(ctl *x, const char *name) {
     return found;
 }
 
-/* cron remove|pause|resume|run NAME [--queue Q]: the Function's reply (run: the task id).
- * The single layout ignores Q; the cluster layout calls in Q's slot, or finds the queue. */
+/* cron remove|pause|resume|run NAME [--queue Q]: what the Function did, in words (`paused
+ * nightly`, `nightly was paused already`; run: the task id), or under --json {"name": NAME,
+ * "changed": true|false} (run: {"name": NAME, "task_id": ID}). The single layout ignores Q;
+ * the cluster layout calls in Q's slot, or finds the queue. */
 int ctl_cron_act(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char *queue = ctl_take_queue("cron", &argc, argv), *a[2] = {CTL_ACTOR, NULL};
     char *found = NULL;
@@ -114,10 +116,27 @@ int ctl_cron_act(ctl *x, const ctl_verb *v, int argc, char **argv) {
         queue = found = cron_queue(x, argv[0]);
     r = ctl_fcall(x, 0, queue, v->fn, 2, a);
     free(found);
-    if (r->type == REDIS_REPLY_INTEGER)
-        printf("%lld\n", r->integer);
-    else
+    if (x->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", argv[0]);
+        if (r->type == REDIS_REPLY_INTEGER)
+            cJSON_AddBoolToObject(o, "changed", r->integer != 0);
+        else
+            cJSON_AddStringToObject(o, "task_id", r->str ? r->str : "");
+        ctl_print_json(o);
+        cJSON_Delete(o);
+    } else if (r->type == REDIS_REPLY_INTEGER) {
+        /* the sub-verb's past: removed, paused, resumed */
+        const char *done = !strcmp(v->sub, "remove")  ? "removed"
+                           : !strcmp(v->sub, "pause") ? "paused"
+                                                      : "resumed";
+        if (r->integer)
+            printf("%s %s\n", done, argv[0]);
+        else
+            printf("%s was %s already\n", argv[0], done);
+    } else {
         printf("%s\n", r->str ? r->str : "");
+    }
     freeReplyObject(r);
     return 0;
 }

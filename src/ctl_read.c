@@ -424,8 +424,30 @@ static void stats_add(ctl *x, cJSON *o, const redisReply *r) {
     }
 }
 
+/* The stats as --json prints them: every queue:<q>:<field> pair under "queues", by queue
+ * (a name may hold ':', a field does not), then the namespace's counters as they are. */
+static cJSON *stats_nested(const cJSON *flat) {
+    cJSON *out = cJSON_CreateObject(), *queues = cJSON_AddObjectToObject(out, "queues");
+    const cJSON *f;
+    cJSON_ArrayForEach(f, flat) {
+        const char *last = strrchr(f->string, ':');
+        if (!strncmp(f->string, "queue:", 6) && last && last > f->string + 6) {
+            char q[DTQ_NAME_MAX + 1];
+            cJSON *one;
+            snprintf(q, sizeof(q), "%.*s", (int)(last - f->string - 6), f->string + 6);
+            one = cJSON_GetObjectItemCaseSensitive(queues, q);
+            if (!one) one = cJSON_AddObjectToObject(queues, q);
+            cJSON_AddItemToObject(one, last + 1, cJSON_Duplicate(f, 1));
+        } else {
+            cJSON_AddItemToObject(out, f->string, cJSON_Duplicate(f, 1));
+        }
+    }
+    return out;
+}
+
 /* stats: <ns>_stats's name/value pairs; in the cluster layout merged from one call per
- * queue of the index and one for the global parts (the live workers). */
+ * queue of the index and one for the global parts (the live workers). --json: nested per
+ * queue (stats_nested). */
 int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
     cJSON *o = cJSON_CreateObject(), *f;
     int n;
@@ -442,7 +464,9 @@ int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     ctl_scopes_free(scopes, n);
     if (x->json) {
-        ctl_print_json(o);
+        cJSON *nested = stats_nested(o);
+        ctl_print_json(nested);
+        cJSON_Delete(nested);
     } else {
         cJSON_ArrayForEach(f, o) {
             if (cJSON_IsString(f))
@@ -486,11 +510,13 @@ static int cmp_entry_id(const cJSON *a, const cJSON *b) {
     return dtq_view_cmp_stream_id(str_of(a, "entry_id", "0-0"), str_of(b, "entry_id", "0-0"));
 }
 
-/* dlq list [--count N]: the N oldest dead letters, whole (field_max 0), through
- * <ns>_dead_letters' pages of at most DLQ_PAGE_MAX, each after the cursor of the one
- * before. --json: one array, printed as the pages come. */
+/* dlq list [--count N] [--class C]: the N oldest dead letters (of failure class C alone
+ * when given), whole (field_max 0), through <ns>_dead_letters' pages of at most
+ * DLQ_PAGE_MAX, each after the cursor of the one before. --json: one array, printed as the
+ * pages come. */
 int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
     long long want = 20;
+    const char *cls = "";
     DTQ_UNUSED(v);
     for (int i = 0; i < argc; i++) {
         int64_t n;
@@ -498,12 +524,14 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
             dtq_parse_int64(argv[i + 1], 1, 1000000, &n) == DTQ_OK) {
             want = n;
             i++;
+        } else if (!strcmp(argv[i], "--class") && i + 1 < argc) {
+            cls = argv[++i];
         } else {
             ctl_usage_error("dlq list: bad argument '%s'", argv[i]);
         }
     }
     {
-        const char *a[5] = {NULL, NULL, "oldest", "", "0"};
+        const char *a[5] = {NULL, NULL, "oldest", cls, "0"};
         int n;
         char **scopes = ctl_scopes(x, &n);
         ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, cmp_entry_id,

@@ -64,6 +64,19 @@ int ctl_simple(ctl *x, const ctl_verb *v, int argc, char **argv) {
     return 0;
 }
 
+/* `<verb> N <what>` (`purged 3 dead letters`), or under --json {"<verb>": N}: what a verb
+ * that counts did, never a bare number. */
+static void print_count(ctl *x, const char *verb, long long n, const char *what) {
+    if (x->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, verb, (double)n);
+        ctl_print_json(o);
+        cJSON_Delete(o);
+    } else {
+        printf("%s %lld %s%s\n", verb, n, what, n == 1 ? "" : "s");
+    }
+}
+
 /* dlq purge: <ns>_purge_dlq, the dead letters of every queue (the cluster layout: one call
  * per queue of the index); prints how many it deleted. */
 int ctl_purge_dlq(ctl *x, const ctl_verb *v, int argc, char **argv) {
@@ -81,7 +94,7 @@ int ctl_purge_dlq(ctl *x, const ctl_verb *v, int argc, char **argv) {
         freeReplyObject(r);
     }
     ctl_scopes_free(scopes, n);
-    printf("%lld\n", total);
+    print_count(x, "purged", total, "dead letter");
     return 0;
 }
 
@@ -146,7 +159,7 @@ int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
     DTQ_UNUSED(argv);
     for (int i = 0; i < n; i++) total += requeue_all_of(x, scopes[i]);
     ctl_scopes_free(scopes, n);
-    printf("%lld\n", total);
+    print_count(x, "requeued", total, "dead letter");
     return 0;
 }
 

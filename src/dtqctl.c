@@ -25,25 +25,47 @@
 
 /* ----------------------------------------------------------------- shared (ctl.h) */
 
+/* --json given: errors are written as JSON too (error_exit). */
+static int json_errors;
+
+/* The error `msg` on stderr, then exit with `code`: a line (`dtqctl: msg`, and the hint for
+ * a usage error), or under --json one object {"error": msg, "exit": code}. */
+static void error_exit(int code, const char *msg) __attribute__((noreturn));
+
+static void error_exit(int code, const char *msg) {
+    fflush(stdout); /* what was printed before comes before the error */
+    if (json_errors) {
+        cJSON *o = cJSON_CreateObject();
+        char *out;
+        cJSON_AddStringToObject(o, "error", msg);
+        cJSON_AddNumberToObject(o, "exit", code);
+        out = cJSON_PrintUnformatted(o);
+        fprintf(stderr, "%s\n", out);
+        free(out);
+        cJSON_Delete(o);
+    } else {
+        fprintf(stderr, "dtqctl: %s\n%s", msg,
+                code == CTL_EXIT_USAGE ? "Try 'dtqctl --help'.\n" : "");
+    }
+    exit(code);
+}
+
 void ctl_usage_error(const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "dtqctl: ");
+    char msg[2048];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nTry 'dtqctl --help'.\n");
-    exit(CTL_EXIT_USAGE);
+    error_exit(CTL_EXIT_USAGE, msg);
 }
 
 void ctl_refused(const char *fmt, ...) {
     va_list ap;
-    fflush(stdout); /* what was printed before comes before the error */
-    fprintf(stderr, "dtqctl: ");
+    char msg[2048];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n");
-    exit(CTL_EXIT_REFUSED);
+    error_exit(CTL_EXIT_REFUSED, msg);
 }
 
 redisReply *ctl_command(ctl *x, int argc, const char **argv) {
@@ -91,8 +113,8 @@ static const ctl_verb verbs[] = {
      .min = 1, .max = 3, .run = ctl_show, .connects = 1},
     {.name = "cancel", .args = "<id>", .opts = "[--queue Q]",
      .min = 1, .max = 3, .run = ctl_simple, .connects = 1, .fn = "cancel"},
-    {.name = "dlq", .sub = "list", .opts = "[--count N]",
-     .help = "dead letters, oldest first (N: 20 unless given)",
+    {.name = "dlq", .sub = "list", .opts = "[--count N] [--class C]",
+     .help = "dead letters, oldest first (N: 20 unless given;\nC: of that failure class alone)",
      .min = 0, .max = ANY, .run = ctl_dlq_list, .connects = 1},
     {.name = "dlq", .sub = "requeue", .args = "<id>", .opts = "[--queue Q]",
      .min = 1, .max = 3, .run = ctl_simple, .connects = 1, .fn = "requeue"},
@@ -261,8 +283,47 @@ void ctl_verb_usage(const ctl_verb *v) {
                     v->args ? " " : "", v->args ? v->args : "", v->opts ? " [options]" : "");
 }
 
+/* The edit distance of a and b (insertions, deletions, substitutions), at most 9. */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    int row[33];
+    if (la > 32 || lb > 32) return 9;
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb] > 9 ? 9 : row[lb];
+}
+
+/* The verb (name, or a sub-verb of `name`) closest to `word`, within two edits; NULL when
+ * none is. */
+static const char *closest_verb(const char *word, const char *name) {
+    const char *best = NULL;
+    int dist = 3;
+    for (size_t i = 0; i < NVERBS; i++) {
+        const char *cand = name ? verbs[i].sub : verbs[i].name;
+        int d;
+        if (!cand || (name && strcmp(verbs[i].name, name))) continue;
+        d = edit_distance(word, cand);
+        if (d < dist) {
+            dist = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
 /* The row of `cmd` and its sub-verb (taken from the arguments), or a usage error (exit 2):
- * an unknown command or sub-verb, or an argument count outside the row's arity. */
+ * an unknown command or sub-verb (with the closest one as a suggestion), or an argument
+ * count outside the row's arity. */
 static const ctl_verb *find_verb(const char *cmd, int *argc, char ***argv) {
     const ctl_verb *v = NULL;
     int has_subs = 0;
@@ -278,7 +339,11 @@ static const ctl_verb *find_verb(const char *cmd, int *argc, char ***argv) {
             break;
         }
     }
-    if (!v && !has_subs) ctl_usage_error("unknown command '%s'", cmd);
+    if (!v && !has_subs) {
+        const char *near = closest_verb(cmd, NULL);
+        if (near) ctl_usage_error("unknown command '%s'; did you mean '%s'?", cmd, near);
+        ctl_usage_error("unknown command '%s'", cmd);
+    }
     if (!v && *argc == 0) { /* "usage: dtqctl dlq list|requeue|..." */
         char subs[256] = "";
         for (size_t i = 0; i < NVERBS; i++)
@@ -287,7 +352,13 @@ static const ctl_verb *find_verb(const char *cmd, int *argc, char ***argv) {
                          verbs[i].sub);
         ctl_usage_error("usage: dtqctl %s %s", cmd, subs);
     }
-    if (!v) ctl_usage_error("unknown %s command '%s'", cmd, (*argv)[0]);
+    if (!v) {
+        const char *near = closest_verb((*argv)[0], cmd);
+        if (near)
+            ctl_usage_error("unknown %s command '%s'; did you mean '%s %s'?", cmd, (*argv)[0], cmd,
+                            near);
+        ctl_usage_error("unknown %s command '%s'", cmd, (*argv)[0]);
+    }
     if (v->sub) {
         (*argc)--;
         (*argv)++;
@@ -366,7 +437,7 @@ int main(int argc, char **argv) {
         case 'c': path = optarg; break;
         case 'u': url = optarg; break;
         case 'n': ns = optarg; break;
-        case 'j': x.json = 1; break;
+        case 'j': x.json = json_errors = 1; break;
         case 'h': help(); return 0;
         case 'V': printf("dtqctl %s\n", DTQ_VERSION); return 0;
         default: fprintf(stderr, "Try 'dtqctl --help'.\n"); return CTL_EXIT_USAGE;
@@ -375,6 +446,17 @@ int main(int argc, char **argv) {
     if (optind >= argc) ctl_usage_error("no command given");
     argc -= optind;
     argv += optind;
+    {
+        /* --json after the verb too (`dtqctl queues --json`): no verb takes it as a value */
+        int kept = 0;
+        for (int i = 0; i < argc; i++) {
+            if (i > 0 && !strcmp(argv[i], "--json"))
+                x.json = json_errors = 1;
+            else
+                argv[kept++] = argv[i];
+        }
+        argc = kept;
+    }
     {
         const char *cmd = argv[0];
         argc--;

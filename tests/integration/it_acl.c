@@ -836,7 +836,7 @@ START_TEST(test_worker_role_end_to_end) {
     ck_assert_str_eq((out = ctl_expect(0, "adm", "dlq requeue e-dead")), "queued\n");
     free(out);
     ck_assert(th_wait_until_cmd_str(C, "XLEN dtq:stream:dead-letter", "1", 10000));
-    ck_assert_str_eq((out = ctl_expect(0, "adm", "dlq requeue-all")), "1\n");
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "dlq requeue-all")), "requeued 1 dead letter\n");
     free(out);
     ck_assert(th_wait_until_cmd_str(C, "XLEN dtq:stream:dead-letter", "1", 10000));
     th_expect_status(C, "e-dead", "dead_lettered", 15000);
@@ -891,12 +891,12 @@ START_TEST(test_worker_role_end_to_end) {
     out = ctl_expect(0, "mon", "cron list");
     ck_assert_ptr_nonnull(strstr(out, "tick  '@every 1s'"));
     free(out);
-    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron pause tick")), "1\n");
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron pause tick")), "paused tick\n");
     free(out);
-    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron resume tick")), "1\n");
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron resume tick")), "resumed tick\n");
     free(out);
     free(ctl_expect(0, "adm", "cron run tick"));
-    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron remove tick")), "1\n");
+    ck_assert_str_eq((out = ctl_expect(0, "adm", "cron remove tick")), "removed tick\n");
     free(out);
     free(ctl_expect(0, "adm", "stats"));
     free(ctl_expect(0, "adm", "queues"));

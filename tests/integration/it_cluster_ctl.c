@@ -80,6 +80,18 @@ static redisContext *owner_of(const char *key) {
 }
 
 /* The number of a stats member (0 when missing). */
+/* The item `queue:<q>:<field>` (under "queues", by queue: stats --json nests them) or a
+ * namespace counter of stats --json. */
+static const cJSON *stat_item(const cJSON *st, const char *name) {
+    const char *last = strrchr(name, ':');
+    char q[256];
+    if (strncmp(name, "queue:", 6) || !last) return cJSON_GetObjectItemCaseSensitive(st, name);
+    snprintf(q, sizeof(q), "%.*s", (int)(last - name - 6), name + 6);
+    return cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "queues"), q),
+        last + 1);
+}
+
 static long long stat(const cJSON *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static long long stat(const cJSON *st, const char *fmt, ...) {
     char name[256];
@@ -88,7 +100,7 @@ static long long stat(const cJSON *st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    v = cJSON_GetObjectItemCaseSensitive(st, name);
+    v = stat_item(st, name);
     return cJSON_IsNumber(v) ? (long long)v->valuedouble : 0;
 }
 
@@ -177,7 +189,13 @@ START_TEST(test_other_producers_and_stats) {
         depth += stat(st, "queue:%s:depth", Q[i]);
     }
     ck_assert_int_eq(depth, NQ + 2);
-    ck_assert_int_eq(cJSON_GetArraySize(st), NQ * 4 + 4); /* 4 per queue, then the totals */
+    /* the queues (4 items each) under "queues", then the totals */
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st, "queues")), NQ);
+    for (int i = 0; i < NQ; i++)
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(st, "queues"), Q[i])),
+                         4);
+    ck_assert_int_eq(cJSON_GetArraySize(st), 1 + 4);
     ck_assert_int_eq(stat(st, "dlq"), 0);
     ck_assert_int_eq(stat(st, "workers"), 0);
     cJSON_Delete(st);
@@ -200,10 +218,10 @@ START_TEST(test_other_producers_and_stats) {
         free(out);
         st = ctl_json("stats");
         snprintf(cmdline, sizeof(cmdline), "queue:%s:mode", Q[0]);
-        m = cJSON_GetObjectItemCaseSensitive(st, cmdline);
+        m = stat_item(st, cmdline);
         ck_assert_str_eq(cJSON_GetStringValue(m), "lean");
         snprintf(cmdline, sizeof(cmdline), "queue:%s:mode", Q[1]);
-        m = cJSON_GetObjectItemCaseSensitive(st, cmdline);
+        m = stat_item(st, cmdline);
         ck_assert_str_eq(cJSON_GetStringValue(m), "full");
         cJSON_Delete(st);
         /* back to full: the later cases give their tasks ids */
@@ -294,7 +312,7 @@ START_TEST(test_pause_resume) {
     ck_assert_msg(rc == 0 && strstr(out, "removed"), "exit %d: %s", rc, out);
     free(out);
     st = ctl_json("stats");
-    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(st, "queue:fresh:paused"));
+    ck_assert_ptr_null(stat_item(st, "queue:fresh:paused"));
     cJSON_Delete(st);
 }
 END_TEST
@@ -437,10 +455,10 @@ START_TEST(test_dlq_empty) {
     ck_assert_int_eq(cJSON_GetArraySize(v), 0);
     cJSON_Delete(v);
     rc = ctl(&out, "dlq requeue-all");
-    ck_assert_msg(rc == 0 && !strcmp(out, "0\n"), "exit %d: %s", rc, out);
+    ck_assert_msg(rc == 0 && !strcmp(out, "requeued 0 dead letters\n"), "exit %d: %s", rc, out);
     free(out);
     rc = ctl(&out, "dlq purge");
-    ck_assert_msg(rc == 0 && !strcmp(out, "0\n"), "exit %d: %s", rc, out);
+    ck_assert_msg(rc == 0 && !strcmp(out, "purged 0 dead letters\n"), "exit %d: %s", rc, out);
     free(out);
     {
         /* the README's cluster form of a redis-cli requeue, from a node that may not own the

@@ -169,6 +169,12 @@ START_TEST(test_dlq_queues_workers) {
     ck_assert_int_eq(th_ctl(&R, &out, "--json dlq list --count 5"), 0);
     ck_assert_ptr_nonnull(strstr(out, "\"task_id\":\"f1\""));
     free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list --class timeout"), 0); /* another class */
+    ck_assert_str_eq(out, "");
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq list --class permanent"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "f1  default  fail"));
+    free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue f1"), 0);
     ck_assert_ptr_nonnull(strstr(out, "queued"));
     free(out);
@@ -224,13 +230,16 @@ START_TEST(test_dlq_requeue_all_chunks) {
         freeReplyObject(r);
     }
     ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue-all"), 0);
-    ck_assert_str_eq(out, "2500\n");
+    ck_assert_str_eq(out, "requeued 2500 dead letters\n");
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:parked:p5")), 2500);
     th_assert_field(C, "dl2500", "status", "queued");
     ck_assert_int_eq(th_ctl(&R, &out, "--json dlq requeue-all"), 0);
-    ck_assert_str_eq(out, "0\n");
+    ck_assert_str_eq(out, "{\"requeued\":0}\n");
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue-all --json"), 0); /* --json after the verb */
+    ck_assert_str_eq(out, "{\"requeued\":0}\n");
     free(out);
 }
 END_TEST
@@ -399,7 +408,7 @@ START_TEST(test_tag_dlq) {
     ck_assert_int_eq(tag(&out, "enqueue default fail '{\"message\":\"b\"}' --id f3 --wait"), 1);
     free(out);
     ck_assert_int_eq(tag(&out, "dlq requeue-all"), 0);
-    ck_assert_str_eq(out, "2\n");
+    ck_assert_str_eq(out, "requeued 2 dead letters\n");
     free(out);
     ck_assert(tag_wait_status("f2", "dead_lettered", 5000));
     ck_assert(tag_wait_status("f3", "dead_lettered", 5000));
@@ -407,7 +416,7 @@ START_TEST(test_tag_dlq) {
     ck_assert_int_eq(count_lines(out), 2);
     free(out);
     ck_assert_int_eq(tag(&out, "dlq purge"), 0);
-    ck_assert_str_eq(out, "2\n");
+    ck_assert_str_eq(out, "purged 2 dead letters\n");
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN {dtq}:stream:dead-letter")), 0);
     {
@@ -468,7 +477,7 @@ START_TEST(test_tag_queues_workers_stats) {
     ck_assert_msg(strstr(out, row) != NULL, "%s", out);
     free(out);
     ck_assert_int_eq(tag(&out, "--json stats"), 0);
-    ck_assert_ptr_nonnull(strstr(out, "\"queue:default:depth\":0"));
+    ck_assert_ptr_nonnull(strstr(out, "\"queues\":{\"default\":{\"depth\":0,")); /* nested */
     ck_assert_ptr_nonnull(strstr(out, "\"scheduled\":1"));
     ck_assert_ptr_nonnull(strstr(out, "\"workers\":1"));
     free(out);
@@ -702,7 +711,24 @@ START_TEST(test_help_is_the_table) {
                           "Try 'dtqctl --help'.\n");
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "dlq requeue-al"), 2);
-    ck_assert_ptr_nonnull(strstr(out, "dtqctl: unknown dlq command 'requeue-al'\n"));
+    ck_assert_ptr_nonnull(
+        strstr(out, "dtqctl: unknown dlq command 'requeue-al'; did you mean 'dlq requeue-all'?\n"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "queus"), 2);
+    ck_assert_ptr_nonnull(strstr(out, "dtqctl: unknown command 'queus'; did you mean 'queues'?\n"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "frobnicate"), 2); /* nothing close: no suggestion */
+    ck_assert_str_eq(out, "dtqctl: unknown command 'frobnicate'\nTry 'dtqctl --help'.\n");
+    free(out);
+    /* under --json the error is JSON too, wherever --json stands */
+    ck_assert_int_eq(th_ctl(&R, &out, "show nosuch --json"), 1);
+    ck_assert_msg(!strncmp(out, "{\"error\":\"", 10) && strstr(out, "NOT_FOUND") &&
+                      strstr(out, "\"exit\":1}\n"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "--json queus"), 2);
+    ck_assert_str_eq(
+        out, "{\"error\":\"unknown command 'queus'; did you mean 'queues'?\",\"exit\":2}\n");
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "dlq list --count 0"), 2);
     ck_assert_ptr_nonnull(strstr(out, "dtqctl: dlq list: bad argument '--count'\n"));

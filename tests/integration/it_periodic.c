@@ -522,7 +522,13 @@ START_TEST(test_dtqctl_cron) {
                   "%s", out);
     free(out);
     rc = th_ctl(&R, &out, "cron pause report");
-    ck_assert_msg(rc == 0 && !strcmp(out, "1\n"), "%s", out);
+    ck_assert_msg(rc == 0 && !strcmp(out, "paused report\n"), "%s", out);
+    free(out);
+    rc = th_ctl(&R, &out, "cron pause report");
+    ck_assert_msg(rc == 0 && !strcmp(out, "report was paused already\n"), "%s", out);
+    free(out);
+    rc = th_ctl(&R, &out, "--json cron pause report");
+    ck_assert_msg(rc == 0 && !strcmp(out, "{\"name\":\"report\",\"changed\":false}\n"), "%s", out);
     free(out);
     rc = th_ctl(&R, &out, "cron run report");
     ck_assert_int_eq(rc, 0);
@@ -531,7 +537,7 @@ START_TEST(test_dtqctl_cron) {
     th_assert_field(C, out, "priority", "7");
     free(out);
     rc = th_ctl(&R, &out, "cron resume report");
-    ck_assert_msg(rc == 0 && !strcmp(out, "1\n"), "%s", out);
+    ck_assert_msg(rc == 0 && !strcmp(out, "resumed report\n"), "%s", out);
     free(out);
     rc = th_ctl(&R, &out, "cron remove report");
     ck_assert_int_eq(rc, 0);

@@ -296,7 +296,7 @@ START_TEST(test_dtqctl_over_tls) {
     ck_assert_msg(strstr(out, "result             {\"x\":2}\n") != NULL, "%s", out);
     free(out);
     ck_assert_int_eq(ctl(&out, env, "--json stats"), 0);
-    ck_assert_msg(strstr(out, "\"queue:default:depth\":") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "\"queues\":{\"default\":{\"depth\":") != NULL, "%s", out);
     free(out);
 
     /* events: follow the channel over TLS until one event line arrives */

@@ -315,7 +315,7 @@ START_TEST(test_overview_sums) {
         /* sorted by name, as on a single Redis */
         if (prev) ck_assert_msg(strcmp(prev, name) < 0, "%s before %s", prev, name);
         prev = name;
-        snprintf(key, sizeof(key), "queue:%s:depth", name);
+        snprintf(key, sizeof(key), "queues.%s.depth", name); /* stats --json: by queue */
         ck_assert_int_eq(th_json_int(q, "depth"), th_json_int(st, key));
         ck_assert_int_eq(th_json_int(q, "depth"),
                          (i == DLQ_A || i == DLQ_B) ? 0 : TASKS(i)); /* cleared: none */
