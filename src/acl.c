@@ -24,18 +24,21 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
     "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
     "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics", "+fcall_ro|<ns>_cron_list", \
-    "+fcall_ro|<ns>_limit_list"
+    "+fcall_ro|<ns>_limit_list", "+fcall_ro|<ns>_served"
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
 /* <ns>_enqueue and the commands it runs; <ns>_layout, which dtqctl calls before its first
- * write (it reads <p>:layout, and writes it once). The task hashes, streams, schedule and
- * queue set are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the
- * producer cannot read another producer's tasks with the HMGET it holds for <p>:config. */
+ * write (it reads <p>:layout, and writes it once); <ns>_served, which dtqctl asks after an
+ * enqueue (whether a live worker serves the queue: the worker set and hashes, read-only).
+ * The task hashes, streams, schedule and queue set are write-only patterns (%W~): EXISTS
+ * and XLEN need no read permission, and the producer cannot read another producer's tasks
+ * with the HMGET it holds for <p>:config. */
 static const char *const producer[] = {
-    "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk", "+fcall|<ns>_layout",
+    "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk", "+fcall|<ns>_layout", "+fcall_ro|<ns>_served",
     "+time", "+hmget", "+get", "+mget", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd",
-    "+set", "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat",
+    "+set", "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat", "+smembers",
     "%R~<p>:config", "%R~<p>:queue:*:mode", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
+    "%R~<p>:workers", "%R~<p>:worker:*",
     "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
     "~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
 

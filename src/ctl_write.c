@@ -163,6 +163,23 @@ int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
     return 0;
 }
 
+/* After an enqueue into `queue`: a warning on stderr when no live worker serves it
+ * (<ns>_served), for the task waits until one does; also with no live worker at all.
+ * Nothing when a live worker does not say what it serves (one older than the field: it may
+ * serve the queue), or when the call is refused: the enqueue succeeded either way. */
+static void warn_unserved(ctl *x, const char *queue) {
+    const char *a[1] = {queue};
+    redisReply *r = ctl_fcall_reply(x, 1, NULL, "served", 1, a);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0 &&
+        r->element[1]->integer == 0)
+        fprintf(stderr,
+                "dtqctl: warning: no live worker serves queue '%s' (%lld worker%s live): the "
+                "task waits until one does\n",
+                queue, r->element[2]->integer, r->element[2]->integer == 1 ? "" : "s");
+    freeReplyObject(r);
+}
+
 /* WAIT n after a write: how many replicas have it (timeout: [redis] wait_timeout_ms). */
 static long long wait_replicas(ctl *x, long long n, int64_t timeout_ms) {
     char ns[32], ts[32];
@@ -292,6 +309,7 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     fflush(stdout);
     ctl_queue_index_add(x, argv[0]); /* after the WAIT: that goes where the FCALL went */
+    warn_unserved(x, argv[0]);
     if (short_of_replicas) {
         fprintf(stderr,
                 "dtqctl: the enqueue reached %lld of %lld replica(s) within %lld ms: a failover "
@@ -384,7 +402,10 @@ int ctl_enqueue_bulk(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     if (n) refusedn += bulk_chunk(x, args, nargs - 2, payloads, lines, n, json_out);
     for (int i = 0; i < n; i++) free(payloads[i]);
-    if (lineno) ctl_queue_index_add(x, argv[0]);
+    if (lineno) {
+        ctl_queue_index_add(x, argv[0]);
+        warn_unserved(x, argv[0]);
+    }
     if (json_out) {
         ctl_print_json(json_out);
         cJSON_Delete(json_out);

@@ -61,6 +61,19 @@ static void beat(dtq_heartbeat *hb, void (*cb)(void *arg), void *arg) {
     dtq_argv_adds(&a, hb->status);
     dtq_argv_adds(&a, "version");
     dtq_argv_adds(&a, DTQ_VERSION);
+    /* the queues it serves, in serving order: what tells a producer whether anyone will run
+     * its task (dtqctl enqueue warns when no live worker serves the queue) */
+    dtq_argv_adds(&a, "serves");
+    {
+        char *joined = dtq_xstrdup("");
+        for (int i = 0; i < cfg->nqueues; i++) {
+            char *next = dtq_xasprintf("%s%s%s", joined, i ? " " : "", cfg->queues[i]);
+            free(joined);
+            joined = next;
+        }
+        dtq_argv_adds(&a, joined);
+        free(joined);
+    }
     /* per-queue outcomes for dashboards (dtq-web): the same HSET, nothing per task */
     for (int i = 0; i < ctx->nqcounters; i++) {
         const dtq_queue_counters *q = &ctx->qcounters[i];

@@ -93,7 +93,8 @@ end
 local WORKER_NUMBERS = {pid = true, started_at = true, last_heartbeat = true,
                         active_tasks = true, concurrency = true, tasks_processed = true,
                         tasks_failed = true, tasks_retried = true}
-local WORKER_OWN = {worker_id = true, id = true, queues = true, heartbeat_age_ms = true}
+local WORKER_OWN = {worker_id = true, id = true, queues = true, heartbeat_age_ms = true,
+                    serves = true}
 local function worker_object(id, h, now)
   local o, queues = {id = id}, {}
   for f, v in pairs(h) do
@@ -109,6 +110,13 @@ local function worker_object(id, h, now)
   end
   if h.last_heartbeat then o.heartbeat_age_ms = now - int_of(h.last_heartbeat) end
   o.queues = queues
+  if h.serves then -- the queues it serves, in its order (none: a worker older than the field)
+    local serves = {}
+    for q in h.serves:gmatch('%S+') do
+      if is_name(q) then serves[#serves + 1] = q end
+    end
+    o.serves = arr(serves)
+  end
   return o
 end
 
@@ -175,6 +183,32 @@ local function workers(keys, args)
   local list, more, gone = live_workers(now)
   return json_encode({time_ms = now, workers = list, workers_truncated = more,
                       workers_gone = gone})
+end
+
+--[[ FCALL_RO <ns>_served 0 <queue>: whether a live worker serves the queue, what a
+producer's tool asks after an enqueue (dtqctl warns when none does). Replies {serving,
+silent, live}: the live workers (their hash is there: its heartbeat keeps it) whose
+`serves` lists the queue, those with no `serves` (older than the field: they may serve it),
+and all of them; at most READ.QUEUES_MAX workers are looked at. A {<ns>} call in the
+cluster layout. ]]
+local function served(keys, args)
+  local q = args[1]
+  if not is_name(q) then return opt_error('queue name must match ' .. NAME_RULE) end
+  local ids = redis.pcall('SMEMBERS', k('workers'))
+  if ids.err then ids = {} end
+  local serving, silent, live = 0, 0, 0
+  for i = 1, math.min(#ids, READ.QUEUES_MAX) do
+    local v = redis.pcall('HMGET', k('worker', ids[i]), 'last_heartbeat', 'serves')
+    if not v.err and v[1] then
+      live = live + 1
+      if not v[2] then
+        silent = silent + 1
+      elseif (' ' .. v[2] .. ' '):find(' ' .. q .. ' ', 1, true) then -- names hold no blank
+        serving = serving + 1
+      end
+    end
+  end
+  return {serving, silent, live}
 end
 
 -- A stream entry of queue `queue`, band `band`, as queue_view lists it: the task fetch
@@ -518,6 +552,7 @@ end
 
 reg('overview', overview, true)
 reg('workers', workers, true)
+reg('served', served, true)
 reg('queue_view', queue_view, true)
 reg('task_view', task_view, true)
 reg('dead_letters', dead_letters, true)

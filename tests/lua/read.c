@@ -885,12 +885,41 @@ START_TEST(test_metrics) {
 }
 END_TEST
 
+/* The reply of FCALL_RO dtq_served 0 <q> as "serving silent live". */
+static void served_is(const char *q, const char *want) {
+    redisReply *r = th_cmd(C, "FCALL_RO dtq_served 0 %s", q);
+    char got[64];
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 3, "served %s: %s", q,
+                  r->str ? r->str : "");
+    snprintf(got, sizeof(got), "%lld %lld %lld", r->element[0]->integer, r->element[1]->integer,
+             r->element[2]->integer);
+    ck_assert_msg(!strcmp(got, want), "served %s: %s, want %s", q, got, want);
+    freeReplyObject(r);
+}
+
+/* <ns>_served: the live workers (their hash there) that serve a queue, that do not say
+ * (no serves field), and all of them; a member without a hash is not live. */
+START_TEST(test_served) {
+    served_is("mail", "0 0 0");
+    freeReplyObject(th_cmd(C, "SADD dtq:workers w1 w2 w3 gone"));
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w1 last_heartbeat 1 serves %s", "mail mail.eu"));
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w2 last_heartbeat 1 serves reports"));
+    served_is("mail", "1 0 2");
+    served_is("mail.e", "0 0 2"); /* a whole name, not a part of one */
+    served_is("reports", "1 0 2");
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w3 last_heartbeat 1")); /* older than serves */
+    served_is("other", "0 1 3");
+    th_expect_refused(th_cmd(C, "FCALL_RO dtq_served 0 {bad}"), "INVALID_ARGUMENT");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("lua_read");
     TCase *tc = tcase_create("read model");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_empty_arrays);
+    tcase_add_test(tc, test_served);
     tcase_add_test(tc, test_overview_depths_and_workers);
     tcase_add_test(tc, test_queue_view);
     tcase_add_test(tc, test_task_view);
