@@ -11,8 +11,8 @@ local enqueue_config, load_config =
   config.enqueue_config, config.load_config
 local free_task_id, next_seq, seq_incr =
   ids.free_task_id, ids.next_seq, ids.seq_incr
-local qlen_add, queue_known =
-  streams.qlen_add, streams.queue_known
+local qlen_add, qlen_resync, queue_known =
+  streams.qlen_add, streams.qlen_resync, streams.queue_known
 local ENQUEUE_LIMITS, create_task, payload_refusal =
   task.ENQUEUE_LIMITS, task.create_task, task.payload_refusal
 local LEAN =
@@ -73,6 +73,10 @@ local function enqueue(keys, args)
   local refusal = payload_refusal(c, payload)
   if refusal then return refusal end
   local depth, lean = LEAN.depth_mode(queue)
+  -- A counter at the limit is checked against the streams before anything is refused: a
+  -- producer, who holds SET on it (its enqueues write it), must not fill a queue with a
+  -- number (the XLEN sum heals it).
+  if depth >= c.max_queue_depth then depth = qlen_resync(queue) end
   lean = lean and not (o.delay_ms and o.delay_ms > 0) -- a delayed task is a full one
   if lean and (o.idempotency_key or o.task_id) then
     return opt_error((o.task_id and 'task_id' or 'idempotency_key') .. ' is refused on lean ' ..
@@ -146,6 +150,10 @@ local function enqueue_bulk(keys, args)
   if not o then return opt_error(oerr) end
   local ms = now_ms()
   local depth, lean = LEAN.depth_mode(queue)
+  -- A counter at the limit is checked against the streams before anything is refused: a
+  -- producer, who holds SET on it (its enqueues write it), must not fill a queue with a
+  -- number (the XLEN sum heals it).
+  if depth >= c.max_queue_depth then depth = qlen_resync(queue) end
   local added = 0
   local out = {}
   if lean and not (o.delay_ms and o.delay_ms > 0) then -- lean: the entries alone, no ids minted

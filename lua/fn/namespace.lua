@@ -48,7 +48,10 @@ local function layout(keys, args)
                              ', this client for ' ..
                              (want == 'cluster' and 'Redis Cluster.' or 'a single Redis.') .. MOVE)
   end
-  if not have then redis.call('SET', key, want) end
+  -- A namespace without a marker gets the caller's, when the caller may write it: the
+  -- producer role may only read it (a producer that could SET it could stop every daemon),
+  -- and its dtqctl calls this before its first write; it is not refused for that.
+  if not have and redis.acl_check_cmd('SET', key, want) then redis.call('SET', key, want) end
   return want
 end
 reg('layout', layout)

@@ -66,6 +66,20 @@ START_TEST(test_enqueue_refusals) {
     r = th_cmd(C, "FCALL dtq_enqueue 0 other echo 1");
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY); /* another queue is not full */
     freeReplyObject(r);
+    /* a counter a producer SET past the limit (it holds SET: its enqueues write the key) is
+     * checked against the streams before anything is refused, and healed (issue 27.1) */
+    freeReplyObject(th_cmd(C, "SET dtq:queue:other:length 99999999"));
+    r = th_cmd(C, "FCALL dtq_enqueue 0 other echo 2");
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "%s", r->str ? r->str : "");
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:queue:other:length");
+    ck_assert_str_eq(r->str, "2");
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "SET dtq:queue:other:length 99999999"));
+    r = th_cmd(C, "FCALL dtq_enqueue_bulk 0 other echo 1 3");
+    ck_assert_int_eq(r->element[0]->type, REDIS_REPLY_STRING); /* the bulk form too */
+    freeReplyObject(r);
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 0 other echo 4"), "QUEUE_FULL"); /* really */
 }
 END_TEST
 
