@@ -130,6 +130,9 @@ static const config_key config_keys[] = {
     {"http", "listen", KEY_STR, OFF(http_listen), "", 0, 0,
      "host:port, :port (all IPv4 addresses) or [IPv6]:port for /metrics /healthz /readyz; "
      "empty = off"},
+    {"http", "allowed_hosts", KEY_STR, OFF(http_allowed_hosts), "", 0, 0,
+     "names /metrics answers for besides the listen address and localhost (as [web] "
+     "allowed_hosts)"},
     {"web", "listen", KEY_STR, OFF(web_listen), "127.0.0.1:8080", 0, 0,
      "dtq-web: host:port, :port or [IPv6]:port of the dashboard"},
     {"web", "token_file", KEY_STR, OFF(web_token_file), "", 0, 0,
@@ -206,6 +209,20 @@ static void fail(load_state *st, const char *section, const char *key, const cha
         snprintf(st->err, st->errlen, "%s: [%s]: %s", st->file, section, reason);
     else
         snprintf(st->err, st->errlen, "%s: %s", st->file, reason);
+}
+
+/* [section] allowed_hosts against [section] listen (web_auth.h): 1 when they parse, else 0
+ * after fail(). */
+static int allowed_hosts_valid(load_state *st, const char *section, const char *listen,
+                               const char *allowed) {
+    char herr[256];
+    dtq_web_hosts *hosts = dtq_web_hosts_new(listen, allowed, herr, sizeof(herr));
+    if (!hosts) {
+        fail(st, section, "allowed_hosts", "%s", herr);
+        return 0;
+    }
+    dtq_web_hosts_free(hosts);
+    return 1;
 }
 
 static int set_key(load_state *st, const config_key *k, const char *value) {
@@ -692,6 +709,7 @@ static void validate(load_state *st) {
             return fail(st, "http", "listen", "'%s' is not host:port, :port or [IPv6]:port",
                         cfg->http_listen);
         free(host);
+        if (!allowed_hosts_valid(st, "http", cfg->http_listen, cfg->http_allowed_hosts)) return;
     }
     {
         char *host;
@@ -701,13 +719,7 @@ static void validate(load_state *st) {
                         cfg->web_listen);
         free(host);
     }
-    {
-        char herr[256];
-        dtq_web_hosts *hosts =
-            dtq_web_hosts_new(cfg->web_listen, cfg->web_allowed_hosts, herr, sizeof(herr));
-        if (!hosts) return fail(st, "web", "allowed_hosts", "%s", herr);
-        dtq_web_hosts_free(hosts);
-    }
+    if (!allowed_hosts_valid(st, "web", cfg->web_listen, cfg->web_allowed_hosts)) return;
     if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)
         return fail(st, "log", "level", "'%s' is not one of debug, info, warn, error",
                     cfg->log_level);

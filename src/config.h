@@ -122,6 +122,7 @@ typedef struct dtq_config {
     int64_t events_stream_maxlen;
     /* [http] */
     char *http_listen;
+    char *http_allowed_hosts; /* names besides the listen address and localhost */
     /* [web]: dtq-web, the dashboard (the daemon ignores this section) */
     char *web_listen;              /* host:port of the dashboard */
     char *web_token_file;          /* bearer tokens for writes; empty = read-only */
