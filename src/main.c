@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
     enum dtq_log_level lvl;
     enum dtq_log_format fmt;
 
+    dtq_hide_credentials(); /* before any exec child, and before the config reads them */
     while ((opt = getopt_long(argc, argv, "c:hv", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;

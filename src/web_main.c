@@ -107,6 +107,7 @@ int main(int argc, char **argv) {
     app a = {NULL, NULL, NULL, NULL};
     int opt;
 
+    dtq_hide_credentials();
     while ((opt = getopt_long(argc, argv, "c:u:n:l:t:r:hv", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;

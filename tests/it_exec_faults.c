@@ -460,6 +460,31 @@ START_TEST(test_section_env_overrides_inherited) {
 }
 END_TEST
 
+/* A handler cannot read the daemon's credentials in /proc/$PPID/environ (EnvironmentFile=
+ * puts DTQ_REDIS_URL with its password there) or cmdline. As root (these tests) the child
+ * may read a non-dumpable parent's environ: the wiped environment block is what it finds. */
+START_TEST(test_child_cannot_read_the_daemons_credentials) {
+    th_daemon d;
+    char prog[400], ini[1024], *res;
+    script("peek.sh",
+           "/usr/bin/grep -q dtq-worker /proc/$PPID/cmdline || { printf '\"not the daemon\"'; "
+           "exit 0; }; if /usr/bin/cat /proc/$PPID/environ /proc/$PPID/cmdline 2>/dev/null | "
+           "/usr/bin/tr '\\000' '\\n' | /usr/bin/grep -q s3cret-in-env; then "
+           "printf '\"leaked\"'; else printf '\"no secret\"'; fi",
+           prog, sizeof(prog));
+    snprintf(ini, sizeof(ini), "[handler:peek]\nexec = %s\n", prog);
+    setenv("DTQ_REDIS_SENTINEL_PASSWORD", "s3cret-in-env", 1);
+    start(&d, "w-peek", NULL, ini);
+    unsetenv("DTQ_REDIS_SENTINEL_PASSWORD");
+    th_enqueue(C, "default", "p1", "peek", "{}", NULL);
+    th_expect_status(C, "p1", "succeeded", 10000);
+    res = result_of("p1");
+    ck_assert_str_eq(res, "\"no secret\"");
+    free(res);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 /* ----------------------------------------------------------------- retry and result choices */
 
 /* The lifecycle events of task `id` in the events stream, as "TYPE:attempt TYPE:attempt...",
@@ -725,6 +750,7 @@ int main(void) {
     tcase_add_test(tc, test_child_sees_only_0_1_2);
     tcase_add_test(tc, test_child_signals_default);
     tcase_add_test(tc, test_section_env_overrides_inherited);
+    tcase_add_test(tc, test_child_cannot_read_the_daemons_credentials);
     tcase_add_test(tc, test_workdir_and_spawn_failure);
     suite_add_tcase(s, tc);
     tc = tcase_create("choices");
