@@ -486,6 +486,8 @@ static void validate_cron(load_state *st, dtq_cron_conf *c) {
     if (!c->tz) c->tz = dtq_xstrdup("UTC");
     if (dtq_cron_zone_valid(c->tz, why, sizeof(why)) != 0)
         return fail(st, section, "tz", "%s", why);
+    if (dtq_cron_fires(&spec, c->tz, dtq_now_ms(), why, sizeof(why)) != 0)
+        return fail(st, section, "spec", "%s", why);
     if (!c->queue || !dtq_valid_queue_name(c->queue))
         return fail(st, section, "queue", "required, matching [A-Za-z0-9._:-]{1,128}");
     if (!c->task_type || !dtq_valid_queue_name(c->task_type))
