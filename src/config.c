@@ -903,3 +903,27 @@ void dtq_config_publish_args(const dtq_config *cfg, dtq_argv *a) {
             dtq_argv_addll(a, (long long)*(const int64_t *)v);
     }
 }
+
+void dtq_warn_world_readable(const char *who, const char *what, const char *path) {
+    struct stat sb;
+    if (!path || !*path || stat(path, &sb) != 0 || !(sb.st_mode & S_IROTH)) return;
+    dtq_warn("%s: the %s %s is readable by every user of this host (mode %04o); chmod o-r it", who,
+             what, path, (unsigned)(sb.st_mode & 07777));
+}
+
+void dtq_config_warn_exposed_secrets(const dtq_config *cfg, const char *who, int url_option) {
+    dtq_redis_url u;
+    char err[256];
+    int password = 0;
+    dtq_warn_world_readable(who, "TLS key file", cfg->tls_key_file);
+    if (!cfg->path) return;
+    /* a password the environment gave is not in the file */
+    if (!url_option && !getenv("DTQ_REDIS_URL") &&
+        dtq_redis_url_parse(cfg->redis_url, &u, err, sizeof(err)) == 0) {
+        password = u.password && *u.password;
+        dtq_redis_url_deinit(&u);
+    }
+    if (!getenv("DTQ_REDIS_SENTINEL_PASSWORD") && *cfg->sentinel_password) password = 1;
+    if (password)
+        dtq_warn_world_readable(who, "config file (it holds a Redis password)", cfg->path);
+}

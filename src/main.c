@@ -79,6 +79,7 @@ int main(int argc, char **argv) {
         dtq_config_free(cfg);
         return 0;
     }
+    dtq_config_warn_exposed_secrets(cfg, "dtq-worker", 0);
     w = dtq_worker_new(cfg, err, sizeof(err));
     if (!w) {
         fprintf(stderr, "dtq-worker: config error: %s: %s\n", path ? path : "(defaults)", err);
