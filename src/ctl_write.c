@@ -423,8 +423,9 @@ int ctl_functions_install(ctl *x, const ctl_verb *v, int argc, char **argv) {
     }
     free(lib);
     /* the layout marker, which only the daemon and admins may write: a producer, who may
-     * only read it, then finds it in place */
-    ctl_check_layout(x);
+     * only read it, then finds it in place. A single Redis only: on a cluster the library
+     * serves both layouts (the single one with cluster_hash_tag), the first client decides */
+    if (!x->cluster) ctl_check_layout(x);
     if (x->json)
         printf("{\"library\":\"%s\",\"version\":\"%s\",\"primaries\":%d}\n", x->ns,
                dtq_scripts_version(), nodes);
