@@ -28,11 +28,12 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
 
 /* <ns>_enqueue and the commands it runs; <ns>_layout, which dtqctl calls before its first
- * write (it reads <p>:layout, and writes it once); <ns>_served, which dtqctl asks after an
- * enqueue (whether a live worker serves the queue: the worker set and hashes, read-only).
- * The task hashes, streams, schedule and queue set are write-only patterns (%W~): EXISTS
- * and XLEN need no read permission, and the producer cannot read another producer's tasks
- * with the HMGET it holds for <p>:config. */
+ * write. The layout marker is read-only (%R~): a producer that could SET it would stop
+ * every daemon and dtqctl (WRONG_LAYOUT); the daemon and `dtqctl functions install` write
+ * it. <ns>_served, which dtqctl asks after an enqueue (whether a live worker serves the
+ * queue: the worker set and hashes, read-only). The task hashes, streams, schedule and
+ * queue set are write-only patterns (%W~): EXISTS and XLEN need no read permission, and the
+ * producer cannot read another producer's tasks with the HMGET it holds for <p>:config. */
 static const char *const producer[] = {
     "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk", "+fcall|<ns>_layout", "+fcall_ro|<ns>_served",
     "+time", "+hmget", "+get", "+mget", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd",
@@ -40,7 +41,7 @@ static const char *const producer[] = {
     "%R~<p>:config", "%R~<p>:queue:*:mode", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "%R~<p>:workers", "%R~<p>:worker:*",
     "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
-    "~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
+    "%R~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
 
 /* A plain XADD into the priority streams, nothing else. */
 static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NULL};

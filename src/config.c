@@ -130,6 +130,9 @@ static const config_key config_keys[] = {
     {"http", "listen", KEY_STR, OFF(http_listen), "", 0, 0,
      "host:port, :port (all IPv4 addresses) or [IPv6]:port for /metrics /healthz /readyz; "
      "empty = off"},
+    {"http", "allowed_hosts", KEY_STR, OFF(http_allowed_hosts), "", 0, 0,
+     "names /metrics answers for besides the listen address and localhost (as [web] "
+     "allowed_hosts)"},
     {"web", "listen", KEY_STR, OFF(web_listen), "127.0.0.1:8080", 0, 0,
      "dtq-web: host:port, :port or [IPv6]:port of the dashboard"},
     {"web", "token_file", KEY_STR, OFF(web_token_file), "", 0, 0,
@@ -206,6 +209,20 @@ static void fail(load_state *st, const char *section, const char *key, const cha
         snprintf(st->err, st->errlen, "%s: [%s]: %s", st->file, section, reason);
     else
         snprintf(st->err, st->errlen, "%s: %s", st->file, reason);
+}
+
+/* [section] allowed_hosts against [section] listen (web_auth.h): 1 when they parse, else 0
+ * after fail(). */
+static int allowed_hosts_valid(load_state *st, const char *section, const char *listen,
+                               const char *allowed) {
+    char herr[256];
+    dtq_web_hosts *hosts = dtq_web_hosts_new(listen, allowed, herr, sizeof(herr));
+    if (!hosts) {
+        fail(st, section, "allowed_hosts", "%s", herr);
+        return 0;
+    }
+    dtq_web_hosts_free(hosts);
+    return 1;
 }
 
 static int set_key(load_state *st, const config_key *k, const char *value) {
@@ -469,6 +486,8 @@ static void validate_cron(load_state *st, dtq_cron_conf *c) {
     if (!c->tz) c->tz = dtq_xstrdup("UTC");
     if (dtq_cron_zone_valid(c->tz, why, sizeof(why)) != 0)
         return fail(st, section, "tz", "%s", why);
+    if (dtq_cron_fires(&spec, c->tz, dtq_now_ms(), why, sizeof(why)) != 0)
+        return fail(st, section, "spec", "%s", why);
     if (!c->queue || !dtq_valid_queue_name(c->queue))
         return fail(st, section, "queue", "required, matching [A-Za-z0-9._:-]{1,128}");
     if (!c->task_type || !dtq_valid_queue_name(c->task_type))
@@ -692,6 +711,7 @@ static void validate(load_state *st) {
             return fail(st, "http", "listen", "'%s' is not host:port, :port or [IPv6]:port",
                         cfg->http_listen);
         free(host);
+        if (!allowed_hosts_valid(st, "http", cfg->http_listen, cfg->http_allowed_hosts)) return;
     }
     {
         char *host;
@@ -701,13 +721,7 @@ static void validate(load_state *st) {
                         cfg->web_listen);
         free(host);
     }
-    {
-        char herr[256];
-        dtq_web_hosts *hosts =
-            dtq_web_hosts_new(cfg->web_listen, cfg->web_allowed_hosts, herr, sizeof(herr));
-        if (!hosts) return fail(st, "web", "allowed_hosts", "%s", herr);
-        dtq_web_hosts_free(hosts);
-    }
+    if (!allowed_hosts_valid(st, "web", cfg->web_listen, cfg->web_allowed_hosts)) return;
     if (dtq_log_level_from_string(cfg->log_level, &lvl) != DTQ_OK)
         return fail(st, "log", "level", "'%s' is not one of debug, info, warn, error",
                     cfg->log_level);
@@ -888,4 +902,28 @@ void dtq_config_publish_args(const dtq_config *cfg, dtq_argv *a) {
         else
             dtq_argv_addll(a, (long long)*(const int64_t *)v);
     }
+}
+
+void dtq_warn_world_readable(const char *who, const char *what, const char *path) {
+    struct stat sb;
+    if (!path || !*path || stat(path, &sb) != 0 || !(sb.st_mode & S_IROTH)) return;
+    dtq_warn("%s: the %s %s is readable by every user of this host (mode %04o); chmod o-r it", who,
+             what, path, (unsigned)(sb.st_mode & 07777));
+}
+
+void dtq_config_warn_exposed_secrets(const dtq_config *cfg, const char *who, int url_option) {
+    dtq_redis_url u;
+    char err[256];
+    int password = 0;
+    dtq_warn_world_readable(who, "TLS key file", cfg->tls_key_file);
+    if (!cfg->path) return;
+    /* a password the environment gave is not in the file */
+    if (!url_option && !getenv("DTQ_REDIS_URL") &&
+        dtq_redis_url_parse(cfg->redis_url, &u, err, sizeof(err)) == 0) {
+        password = u.password && *u.password;
+        dtq_redis_url_deinit(&u);
+    }
+    if (!getenv("DTQ_REDIS_SENTINEL_PASSWORD") && *cfg->sentinel_password) password = 1;
+    if (password)
+        dtq_warn_world_readable(who, "config file (it holds a Redis password)", cfg->path);
 }

@@ -122,6 +122,7 @@ typedef struct dtq_config {
     int64_t events_stream_maxlen;
     /* [http] */
     char *http_listen;
+    char *http_allowed_hosts; /* names besides the listen address and localhost */
     /* [web]: dtq-web, the dashboard (the daemon ignores this section) */
     char *web_listen;              /* host:port of the dashboard */
     char *web_token_file;          /* bearer tokens for writes; empty = read-only */
@@ -147,6 +148,13 @@ typedef struct dtq_config {
  * "file: [section] key: reason" into err. The result is caller-owned (dtq_config_free). */
 dtq_config *dtq_config_load(const char *path, char *err, size_t errlen);
 void dtq_config_free(dtq_config *cfg);
+/* Warns (dtq_warn, `who`: "dtq-worker", "web") about a secret every user of the host may
+ * read: tls_key_file, and the config file when it holds a Redis or sentinel password (one
+ * not given by the environment, nor by a command-line URL: url_option). Called at start. */
+void dtq_config_warn_exposed_secrets(const dtq_config *cfg, const char *who, int url_option);
+/* Warns when `path` is readable by every user: "<who>: the <what> <path> is readable by
+ * every user of this host (mode 0644); chmod o-r it". */
+void dtq_warn_world_readable(const char *who, const char *what, const char *path);
 /* [redis] namespace (and dtqctl's and dtq-web's -n): 1 when ns matches
  * DTQ_NAMESPACE_RULE. */
 #define DTQ_NAMESPACE_RULE "[A-Za-z0-9._-]{1,64}"

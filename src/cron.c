@@ -724,3 +724,30 @@ int dtq_cron_next(const dtq_cron *c, const char *tz, int64_t anchor_ms, int64_t 
     ctx_end(&x);
     return rc;
 }
+
+int dtq_cron_fires(const dtq_cron *c, const char *tz, int64_t now_ms, char *err, size_t errlen) {
+    static const char *const month_names[13] = {
+        "",     "January", "February",  "March",   "April",    "May",     "June",
+        "July", "August",  "September", "October", "November", "December"};
+    static const int month_days[13] = {0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int64_t next;
+    int first_day = 0, occurs = 0;
+    size_t n;
+    if (dtq_cron_next(c, tz, now_ms, now_ms, &next) == 0) return 0;
+    /* the usual cause: the days of the month listed exceed every listed month's length
+     * (day of the week unrestricted; restricted, it fires on those days as well) */
+    for (int d = 1; d <= 31 && !first_day; d++)
+        if (c->dom & (1u << d)) first_day = d;
+    for (int m = 1; m <= 12; m++)
+        if ((c->mon & (1u << m)) && month_days[m] >= first_day) occurs = 1;
+    if (c->every || c->dom_any || !c->dow_any || !first_day || occurs) {
+        snprintf(err, errlen, "never fires: no fire time in the next %d years",
+                 DTQ_CRON_HORIZON_YEARS);
+        return -1;
+    }
+    n = (size_t)snprintf(err, errlen, "never fires: day %d does not occur in", first_day);
+    for (int m = 1, k = 0; m <= 12 && n < errlen; m++)
+        if (c->mon & (1u << m))
+            n += (size_t)snprintf(err + n, errlen - n, "%s %s", k++ ? " or" : "", month_names[m]);
+    return -1;
+}

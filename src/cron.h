@@ -89,4 +89,10 @@ int dtq_cron_zone_valid(const char *tz, char *err, size_t errlen);
 int dtq_cron_next(const dtq_cron *c, const char *tz, int64_t anchor_ms, int64_t after_ms,
                   int64_t *next_ms);
 
+/* 0 when the spec fires after now_ms in zone tz (a valid zone: dtq_cron_zone_valid) within
+ * the search horizon; -1 with the reason in err otherwise, e.g. "never fires: day 30 does
+ * not occur in February". What refuses a schedule that would wait forever (dtqctl cron add,
+ * [cron:NAME] sections). */
+int dtq_cron_fires(const dtq_cron *c, const char *tz, int64_t now_ms, char *err, size_t errlen);
+
 #endif

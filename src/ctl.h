@@ -59,6 +59,9 @@ void ctl_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), nore
 redisReply *ctl_command(ctl *x, int argc, const char **argv);
 /* The next reply without a command (a subscriber's messages); a lost connection exits 1. */
 redisReply *ctl_read(ctl *x);
+/* <ns>_layout: checks the namespace's layout marker, writing it when there is none (a
+ * WRONG_LAYOUT ends the program, exit 1). ctl_fcall_reply calls it before the first write. */
+void ctl_check_layout(ctl *x);
 /* FCALL (ro: FCALL_RO) <ns>_<name> args... about `queue` (NULL: the namespace as a whole,
  * or in the cluster layout its global state), routed as ctl_route.c says: the single layout
  * passes no key, the cluster layout the tag {ns:queue} or {ns}. Error replies are returned,

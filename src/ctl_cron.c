@@ -63,6 +63,8 @@ int ctl_cron_add(ctl *x, const ctl_verb *v, int argc, char **argv) {
         ctl_refused("INVALID_ARGUMENT spec '%s': %s", a[2], why);
     if (dtq_cron_zone_valid(tz, why, sizeof(why)) != 0)
         ctl_refused("INVALID_ARGUMENT tz '%s': %s", tz, why);
+    if (dtq_cron_fires(&spec, tz, dtq_now_ms(), why, sizeof(why)) != 0)
+        ctl_refused("INVALID_ARGUMENT spec '%s': %s", a[2], why);
     r = ctl_fcall(x, 0, a[3], "cron_set", n, a);
     ctl_queue_index_add(x, a[3]); /* so that cron list (over the index's queues) finds it */
     if (x->json) {

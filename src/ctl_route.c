@@ -56,14 +56,14 @@ static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name
     return r;
 }
 
-/* <ns>_layout, once: the namespace must be laid out as this client is (the single layout
- * for one Redis, the cluster layout for a cluster URL); the answer writes the marker when
- * there is none. WRONG_LAYOUT ends the program (exit 1, its message says how to move). A
- * library without <ns>_layout (older than the cluster layout) can only hold the single
- * layout: fine for it, the not-loaded refusal for the cluster layout. NOPERM on a single
- * Redis (a role made before <ns>_layout existed) is a warning: that namespace can only be
- * single. Any other error is refused, naming the Function. */
-static void check_layout(ctl *x) {
+/* <ns>_layout, once (and after functions install): the namespace must be laid out as this client is
+ * (the single layout for one Redis, the cluster layout for a cluster URL); the answer writes the
+ * marker when there is none. WRONG_LAYOUT ends the program (exit 1, its message says how to move).
+ * A library without <ns>_layout (older than the cluster layout) can only hold the single layout:
+ * fine for it, the not-loaded refusal for the cluster layout. NOPERM on a single Redis (a role made
+ * before <ns>_layout existed) is a warning: that namespace can only be single. Any other error is
+ * refused, naming the Function. */
+void ctl_check_layout(ctl *x) {
     const char *a[1] = {x->cluster ? "cluster" : "single"};
     redisReply *r;
     x->layout_checked = 1;
@@ -92,7 +92,7 @@ redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name,
     /* the cluster layout before any call; the single layout before the first write (a read
      * of a namespace laid out the other way changes nothing, and the read-only role, which
      * holds no write Function, is not refused one) */
-    if (!x->layout_checked && (x->cluster || !ro)) check_layout(x);
+    if (!x->layout_checked && (x->cluster || !ro)) ctl_check_layout(x);
     r = fcall_raw(x, ro, queue, name, argc, args);
     if (r->type == REDIS_REPLY_ERROR &&
         dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)

@@ -416,9 +416,9 @@ int ctl_enqueue_bulk(ctl *x, const ctl_verb *v, int argc, char **argv) {
     return refusedn ? CTL_EXIT_REFUSED : 0;
 }
 
-/* functions install: the library the daemon would load, for this namespace and key prefix.
- * For deployments whose workers may not FUNCTION LOAD (dtqctl acl worker): they check that
- * the installed library's <ns>_version is their own. */
+/* functions install: the library the daemon would load, for this namespace and key prefix,
+ * and the namespace's layout marker. For deployments whose workers may not FUNCTION LOAD (dtqctl
+ * acl worker): they check that the installed library's <ns>_version is their own. */
 /* FUNCTION LOAD REPLACE of `lib` on the node that serves `slot` (-1: the one connection). */
 static void load_library(ctl *x, const char *lib, int slot) {
     const char *a[4] = {"FUNCTION", "LOAD", "REPLACE", lib};
@@ -456,6 +456,10 @@ int ctl_functions_install(ctl *x, const ctl_verb *v, int argc, char **argv) {
         load_library(x, lib, -1);
     }
     free(lib);
+    /* the layout marker, which only the daemon and admins may write: a producer, who may
+     * only read it, then finds it in place. A single Redis only: on a cluster the library
+     * serves both layouts (the single one with cluster_hash_tag), the first client decides */
+    if (!x->cluster) ctl_check_layout(x);
     if (x->json)
         printf("{\"library\":\"%s\",\"version\":\"%s\",\"primaries\":%d}\n", x->ns,
                dtq_scripts_version(), nodes);

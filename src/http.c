@@ -23,7 +23,11 @@
  *    headers are counted, not kept, and a body is never buffered (see written_cb);
  *  - GET and HEAD only, anything else 405 with Allow;
  *  - one request per connection (Connection: close), so no connection idles between
- *    requests. */
+ *    requests.
+ *
+ * /metrics (and any path but the probes) answers only a Host that names the endpoint, by
+ * dtq-web's rule (web_auth.h's dtq_web_hosts_request, [http] allowed_hosts for other
+ * names): else a page of any site could read it through DNS rebinding. */
 #include "http.h"
 
 #include <event2/buffer.h>
@@ -43,14 +47,16 @@
 #include "metrics.h"
 #include "rcluster.h"
 #include "util.h"
+#include "web_auth.h"
 
 typedef struct http_conn http_conn;
 
 struct dtq_http {
     dtq_ctx *ctx;
     struct evconnlistener *listener;
-    dtq_guard *guard; /* the cap, the deadlines, the accept-error pause (conn_guard.h) */
-    int serving;      /* pushed by the lifecycle: running, not starting or draining */
+    dtq_guard *guard;     /* the cap, the deadlines, the accept-error pause (conn_guard.h) */
+    dtq_web_hosts *hosts; /* the names a request's Host may carry ([http] allowed_hosts) */
+    int serving;          /* pushed by the lifecycle: running, not starting or draining */
 };
 
 struct http_conn {
@@ -60,6 +66,9 @@ struct http_conn {
     size_t head_bytes; /* of the request head consumed so far */
     char *method;      /* from the request line, once read */
     char *target;
+    char *host;      /* the first Host header's value */
+    int nhost;       /* how many Host headers came */
+    int http10;      /* an HTTP/1.0 request */
     int head_only;   /* HEAD: the headers of the answer, not its body */
     int answered;    /* the answer is queued; input is discarded from now on */
     int peer_closed; /* the client closed its side while the answer was being written */
@@ -137,6 +146,7 @@ static void conn_free(http_conn *c) {
     bufferevent_free(c->bev); /* closes the socket */
     free(c->method);
     free(c->target);
+    free(c->host);
     free(c);
 }
 
@@ -201,10 +211,39 @@ const char *dtq_http_target_path(char *target) {
     return p;
 }
 
+/* The Host check (dtq_web_hosts_request): 1 to answer; else 0 after answering 400 or 421. */
+static int check_host(http_conn *c) {
+    const char *refused, *why;
+    char *authority = NULL;
+    int code;
+    if (!strncmp(c->target, "http://", 7) || !strncmp(c->target, "https://", 8)) {
+        const char *a = strstr(c->target, "//") + 2;
+        authority = dtq_xstrndup(a, strcspn(a, "/?#"));
+    }
+    code =
+        dtq_web_hosts_request(c->h->hosts, c->host, c->nhost, authority, c->http10, &refused, &why);
+    if (code == 400) {
+        char body[200];
+        snprintf(body, sizeof(body), "bad request: %s\n", why);
+        answer(c, 400, "Bad Request", body, NULL);
+    } else if (code == 421) {
+        char *shown = dtq_log_escape(refused), *body;
+        body = dtq_xasprintf("this endpoint does not answer for the host '%s' (a name of its "
+                             "own goes in [http] allowed_hosts)\n",
+                             shown);
+        answer(c, 421, "Misdirected Request", body, NULL);
+        free(body);
+        free(shown);
+    }
+    free(authority);
+    return code == 0;
+}
+
 static void respond(http_conn *c) {
     dtq_http *h = c->h;
-    const char *path = dtq_http_target_path(c->target);
+    const char *path;
     c->head_only = !strcmp(c->method, "HEAD");
+    path = dtq_http_target_path(c->target);
     if (!c->head_only && strcmp(c->method, "GET")) {
         answer(c, 405, "Method Not Allowed", "method not allowed\n", "Allow: GET, HEAD\r\n");
     } else if (!strcmp(path, "/healthz")) {
@@ -220,6 +259,8 @@ static void respond(http_conn *c) {
         } else {
             answer(c, 200, "OK", "ready\n", NULL);
         }
+    } else if (!check_host(c)) {
+        /* answered: 400 or 421; the probes above say nothing and need no Host */
     } else if (!strcmp(path, "/metrics")) {
         char *m = dtq_http_render_metrics(h->ctx);
         answer(c, 200, "OK", m, NULL);
@@ -229,8 +270,19 @@ static void respond(http_conn *c) {
     }
 }
 
-/* Reads the request head line by line; the headers are counted against the limit and
- * otherwise ignored (nothing here depends on them). */
+/* A header line: a Host is kept (the first) and counted; the others are ignored. */
+static void note_host(http_conn *c, const char *line) {
+    const char *v;
+    if (strncasecmp(line, "Host:", 5)) return;
+    if (c->nhost++) return;
+    v = line + 5 + strspn(line + 5, " \t");
+    c->host = dtq_xstrndup(v, strlen(v));
+    for (size_t n = strlen(c->host); n > 0 && strchr(" \t", c->host[n - 1]); n--)
+        c->host[n - 1] = '\0';
+}
+
+/* Reads the request head line by line; the headers are counted against the limit, and
+ * only Host is kept (note_host). */
 static void read_cb(struct bufferevent *bev, void *arg) {
     http_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
@@ -244,8 +296,12 @@ static void read_cb(struct bufferevent *bev, void *arg) {
         int bad = 0, end = n == 0 && c->method;
         c->head_bytes += n + 2;
         /* Empty lines before the request line are allowed (RFC 9112 2.2). */
-        if (c->head_bytes <= DTQ_HTTP_MAX_HEAD && !c->method && n > 0)
+        if (c->head_bytes <= DTQ_HTTP_MAX_HEAD && !c->method && n > 0) {
             bad = dtq_http_parse_request_line(line, &c->method, &c->target) != DTQ_OK;
+            c->http10 = !bad && !strcmp(line + n - 8, "HTTP/1.0");
+        } else if (c->head_bytes <= DTQ_HTTP_MAX_HEAD && c->method && n > 0) {
+            note_host(c, line);
+        }
         free(line);
         if (c->head_bytes > DTQ_HTTP_MAX_HEAD) {
             answer(c, 431, "Request Header Fields Too Large", "request head too large\n", NULL);
@@ -336,6 +392,13 @@ dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errle
     }
     h = dtq_xcalloc(1, sizeof(*h));
     h->ctx = ctx;
+    /* config.c checked [http] allowed_hosts */
+    h->hosts = dtq_web_hosts_new(listen, ctx->cfg->http_allowed_hosts, err, errlen);
+    if (!h->hosts) {
+        freeaddrinfo(ai);
+        free(h);
+        return NULL;
+    }
     /* CLOSE_ON_EXEC: exec handlers must not inherit the listening socket (accepted sockets
      * get SOCK_CLOEXEC from the same flag). */
     h->listener = evconnlistener_new_bind(
@@ -344,6 +407,7 @@ dtq_http *dtq_http_new(dtq_ctx *ctx, const char *listen, char *err, size_t errle
     freeaddrinfo(ai);
     if (!h->listener) {
         snprintf(err, errlen, "[http] listen: cannot bind %s: %s", listen, strerror(errno));
+        dtq_web_hosts_free(h->hosts);
         free(h);
         return NULL;
     }
@@ -358,5 +422,6 @@ void dtq_http_free(dtq_http *h) {
     dtq_guard_close_all(h->guard);
     evconnlistener_free(h->listener);
     dtq_guard_free(h->guard);
+    dtq_web_hosts_free(h->hosts);
     free(h);
 }

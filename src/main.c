@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
     enum dtq_log_level lvl;
     enum dtq_log_format fmt;
 
+    dtq_hide_credentials(); /* before any exec child, and before the config reads them */
     while ((opt = getopt_long(argc, argv, "c:hv", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
@@ -78,6 +79,7 @@ int main(int argc, char **argv) {
         dtq_config_free(cfg);
         return 0;
     }
+    dtq_config_warn_exposed_secrets(cfg, "dtq-worker", 0);
     w = dtq_worker_new(cfg, err, sizeof(err));
     if (!w) {
         fprintf(stderr, "dtq-worker: config error: %s: %s\n", path ? path : "(defaults)", err);

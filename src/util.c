@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <uuid/uuid.h>
 
@@ -254,4 +255,18 @@ void dtq_argv_addll(dtq_argv *a, long long v) {
     char buf[32];
     int n = snprintf(buf, sizeof(buf), "%lld", v);
     dtq_argv_add(a, buf, (size_t)n);
+}
+
+extern char **environ;
+
+void dtq_hide_credentials(void) {
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        fprintf(stderr, "prctl(PR_SET_DUMPABLE): %s\n", strerror(errno));
+    /* slot by slot, so a name given twice is moved twice (putenv would find the first) */
+    for (char **e = environ; e && *e; e++) {
+        char *orig = *e;
+        if (strncmp(orig, "DTQ_", 4)) continue;
+        *e = dtq_xstrdup(orig); /* lives as long as the process, as environ does */
+        explicit_bzero(orig, strlen(orig));
+    }
 }

@@ -67,4 +67,13 @@ void dtq_argv_adds(dtq_argv *a, const char *s);
 void dtq_argv_addf(dtq_argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dtq_argv_addll(dtq_argv *a, long long v);
 
+/* Puts the process's credentials out of reach of other processes of its user, its exec
+ * children first. The process becomes non-dumpable (PR_SET_DUMPABLE 0: /proc/PID/environ,
+ * /mem and ptrace need CAP_SYS_PTRACE; no core dump unless fs.suid_dumpable says so), and
+ * the DTQ_* variables (a Redis URL with its password, sentinel_password) move to the heap:
+ * their bytes in the initial environment block, which /proc/PID/environ shows whatever libc
+ * does with its environ, are zeroed. getenv() still finds them (a SIGHUP reload reads them
+ * again). Called first thing in main(). */
+void dtq_hide_credentials(void);
+
 #endif

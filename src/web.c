@@ -352,39 +352,35 @@ static int misdirected(struct evhttp_request *req, const char *host) {
     return 0;
 }
 
-/* The Host check against DNS rebinding (web_auth.h): 1 when the request names dtq-web;
- * else 0 after answering 421 (a foreign name) or 400 (HTTP/1.1 without Host, or Host
- * given twice). An HTTP/1.0 request without Host passes: no browser sends one, so no page
- * of another site can make it. A request target in absolute form must name dtq-web too. */
+/* The Host check against DNS rebinding (web_auth.h's dtq_web_hosts_request): 1 when the
+ * request names dtq-web; else 0 after answering 421 (a foreign name) or 400 (HTTP/1.1
+ * without Host, or Host given twice). A request target in absolute form must name dtq-web
+ * too. */
 static int check_host(dtq_web *w, struct evhttp_request *req) {
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *host = NULL, *uri_host = uri ? evhttp_uri_get_host(uri) : NULL;
+    const char *refused, *why;
     const struct evkeyval *kv;
-    int count = 0;
+    char target[300];
+    int count = 0, code;
     TAILQ_FOREACH(kv, in, next) {
         if (strcasecmp(kv->key, "Host")) continue;
         if (!count++) host = kv->value;
     }
-    if (count > 1) {
-        dtq_web_reply_error(req, 400, "bad_request", "the request carries more than one Host");
-        return 0;
-    }
-    if (!host && !uri_host) {
-        if (req->major == 1 && req->minor == 0) return 1;
-        dtq_web_reply_error(req, 400, "bad_request", "an HTTP/1.1 request needs a Host header");
-        return 0;
-    }
     if (uri_host) {
-        char buf[300];
         int port = evhttp_uri_get_port(uri);
         int brackets = strchr(uri_host, ':') && *uri_host != '[';
-        snprintf(buf, sizeof(buf), "%s%s%s", brackets ? "[" : "", uri_host, brackets ? "]" : "");
-        if (port > 0) snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), ":%d", port);
-        if (!dtq_web_hosts_check(w->hosts, buf)) return misdirected(req, buf);
+        snprintf(target, sizeof(target), "%s%s%s", brackets ? "[" : "", uri_host,
+                 brackets ? "]" : "");
+        if (port > 0)
+            snprintf(target + strlen(target), sizeof(target) - strlen(target), ":%d", port);
     }
-    if (host && !dtq_web_hosts_check(w->hosts, host)) return misdirected(req, host);
-    return 1;
+    code = dtq_web_hosts_request(w->hosts, host, count, uri_host ? target : NULL,
+                                 req->major == 1 && req->minor == 0, &refused, &why);
+    if (code == 400) dtq_web_reply_error(req, 400, "bad_request", "%s", why);
+    if (code == 421) return misdirected(req, refused);
+    return code == 0;
 }
 
 static void dispatch(dtq_web *w, struct evhttp_request *req, char **seg, int n) {

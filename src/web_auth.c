@@ -374,3 +374,30 @@ int dtq_web_hosts_check(const dtq_web_hosts *h, const char *host) {
     free(e.name);
     return ok;
 }
+
+int dtq_web_hosts_request(const dtq_web_hosts *h, const char *host, int nhost,
+                          const char *target_host, int http10, const char **refused,
+                          const char **why) {
+    *refused = NULL;
+    *why = NULL;
+    if (nhost > 1) {
+        *why = "the request carries more than one Host";
+        return 400;
+    }
+    if (!host && !target_host) {
+        if (http10) return 0;
+        *why = "an HTTP/1.1 request needs a Host header";
+        return 400;
+    }
+    *why = "a name this server does not answer for";
+    if (target_host && !dtq_web_hosts_check(h, target_host)) {
+        *refused = target_host;
+        return 421;
+    }
+    if (host && !dtq_web_hosts_check(h, host)) {
+        *refused = host;
+        return 421;
+    }
+    *why = NULL;
+    return 0;
+}

@@ -63,4 +63,15 @@ int dtq_web_hosts_any(const dtq_web_hosts *h);
  * dtq-web as above; 0 for any other value, an empty or malformed one included. */
 int dtq_web_hosts_check(const dtq_web_hosts *h, const char *host);
 
+/* The Host check of one request, dtq-web's and the daemon's [http] endpoint's. host: the
+ * first Host header's value (NULL: none); nhost: how many Host headers came; target_host:
+ * host[:port] of a request target in absolute form (NULL: origin form); http10: an HTTP/1.0
+ * request. Returns 0 to answer it; 400 for Host given twice or an HTTP/1.1 request without
+ * one (an HTTP/1.0 request without Host passes: no browser sends one, so no page of another
+ * site can make it); 421 for a name that is not the server's (dtq_web_hosts_check), with
+ * *refused the name. *why says what is wrong either way. */
+int dtq_web_hosts_request(const dtq_web_hosts *h, const char *host, int nhost,
+                          const char *target_host, int http10, const char **refused,
+                          const char **why);
+
 #endif

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -107,6 +106,7 @@ int main(int argc, char **argv) {
     app a = {NULL, NULL, NULL, NULL};
     int opt;
 
+    dtq_hide_credentials();
     while ((opt = getopt_long(argc, argv, "c:u:n:l:t:r:hv", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
@@ -171,20 +171,18 @@ int main(int argc, char **argv) {
     dtq_log_level_from_string(cfg->log_level, &lvl);
     dtq_log_format_from_string(cfg->log_format, &fmt);
     dtq_log_setup(lvl, fmt);
+    dtq_config_warn_exposed_secrets(cfg, "web", url != NULL);
     if (*cfg->web_token_file) {
-        struct stat sb;
         tokens = dtq_web_tokens_load(cfg->web_token_file, err, sizeof(err));
         if (!tokens) {
             snprintf(msg, sizeof(msg), "[web] token_file: %s", err);
             dtq_config_free(cfg);
             return config_error(msg);
         }
-        if (stat(cfg->web_token_file, &sb) == 0 && (sb.st_mode & 0004))
-            dtq_warn("web: the token file %s is readable by every user", cfg->web_token_file);
+        dtq_warn_world_readable("web", "token file", cfg->web_token_file);
         a.token_file = dtq_xstrdup(cfg->web_token_file);
     }
     if (*cfg->web_read_token_file) {
-        struct stat sb;
         read_tokens = dtq_web_tokens_load(cfg->web_read_token_file, err, sizeof(err));
         if (!read_tokens) {
             snprintf(msg, sizeof(msg), "[web] read_token_file: %s", err);
@@ -193,9 +191,7 @@ int main(int argc, char **argv) {
             dtq_config_free(cfg);
             return config_error(msg);
         }
-        if (stat(cfg->web_read_token_file, &sb) == 0 && (sb.st_mode & 0004))
-            dtq_warn("web: the read token file %s is readable by every user",
-                     cfg->web_read_token_file);
+        dtq_warn_world_readable("web", "read token file", cfg->web_read_token_file);
         a.read_token_file = dtq_xstrdup(cfg->web_read_token_file);
     }
     signal(SIGPIPE, SIG_IGN); /* a browser that goes away mid-answer */

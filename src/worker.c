@@ -446,6 +446,23 @@ static void cl_setup_phase2(cl_setup *s);
 static void cl_setup_phase3(cl_setup *s);
 static void cl_setup_release(cl_setup *s);
 
+/* WRONG_LAYOUT at a reconnect of a daemon that has served: the namespace's keys are where
+ * this daemon put them, so the marker was changed behind it (the marker is written once,
+ * when absent). Stopping would take the fleet down at its next reconnects, and the units do
+ * not restart exit 78: the daemon serves on with its layout and says, at every reconnect,
+ * how to put the marker back. Returns 1 then; 0 for a daemon that is starting. */
+static int layout_changed_under_a_running_daemon(dtq_worker *w, const redisReply *reply) {
+    char *key;
+    if (!w->ever_ready) return 0;
+    key = dtq_key_layout(w->ctx->prefix);
+    dtq_error("redis setup: %s; serving on with the %s layout this daemon started with: an "
+              "admin should restore the marker (SET %s %s)",
+              reply->str, w->ctx->rc ? "cluster" : "single", key,
+              w->ctx->rc ? "cluster" : "single");
+    free(key);
+    return 1;
+}
+
 static void cl_setup_fail(cl_setup *s) {
     struct timeval tv = {5, 0};
     if (s->failed || s->fatal) return;
@@ -475,10 +492,12 @@ static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
         }
     } else if (kind == CL_LAYOUT && reply->type == REDIS_REPLY_ERROR &&
                !strncmp(reply->str, "WRONG_LAYOUT", 12)) {
-        dtq_error("redis setup: %s; not starting", reply->str);
-        s->fatal = 1;
-        w->exit_code = DTQ_EX_CONFIG;
-        event_base_loopbreak(w->ctx->base);
+        if (!layout_changed_under_a_running_daemon(w, reply)) {
+            dtq_error("redis setup: %s; not starting", reply->str);
+            s->fatal = 1;
+            w->exit_code = DTQ_EX_CONFIG;
+            event_base_loopbreak(w->ctx->base);
+        }
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
             library_refused(w);
@@ -644,8 +663,8 @@ static void cluster_setup(dtq_worker *w) {
 }
 
 /* The namespace's layout marker (<ns>_layout): a namespace laid out for Redis Cluster
- * (or another layout) stops the daemon with the Function's message, which says how to
- * move. Checked before setup writes anything. */
+ * (or another layout) stops a starting daemon with the Function's message, which says how
+ * to move. Checked before setup writes anything. */
 static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     setup_round *s = current_round(j);
     dtq_worker *w;
@@ -667,6 +686,7 @@ static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
         setup_reply(j, reply, a, b);
         return;
     }
+    if (layout_changed_under_a_running_daemon(w, reply)) return;
     dtq_error("redis setup: %s; not starting", reply->str);
     s->failed = 1;
     w->exit_code = DTQ_EX_CONFIG;

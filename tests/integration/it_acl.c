@@ -304,7 +304,7 @@ START_TEST(test_acl_output_and_hash_tag) {
                      "+pubsub|numsub +pubsub|numpat +smembers %R~dtq:config %R~dtq:queue:*:mode "
                      "%W~dtq:task:* %W~dtq:stream:*:p[0-9] %W~dtq:stream:events %R~dtq:workers "
                      "%R~dtq:worker:* ~dtq:idempotency:* %W~dtq:queues ~dtq:seq "
-                     "%W~dtq:retry:schedule ~dtq:layout ~dtq:queue:*:length &dtq:events\n");
+                     "%W~dtq:retry:schedule %R~dtq:layout ~dtq:queue:*:length &dtq:events\n");
     free(out);
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "-n jobs acl producer-raw"), 0);
     ck_assert_str_eq(
@@ -412,6 +412,29 @@ START_TEST(test_producer) {
     ck_assert_int_eq(th_int(redisCommand(p, "HSET dtq:task:p-ctl payload {\"x\":2}")), 0);
     th_assert_field(C, "p-ctl", "payload", "{\"x\":2}");
     redisFree(p);
+}
+END_TEST
+
+/* The layout marker is the daemon's and the admin's: a producer that could SET it would
+ * make every dtqctl verb answer WRONG_LAYOUT and stop every daemon at its next start or
+ * reconnect. `dtqctl functions install` writes it, so the producer's layout check finds it
+ * and only reads. */
+START_TEST(test_producer_cannot_set_the_layout_marker) {
+    redisContext *p;
+    redisReply *r;
+    free(ctl_expect(0, NULL, "functions install"));
+    r = th_cmd(C, "GET dtq:layout");
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "single"),
+                  "functions install left no layout marker");
+    freeReplyObject(r);
+    apply_role("prod", "producer");
+    free(ctl_expect(0, "prod", "enqueue default echo 1 --id lm-1"));
+    assert_no_denials("prod");
+    p = connect_as("prod");
+    refused(p, "SET dtq:layout bogus");
+    refused(p, "DEL dtq:layout");
+    redisFree(p);
+    free(ctl_expect(0, "prod", "enqueue default echo 2 --id lm-2"));
 }
 END_TEST
 
@@ -971,6 +994,28 @@ START_TEST(test_worker_role_end_to_end) {
 }
 END_TEST
 
+/* An unknown layout marker met at a reconnect does not stop a daemon that has served: its
+ * keys are where it put them. It logs the marker to restore and serves on. */
+START_TEST(test_running_daemon_serves_on_when_the_marker_changes) {
+    redisReply *r;
+    apply_role("adm", "admin");
+    apply_role("wk", "worker");
+    free(ctl_expect(0, "adm", "functions install"));
+    start_worker("w-layout", NULL);
+    th_daemon_wait_ready(C, "w-layout", 15000);
+    freeReplyObject(th_cmd(C, "SET dtq:layout bogus"));
+    freeReplyObject(th_cmd(C, "CLIENT KILL USER wk"));
+    ck_assert_msg(th_wait_log(D.log, "serving on with the single layout", 1, 15000),
+                  "no serving-on error after the reconnect");
+    ck_assert_int_eq(kill(D.pid, 0), 0);
+    r = th_cmd(C, "FCALL dtq_enqueue 0 default echo {} task_id after-marker");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    th_expect_status(C, "after-marker", "succeeded", 15000);
+    ck_assert_int_eq(th_daemon_stop(&D, SIGTERM, 10000), 0);
+}
+END_TEST
+
 /* Without FUNCTION LOAD and without an installed library (then with one of another
  * version), the worker does not serve and says once, clearly, what is missing; after
  * `dtqctl functions install` by an admin it serves without a restart. */
@@ -1223,9 +1268,11 @@ int main(void) {
     tcase_add_test(tc, test_acl_output_and_hash_tag);
     tcase_add_test(tc, test_producer);
     tcase_add_test(tc, test_producer_cannot_rewind_ids);
+    tcase_add_test(tc, test_producer_cannot_set_the_layout_marker);
     tcase_add_test(tc, test_denial_inside_a_function);
     tcase_add_test(tc, test_producer_raw_and_forged_entries);
     tcase_add_test(tc, test_worker_role_end_to_end);
+    tcase_add_test(tc, test_running_daemon_serves_on_when_the_marker_changes);
     tcase_add_test(tc, test_worker_waits_for_the_library);
     tcase_add_test(tc, test_worker_without_the_version_function);
     tcase_add_test(tc, test_worker_refusals);

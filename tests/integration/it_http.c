@@ -130,8 +130,9 @@ static int exchange(int family, int port, const char *req, size_t len, char *res
 
 static int get(int family, int port, const char *method, const char *path, char *resp, size_t cap) {
     char req[256];
-    int len = snprintf(req, sizeof(req),
-                       "%s %s HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n", method, path);
+    int len =
+        snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+                 method, path);
     return exchange(family, port, req, (size_t)len, resp, cap);
 }
 
@@ -197,7 +198,7 @@ START_TEST(test_only_get_and_head) {
         for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
             char req[256];
             int len = snprintf(req, sizeof(req),
-                               "%s %s HTTP/1.1\r\nHost: test\r\nConnection: "
+                               "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: "
                                "close\r\nContent-Length: 5\r\n\r\nhello",
                                methods[m], paths[p]);
             ck_assert_msg(exchange(AF_INET, port, req, (size_t)len, resp, sizeof(resp)) == 405,
@@ -230,7 +231,8 @@ START_TEST(test_oversized_head_refused) {
     const size_t big = 100 * 1024;
     char resp[4096], *req = malloc(big + 128);
     int port = start_local(&d), len, code;
-    len = snprintf(req, 128, "GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\nX-Big: ");
+    len = snprintf(req, 128,
+                   "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Big: ");
     memset(req + len, 'a', big);
     memcpy(req + len + big, "\r\n\r\n", 4);
     code = exchange(AF_INET, port, req, (size_t)len + big + 4, resp, sizeof(resp));
@@ -267,7 +269,7 @@ END_TEST
  * request ends this connection. */
 START_TEST(test_byte_at_a_time_dropped) {
     static const char head[] =
-        "GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\nX-Slow: ";
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Slow: ";
     th_daemon d;
     char buf[256];
     int port = start_local(&d), fd;
@@ -351,6 +353,57 @@ START_TEST(test_listen_forms) {
 }
 END_TEST
 
+/* DNS rebinding: a page of another site reaches the endpoint through a name of its own and
+ * its browser sends that name as Host. /metrics answers only the listen address, localhost
+ * and [http] allowed_hosts (dtq-web's rule); the probes say nothing and answer any Host. */
+static int request_with_host(int port, const char *path, const char *host_lines, char *resp,
+                             size_t cap) {
+    char req[512];
+    int len = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n", path,
+                       host_lines);
+    return exchange(AF_INET, port, req, (size_t)len, resp, cap);
+}
+
+START_TEST(test_host_check) {
+    th_daemon d;
+    char ini[512], resp[8192];
+    int port = free_port(AF_INET);
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-host\nheartbeat_interval_s = 1\n[http]\nlisten = "
+             "127.0.0.1:%d\nallowed_hosts = metrics.example\n",
+             port);
+    th_daemon_start(&d, &R, ini);
+    th_daemon_wait_ready(C, "w-host", 10000);
+    ck_assert_int_eq(
+        request_with_host(port, "/metrics", "Host: evil.example\r\n", resp, sizeof(resp)), 421);
+    ck_assert_msg(!strstr(resp, "dtq_"), "a refused Host read the metrics: %s", resp);
+    ck_assert_int_eq(request_with_host(port, "http://evil.example/metrics", "Host: localhost\r\n",
+                                       resp, sizeof(resp)),
+                     421);
+    ck_assert_int_eq(request_with_host(port, "/metrics", "Host: localhost\r\nHost: localhost\r\n",
+                                       resp, sizeof(resp)),
+                     400);
+    ck_assert_int_eq(request_with_host(port, "/metrics", "", resp, sizeof(resp)), 400);
+    ck_assert_int_eq(
+        request_with_host(port, "/healthz", "Host: evil.example\r\n", resp, sizeof(resp)), 200);
+    {
+        char host[64];
+        snprintf(host, sizeof(host), "Host: 127.0.0.1:%d\r\n", port);
+        ck_assert_int_eq(request_with_host(port, "/metrics", host, resp, sizeof(resp)), 200);
+    }
+    ck_assert_int_eq(
+        request_with_host(port, "/metrics", "host:  Metrics.Example:9999 \r\n", resp, sizeof(resp)),
+        200);
+    ck_assert_ptr_nonnull(strstr(resp, "dtq_tasks_processed_total"));
+    {
+        const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
+        ck_assert_int_eq(exchange(AF_INET, port, req, strlen(req), resp, sizeof(resp)), 200);
+    }
+    assert_alive(&d);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("http");
     TCase *tc = tcase_create("limits");
@@ -362,6 +415,7 @@ int main(void) {
     tcase_add_test(tc, test_byte_at_a_time_dropped);
     tcase_add_test(tc, test_connection_cap);
     tcase_add_test(tc, test_listen_forms);
+    tcase_add_test(tc, test_host_check);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

@@ -59,7 +59,7 @@ static void start(th_daemon *d, const char *id, int port, const char *extra) {
 /* GET /metrics: the body of a 200 answer (caller frees). */
 static char *scrape(int port) {
     struct sockaddr_in sa = {0};
-    const char *req = "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n";
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     size_t cap = 1 << 20, got = 0;
     char *buf = malloc(cap), *body;

@@ -496,6 +496,10 @@ START_TEST(test_dtqctl_cron) {
     ck_assert_int_eq(rc, 1);
     ck_assert_msg(strstr(out, "INVALID_ARGUMENT tz") != NULL, "%s", out);
     free(out);
+    rc = th_ctl(&R, &out, "cron add never '0 0 30 2 *' q t '{}'");
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out, "never fires: day 30 does not occur in February") != NULL, "%s", out);
+    free(out);
     rc = th_ctl(&R, &out,
                 "cron add report '0 9 * * MON-FRI' reports build '{\"a\":1}' --tz "
                 "Europe/Berlin --catch-up none --priority 7 --max-attempts 3");

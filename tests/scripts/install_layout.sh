@@ -31,6 +31,10 @@ for prefix in default /usr; do
     checks=$((checks + 4))
     units=$(find "$d" -path '*/lib/systemd/system/*.service' | sort)
     [ "$(echo "$units" | wc -l)" -eq 3 ] || fail "$prefix: expected 3 units, got: $units"
+    # one user per instance: an instance's handlers cannot reach another instance's daemon
+    grep -qx 'User=dtq-%i' "$(grep 'dtq-worker@' <<<"$units")" ||
+        fail "$prefix: dtq-worker@.service does not run each instance as its own user"
+    checks=$((checks + 1))
     for u in $units; do
         doc=$(sed -n 's|^Documentation=file://||p' "$u")
         if [ -z "$doc" ] || [ ! -f "$d$doc" ]; then
@@ -40,7 +44,11 @@ for prefix in default /usr; do
             [ "$(dirname "$exe")" = "$bindir" ] || fail "$prefix: $(basename "$u") runs $exe, binaries go to $bindir"
         done < <(grep -o '^Exec[A-Za-z]*=[^ ]*dtq-[a-z]*' "$u" | cut -d= -f2)
         grep -q -- "-c /etc/dtq/" "$u" || fail "$prefix: $(basename "$u") reads no config from /etc/dtq"
-        checks=$((checks + 3))
+        # handlers must not see other users' processes (issue 27.2)
+        for directive in ProtectProc=invisible PrivateMounts=yes NoNewPrivileges=yes DynamicUser=yes; do
+            grep -qx "$directive" "$u" || fail "$prefix: $(basename "$u") lacks $directive"
+        done
+        checks=$((checks + 7))
     done
 done
 echo "install layout: $checks checks passed"

@@ -1,6 +1,7 @@
 /* check_config.c: defaults, the INI file, environment overrides, every class of error, the
  * example file agreeing with the key table, and exit code 78 from the binary. */
 #include <check.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -639,6 +640,60 @@ START_TEST(test_exec_retry_and_result_keys) {
 }
 END_TEST
 
+/* What dtq_config_warn_exposed_secrets writes to stderr for the config file in `path` with
+ * mode `mode`; caller-owned. */
+static char *exposed_secrets_warning(mode_t mode) {
+    char err[512], log[80], *out;
+    dtq_config *cfg;
+    int saved = dup(2), fd;
+    FILE *f;
+    long n;
+    ck_assert_int_eq(chmod(path, mode), 0);
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    snprintf(log, sizeof(log), "/tmp/dtq-cfg-warn-%d.log", (int)getpid());
+    fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    dtq_config_warn_exposed_secrets(cfg, "dtq-worker", 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    dtq_config_free(cfg);
+    f = fopen(log, "r");
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    out = calloc(1, (size_t)n + 1);
+    ck_assert_int_eq(fread(out, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    unlink(log);
+    return out;
+}
+
+/* A config file every user may read warns at start when it holds a Redis password. */
+START_TEST(test_world_readable_password_warned) {
+    char *out;
+    unsetenv("DTQ_REDIS_URL");
+    write_ini("[redis]\nurl = redis://app:s3cret@127.0.0.1:6379\n");
+    out = exposed_secrets_warning(0644);
+    ck_assert_msg(strstr(out, "readable by every user of this host (mode 0644)") &&
+                      strstr(out, "Redis password"),
+                  "no warning: '%s'", out);
+    free(out);
+    out = exposed_secrets_warning(0600);
+    ck_assert_str_eq(out, "");
+    free(out);
+    write_ini("[redis]\nurl = redis://127.0.0.1:6379\n");
+    out = exposed_secrets_warning(0644);
+    ck_assert_str_eq(out, "");
+    free(out);
+    unlink(path);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("load");
@@ -657,6 +712,7 @@ int main(void) {
     tcase_add_test(tc, test_web_access_keys);
     tcase_add_test(tc, test_namespace_rule);
     tcase_add_test(tc, test_exec_retry_and_result_keys);
+    tcase_add_test(tc, test_world_readable_password_warned);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

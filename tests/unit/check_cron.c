@@ -379,6 +379,34 @@ START_TEST(test_zone_valid) {
 }
 END_TEST
 
+/* A spec that never fires is refused with the reason; one that fires rarely is not. */
+START_TEST(test_never_fires_refused_with_the_reason) {
+    static const struct {
+        const char *spec, *why; /* why NULL: fires */
+    } cases[] = {
+        {"0 0 30 2 *", "never fires: day 30 does not occur in February"},
+        {"0 0 31 4,6 *", "never fires: day 31 does not occur in April or June"},
+        {"0 0 30,31 2 *", "never fires: day 30 does not occur in February"},
+        {"0 0 29 2 *", NULL},   /* leap years */
+        {"0 0 30 2 MON", NULL}, /* a weekday listed too: every Monday of February */
+        {"0 0 31 * *", NULL},
+    };
+    int64_t now = 1767225600000; /* 2026-01-01 */
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dtq_cron c;
+        char err[256] = "";
+        ck_assert_int_eq(dtq_cron_parse(cases[i].spec, &c, err, sizeof(err)), 0);
+        if (!cases[i].why) {
+            ck_assert_msg(dtq_cron_fires(&c, "UTC", now, err, sizeof(err)) == 0, "%s: %s",
+                          cases[i].spec, err);
+            continue;
+        }
+        ck_assert_int_eq(dtq_cron_fires(&c, "UTC", now, err, sizeof(err)), -1);
+        ck_assert_str_eq(err, cases[i].why);
+    }
+}
+END_TEST
+
 /* dtq_cron_next puts TZ back as it found it, set or unset. */
 START_TEST(test_tz_restored) {
     dtq_cron c = parse_ok("0 9 * * *");
@@ -451,6 +479,7 @@ int main(void) {
     tcase_add_test(tc, test_tz_restored);
     tcase_add_test(tc, test_zone_cache);
     tcase_add_test(tc, test_speed);
+    tcase_add_test(tc, test_never_fires_refused_with_the_reason);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
