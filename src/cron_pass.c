@@ -28,6 +28,7 @@
 
 struct dtq_cron_pass {
     dtq_ctx *ctx;
+    const dtq_leader *leader; /* fires only while it leads */
     struct event *tick_ev;
     int running;
     int inflight;           /* replies awaited in this step (due, then fires) */
@@ -369,7 +370,7 @@ static void cl_index_cb(redisAsyncContext *ac, void *r, void *priv) {
     if (!cp->synced && cp->sync_pending == 0) sync_config(cp, reply);
     cp->full = 0;
     cp->soonest = 0;
-    if (!ctx->gauges.scheduler_leader || reply->elements == 0) {
+    if (!dtq_leader_leads(cp->leader) || reply->elements == 0) {
         cp->inflight = 0;
         arm(cp, ctx->cfg->scheduler_interval_ms);
         return;
@@ -426,7 +427,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     if (!cp->synced && cp->sync_pending == 0) sync_config(cp, NULL);
-    if (!ctx->gauges.scheduler_leader) {
+    if (!dtq_leader_leads(cp->leader)) {
         cp->full = 0;
         cp->soonest = 0;
         arm(cp, ctx->cfg->scheduler_interval_ms);
@@ -445,9 +446,10 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_argv_deinit(&a);
 }
 
-dtq_cron_pass *dtq_cron_pass_new(dtq_ctx *ctx) {
+dtq_cron_pass *dtq_cron_pass_new(dtq_ctx *ctx, const dtq_leader *leader) {
     dtq_cron_pass *cp = dtq_xcalloc(1, sizeof(*cp));
     cp->ctx = ctx;
+    cp->leader = leader;
     cp->tick_ev = evtimer_new(ctx->base, tick_cb, cp);
     return cp;
 }

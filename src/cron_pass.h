@@ -4,12 +4,14 @@
 #define DTQ_CRON_PASS_H
 
 #include "ctx.h"
+#include "leader.h"
 
 typedef struct dtq_cron_pass dtq_cron_pass;
 
-dtq_cron_pass *dtq_cron_pass_new(dtq_ctx *ctx);
+/* leader: borrowed, outlives the pass. */
+dtq_cron_pass *dtq_cron_pass_new(dtq_ctx *ctx, const dtq_leader *leader);
 /* Starts the timer: syncs the config's schedules once the connection is set up, and fires
- * while ctx->gauges.scheduler_leader says this daemon leads. */
+ * while dtq_leader_leads says this daemon leads. */
 void dtq_cron_pass_start(dtq_cron_pass *cp);
 void dtq_cron_pass_stop(dtq_cron_pass *cp);
 /* The command connection went: what was in flight is forgotten, the sync is done again. */

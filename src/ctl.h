@@ -15,7 +15,10 @@
 #define CTL_EXIT_REFUSED 1
 #define CTL_EXIT_USAGE 2
 #define CTL_EXIT_TIMEOUT 3
-#define CTL_ACTOR "dtqctl" /* the actor of every admin Function dtqctl calls */
+#define CTL_EXIT_NO_ANSWER 4         /* Redis did not answer within --timeout (connect or reply) */
+#define CTL_DEFAULT_TIMEOUT_MS 10000 /* --timeout's default */
+#define CTL_MAX_TIMEOUT_S 86400.0    /* --timeout's largest */
+#define CTL_ACTOR "dtqctl"           /* the actor of every admin Function dtqctl calls */
 
 typedef struct ctl {
     dtq_rsync *conn; /* NULL for the verbs that do not connect */
@@ -24,6 +27,7 @@ typedef struct ctl {
     const char *url; /* the Redis URL given or configured (borrowed) */
     int json;
     int64_t wait_timeout_ms; /* [redis] wait_timeout_ms, for --wait-replicas */
+    int64_t timeout_ms;      /* --timeout: connect and reply limit for every command */
     int cluster;             /* the cluster layout: a redis-cluster:// URL (ctl_route.c) */
     int layout_checked;      /* <ns>_layout answered (once, before the first Function) */
 } ctl;
@@ -55,7 +59,14 @@ void ctl_verb_usage(const ctl_verb *v) __attribute__((noreturn));
 /* "dtqctl: <message>" on stderr, exit 1. */
 void ctl_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
-/* One command and its reply (an error reply included); a lost connection exits 1. */
+/* An option's seconds (a decimal number, fractions too) in (0, max_s], as ms (at least 1);
+ * else "<option> needs seconds in (0, max], not '<s>'", exit 2. */
+int64_t ctl_parse_seconds(const char *option, const char *s, double max_s);
+/* A command failed (rsync's why): exit 4 with "redis at <where> did not answer within N s"
+ * when --timeout ran out, else as ctl_refused ("redis: <why>", exit 1). */
+void ctl_link_failed(ctl *x, const char *why) __attribute__((noreturn));
+/* One command and its reply (an error reply included); a lost connection exits 1, no
+ * answer within --timeout exits 4. */
 redisReply *ctl_command(ctl *x, int argc, const char **argv);
 /* The next reply without a command (a subscriber's messages); a lost connection exits 1. */
 redisReply *ctl_read(ctl *x);

@@ -188,7 +188,10 @@ static long long wait_replicas(ctl *x, long long n, int64_t timeout_ms) {
     long long got;
     snprintf(ns, sizeof(ns), "%lld", n);
     snprintf(ts, sizeof(ts), "%lld", (long long)timeout_ms);
+    /* WAIT blocks in Redis for up to timeout_ms: --timeout counts on top of it */
+    dtq_rsync_set_reply_timeout(x->conn, x->timeout_ms + timeout_ms);
     r = ctl_command(x, 3, argv);
+    dtq_rsync_set_reply_timeout(x->conn, x->timeout_ms);
     if (r->type != REDIS_REPLY_INTEGER)
         ctl_refused("WAIT: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     got = r->integer;
@@ -234,17 +237,6 @@ static int wait_task(ctl *x, const char *queue, const char *id, int64_t timeout_
     }
 }
 
-/* --timeout S: seconds (a decimal number, fractions too) in (0, 1 year], as ms. */
-static int64_t parse_timeout(const char *s) {
-    char *end;
-    double d;
-    errno = 0;
-    d = strtod(s, &end);
-    if (errno || end == s || *end || !(d > 0) || d > 31536000.0)
-        ctl_usage_error("enqueue: --timeout needs seconds in (0, 31536000], not '%s'", s);
-    return (int64_t)(d * 1000.0 + 0.5) > 0 ? (int64_t)(d * 1000.0 + 0.5) : 1;
-}
-
 int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
     char uuid[37];
@@ -266,7 +258,7 @@ int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
         if (!strcmp(argv[i], "--timeout")) {
             if (i + 1 >= argc) ctl_usage_error("enqueue: --timeout needs a value");
             timeout_s = argv[++i];
-            timeout_ms = parse_timeout(timeout_s);
+            timeout_ms = ctl_parse_seconds("enqueue: --timeout", timeout_s, 31536000.0);
             continue;
         }
         if (!strcmp(argv[i], "--wait-replicas")) {
@@ -425,7 +417,7 @@ static void load_library(ctl *x, const char *lib, int slot) {
     char why[512];
     redisReply *r = slot < 0 ? ctl_command(x, 4, a) /* the library text holds no NUL */
                              : dtq_rsync_command_slot(x->conn, slot, 4, a, NULL, why, sizeof(why));
-    if (!r) ctl_refused("redis: %s", why);
+    if (!r) ctl_link_failed(x, why);
     if (r->type == REDIS_REPLY_ERROR) ctl_refused("FUNCTION LOAD: %s", r->str);
     freeReplyObject(r);
 }

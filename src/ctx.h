@@ -46,7 +46,7 @@ typedef struct dtq_queue_counters {
 /* Written by the subsystem named in each comment, read by heartbeat and HTTP. */
 typedef struct dtq_gauges {
     int active_tasks;     /* executor */
-    int scheduler_leader; /* scheduler */
+    int scheduler_leader; /* leader.c, for /metrics (subsystems ask dtq_leader_leads) */
     int64_t scheduled;    /* scheduler: ZCARD of the schedule at its last pass */
     int64_t claimed;      /* scheduler: ZCARD of the claimed set at its last pass */
     uint64_t promoted;    /* scheduler: entries written by this daemon's passes */

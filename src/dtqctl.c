@@ -7,6 +7,7 @@
  *
  * This file: the options, the configuration, the verb table and the dispatch; the verbs
  * are in ctl_read.c and ctl_write.c (ctl.h). */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -50,6 +51,16 @@ static void error_exit(int code, const char *msg) {
     exit(code);
 }
 
+int64_t ctl_parse_seconds(const char *option, const char *s, double max_s) {
+    char *end;
+    double d;
+    errno = 0;
+    d = strtod(s, &end);
+    if (errno || end == s || *end || !(d > 0) || d > max_s)
+        ctl_usage_error("%s needs seconds in (0, %.0f], not '%s'", option, max_s, s);
+    return (int64_t)(d * 1000.0 + 0.5) > 0 ? (int64_t)(d * 1000.0 + 0.5) : 1;
+}
+
 void ctl_usage_error(const char *fmt, ...) {
     va_list ap;
     char msg[2048];
@@ -68,10 +79,25 @@ void ctl_refused(const char *fmt, ...) {
     error_exit(CTL_EXIT_REFUSED, msg);
 }
 
+/* "redis at <where> did not answer within N s" on stderr, exit 4. */
+static void no_answer(const char *where, int64_t timeout_ms) __attribute__((noreturn));
+
+static void no_answer(const char *where, int64_t timeout_ms) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "redis at %s did not answer within %g s", where,
+             (double)timeout_ms / 1000.0);
+    error_exit(CTL_EXIT_NO_ANSWER, msg);
+}
+
+void ctl_link_failed(ctl *x, const char *why) {
+    if (dtq_rsync_timed_out(x->conn)) no_answer(dtq_rsync_where(x->conn), x->timeout_ms);
+    ctl_refused("redis: %s", why);
+}
+
 redisReply *ctl_command(ctl *x, int argc, const char **argv) {
     char why[512];
     redisReply *r = dtq_rsync_command(x->conn, argc, argv, NULL, why, sizeof(why));
-    if (!r) ctl_refused("redis: %s", why);
+    if (!r) ctl_link_failed(x, why);
     return r;
 }
 
@@ -252,7 +278,8 @@ static void help_verb(const ctl_verb *v) {
 }
 
 static void help(void) {
-    printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [--json] COMMAND [ARGS]\n"
+    printf("usage: dtqctl [-c FILE] [-u REDIS_URL] [-n NAMESPACE] [-t SECONDS] [--json] COMMAND\n"
+           "              [ARGS]\n"
            "       dtqctl --help | --version\n\n"
            "options:\n"
            "  -c, --config FILE     the daemon's INI file: dtqctl uses its [redis] url,\n"
@@ -263,6 +290,11 @@ static void help(void) {
            "                        rediss-sentinel://..., redis-cluster://h:p[,h:p...],\n"
            "                        rediss-cluster://...)\n"
            "  -n, --namespace NS    overrides the configured namespace\n"
+           "  -t, --timeout SECONDS\n"
+           "                        how long Redis may take to answer each command\n"
+           "                        (default 10; fractions allowed), and to accept the\n"
+           "                        connection with its TLS and handshake (default: [redis]\n"
+           "                        connect_timeout_ms); exit 4 when it runs out\n"
            "  -j, --json            machine-readable output\n"
            "  -h, --help            this text\n"
            "  -V, --version         print dtqctl's version\n\n"
@@ -275,7 +307,7 @@ static void help(void) {
            "-u and -n.\n\n"
            "exit codes: 0 ok; 1 Redis refused, not found or unreachable; 2 usage error, or a\n"
            "configuration (FILE or environment) that does not load; 3 enqueue --wait\n"
-           "--timeout S ran out before the task ended.\n");
+           "--timeout S ran out before the task ended; 4 Redis did not answer within -t.\n");
 }
 
 void ctl_verb_usage(const ctl_verb *v) {
@@ -397,22 +429,34 @@ static void note_cb(const char *line, void *arg) {
     fprintf(stderr, "dtqctl: %s\n", line);
 }
 
-/* The connection of rsync.c: connect_timeout_ms over connect, TLS and handshake; with a
- * sentinel URL each sentinel asked in turn (one that fails is named on stderr). Exit 1
- * when Redis cannot be reached, 2 for a bad URL. */
-static void connect_ctl(ctl *x, const char *url_s, const dtq_config *cfg) {
+/* The connection of rsync.c: connect_timeout_ms over connect, TLS and handshake (per
+ * sentinel or cluster seed asked), --timeout over each command's reply; with a sentinel URL each
+ * sentinel asked in turn (one that fails is named on stderr). Exit 1 when Redis cannot be reached,
+ * 4 when it did not answer in time, 2 for a bad URL. */
+static void connect_ctl(ctl *x, const char *url_s, const dtq_config *cfg,
+                        int64_t connect_timeout_ms) {
     dtq_redis_url url;
     dtq_rsync_opts o;
     char err[1024];
     if (dtq_redis_url_parse(url_s, &url, err, sizeof(err)) != DTQ_OK)
         ctl_usage_error("bad Redis URL: %s", err);
+    int timed_out = 0;
     memset(&o, 0, sizeof(o));
-    o.connect_timeout_ms = cfg->connect_timeout_ms;
+    o.connect_timeout_ms = connect_timeout_ms;
+    o.reply_timeout_ms = x->timeout_ms;
+    o.timed_out = &timed_out;
     o.tls = url.tls ? ctl_tls(cfg) : NULL;
     o.sentinel_user = cfg->sentinel_user;
     o.sentinel_password = cfg->sentinel_password;
     o.note = note_cb;
     x->conn = dtq_rsync_connect(&url, &o, err, sizeof(err));
+    if (!x->conn && timed_out) {
+        char where[300];
+        dtq_redis_url_where(&url, where, sizeof(where));
+        dtq_redis_url_deinit(&url);
+        fprintf(stderr, "dtqctl: %s\n", err);
+        no_answer(where, connect_timeout_ms);
+    }
     dtq_redis_url_deinit(&url);
     if (!x->conn) ctl_refused("%s", err);
     x->cluster = dtq_rsync_is_cluster(x->conn); /* the cluster layout (ctl_route.c) */
@@ -422,21 +466,24 @@ int main(int argc, char **argv) {
     static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                          {"url", required_argument, NULL, 'u'},
                                          {"namespace", required_argument, NULL, 'n'},
+                                         {"timeout", required_argument, NULL, 't'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"version", no_argument, NULL, 'V'},
                                          {NULL, 0, NULL, 0}};
     ctl x = {0};
+    const char *timeout = NULL;
     const char *path = NULL, *url = NULL, *ns = NULL;
     const ctl_verb *v;
     dtq_config *cfg;
     char err[1024];
     int opt, rc;
-    while ((opt = getopt_long(argc, argv, "+c:u:n:jhV", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+c:u:n:t:jhV", opts, NULL)) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
         case 'u': url = optarg; break;
         case 'n': ns = optarg; break;
+        case 't': timeout = optarg; break;
         case 'j': x.json = json_errors = 1; break;
         case 'h': help(); return 0;
         case 'V': printf("dtqctl %s\n", DTQ_VERSION); return 0;
@@ -470,10 +517,14 @@ int main(int argc, char **argv) {
     if (!dtq_namespace_valid(x.ns)) ctl_usage_error("bad namespace '%s'", x.ns);
     x.prefix = dtq_keys_prefix(x.ns, cfg->cluster_hash_tag);
     x.wait_timeout_ms = cfg->wait_timeout_ms;
+    x.timeout_ms = timeout ? ctl_parse_seconds("--timeout", timeout, CTL_MAX_TIMEOUT_S)
+                           : CTL_DEFAULT_TIMEOUT_MS;
     x.url = url ? url : cfg->redis_url;
     if (v->connects) {
         signal(SIGPIPE, SIG_IGN); /* SSL_write to a closed connection: an error, not a signal */
-        connect_ctl(&x, url ? url : cfg->redis_url, cfg);
+        /* -t bounds the connect too; without it [redis] connect_timeout_ms does */
+        connect_ctl(&x, url ? url : cfg->redis_url, cfg,
+                    timeout ? x.timeout_ms : cfg->connect_timeout_ms);
     }
     rc = v->run(&x, v, argc, argv);
     dtq_rsync_close(x.conn);

@@ -304,5 +304,7 @@ const char *dtq_redis_url_where(const dtq_redis_url *u, char *buf, size_t len) {
     }
     if (!u->host && u->nseeds) /* a cluster URL: its first seed */
         return dtq_redis_hostport(buf, len, u->seeds[0].host, u->seeds[0].port);
+    if (!u->host && u->nsentinels) /* a sentinel URL: its first sentinel */
+        return dtq_redis_hostport(buf, len, u->sentinels[0].host, u->sentinels[0].port);
     return dtq_redis_hostport(buf, len, u->host ? u->host : "?", u->port);
 }

@@ -55,7 +55,8 @@ int dtq_redis_url_address(const dtq_redis_url *u, struct sockaddr_storage *ss, s
 /* host:port, or [host]:port for an IPv6 literal, into buf; returns buf. */
 const char *dtq_redis_hostport(char *buf, size_t len, const char *host, int port);
 /* Where a URL points, for messages (never the URL itself, which may hold a password): the
- * socket path or host:port (a cluster URL: its first seed). */
+ * socket path or host:port (a cluster URL: its first seed; a sentinel URL: its first
+ * sentinel). */
 const char *dtq_redis_url_where(const dtq_redis_url *u, char *buf, size_t len);
 
 #endif

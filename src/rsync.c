@@ -1,6 +1,6 @@
 /* rsync.c: see rsync.h. The socket stays non-blocking; every wait is a poll() against a
- * deadline (the connect timeout while connecting, none once connected: a command waits
- * for its reply, a subscriber for ever). */
+ * deadline (the connect timeout while connecting, the reply timeout for a command once
+ * connected; none for a subscriber, which waits for ever). */
 #include "rsync.h"
 
 #include <errno.h>
@@ -28,6 +28,7 @@ typedef struct rlink {
     SSL *ssl; /* rediss:// */
     redisReader *reader;
     char where[300]; /* the socket path or host:port, for messages */
+    int timed_out;   /* its last failure was a deadline passed (no answer in time) */
 } rlink;
 
 /* A node of a cluster, with its link while open (fd -1 otherwise). */
@@ -44,7 +45,9 @@ struct dtq_rsync {
     int cluster;
     dtq_redis_url url; /* credentials and tls of every node */
     int64_t connect_timeout_ms;
-    struct dtq_tls *tls; /* a reference */
+    int64_t reply_timeout_ms; /* a command's limit, write to last byte of reply; 0: none */
+    int timed_out;            /* the last command failed for want of an answer in time */
+    struct dtq_tls *tls;      /* a reference */
     char *client_name;
     cnode *nodes;
     int nnodes;
@@ -101,6 +104,7 @@ static int tls_handshake(rlink *l, const char *host, const dtq_tls *tls, int64_t
         e = SSL_get_error(l->ssl, r);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
             if (!wait_fd(l->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) {
+                l->timed_out = 1;
                 snprintf(why, whylen, "timed out");
                 return DTQ_ERR;
             }
@@ -138,6 +142,7 @@ static int link_open(rlink *l, const dtq_redis_url *u, const dtq_tls *tls, int64
             return DTQ_ERR;
         }
         if (!wait_fd(l->fd, POLLOUT, deadline)) {
+            l->timed_out = 1;
             snprintf(why, whylen, "Connection timed out");
             return DTQ_ERR;
         }
@@ -219,7 +224,8 @@ static int link_write(rlink *l, const char *cmd, size_t len, int64_t deadline, c
         }
         if (!want) return DTQ_ERR;
         if (!wait_fd(l->fd, want, deadline)) {
-            snprintf(why, whylen, "write failed: no answer within connect_timeout_ms");
+            l->timed_out = 1;
+            snprintf(why, whylen, "write failed: no answer in time");
             return DTQ_ERR;
         }
     }
@@ -245,7 +251,8 @@ static redisReply *link_read(rlink *l, int64_t deadline, char *why, size_t whyle
         }
         if (!want) return NULL;
         if (!wait_fd(l->fd, want, deadline)) {
-            snprintf(why, whylen, "read failed: no answer within connect_timeout_ms");
+            l->timed_out = 1;
+            snprintf(why, whylen, "read failed: no answer in time");
             return NULL;
         }
     }
@@ -321,6 +328,7 @@ static int ask_sentinel(const dtq_redis_url *url, int i, const dtq_rsync_opts *o
     su.password =
         o->sentinel_password && *o->sentinel_password ? (char *)o->sentinel_password : NULL;
     if (link_open(&l, &su, o->tls, deadline, &stage, reason, sizeof(reason)) != DTQ_OK) {
+        if (l.timed_out && o->timed_out) *o->timed_out = 1;
         snprintf(why, whylen, "%s%s",
                  stage == ST_TLS_SETUP ? "TLS setup failed: "
                  : stage == ST_TLS     ? "TLS handshake failed: "
@@ -330,6 +338,7 @@ static int ask_sentinel(const dtq_redis_url *url, int i, const dtq_rsync_opts *o
         return DTQ_SENTINEL_BAD;
     }
     if (link_handshake(&l, &su, &hs, deadline, &kind, &res, reason, sizeof(reason)) != DTQ_OK) {
+        if (l.timed_out && o->timed_out) *o->timed_out = 1;
         snprintf(why, whylen, "%s%s%s", res ? dtq_handshake_step_name(kind) : "", res ? ": " : "",
                  reason);
         link_close(&l);
@@ -339,6 +348,7 @@ static int ask_sentinel(const dtq_redis_url *url, int i, const dtq_rsync_opts *o
     r = link_send(&l, DTQ_SENTINEL_QUESTION_ARGC, argv, NULL, deadline, why, whylen) == DTQ_OK
             ? link_read(&l, deadline, why, whylen)
             : NULL;
+    if (!r && l.timed_out && o->timed_out) *o->timed_out = 1;
     if (r) {
         a = dtq_sentinel_answer(r, host, port, reason, sizeof(reason));
         if (a == DTQ_SENTINEL_UNKNOWN)
@@ -428,6 +438,7 @@ static int node_open(dtq_rsync *c, int i, char *why, size_t whylen) {
     u.password = c->url.password;
     c->stats.connects++;
     if (link_open(&n->link, &u, c->tls, deadline, &stage, reason, sizeof(reason)) != DTQ_OK) {
+        c->timed_out = n->link.timed_out;
         snprintf(why, whylen, "%s Redis at %s%s %s",
                  stage == ST_TLS_SETUP ? "TLS setup for"
                  : stage == ST_TLS     ? "TLS handshake with"
@@ -438,6 +449,7 @@ static int node_open(dtq_rsync *c, int i, char *why, size_t whylen) {
     }
     if (link_handshake(&n->link, &u, &hs, deadline, &kind, &res, reason, sizeof(reason)) !=
         DTQ_OK) {
+        c->timed_out = n->link.timed_out;
         if (res)
             snprintf(why, whylen, "redis %s at %s: %s", dtq_handshake_step_name(kind),
                      n->link.where, reason);
@@ -464,6 +476,7 @@ static int map_from_node(dtq_rsync *c, int i, int *refused, char *why, size_t wh
             ? link_read(&c->nodes[i].link, deadline, reason, sizeof(reason))
             : NULL;
     if (!r) {
+        c->timed_out = c->nodes[i].link.timed_out;
         snprintf(why, whylen, "redis at %s: %.300s", c->nodes[i].link.where, reason);
         link_close(&c->nodes[i].link);
         return DTQ_ERR;
@@ -519,6 +532,11 @@ static int node_for(dtq_rsync *c, int slot) {
     return e ? node_add(c, e->host, e->port) : -1;
 }
 
+/* A command's deadline: reply_timeout_ms from now (none when 0). */
+static int64_t reply_deadline(const dtq_rsync *c) {
+    return c->reply_timeout_ms > 0 ? dtq_monotonic_ms() + c->reply_timeout_ms : NO_DEADLINE;
+}
+
 /* One command on node i (ASKING first when asking); *sent once the command may have left. */
 static redisReply *node_call(dtq_rsync *c, int i, int asking, int argc, const char **argv,
                              const size_t *lens, int *sent, char *why, size_t whylen) {
@@ -526,21 +544,23 @@ static redisReply *node_call(dtq_rsync *c, int i, int asking, int argc, const ch
     char reason[600];
     rlink *l;
     redisReply *r;
+    int64_t deadline;
     *sent = 0;
     if (node_open(c, i, why, whylen) != DTQ_OK) return NULL;
     l = &c->nodes[i].link;
-    if (asking && link_send(l, 1, ask, NULL, NO_DEADLINE, reason, sizeof(reason)) != DTQ_OK)
-        goto fail;
+    deadline = reply_deadline(c);
+    if (asking && link_send(l, 1, ask, NULL, deadline, reason, sizeof(reason)) != DTQ_OK) goto fail;
     *sent = 1;
-    if (link_send(l, argc, argv, lens, NO_DEADLINE, reason, sizeof(reason)) != DTQ_OK) goto fail;
+    if (link_send(l, argc, argv, lens, deadline, reason, sizeof(reason)) != DTQ_OK) goto fail;
     if (asking) {
-        r = link_read(l, NO_DEADLINE, reason, sizeof(reason)); /* +OK */
+        r = link_read(l, deadline, reason, sizeof(reason)); /* +OK */
         if (!r) goto fail;
         freeReplyObject(r);
     }
-    r = link_read(l, NO_DEADLINE, reason, sizeof(reason));
+    r = link_read(l, deadline, reason, sizeof(reason));
     if (r) return r;
 fail:
+    c->timed_out = l->timed_out;
     snprintf(why, whylen, "cluster node %s: %s", l->where, reason);
     return NULL;
 }
@@ -554,6 +574,7 @@ fail:
 static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, const size_t *lens,
                          char *why, size_t whylen) {
     int target = node_for(c, slot), asking = 0, redirects = 0, retried = 0;
+    c->timed_out = 0;
     for (;;) {
         dtq_cluster_redirect d;
         dtq_cluster_redirect_kind kind;
@@ -619,6 +640,7 @@ static dtq_rsync *cluster_connect(const dtq_redis_url *url, const dtq_rsync_opts
     c->last = -1;
     dtq_redis_url_copy(&c->url, url);
     c->connect_timeout_ms = o->connect_timeout_ms;
+    c->reply_timeout_ms = o->reply_timeout_ms;
     c->tls = url->tls ? dtq_tls_ref(o->tls) : NULL;
     c->client_name = o->client_name ? dtq_xstrdup(o->client_name) : NULL;
     for (int i = 0; i < url->nseeds; i++) node_add(c, url->seeds[i].host, url->seeds[i].port);
@@ -632,6 +654,7 @@ static dtq_rsync *cluster_connect(const dtq_redis_url *url, const dtq_rsync_opts
         /* the reason names the node */
         note(o, "%s%s", reason, i + 1 < url->nseeds ? "; trying the next" : "");
     }
+    if (c->timed_out && o->timed_out) *o->timed_out = 1;
     snprintf(why, whylen, "%s", reason);
     dtq_rsync_close(c);
     return NULL;
@@ -654,6 +677,7 @@ dtq_rsync *dtq_rsync_connect(const dtq_redis_url *url, const dtq_rsync_opts *o, 
         dtq_redis_url_copy(&at, url);
     }
     c = dtq_xcalloc(1, sizeof(*c));
+    c->reply_timeout_ms = o->reply_timeout_ms;
     deadline = dtq_monotonic_ms() + o->connect_timeout_ms;
     if (link_open(&c->link, &at, o->tls, deadline, &stage, reason, sizeof(reason)) != DTQ_OK) {
         if (stage == ST_TLS_SETUP)
@@ -681,6 +705,7 @@ dtq_rsync *dtq_rsync_connect(const dtq_redis_url *url, const dtq_rsync_opts *o, 
     dtq_redis_url_deinit(&at);
     return c;
 fail:
+    if (c->link.timed_out && o->timed_out) *o->timed_out = 1;
     dtq_redis_url_deinit(&at);
     dtq_rsync_close(c);
     return NULL;
@@ -690,8 +715,12 @@ redisReply *dtq_rsync_command(dtq_rsync *c, int argc, const char **argv, const s
                               char *why, size_t whylen) {
     int k;
     if (!c->cluster) {
-        if (link_send(&c->link, argc, argv, lens, NO_DEADLINE, why, whylen) != DTQ_OK) return NULL;
-        return link_read(&c->link, NO_DEADLINE, why, whylen);
+        int64_t deadline = reply_deadline(c);
+        redisReply *r = NULL;
+        if (link_send(&c->link, argc, argv, lens, deadline, why, whylen) == DTQ_OK)
+            r = link_read(&c->link, deadline, why, whylen);
+        c->timed_out = !r && c->link.timed_out;
+        return r;
     }
     k = dtq_cluster_key_index(argc, argv, lens);
     return route(c, k < 0 ? -1 : dtq_cluster_keyslot(argv[k], lens ? lens[k] : strlen(argv[k])),
@@ -726,6 +755,18 @@ redisReply *dtq_rsync_read(dtq_rsync *c, char *why, size_t whylen) {
 const char *dtq_rsync_where(const dtq_rsync *c) {
     if (c->cluster) return c->nodes[c->last >= 0 ? c->last : 0].link.where;
     return c->link.where;
+}
+
+int dtq_rsync_timed_out(const dtq_rsync *c) {
+    return c->timed_out;
+}
+
+int64_t dtq_rsync_reply_timeout(const dtq_rsync *c) {
+    return c->reply_timeout_ms;
+}
+
+void dtq_rsync_set_reply_timeout(dtq_rsync *c, int64_t ms) {
+    c->reply_timeout_ms = ms;
 }
 
 int dtq_rsync_is_cluster(const dtq_rsync *c) {

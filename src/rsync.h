@@ -53,6 +53,13 @@ typedef struct dtq_rsync_opts {
     /* one limit over connect, TLS and handshake (for a Sentinel URL: per sentinel asked,
      * then again for the master) */
     int64_t connect_timeout_ms;
+    /* one limit over a command, from its first byte written to its reply's last byte read
+     * (also across a cluster's redirections, per node asked); 0: none. A subscriber's
+     * dtq_rsync_read has none. */
+    int64_t reply_timeout_ms;
+    /* out, may be NULL: set to 1 when dtq_rsync_connect failed because a deadline passed
+     * (no answer in time: connect, TLS, handshake, a sentinel or a cluster seed) */
+    int *timed_out;
     /* rediss://, rediss-sentinel:// (borrowed), rediss-cluster:// (a reference is taken:
      * the nodes are connected to as commands need them); NULL for the others */
     struct dtq_tls *tls;
@@ -90,6 +97,14 @@ redisReply *dtq_rsync_command_slot(dtq_rsync *c, int slot, int argc, const char 
 redisReply *dtq_rsync_read(dtq_rsync *c, char *why, size_t whylen);
 /* The socket path or host:port connected to (a cluster: the node of the last command). */
 const char *dtq_rsync_where(const dtq_rsync *c);
+
+/* 1 when the last command's NULL came from reply_timeout_ms or connect_timeout_ms passing
+ * (Redis did not answer in time), 0 for any other failure. */
+int dtq_rsync_timed_out(const dtq_rsync *c);
+/* The reply timeout in force, and a new one (a command that blocks in Redis, WAIT, needs
+ * its own time on top). */
+int64_t dtq_rsync_reply_timeout(const dtq_rsync *c);
+void dtq_rsync_set_reply_timeout(dtq_rsync *c, int64_t ms);
 
 /* 1 for a cluster URL's client. */
 int dtq_rsync_is_cluster(const dtq_rsync *c);

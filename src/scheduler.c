@@ -1,5 +1,5 @@
-/* scheduler.c: leader election and passes. Each step is one pipelined command; state
- * moves tick -> (lock) -> claim -> promote -> tick. All due-time comparisons happen in
+/* scheduler.c: the passes. Each step is one pipelined command; state moves tick -> (the
+ * leader lock's try, leader.c) -> claim -> promote -> tick. All due-time comparisons happen in
  * the Functions against the Redis clock; the claim's reply also carries what the pass
  * renders (the gauges, the soonest due time and the Redis time it was read at). */
 #include "scheduler.h"
@@ -16,6 +16,7 @@
 
 struct dtq_scheduler {
     dtq_ctx *ctx;
+    dtq_leader *leader;
     struct event *tick_ev;
     int running;
     int busy;           /* a step is in flight */
@@ -24,7 +25,7 @@ struct dtq_scheduler {
     int claim_failed;   /* this pass's claim was refused: the next one after an interval */
     int64_t next_in_ms; /* the schedule's soonest due time after the claim, as a wait on
                          * Redis's clock, -1: none (empty) */
-    char *lock_key, *schedule_key, *claimed_key;
+    char *schedule_key, *claimed_key;
     /* The cluster layout's pass: replies still to come, and the sums so far. */
     int cl_pending;
     unsigned cl_pass; /* the pass's number: replies of an older one are ignored */
@@ -64,11 +65,6 @@ static int sched_send(dtq_scheduler *s, redisCallbackFn *cb, dtq_argv *a) {
     else
         arm_interval(s);
     return rc;
-}
-
-static void lose_leadership(dtq_scheduler *s, const char *why) {
-    if (s->ctx->gauges.scheduler_leader) dtq_warn("scheduler: no longer leader (%s)", why);
-    s->ctx->gauges.scheduler_leader = 0;
 }
 
 /* The wait from the claim's Redis time to the schedule's soonest due time, -1: empty. */
@@ -298,77 +294,55 @@ static void cluster_pass(dtq_scheduler *s) {
     sched_send(s, cl_queues_cb, &a);
 }
 
-static void lock_cb(redisAsyncContext *ac, void *r, void *priv) {
-    dtq_scheduler *s = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
+/* The leader lock's try answered: a pass while leading. */
+static void lock_done(void *arg, enum dtq_leader_outcome out) {
+    dtq_scheduler *s = arg;
     s->busy = 0;
-    if (!reply) {
+    if (out == DTQ_LEADER_NO_REPLY) {
         /* the cluster layout: a node lost does not take the router down (no
          * connection_lost to re-arm): the next try after an interval */
-        if (dtq_ctx_cluster(s->ctx)) {
-            lose_leadership(s, "lock node lost");
-            arm_interval(s);
-        }
+        if (dtq_ctx_cluster(s->ctx)) arm_interval(s);
         return;
     }
     if (!s->running) return;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        dtq_error("scheduler: lock command failed: %s", reply->str);
-        lose_leadership(s, "lock error");
+    if (out != DTQ_LEADER_LEADS) {
         arm_interval(s);
         return;
     }
-    /* SET NX answers OK or nil; the refresh Function answers 1 or 0. */
-    if ((reply->type == REDIS_REPLY_STATUS && !strcmp(reply->str, "OK")) ||
-        (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)) {
-        if (!s->ctx->gauges.scheduler_leader) {
-            dtq_info("scheduler: this worker is now the leader");
-            s->new_leader = 1;
-        }
-        s->ctx->gauges.scheduler_leader = 1;
-        if (dtq_ctx_cluster(s->ctx))
-            cluster_pass(s);
-        else
-            pass(s);
-        return;
-    }
-    lose_leadership(s, "lock held by another worker");
-    arm_interval(s);
+    if (dtq_ctx_cluster(s->ctx))
+        cluster_pass(s);
+    else
+        pass(s);
+}
+
+/* A change of leadership: a new leader (also the old one after a reconnect) returns every
+ * claim to the schedule at its first pass (see pass). */
+static void leadership_changed(void *arg, int leading) {
+    dtq_scheduler *s = arg;
+    if (leading) s->new_leader = 1;
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_scheduler *s = arg;
-    dtq_ctx *ctx = s->ctx;
-    dtq_argv a;
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     if (!s->running || s->busy) return;
-    if (!dtq_ctx_is_up(ctx)) {
+    if (!dtq_ctx_is_up(s->ctx)) {
         arm_interval(s);
         return;
     }
-    if (s->ctx->gauges.scheduler_leader) {
-        dtq_call_lock_refresh(&a, ctx->fn.lock_refresh, s->lock_key, ctx->cfg->worker_id,
-                              ctx->cfg->leader_lock_ms);
-        dtq_call_tag(&a, ctx->gtag);
-    } else {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "SET");
-        dtq_argv_adds(&a, s->lock_key);
-        dtq_argv_adds(&a, ctx->cfg->worker_id);
-        dtq_argv_adds(&a, "NX");
-        dtq_argv_adds(&a, "PX");
-        dtq_argv_addll(&a, ctx->cfg->leader_lock_ms);
-    }
-    sched_send(s, lock_cb, &a);
+    if (dtq_leader_try(s->leader, lock_done, s) == DTQ_OK)
+        s->busy = 1;
+    else
+        arm_interval(s);
 }
 
-dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx) {
+dtq_scheduler *dtq_scheduler_new(dtq_ctx *ctx, dtq_leader *leader) {
     dtq_scheduler *s = dtq_xcalloc(1, sizeof(*s));
     s->ctx = ctx;
+    s->leader = leader;
     s->tick_ev = evtimer_new(ctx->base, tick_cb, s);
-    s->lock_key = dtq_key_scheduler_lock(ctx->prefix);
+    dtq_leader_subscribe(leader, leadership_changed, s);
     s->schedule_key = dtq_key_retry_schedule(ctx->prefix);
     s->claimed_key = dtq_key_retry_claimed(ctx->prefix);
     s->next_in_ms = -1;
@@ -382,31 +356,21 @@ void dtq_scheduler_start(dtq_scheduler *s) {
 }
 
 void dtq_scheduler_stop(dtq_scheduler *s) {
-    dtq_ctx *ctx = s->ctx;
     s->running = 0;
     evtimer_del(s->tick_ev);
-    if (s->ctx->gauges.scheduler_leader && dtq_ctx_is_up(ctx)) {
-        dtq_argv a;
-        dtq_call_lock_release(&a, ctx->fn.lock_release, s->lock_key, ctx->cfg->worker_id);
-        dtq_call_tag(&a, ctx->gtag);
-        dtq_ctx_command(ctx, NULL, NULL, &a);
-        dtq_argv_deinit(&a);
-        dtq_info("scheduler: leader lock released");
-    }
-    s->ctx->gauges.scheduler_leader = 0;
+    dtq_leader_release(s->leader);
 }
 
 void dtq_scheduler_connection_lost(dtq_scheduler *s) {
     s->busy = 0;
     s->cl_pass++; /* the cluster layout: replies of the pass in flight are ignored */
-    lose_leadership(s, "connection lost");
+    dtq_leader_lost(s->leader, "connection lost");
     arm_interval(s);
 }
 
 void dtq_scheduler_free(dtq_scheduler *s) {
     if (!s) return;
     event_free(s->tick_ev);
-    free(s->lock_key);
     free(s->schedule_key);
     free(s->claimed_key);
     free(s);

@@ -1,6 +1,6 @@
-/* worker.c: the daemon's lifecycle. Builds the modules, sets Redis up after every
- * (re)connect (Functions library, published config, consumer groups), turns signals into
- * drain and reload, and decides when the process may exit. */
+/* worker.c: the daemon's lifecycle. Builds the modules, has Redis set up after every
+ * (re)connect (redis_setup.c) and opens the gate when it is, turns signals into drain and
+ * reload, and decides when the process may exit. */
 #include "worker.h"
 
 #include <event2/event.h>
@@ -19,10 +19,12 @@
 #include "heartbeat.h"
 #include "http.h"
 #include "keys.h"
+#include "leader.h"
 #include "lease.h"
 #include "log.h"
 #include "rcluster.h"
 #include "reaper.h"
+#include "redis_setup.h"
 #include "rsteps.h"
 #include "scheduler.h"
 #include "scripts.h"
@@ -43,30 +45,26 @@ enum dtq_worker_state {
 struct dtq_worker {
     dtq_ctx *ctx;
     enum dtq_worker_state state;
-    unsigned setup_gen; /* the current setup round's number: older rounds are ignored */
     int ever_ready;
-    int policy_warned;         /* the volatile-* eviction warning was logged */
-    int layout_warned;         /* <ns>_layout could not be called (single layout) */
-    char library_why[256];     /* why the loaded library cannot be used, if it cannot */
-    char library_problem[640]; /* the missing step, as last logged */
+    dtq_redis_setup *setup; /* what Redis must hold before serving, after every connect */
     dtq_finisher *finisher;
     dtq_executor *executor;
     dtq_consumer *consumer;
     dtq_reaper *reaper;
     dtq_lease *lease;
+    dtq_leader *leader; /* the scheduler leader's lock, which scheduler and cron follow */
     dtq_scheduler *scheduler;
     dtq_cron_pass *cron;
     dtq_heartbeat *heartbeat;
     dtq_http *http;
     dtq_sentinel *sentinel; /* redis-sentinel:// */
     struct event *sig_term, *sig_int, *sig_hup, *sig_pipe, *sig_chld;
-    struct event *drain_timer, *hard_stop_timer, *watchdog_timer, *setup_retry_timer;
+    struct event *drain_timer, *hard_stop_timer, *watchdog_timer;
     struct event *cluster_watch_timer; /* the cluster layout: slots reachable, recoveries */
     char unreachable[512];             /* the cluster layout: as last logged */
     int exit_code;
 };
 
-static void setup_redis(dtq_worker *w);
 static void check_drained(dtq_worker *w);
 
 static void set_state(dtq_worker *w, enum dtq_worker_state st) {
@@ -129,9 +127,11 @@ static void on_queue_quiet(void *arg) {
     dtq_reaper_recover_pending(w->reaper);
 }
 
-/* ----------------------------------------------------------------- setup after connect */
+/* ----------------------------------------------------------------- after connect */
 
-static void setup_done(dtq_worker *w) {
+/* Redis is set up (redis_setup.c's done hook): the gate opens and the modules start. */
+static void setup_done(void *arg) {
+    dtq_worker *w = arg;
     dtq_ctx *ctx = w->ctx;
     ctx->ready = 1;
     if (ctx->cmd) dtq_rconn_serving(ctx->cmd);
@@ -161,622 +161,32 @@ static void setup_done(dtq_worker *w) {
     check_drained(w);
 }
 
-static void setup_retry_cb(evutil_socket_t fd, short what, void *arg) {
+/* The namespace is laid out for another layout (redis_setup.c's hook): not starting. */
+/* WRONG_LAYOUT at a (re)connect. A starting daemon stops (exit 78). A daemon that has
+ * served meets it only when the marker was changed behind it (the marker is written once,
+ * when absent): the namespace's keys are where this daemon put them, and stopping would
+ * take the fleet down at its next reconnects (the units do not restart exit 78), so it
+ * serves on with its layout and says, at every reconnect, how to put the marker back. */
+static int setup_wrong_layout(void *arg, const char *why) {
     dtq_worker *w = arg;
-    DTQ_UNUSED(fd);
-    DTQ_UNUSED(what);
-    if (w->ctx->rc ? dtq_rcluster_is_up(w->ctx->rc) : dtq_rconn_is_up(w->ctx->cmd)) {
-        if (!w->ctx->ready) setup_redis(w);
-    }
-}
-
-/* A setup round: one step of commands (rsteps.h) after a (re)connect; setup_done once its
- * replies are in, unless it gave up. A round that a newer one replaced is ignored. */
-typedef struct setup_round {
-    dtq_worker *w;
-    unsigned gen;
-    int failed; /* this round gave up: its other replies are ignored */
-} setup_round;
-
-/* The round's state while it is the current one, else NULL (its replies are ignored). */
-static setup_round *current_round(dtq_rsteps *j) {
-    setup_round *s = dtq_rsteps_state(j);
-    return s->gen == s->w->setup_gen ? s : NULL;
-}
-
-/* Gives up this setup round (its other replies are ignored) and tries again in 5 s. */
-static void setup_retry_later(setup_round *s) {
-    struct timeval tv = {5, 0};
-    s->failed = 1;
-    evtimer_add(s->w->setup_retry_timer, &tv);
-}
-
-static void setup_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    DTQ_UNUSED(a);
-    DTQ_UNUSED(b);
-    if (!s) return;
-    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
-        /* One line per try: the other setup commands of the try are refused alike (OOM
-         * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
-        if (!s->failed && !dtq_rconn_error_is_unavailable(reply->str))
-            dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
-                      reply->str);
-        setup_retry_later(s);
-    }
-}
-
-/* Every reply of the round is in. */
-static void setup_end(dtq_rsteps *j) {
-    setup_round *s = current_round(j);
-    dtq_worker *w = s && !s->failed ? s->w : NULL;
-    dtq_rsteps_end(j);
-    if (w) setup_done(w);
-}
-
-/* Evicted task hashes are silently lost tasks, so a policy that may evict any key
- * (allkeys-*) keeps the daemon from serving: it says why and checks again every 5 s. The
- * volatile-* policies evict only keys with a TTL (finished tasks, results, idempotency
- * records): served, with a warning. Returns 0 to serve. */
-static int check_eviction_policy(dtq_worker *w, const redisReply *reply) {
-    const char *p;
-    char policy[64] = "";
-    if (reply->type != REDIS_REPLY_STRING) {
-        dtq_warn("cannot read maxmemory-policy (%s); make sure it is noeviction",
-                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    char *key;
+    if (!w->ever_ready) {
+        dtq_error("redis setup: %s; not starting", why);
+        w->exit_code = DTQ_EX_CONFIG;
+        event_base_loopbreak(w->ctx->base);
         return 0;
     }
-    p = strstr(reply->str, "maxmemory_policy:");
-    if (p) sscanf(p + 17, "%63[a-z-]", policy);
-    if (!strncmp(policy, "allkeys-", 8)) {
-        dtq_error("redis maxmemory-policy is %s: Redis may evict queued task hashes, which "
-                  "loses tasks; not serving until it is noeviction (CONFIG SET "
-                  "maxmemory-policy noeviction); checking again in 5s",
-                  policy);
-        return -1;
-    }
-    if (!strncmp(policy, "volatile-", 9) && !w->policy_warned) {
-        dtq_warn("redis maxmemory-policy is %s: finished tasks, results and idempotency "
-                 "records (keys with a TTL) may be evicted early; noeviction is recommended",
-                 policy);
-        w->policy_warned = 1;
-    }
-    return 0;
-}
-
-static void policy_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    if (s && check_eviction_policy(s->w, reply) != 0) {
-        setup_retry_later(s);
-        return;
-    }
-    setup_reply(j, reply, a, b);
-}
-
-/* The Functions library. First FCALL_RO <ns>_version: when the library of this build is
- * loaded already (by another worker, or by an admin's `dtqctl functions install`), nothing
- * is loaded, so a user without FUNCTION LOAD (dtqctl acl worker) is never refused anything.
- * Otherwise FUNCTION LOAD REPLACE; when the ACL refuses that (NOPERM), the worker says once
- * what is missing, does not serve, and checks again every 5 s, so that the install is all
- * it takes. */
-/* FUNCTION LOAD was refused (NOPERM): says what is missing, once per change. */
-static void library_refused(dtq_worker *w) {
-    const char *ns = w->ctx->cfg->ns;
-    char msg[sizeof(w->library_problem)];
-    snprintf(msg, sizeof(msg),
-             "redis setup: this redis user may not FUNCTION LOAD, and %s; an admin must run "
-             "'dtqctl -n %s functions install' (dtqctl %s); not serving until then, checking "
-             "every 5s",
-             w->library_why, ns, DTQ_VERSION);
-    if (strcmp(msg, w->library_problem)) {
-        dtq_error("%s", msg);
-        dtq_sdnotify("STATUS=waiting for the dtq Functions library (dtqctl functions install)");
-        snprintf(w->library_problem, sizeof(w->library_problem), "%s", msg);
-    }
-}
-
-static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    if (!s) return;
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
-        setup_reply(j, reply, a, b);
-        return;
-    }
-    library_refused(s->w);
-    setup_retry_later(s);
-}
-
-/* <ns>_version answered: 1 when it is this build's library; else w->library_why says why
- * the loaded one cannot be used. */
-static int library_current(dtq_worker *w, const redisReply *reply) {
-    const char *ns = w->ctx->cfg->ns, *want = dtq_scripts_version();
-    if (reply->type == REDIS_REPLY_STRING && !strcmp(reply->str, want)) {
-        if (w->library_problem[0])
-            dtq_info("the Functions library %s version %s is installed; serving", ns, want);
-        w->library_problem[0] = '\0';
-        return 1;
-    }
-    if (reply->type == REDIS_REPLY_STRING)
-        snprintf(w->library_why, sizeof(w->library_why),
-                 "the installed Functions library is version %.64s, not %s", reply->str, want);
-    else if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "Function not found"))
-        snprintf(w->library_why, sizeof(w->library_why),
-                 "the Functions library (namespace %s) is not installed", ns);
-    else if (reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6))
-        snprintf(w->library_why, sizeof(w->library_why),
-                 "it may not call %s_version either (give it the worker role: dtqctl acl "
-                 "worker)",
-                 ns);
-    else
-        snprintf(w->library_why, sizeof(w->library_why), "%s_version failed: %.120s", ns,
-                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-    return 0;
-}
-
-/* FUNCTION LOAD REPLACE of this build's library (caller deinits). */
-static void library_load_argv(dtq_worker *w, dtq_argv *argv) {
-    size_t len;
-    char *lib = dtq_scripts_library(w->ctx->cfg->ns, w->ctx->prefix, &len);
-    dtq_argv_init(argv);
-    dtq_argv_adds(argv, "FUNCTION");
-    dtq_argv_adds(argv, "LOAD");
-    dtq_argv_adds(argv, "REPLACE");
-    dtq_argv_add(argv, lib, len);
-    free(lib);
-}
-
-static void version_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    dtq_argv argv;
-    if (!s) return;
-    if (library_current(s->w, reply)) {
-        setup_reply(j, reply, a, b);
-        return;
-    }
-    library_load_argv(s->w, &argv);
-    /* a command of this step: the round waits for it too, load_reply answers for it */
-    dtq_rsteps_send(j, load_reply, 0, 0, &argv);
-    dtq_argv_deinit(&argv);
-}
-
-/* A command of the setup round (setup commands bypass the gate: they are what opens it). */
-static void setup_command(dtq_rsteps *j, dtq_rsteps_reply_fn *fn, dtq_argv *a) {
-    dtq_rsteps_send(j, fn, 0, 0, a);
-    dtq_argv_deinit(a);
-}
-
-typedef struct cl_setup cl_setup;
-static void cluster_publish(dtq_worker *w, cl_setup *s);
-
-static void queue_mode_reply(redisAsyncContext *ac, void *r, void *priv) {
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    DTQ_UNUSED(priv);
-    if (reply && reply->type == REDIS_REPLY_ERROR)
-        dtq_error("setting a queue's mode from its [queue:NAME] section failed: %s", reply->str);
-}
-
-/* The modes of the [queue:NAME] sections (<ns>_queue_mode, reference 4.3), at setup and on
- * SIGHUP: producers' enqueues follow what Redis holds. Not counted: setup never waits on
- * it. In the cluster layout each call goes to its queue's slot ({ns:q}). */
-static void publish_queue_modes(dtq_worker *w) {
-    dtq_ctx *ctx = w->ctx;
-    const dtq_config *cfg = ctx->cfg;
-    char *fn = cfg->nqueue_confs ? dtq_keys_function(cfg->ns, "queue_mode") : NULL;
-    for (int i = 0; i < cfg->nqueue_confs; i++) {
-        const dtq_queue_conf *q = &cfg->queue_confs[i];
-        char *tag;
-        dtq_argv a;
-        if (!q->mode) continue;
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn);
-        dtq_argv_adds(&a, "0");
-        dtq_argv_adds(&a, cfg->worker_id);
-        dtq_argv_adds(&a, q->name);
-        dtq_argv_adds(&a, q->mode);
-        /* setup's own commands bypass the gate (they are what opens it) */
-        if (dtq_ctx_cluster(ctx)) {
-            tag = dtq_xasprintf("{%s:%s}", cfg->ns, q->name);
-            dtq_call_tag(&a, tag);
-            dtq_rcluster_command(ctx->rc, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
-                                 a.lens);
-            free(tag);
-        } else {
-            dtq_rconn_command(ctx->cmd, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
-                              a.lens);
-        }
-        dtq_argv_deinit(&a);
-    }
-    free(fn);
-}
-
-/* <prefix>:config: the limits the Functions enforce, as this daemon's config says (the
- * fields are config.c's, dtq_config_each_field); a command of setup round j, or on its
- * own with j NULL. */
-static void publish_config(dtq_worker *w, dtq_rsteps *j) {
-    dtq_argv a;
-    char *key;
-    if (dtq_ctx_cluster(w->ctx)) {
-        cluster_publish(w, NULL);
-        return;
-    }
-    key = dtq_key_config(w->ctx->prefix);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "HSET");
-    dtq_argv_adds(&a, key);
-    dtq_config_publish_args(w->ctx->cfg, &a);
-    free(key);
-    if (j) {
-        setup_command(j, setup_reply, &a);
-    } else {
-        dtq_rconn_command(w->ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
-        dtq_argv_deinit(&a);
-    }
-}
-
-/* ----------------------------------------------------------------- the cluster layout
- * Setup once the router is up (and again whenever it was down): first, on every primary
- * of the map, the Functions library (<ns>_version, FUNCTION LOAD REPLACE when it is not
- * this build's) and the eviction policy; then, through the router, the layout check
- * (<ns>_layout with {ns}: a namespace laid out for a single Redis stops the daemon), the
- * queue index ({ns}:queues), each served queue's config copy ({ns:q}:config) and the
- * consumer groups. A primary whose link comes up later (a promoted replica, a node that
- * took slots, a reconnect) gets the library check from the router's node hook, and the
- * recovery of its queues (what a reply lost with the old link claimed for us). */
-typedef struct cl_setup {
-    dtq_worker *w;
-    unsigned gen;
-    int left;   /* replies to come in this phase */
-    int failed; /* retry in 5 s */
-    int fatal;  /* the namespace is laid out for a single Redis: stop */
-    int phase;  /* 1: the library on every primary; 2: the layout; 3: the writes */
-} cl_setup;
-
-typedef struct cl_cmd {
-    cl_setup *s;
-    int kind;
-    int slot; /* the node's slot (library commands) */
-} cl_cmd;
-
-enum { CL_POLICY, CL_VERSION, CL_LOAD, CL_LAYOUT, CL_PLAIN };
-
-static void cl_setup_send(cl_setup *s, int kind, int slot, dtq_argv *a);
-static void cl_setup_phase2(cl_setup *s);
-static void cl_setup_phase3(cl_setup *s);
-static void cl_setup_release(cl_setup *s);
-
-/* WRONG_LAYOUT at a reconnect of a daemon that has served: the namespace's keys are where
- * this daemon put them, so the marker was changed behind it (the marker is written once,
- * when absent). Stopping would take the fleet down at its next reconnects, and the units do
- * not restart exit 78: the daemon serves on with its layout and says, at every reconnect,
- * how to put the marker back. Returns 1 then; 0 for a daemon that is starting. */
-static int layout_changed_under_a_running_daemon(dtq_worker *w, const redisReply *reply) {
-    char *key;
-    if (!w->ever_ready) return 0;
     key = dtq_key_layout(w->ctx->prefix);
     dtq_error("redis setup: %s; serving on with the %s layout this daemon started with: an "
               "admin should restore the marker (SET %s %s)",
-              reply->str, w->ctx->rc ? "cluster" : "single", key,
-              w->ctx->rc ? "cluster" : "single");
+              why, w->ctx->rc ? "cluster" : "single", key, w->ctx->rc ? "cluster" : "single");
     free(key);
     return 1;
 }
 
-static void cl_setup_fail(cl_setup *s) {
-    struct timeval tv = {5, 0};
-    if (s->failed || s->fatal) return;
-    s->failed = 1;
-    evtimer_add(s->w->setup_retry_timer, &tv);
-}
-
-static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
-    cl_cmd *c = priv;
-    cl_setup *s = c->s;
-    dtq_worker *w = s->w;
-    redisReply *reply = r;
-    int kind = c->kind, slot = c->slot;
-    DTQ_UNUSED(ac);
-    free(c);
-    if (s->gen != w->setup_gen) {
-        /* a newer round replaced this one */
-    } else if (!reply) {
-        cl_setup_fail(s); /* a node's link lost: rcluster reads the map again */
-    } else if (kind == CL_POLICY) {
-        if (check_eviction_policy(w, reply) != 0) cl_setup_fail(s);
-    } else if (kind == CL_VERSION) {
-        if (!library_current(w, reply)) {
-            dtq_argv a;
-            library_load_argv(w, &a);
-            cl_setup_send(s, CL_LOAD, slot, &a);
-        }
-    } else if (kind == CL_LAYOUT && reply->type == REDIS_REPLY_ERROR &&
-               !strncmp(reply->str, "WRONG_LAYOUT", 12)) {
-        if (!layout_changed_under_a_running_daemon(w, reply)) {
-            dtq_error("redis setup: %s; not starting", reply->str);
-            s->fatal = 1;
-            w->exit_code = DTQ_EX_CONFIG;
-            event_base_loopbreak(w->ctx->base);
-        }
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
-        if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
-            library_refused(w);
-        else if (!s->failed)
-            dtq_error("redis setup failed: %s; retrying in 5s", reply->str);
-        cl_setup_fail(s);
-    }
-    cl_setup_release(s);
-}
-
-/* One reply of the phase is in (or the phase's hold is let go): the next phase, or
- * setup_done, once they all are. */
-static void cl_setup_release(cl_setup *s) {
-    dtq_worker *w = s->w;
-    if (--s->left > 0) return;
-    if (s->gen == w->setup_gen && !s->failed && !s->fatal) {
-        if (s->phase == 1) {
-            cl_setup_phase2(s);
-            return;
-        }
-        if (s->phase == 2) {
-            cl_setup_phase3(s);
-            return;
-        }
-        free(s);
-        setup_done(w);
-        return;
-    }
-    free(s);
-}
-
-/* Sends a command of the round: to the node of slot (>= 0), else routed by its key. */
-static void cl_setup_send(cl_setup *s, int kind, int slot, dtq_argv *a) {
-    dtq_rcluster *rc = s->w->ctx->rc;
-    cl_cmd *c = dtq_xcalloc(1, sizeof(*c));
-    int ok;
-    c->s = s;
-    c->kind = kind;
-    c->slot = slot;
-    if (slot >= 0)
-        ok = dtq_rcluster_command_slot(rc, slot, cl_setup_reply, c, a->argc, (const char **)a->argv,
-                                       a->lens);
-    else
-        ok = dtq_rcluster_command(rc, cl_setup_reply, c, a->argc, (const char **)a->argv, a->lens);
-    dtq_argv_deinit(a);
-    if (ok != DTQ_OK) {
-        free(c);
-        cl_setup_fail(s);
-        return;
-    }
-    s->left++;
-}
-
-/* The library and the eviction policy of the primary that serves slot. */
-static void cl_library_check(cl_setup *s, int slot) {
-    dtq_argv a;
-    char *fn = dtq_keys_function(s->w->ctx->cfg->ns, "version");
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "INFO");
-    dtq_argv_adds(&a, "memory");
-    cl_setup_send(s, CL_POLICY, slot, &a);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL_RO");
-    dtq_argv_adds(&a, fn);
-    dtq_argv_adds(&a, "0");
-    cl_setup_send(s, CL_VERSION, slot, &a);
-    free(fn);
-}
-
-/* {ns}:queues (the index of every queue) gets the served ones, and each served queue's own
- * {ns:q}:queues its name; each {ns:q}:config copy is this daemon's config. With s NULL:
- * on their own (SIGHUP). */
-static void cluster_publish(dtq_worker *w, cl_setup *s) {
-    dtq_ctx *ctx = w->ctx;
-    dtq_argv a;
-    char *key = dtq_key_queues(ctx->prefix);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "SADD");
-    dtq_argv_adds(&a, key);
-    for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
-    free(key);
-    if (s)
-        cl_setup_send(s, CL_PLAIN, -1, &a);
-    else {
-        dtq_rcluster_command(ctx->rc, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
-        dtq_argv_deinit(&a);
-    }
-    for (int q = 0; q < ctx->streams.nqueues; q++) {
-        /* the config copy, and the queue in its own one-member {ns:q}:queues, which the
-         * Functions' queue checks read (pause, queue_view, queue_remove) */
-        for (int step = 0; step < 2; step++) {
-            key =
-                step ? dtq_key_queues(dtq_ctx_qtag(ctx, q)) : dtq_key_config(dtq_ctx_qtag(ctx, q));
-            dtq_argv_init(&a);
-            dtq_argv_adds(&a, step ? "SADD" : "HSET");
-            dtq_argv_adds(&a, key);
-            if (step)
-                dtq_argv_adds(&a, ctx->streams.queues[q]);
-            else
-                dtq_config_publish_args(ctx->cfg, &a);
-            free(key);
-            if (s) {
-                cl_setup_send(s, CL_PLAIN, -1, &a);
-            } else {
-                dtq_rcluster_command(ctx->rc, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
-                dtq_argv_deinit(&a);
-            }
-        }
-    }
-}
-
-static void cl_setup_phase2(cl_setup *s) {
-    dtq_ctx *ctx = s->w->ctx;
-    dtq_argv a;
-    char *fn = dtq_keys_function(ctx->cfg->ns, "layout");
-    s->phase = 2;
-    s->left = 1; /* held while the phase's commands leave */
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, fn);
-    dtq_argv_adds(&a, "1");
-    dtq_argv_adds(&a, ctx->gtag);
-    dtq_argv_adds(&a, "cluster");
-    free(fn);
-    cl_setup_send(s, CL_LAYOUT, -1, &a);
-    cl_setup_release(s);
-}
-
-static void cl_setup_phase3(cl_setup *s) {
-    dtq_ctx *ctx = s->w->ctx;
-    dtq_argv a;
-    s->phase = 3;
-    s->left = 1; /* held while the phase's commands leave */
-    cluster_publish(s->w, s);
-    publish_queue_modes(s->w);
-    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "XGROUP");
-        dtq_argv_adds(&a, "CREATE");
-        dtq_argv_adds(&a, ctx->streams.keys[i]);
-        dtq_argv_adds(&a, DTQ_GROUP);
-        dtq_argv_adds(&a, "0");
-        dtq_argv_adds(&a, "MKSTREAM");
-        cl_setup_send(s, CL_PLAIN, -1, &a);
-    }
-    cl_setup_release(s);
-}
-
-static void cluster_setup(dtq_worker *w) {
-    int n = dtq_rcluster_primaries(w->ctx->rc, NULL, 0);
-    dtq_rcluster_primary *p = dtq_xcalloc((size_t)(n > 0 ? n : 1), sizeof(*p));
-    cl_setup *s = dtq_xcalloc(1, sizeof(*s));
-    n = dtq_rcluster_primaries(w->ctx->rc, p, n);
-    w->ctx->ready = 0;
-    s->w = w;
-    s->gen = ++w->setup_gen;
-    s->phase = 1;
-    s->left = 1; /* held while the phase's commands leave */
-    for (int i = 0; i < n; i++)
-        if (p[i].slot >= 0) cl_library_check(s, p[i].slot);
-    free(p);
-    cl_setup_release(s);
-}
-
-/* The namespace's layout marker (<ns>_layout): a namespace laid out for Redis Cluster
- * (or another layout) stops a starting daemon with the Function's message, which says how
- * to move. Checked before setup writes anything. */
-static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
-    setup_round *s = current_round(j);
-    dtq_worker *w;
-    if (!s) return;
-    w = s->w;
-    if (reply->type == REDIS_REPLY_ERROR &&
-        (!strncmp(reply->str, "NOPERM", 6) ||
-         dtq_scripts_error_code(reply->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)) {
-        /* a worker role made before <ns>_layout existed, or an admin's older library: a
-         * single Redis's namespace can only be single, so serving goes on unchecked */
-        if (!w->layout_warned)
-            dtq_warn("redis setup: %s_layout: %s; the namespace's layout is not checked "
-                     "(apply the worker role again: dtqctl acl worker)",
-                     w->ctx->cfg->ns, reply->str);
-        w->layout_warned = 1;
-        return;
-    }
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
-        setup_reply(j, reply, a, b);
-        return;
-    }
-    if (layout_changed_under_a_running_daemon(w, reply)) return;
-    dtq_error("redis setup: %s; not starting", reply->str);
-    s->failed = 1;
-    w->exit_code = DTQ_EX_CONFIG;
-    event_base_loopbreak(w->ctx->base);
-}
-
-/* The round's steps after the library: the layout, then the writes. */
-static setup_round *step_round(dtq_rsteps *j) {
-    setup_round *s = current_round(j);
-    if (!s || s->failed) {
-        dtq_rsteps_end(j);
-        return NULL;
-    }
-    return s;
-}
-
-static void setup_writes(dtq_rsteps *j) {
-    setup_round *s = step_round(j);
-    dtq_worker *w;
-    dtq_ctx *ctx;
-    dtq_argv a;
-    if (!s) return;
-    w = s->w;
-    ctx = w->ctx;
-    publish_config(w, j);
-    publish_queue_modes(w);
-    /* <prefix>:queues, the queues <ns>_stats reports on; not counted: setup never waits on it */
-    {
-        char *key = dtq_key_queues(ctx->prefix);
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "SADD");
-        dtq_argv_adds(&a, key);
-        for (int q = 0; q < ctx->streams.nqueues; q++) dtq_argv_adds(&a, ctx->streams.queues[q]);
-        dtq_rconn_command(ctx->cmd, NULL, NULL, a.argc, (const char **)a.argv, a.lens);
-        dtq_argv_deinit(&a);
-        free(key);
-    }
-    for (int i = 0; i < dtq_streams_count(&ctx->streams); i++) {
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "XGROUP");
-        dtq_argv_adds(&a, "CREATE");
-        dtq_argv_adds(&a, ctx->streams.keys[i]);
-        dtq_argv_adds(&a, DTQ_GROUP);
-        dtq_argv_adds(&a, "0");
-        dtq_argv_adds(&a, "MKSTREAM");
-        setup_command(j, setup_reply, &a);
-    }
-    dtq_rsteps_wait(j, setup_end);
-}
-
-static void setup_layout(dtq_rsteps *j) {
-    setup_round *s = step_round(j);
-    char *fn;
-    if (!s) return;
-    fn = dtq_keys_function(s->w->ctx->cfg->ns, "layout");
-    dtq_rsteps_sendl(j, layout_reply, 0, 0, "FCALL", fn, "0", "single", NULL);
-    free(fn);
-    dtq_rsteps_wait(j, setup_writes);
-}
-
-static void setup_redis(dtq_worker *w) {
-    dtq_ctx *ctx = w->ctx;
-    setup_round *s;
-    if (ctx->rc) {
-        cluster_setup(w);
-        return;
-    }
-    s = dtq_xcalloc(1, sizeof(*s));
-    dtq_rsteps *j;
-    dtq_argv a;
-    ctx->ready = 0;
-    s->w = w;
-    s->gen = ++w->setup_gen; /* a round still in flight is ignored from here on */
-    /* a lost link ends the round: the next connect starts another */
-    j = dtq_rsteps_new(ctx->cmd, s, free, NULL);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "INFO");
-    dtq_argv_adds(&a, "memory");
-    setup_command(j, policy_reply, &a);
-    {
-        char *fn = dtq_keys_function(ctx->cfg->ns, "version");
-        dtq_rsteps_sendl(j, version_reply, 0, 0, "FCALL_RO", fn, "0", NULL);
-        free(fn);
-    }
-    dtq_rsteps_wait(j, setup_layout);
-}
-
 static void redis_state(dtq_worker *w, int up) {
     if (up) {
-        setup_redis(w);
+        dtq_redis_setup_start(w->setup);
         return;
     }
     w->ctx->ready = 0;
@@ -795,44 +205,6 @@ static void cluster_state_cb(dtq_rcluster *rc, int up, void *arg) {
     redis_state(arg, up);
 }
 
-/* The node hook's library check of one primary, after the first setup. */
-typedef struct node_check {
-    dtq_worker *w;
-    int slot;
-} node_check;
-
-static void node_load_cb(redisAsyncContext *ac, void *r, void *priv) {
-    node_check *nc = priv;
-    redisReply *reply = r;
-    DTQ_UNUSED(ac);
-    if (reply && reply->type == REDIS_REPLY_ERROR) {
-        if (!strncmp(reply->str, "NOPERM", 6))
-            library_refused(nc->w);
-        else
-            dtq_error("redis setup: loading the Functions on the node of slot %d failed: %s",
-                      nc->slot, reply->str);
-    }
-    free(nc);
-}
-
-static void node_version_cb(redisAsyncContext *ac, void *r, void *priv) {
-    node_check *nc = priv;
-    redisReply *reply = r;
-    dtq_argv a;
-    DTQ_UNUSED(ac);
-    if (!reply || library_current(nc->w, reply) || !nc->w->ctx->rc) {
-        free(nc);
-        return;
-    }
-    dtq_info("redis setup: loading the Functions on the node of slot %d (%s)", nc->slot,
-             nc->w->library_why);
-    library_load_argv(nc->w, &a);
-    if (dtq_rcluster_command_slot(nc->w->ctx->rc, nc->slot, node_load_cb, nc, a.argc,
-                                  (const char **)a.argv, a.lens) != DTQ_OK)
-        free(nc);
-    dtq_argv_deinit(&a);
-}
-
 /* A primary's link came up (rcluster's node hook), before the commands waiting for it go.
  * At start the setup round does all this for every primary; later (a reconnect, a
  * promoted replica, a node that took slots) it is done here: the library check, and the
@@ -842,19 +214,8 @@ static void cluster_node_cb(dtq_rcluster *rc, const char *host, int port, int sl
     dtq_worker *w = arg;
     dtq_ctx *ctx = w->ctx;
     const dtq_cluster_map *map = dtq_rcluster_map(rc);
-    node_check *nc;
-    char *fn;
-    const char *argv[3];
     if (!w->ever_ready) return;
-    nc = dtq_xcalloc(1, sizeof(*nc));
-    nc->w = w;
-    nc->slot = slot;
-    fn = dtq_keys_function(ctx->cfg->ns, "version");
-    argv[0] = "FCALL_RO";
-    argv[1] = fn;
-    argv[2] = "0";
-    if (dtq_rcluster_command_slot(rc, slot, node_version_cb, nc, 3, argv, NULL) != DTQ_OK) free(nc);
-    free(fn);
+    dtq_redis_setup_check_node(w->setup, slot);
     dtq_reaper_reconnected(w->reaper);
     for (int q = 0; map && q < ctx->streams.nqueues; q++) {
         const dtq_redis_endpoint *e = dtq_cluster_map_primary(map, (uint16_t)ctx->streams.slots[q]);
@@ -1029,8 +390,7 @@ static void reload(dtq_worker *w) {
     else if (w->state == DTQ_WORKER_RUNNING && ctx->ready)
         dtq_scheduler_start(w->scheduler);
     if (ctx->rc ? ctx->ready : dtq_rconn_is_up(ctx->cmd)) {
-        publish_config(w, NULL);
-        publish_queue_modes(w);
+        dtq_redis_setup_publish(w->setup);
     }
     dtq_consumer_reset(w->consumer);
     dtq_cron_pass_config_changed(w->cron);
@@ -1140,13 +500,18 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     ctx->hooks.settled = on_settled;
     ctx->hooks.queue_quiet = on_queue_quiet;
     ctx->hooks.arg = w;
+    {
+        dtq_redis_setup_hooks sh = {setup_done, setup_wrong_layout, w};
+        w->setup = dtq_redis_setup_new(ctx, &sh);
+    }
     w->finisher = dtq_finisher_new(ctx);
     w->executor = dtq_executor_new(ctx, w->finisher);
     w->consumer = dtq_consumer_new(ctx, w->executor, w->finisher);
     w->reaper = dtq_reaper_new(ctx, w->executor, w->finisher);
     w->lease = dtq_lease_new(ctx, w->executor, w->finisher);
-    w->scheduler = dtq_scheduler_new(ctx);
-    w->cron = dtq_cron_pass_new(ctx);
+    w->leader = dtq_leader_new(ctx);
+    w->scheduler = dtq_scheduler_new(ctx, w->leader);
+    w->cron = dtq_cron_pass_new(ctx, w->leader);
     w->heartbeat = dtq_heartbeat_new(ctx);
     if (*cfg->http_listen) {
         w->http = dtq_http_new(ctx, cfg->http_listen, err, errlen);
@@ -1163,7 +528,6 @@ dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     w->sig_chld = add_signal(w, SIGCHLD);
     w->drain_timer = evtimer_new(base, drain_timer_cb, w);
     w->hard_stop_timer = evtimer_new(base, hard_stop_cb, w);
-    w->setup_retry_timer = evtimer_new(base, setup_retry_cb, w);
     if (ctx->rc) {
         struct timeval tv = {1, 0};
         w->cluster_watch_timer = event_new(base, -1, EV_PERSIST, cluster_watch_cb, w);
@@ -1195,11 +559,15 @@ int dtq_worker_run(dtq_worker *w) {
 }
 
 void dtq_worker_free(dtq_worker *w) {
-    struct event *events[] = {w ? w->sig_term : NULL,        w ? w->sig_int : NULL,
-                              w ? w->sig_hup : NULL,         w ? w->sig_pipe : NULL,
-                              w ? w->sig_chld : NULL,        w ? w->drain_timer : NULL,
-                              w ? w->hard_stop_timer : NULL, w ? w->setup_retry_timer : NULL,
-                              w ? w->watchdog_timer : NULL,  w ? w->cluster_watch_timer : NULL};
+    struct event *events[] = {w ? w->sig_term : NULL,
+                              w ? w->sig_int : NULL,
+                              w ? w->sig_hup : NULL,
+                              w ? w->sig_pipe : NULL,
+                              w ? w->sig_chld : NULL,
+                              w ? w->drain_timer : NULL,
+                              w ? w->hard_stop_timer : NULL,
+                              w ? w->watchdog_timer : NULL,
+                              w ? w->cluster_watch_timer : NULL};
     struct event_base *base;
     if (!w) return;
     base = w->ctx->base;
@@ -1212,10 +580,12 @@ void dtq_worker_free(dtq_worker *w) {
     dtq_rcluster_free(w->ctx->rc);
     w->ctx->rc = NULL;
     dtq_sentinel_free(w->sentinel); /* after the connections it answers */
+    dtq_redis_setup_free(w->setup); /* after the connections: their callbacks reach it */
     dtq_http_free(w->http);
     dtq_heartbeat_free(w->heartbeat);
     dtq_scheduler_free(w->scheduler);
     dtq_cron_pass_free(w->cron);
+    dtq_leader_free(w->leader);
     dtq_lease_free(w->lease);
     dtq_reaper_free(w->reaper);
     dtq_consumer_free(w->consumer);

@@ -1,7 +1,8 @@
 /* worker.h: the daemon's lifecycle, starting -> running -> draining -> stopped. Builds
- * the shared context (ctx.h) and the subsystems on it, sets Redis up after every
- * (re)connect, turns signals into drain and reload, and decides when the process may
- * exit. Subsystems never call into this module: they report through the ctx hooks. */
+ * the shared context (ctx.h) and the subsystems on it, has Redis set up after every
+ * (re)connect (redis_setup.h) and serves once it is, turns signals into drain and reload,
+ * and decides when the process may exit. Subsystems never call into this module: they
+ * report through the ctx hooks, or hooks of their own (redis_setup.h, leader.h). */
 #ifndef DTQ_WORKER_H
 #define DTQ_WORKER_H
 
