@@ -17,6 +17,7 @@
 #include "cron.h"
 #include "keys.h"
 #include "log.h"
+#include "scope.h"
 #include "util.h"
 
 /* What a ring of fire times may hold, whatever cron_due says it takes. */
@@ -65,7 +66,7 @@ static void tag_queue(const dtq_ctx *ctx, dtq_argv *a, const char *queue) {
     char *tag;
     if (!dtq_ctx_cluster(ctx)) return;
     tag = dtq_ctx_queue_prefix(ctx, queue);
-    dtq_call_tag(a, tag);
+    dtq_scope_tag_call(a, tag);
     free(tag);
 }
 

@@ -15,13 +15,9 @@
 
 #include "ctl.h"
 #include "keys.h"
+#include "scope.h"
 #include "scripts.h"
 #include "util.h"
-
-/* The tag of a call: {ns:queue}, or {ns} for NULL. Caller-owned. */
-static char *call_tag(const ctl *x, const char *queue) {
-    return queue ? dtq_keys_queue_prefix(x->ns, queue) : dtq_keys_global_prefix(x->ns);
-}
 
 /* The Functions are not loaded: exit 1 naming the way to load them. */
 static void not_loaded(const ctl *x) __attribute__((noreturn));
@@ -35,22 +31,13 @@ static void not_loaded(const ctl *x) {
 /* FCALL[_RO] <ns>_<name> with the layout's keys, the reply as it came. */
 static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name, int argc,
                              const char **args) {
-    const char **argv = dtq_xcalloc((size_t)argc + 4, sizeof(char *));
-    char *fn = dtq_keys_function(x->ns, name), *tag = NULL;
-    int n = 0;
+    char *fn = dtq_keys_function(x->ns, name), *tag = dtq_scope_tag(x->ns, x->cluster, queue);
+    dtq_argv a;
     redisReply *r;
-    argv[n++] = ro ? "FCALL_RO" : "FCALL";
-    argv[n++] = fn;
-    if (x->cluster) {
-        tag = call_tag(x, queue);
-        argv[n++] = "1";
-        argv[n++] = tag;
-    } else {
-        argv[n++] = "0";
-    }
-    for (int i = 0; i < argc; i++) argv[n++] = args[i];
-    r = ctl_command(x, n, argv);
-    free(argv);
+    dtq_scope_fcall(&a, ro, fn, tag);
+    for (int i = 0; i < argc; i++) dtq_argv_adds(&a, args[i]);
+    r = ctl_command(x, a.argc, (const char **)a.argv);
+    dtq_argv_deinit(&a);
     free(fn);
     free(tag);
     return r;

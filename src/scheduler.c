@@ -12,6 +12,7 @@
 #include "keys.h"
 #include "log.h"
 #include "retry.h"
+#include "scope.h"
 #include "util.h"
 
 struct dtq_scheduler {
@@ -200,7 +201,7 @@ static void cl_reply_cb(redisAsyncContext *ac, void *r, void *priv) {
                 dtq_argv a;
                 dtq_call_sched_promote(&a, ctx->fn.sched_promote, cq->claimed_key,
                                        ctx->cfg->worker_id, reply, c.nids);
-                dtq_call_tag(&a, cq->tag);
+                dtq_scope_tag_call(&a, cq->tag);
                 if ((int64_t)c.nids >= ctx->cfg->scheduler_batch) s->batch_full = 1;
                 cl_send(s, cq, CL_PROMOTE, &a);
             }
@@ -257,7 +258,7 @@ static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
     cq->claimed_key = dtq_key_retry_claimed(cq->tag);
     dtq_call_sched_claim(&a, ctx->fn.sched_claim, cq->schedule_key, cq->claimed_key,
                          ctx->cfg->scheduler_batch, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
-    dtq_call_tag(&a, cq->tag);
+    dtq_scope_tag_call(&a, cq->tag);
     cl_send(s, cq, CL_CLAIM, &a);
     cl_queue_unref(cq);
 }
@@ -351,7 +352,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     if (s->ctx->gauges.scheduler_leader) {
         dtq_call_lock_refresh(&a, ctx->fn.lock_refresh, s->lock_key, ctx->cfg->worker_id,
                               ctx->cfg->leader_lock_ms);
-        dtq_call_tag(&a, ctx->gtag);
+        dtq_scope_tag_call(&a, ctx->gtag);
     } else {
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "SET");
@@ -388,7 +389,7 @@ void dtq_scheduler_stop(dtq_scheduler *s) {
     if (s->ctx->gauges.scheduler_leader && dtq_ctx_is_up(ctx)) {
         dtq_argv a;
         dtq_call_lock_release(&a, ctx->fn.lock_release, s->lock_key, ctx->cfg->worker_id);
-        dtq_call_tag(&a, ctx->gtag);
+        dtq_scope_tag_call(&a, ctx->gtag);
         dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
         dtq_info("scheduler: leader lock released");

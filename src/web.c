@@ -23,6 +23,7 @@
 #include "keys.h"
 #include "log.h"
 #include "rcluster.h"
+#include "scope.h"
 #include "tls.h"
 #include "util.h"
 #include "web_api.h"
@@ -576,15 +577,14 @@ static void layout_cb(redisAsyncContext *ac, void *reply, void *priv) {
 
 static void layout_check(dtq_web *w) {
     char *fn;
-    const char *argv[5];
+    dtq_argv a;
     if (!w->rc || w->layout_checking) return;
     fn = dtq_keys_function(w->cfg->ns, "layout");
-    argv[0] = "FCALL";
-    argv[1] = fn;
-    argv[2] = "1";
-    argv[3] = w->gtag;
-    argv[4] = "cluster";
-    if (dtq_rcluster_command(w->rc, layout_cb, w, 5, argv, NULL) == DTQ_OK) w->layout_checking = 1;
+    dtq_scope_fcall(&a, 0, fn, w->gtag);
+    dtq_argv_adds(&a, "cluster");
+    if (dtq_rcluster_command(w->rc, layout_cb, w, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
+        w->layout_checking = 1;
+    dtq_argv_deinit(&a);
     free(fn);
 }
 

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "cluster.h"
 #include "rcluster.h"
+#include "scope.h"
 
 /* ----------------------------------------------------------------- answers */
 
@@ -165,17 +166,9 @@ void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_w
 /* ---- the cluster layout: the calls' tags, the router or the connection, the queue index */
 
 void dtq_web_fcall_argv(const dtq_web *w, dtq_argv *a, int ro, const char *fn, const char *queue) {
-    dtq_argv_init(a);
-    dtq_argv_adds(a, ro ? "FCALL_RO" : "FCALL");
-    dtq_argv_adds(a, fn);
-    if (w->rc) {
-        char *tag = queue ? dtq_keys_queue_prefix(w->cfg->ns, queue) : dtq_xstrdup(w->gtag);
-        dtq_argv_adds(a, "1");
-        dtq_argv_adds(a, tag);
-        free(tag);
-    } else {
-        dtq_argv_adds(a, "0");
-    }
+    char *tag = dtq_scope_tag(w->cfg->ns, w->rc != NULL, queue);
+    dtq_scope_fcall(a, ro, fn, tag);
+    free(tag);
 }
 
 int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const char **argv) {

@@ -25,6 +25,7 @@
 #include "reaper.h"
 #include "rsteps.h"
 #include "scheduler.h"
+#include "scope.h"
 #include "scripts.h"
 #include "sdnotify.h"
 #include "sentinel.h"
@@ -78,7 +79,7 @@ static void set_state(dtq_worker *w, enum dtq_worker_state st) {
 static void worker_event(dtq_worker *w, const char *type) {
     dtq_argv a;
     dtq_call_worker_event(&a, w->ctx->fn.worker_event, w->ctx->cfg->worker_id, type);
-    dtq_call_tag(&a, w->ctx->gtag);
+    dtq_scope_tag_call(&a, w->ctx->gtag);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }
@@ -98,7 +99,7 @@ static void deregister(dtq_worker *w) {
     for (int q = 0; q < ctx->streams.nqueues; q++) {
         dtq_streams one = dtq_streams_one(&ctx->streams, q);
         dtq_call_deregister(&a, ctx->fn.deregister, &one, ctx->cfg->worker_id);
-        dtq_call_tag(&a, dtq_ctx_qtag(ctx, q));
+        dtq_scope_tag_call(&a, dtq_ctx_qtag(ctx, q));
         dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
     }
@@ -368,17 +369,13 @@ static void publish_queue_modes(dtq_worker *w) {
         char *tag;
         dtq_argv a;
         if (!q->mode) continue;
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn);
-        dtq_argv_adds(&a, "0");
+        tag = dtq_scope_tag(cfg->ns, dtq_ctx_cluster(ctx), q->name);
+        dtq_scope_fcall(&a, 0, fn, tag);
         dtq_argv_adds(&a, cfg->worker_id);
         dtq_argv_adds(&a, q->name);
         dtq_argv_adds(&a, q->mode);
         /* setup's own commands bypass the gate (they are what opens it) */
-        if (dtq_ctx_cluster(ctx)) {
-            tag = dtq_xasprintf("{%s:%s}", cfg->ns, q->name);
-            dtq_call_tag(&a, tag);
+        if (tag) {
             dtq_rcluster_command(ctx->rc, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
                                  a.lens);
             free(tag);
@@ -596,11 +593,7 @@ static void cl_setup_phase2(cl_setup *s) {
     char *fn = dtq_keys_function(ctx->cfg->ns, "layout");
     s->phase = 2;
     s->left = 1; /* held while the phase's commands leave */
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, fn);
-    dtq_argv_adds(&a, "1");
-    dtq_argv_adds(&a, ctx->gtag);
+    dtq_scope_fcall(&a, 0, fn, ctx->gtag);
     dtq_argv_adds(&a, "cluster");
     free(fn);
     cl_setup_send(s, CL_LAYOUT, -1, &a);
