@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "rsync.h"
+#include "scope.h"
 
 #define CTL_EXIT_REFUSED 1
 #define CTL_EXIT_USAGE 2
@@ -92,11 +93,10 @@ void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int arg
 
 /* Routing (ctl_route.c). The queues a read over every queue calls its Function about, in
  * order: in the single layout one NULL (the call covers the namespace), in the cluster
- * layout the members of {ns}:queues sorted by name (maybe none); *n their number. A read
- * with global parts makes one more call with NULL in the cluster layout (x->cluster).
- * Freed with ctl_scopes_free. */
+ * layout the queues of the index {ns}:queues as dtq_scope_index_names gives them (valid
+ * names, sorted; maybe none); *n their number. A read with global parts makes one more
+ * call with NULL in the cluster layout (x->cluster). Freed with dtq_scope_names_free. */
 char **ctl_scopes(ctl *x, int *n);
-void ctl_scopes_free(char **scopes, int n);
 /* The cluster layout: SADD {ns}:queues queue (the index that the reads over every queue
  * read), after a write that makes the queue known; nothing in the single layout. */
 void ctl_queue_index_add(ctl *x, const char *queue);

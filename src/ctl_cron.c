@@ -96,7 +96,7 @@ static char *cron_queue(ctl *x, const char *name) {
                     "queue with --queue Q",
                     hits, name);
     if (!found) ctl_refused("NOT_FOUND no periodic schedule named %s", name);
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     return found;
 }
 
@@ -146,7 +146,7 @@ static cJSON *cron_list_all(ctl *x) {
     char **scopes = ctl_scopes(x, &n);
     if (!x->cluster) {
         out = ctl_read_model(x, NULL, "cron_list", 0, NULL);
-        ctl_scopes_free(scopes, n);
+        dtq_scope_names_free(scopes, n);
         return out;
     }
     parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *));
@@ -154,7 +154,7 @@ static cJSON *cron_list_all(ctl *x) {
     out = dtq_view_merge_cron(parts, n);
     for (int i = 0; i < n; i++) cJSON_Delete(parts[i]);
     free(parts);
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     return out;
 }
 

@@ -175,7 +175,7 @@ static cJSON *limit_list_all(ctl *x) {
             cJSON_AddItemToArray(all, cJSON_DetachItemFromArray(list, 0));
         cJSON_Delete(list);
     }
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     return all ? all : cJSON_CreateArray();
 }
 

@@ -326,7 +326,7 @@ int ctl_queues(ctl *x, const ctl_verb *v, int argc, char **argv) {
         ctl_print_json(arr);
         cJSON_Delete(arr);
     }
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     return 0;
 }
 
@@ -440,7 +440,7 @@ int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
         stats_add(x, o, r);
         freeReplyObject(r);
     }
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     if (x->json) {
         ctl_print_json(o);
     } else {
@@ -506,7 +506,7 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         char **scopes = ctl_scopes(x, &n);
         ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, cmp_entry_id,
                         dlq_entry, NULL);
-        ctl_scopes_free(scopes, n);
+        dtq_scope_names_free(scopes, n);
     }
     return 0;
 }

@@ -111,38 +111,23 @@ static char *index_key(const ctl *x) {
     return key;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 char **ctl_scopes(ctl *x, int *n) {
-    char **out, *key;
-    const char *a[2] = {"SMEMBERS", NULL};
+    char **out;
+    dtq_argv a;
     redisReply *r;
     if (!x->cluster) {
         *n = 1;
         return dtq_xcalloc(1, sizeof(char *)); /* {NULL}: the namespace */
     }
-    key = index_key(x);
-    a[1] = key;
-    r = ctl_command(x, 2, a);
-    if (r->type != REDIS_REPLY_ARRAY)
-        ctl_refused("SMEMBERS %s: %s", key,
+    dtq_scope_index_read(&a, x->ns);
+    r = ctl_command(x, a.argc, (const char **)a.argv);
+    out = dtq_scope_index_names(r, n, NULL);
+    if (!out)
+        ctl_refused("SMEMBERS %s: %s", a.argv[1],
                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    free(key);
-    out = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    *n = 0;
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING)
-            out[(*n)++] = dtq_xstrdup(r->element[i]->str);
     freeReplyObject(r);
-    qsort(out, (size_t)*n, sizeof(char *), cmp_str);
+    dtq_argv_deinit(&a);
     return out;
-}
-
-void ctl_scopes_free(char **scopes, int n) {
-    for (int i = 0; i < n; i++) free(scopes[i]);
-    free(scopes);
 }
 
 /* SADD or SREM queue in {ns}:queues, and for SADD in the queue's own {ns:q}:queues too,

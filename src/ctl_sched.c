@@ -88,7 +88,7 @@ int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         char **scopes = *queue && x->cluster ? one : ctl_scopes(x, &n);
         ctl_list_merged(x, scopes, n, "scheduled", 6, a, want, SCHEDULED_PAGE_MAX, cmp_due,
                         scheduled_entry, NULL);
-        if (scopes != one) ctl_scopes_free(scopes, n);
+        if (scopes != one) dtq_scope_names_free(scopes, n);
     }
     return 0;
 }

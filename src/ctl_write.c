@@ -80,7 +80,7 @@ int ctl_purge_dlq(ctl *x, const ctl_verb *v, int argc, char **argv) {
         total += r->integer;
         freeReplyObject(r);
     }
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     printf("%lld\n", total);
     return 0;
 }
@@ -145,7 +145,7 @@ int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
     for (int i = 0; i < n; i++) total += requeue_all_of(x, scopes[i]);
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     printf("%lld\n", total);
     return 0;
 }

@@ -266,13 +266,20 @@ static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
 static void cl_queues_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
     redisReply *reply = r;
+    char **queues, *error = NULL;
+    int nq = 0;
     DTQ_UNUSED(ac);
     s->busy = 0;
     if (!s->running) return;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-        if (reply)
-            dtq_error("scheduler: reading the queue index failed: %s",
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    if (!reply) {
+        arm_interval(s);
+        return;
+    }
+    queues = dtq_scope_index_names(reply, &nq, &error);
+    if (!queues) {
+        dtq_error("scheduler: reading the queue index failed: %s",
+                  error ? error : "unexpected reply");
+        free(error);
         arm_interval(s);
         return;
     }
@@ -283,19 +290,15 @@ static void cl_queues_cb(redisAsyncContext *ac, void *r, void *priv) {
     s->batch_full = 0;
     s->claim_failed = 0;
     s->busy = 1;
-    for (size_t i = 0; i < reply->elements; i++)
-        if (reply->element[i]->type == REDIS_REPLY_STRING) cl_pass_queue(s, reply->element[i]->str);
+    for (int i = 0; i < nq; i++) cl_pass_queue(s, queues[i]);
+    dtq_scope_names_free(queues, nq);
     s->new_leader = 0;
     cl_pass_reply_done(s);
 }
 
 static void cluster_pass(dtq_scheduler *s) {
     dtq_argv a;
-    char *key = dtq_key_queues(s->ctx->prefix);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "SMEMBERS");
-    dtq_argv_adds(&a, key);
-    free(key);
+    dtq_scope_index_read(&a, s->ctx->cfg->ns);
     sched_send(s, cl_queues_cb, &a);
 }
 

@@ -176,23 +176,6 @@ int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const
     return dtq_rconn_command(w->redis, cb, priv, argc, argv, NULL);
 }
 
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-char **dtq_web_index_names(const redisReply *r, int *n, char **error) {
-    char **q;
-    *n = 0;
-    if (r->type == REDIS_REPLY_ERROR && error) *error = dtq_xstrndup(r->str, r->len);
-    if (r->type != REDIS_REPLY_ARRAY) return NULL;
-    q = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
-            q[(*n)++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
-    qsort(q, (size_t)*n, sizeof(char *), cmp_name);
-    return q;
-}
-
 void dtq_web_set_index(dtq_web *w, char **queues, int n) {
     for (int i = 0; i < w->nindex; i++) free(w->index[i]);
     free(w->index);
