@@ -45,30 +45,29 @@ static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name
 
 /* <ns>_layout, once: the namespace must be laid out as this client is (the single layout
  * for one Redis, the cluster layout for a cluster URL); the answer writes the marker when
- * there is none. WRONG_LAYOUT ends the program (exit 1, its message says how to move). A
- * library without <ns>_layout (older than the cluster layout) can only hold the single
- * layout: fine for it, the not-loaded refusal for the cluster layout. NOPERM on a single
- * Redis (a role made before <ns>_layout existed) is a warning: that namespace can only be
- * single. Any other error is refused, naming the Function. */
+ * there is none. Judged by dtq_scope_layout_verdict: WRONG_LAYOUT ends the program (exit 1,
+ * its message says how to move); unchecked goes on (NOPERM with a warning); the Functions
+ * not loaded (the cluster layout) is the not-loaded refusal; any other error is refused,
+ * naming the Function. */
 static void check_layout(ctl *x) {
-    const char *a[1] = {x->cluster ? "cluster" : "single"};
+    dtq_argv a;
     redisReply *r;
     x->layout_checked = 1;
-    r = fcall_raw(x, 0, NULL, "layout", 1, a);
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (!strncmp(r->str, "WRONG_LAYOUT", 12)) ctl_refused("%s", r->str);
-        if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION) {
-            if (x->cluster) not_loaded(x);
-        } else if (!x->cluster && !strncmp(r->str, "NOPERM", 6)) {
-            /* a role made by an older dtqctl acl: the single layout is the only one such a
-             * namespace can have, so the check is skipped, not the write */
+    dtq_scope_layout_call(&a, x->ns, x->cluster);
+    r = ctl_command(x, a.argc, (const char **)a.argv);
+    dtq_argv_deinit(&a);
+    switch (dtq_scope_layout_verdict(r, x->cluster)) {
+    case DTQ_SCOPE_LAYOUT_OK: break;
+    case DTQ_SCOPE_LAYOUT_WRONG: ctl_refused("%s", r->str);
+    case DTQ_SCOPE_LAYOUT_NOT_LOADED: not_loaded(x);
+    case DTQ_SCOPE_LAYOUT_UNCHECKED:
+        if (!strncmp(r->str, "NOPERM", 6))
             fprintf(stderr,
                     "dtqctl: %s_layout not permitted (%s): layout not checked; "
                     "apply the role again (dtqctl acl)\n",
                     x->ns, r->str);
-        } else {
-            ctl_refused("%s_layout: %s", x->ns, r->str);
-        }
+        break;
+    case DTQ_SCOPE_LAYOUT_FAILED: ctl_refused("%s_layout: %s", x->ns, r->str);
     }
     freeReplyObject(r);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "scripts.h"
 
 char *dtq_scope_tag(const char *ns, int cluster, const char *queue) {
     if (!cluster) return NULL;
@@ -61,4 +62,21 @@ char **dtq_scope_index_names(const redisReply *r, int *n, char **error) {
 void dtq_scope_names_free(char **names, int n) {
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
+}
+
+void dtq_scope_layout_call(dtq_argv *a, const char *ns, int cluster) {
+    char *fn = dtq_keys_function(ns, "layout"), *tag = dtq_scope_tag(ns, cluster, NULL);
+    dtq_scope_fcall(a, 0, fn, tag);
+    dtq_argv_adds(a, cluster ? "cluster" : "single");
+    free(tag);
+    free(fn);
+}
+
+dtq_scope_layout dtq_scope_layout_verdict(const redisReply *r, int cluster) {
+    if (r->type != REDIS_REPLY_ERROR) return DTQ_SCOPE_LAYOUT_OK;
+    if (!strncmp(r->str, "WRONG_LAYOUT", 12)) return DTQ_SCOPE_LAYOUT_WRONG;
+    if (!strncmp(r->str, "NOPERM", 6)) return DTQ_SCOPE_LAYOUT_UNCHECKED;
+    if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
+        return cluster ? DTQ_SCOPE_LAYOUT_NOT_LOADED : DTQ_SCOPE_LAYOUT_UNCHECKED;
+    return DTQ_SCOPE_LAYOUT_FAILED;
 }

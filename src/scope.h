@@ -40,4 +40,26 @@ void dtq_scope_index_read(dtq_argv *a, const char *ns);
 char **dtq_scope_index_names(const redisReply *r, int *n, char **error);
 void dtq_scope_names_free(char **names, int n);
 
+/* The layout check: <ns>_layout says whether the namespace is laid out the way this client
+ * is (its marker {ns}:layout, or <p>:layout, written when there is none). Every program
+ * calls it before it writes (dtqctl: before any call in the cluster layout) and judges the
+ * answer by this one rule; what each then does (exit, stop, 503) is its own. */
+typedef enum dtq_scope_layout {
+    DTQ_SCOPE_LAYOUT_OK,         /* laid out as this client is */
+    DTQ_SCOPE_LAYOUT_WRONG,      /* WRONG_LAYOUT: laid out the other way (the reply says how
+                                  * to move): nothing may go on */
+    DTQ_SCOPE_LAYOUT_UNCHECKED,  /* NOPERM (a role without <ns>_layout: the monitor role, or
+                                  * one made before it existed), or in the single layout a
+                                  * library older than <ns>_layout (it can only hold that
+                                  * layout): go on unchecked, with a warning */
+    DTQ_SCOPE_LAYOUT_NOT_LOADED, /* the cluster layout: the Functions are not loaded */
+    DTQ_SCOPE_LAYOUT_FAILED      /* any other answer: not checked (try again, or refuse) */
+} dtq_scope_layout;
+
+/* Starts `a` as the check: FCALL <ns>_layout in the scope {ns} (none in the single layout),
+ * with "cluster" or "single". */
+void dtq_scope_layout_call(dtq_argv *a, const char *ns, int cluster);
+/* The verdict on the check's reply. */
+dtq_scope_layout dtq_scope_layout_verdict(const redisReply *r, int cluster);
+
 #endif

@@ -412,6 +412,16 @@ static void publish_config(dtq_worker *w, dtq_rsteps *j) {
     }
 }
 
+/* <ns>_layout could not be called (dtq_scope_layout_verdict's unchecked: a worker role made
+ * before it existed, or an admin's older library): serving goes on, warned once. */
+static void layout_unchecked(dtq_worker *w, const redisReply *reply) {
+    if (!w->layout_warned)
+        dtq_warn("redis setup: %s_layout: %s; the namespace's layout is not checked "
+                 "(apply the worker role again: dtqctl acl worker)",
+                 w->ctx->cfg->ns, reply->str);
+    w->layout_warned = 1;
+}
+
 /* ----------------------------------------------------------------- the cluster layout
  * Setup once the router is up (and again whenever it was down): first, on every primary
  * of the map, the Functions library (<ns>_version, FUNCTION LOAD REPLACE when it is not
@@ -470,12 +480,14 @@ static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
             library_load_argv(w, &a);
             cl_setup_send(s, CL_LOAD, slot, &a);
         }
-    } else if (kind == CL_LAYOUT && reply->type == REDIS_REPLY_ERROR &&
-               !strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+    } else if (kind == CL_LAYOUT && dtq_scope_layout_verdict(reply, 1) == DTQ_SCOPE_LAYOUT_WRONG) {
         dtq_error("redis setup: %s; not starting", reply->str);
         s->fatal = 1;
         w->exit_code = DTQ_EX_CONFIG;
         event_base_loopbreak(w->ctx->base);
+    } else if (kind == CL_LAYOUT &&
+               dtq_scope_layout_verdict(reply, 1) == DTQ_SCOPE_LAYOUT_UNCHECKED) {
+        layout_unchecked(w, reply);
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
             library_refused(w);
@@ -590,12 +602,9 @@ static void cluster_publish(dtq_worker *w, cl_setup *s) {
 static void cl_setup_phase2(cl_setup *s) {
     dtq_ctx *ctx = s->w->ctx;
     dtq_argv a;
-    char *fn = dtq_keys_function(ctx->cfg->ns, "layout");
     s->phase = 2;
     s->left = 1; /* held while the phase's commands leave */
-    dtq_scope_fcall(&a, 0, fn, ctx->gtag);
-    dtq_argv_adds(&a, "cluster");
-    free(fn);
+    dtq_scope_layout_call(&a, ctx->cfg->ns, 1);
     cl_setup_send(s, CL_LAYOUT, -1, &a);
     cl_setup_release(s);
 }
@@ -644,21 +653,10 @@ static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     dtq_worker *w;
     if (!s) return;
     w = s->w;
-    if (reply->type == REDIS_REPLY_ERROR &&
-        (!strncmp(reply->str, "NOPERM", 6) ||
-         dtq_scripts_error_code(reply->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)) {
-        /* a worker role made before <ns>_layout existed, or an admin's older library: a
-         * single Redis's namespace can only be single, so serving goes on unchecked */
-        if (!w->layout_warned)
-            dtq_warn("redis setup: %s_layout: %s; the namespace's layout is not checked "
-                     "(apply the worker role again: dtqctl acl worker)",
-                     w->ctx->cfg->ns, reply->str);
-        w->layout_warned = 1;
-        return;
-    }
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
-        setup_reply(j, reply, a, b);
-        return;
+    switch (dtq_scope_layout_verdict(reply, 0)) {
+    case DTQ_SCOPE_LAYOUT_UNCHECKED: layout_unchecked(w, reply); return;
+    case DTQ_SCOPE_LAYOUT_WRONG: break;
+    default: setup_reply(j, reply, a, b); return;
     }
     dtq_error("redis setup: %s; not starting", reply->str);
     s->failed = 1;
@@ -712,11 +710,11 @@ static void setup_writes(dtq_rsteps *j) {
 
 static void setup_layout(dtq_rsteps *j) {
     setup_round *s = step_round(j);
-    char *fn;
+    dtq_argv a;
     if (!s) return;
-    fn = dtq_keys_function(s->w->ctx->cfg->ns, "layout");
-    dtq_rsteps_sendl(j, layout_reply, 0, 0, "FCALL", fn, "0", "single", NULL);
-    free(fn);
+    dtq_scope_layout_call(&a, s->w->ctx->cfg->ns, 0);
+    dtq_rsteps_send(j, layout_reply, 0, 0, &a);
+    dtq_argv_deinit(&a);
     dtq_rsteps_wait(j, setup_writes);
 }
 

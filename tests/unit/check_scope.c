@@ -2,6 +2,7 @@
  * FCALL shape with and without a tag, a tag put into a built call, and the queue index's
  * names (only valid queue names, sorted). */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,43 @@ START_TEST(test_index_names_valid_and_sorted) {
 }
 END_TEST
 
+/* The one layout policy, for the three programs. */
+static dtq_scope_layout verdict(int type, const char *text, int cluster) {
+    char buf[128];
+    redisReply r = {0};
+    snprintf(buf, sizeof(buf), "%s", text);
+    r.type = type;
+    r.str = buf;
+    r.len = strlen(buf);
+    return dtq_scope_layout_verdict(&r, cluster);
+}
+
+START_TEST(test_layout_verdict) {
+    static const char *const call[] = {"FCALL", "dtq_layout", "1", "{dtq}", "cluster", NULL};
+    static const char *const single[] = {"FCALL", "dtq_layout", "0", "single", NULL};
+    const char *nofn = "ERR Function not found";
+    dtq_argv a;
+    for (int cluster = 0; cluster < 2; cluster++) {
+        ck_assert_int_eq(verdict(REDIS_REPLY_STRING, "cluster", cluster), DTQ_SCOPE_LAYOUT_OK);
+        ck_assert_int_eq(verdict(REDIS_REPLY_ERROR, "WRONG_LAYOUT laid out for x", cluster),
+                         DTQ_SCOPE_LAYOUT_WRONG);
+        /* the monitor role (no <ns>_layout) reads on, unchecked, in both layouts */
+        ck_assert_int_eq(verdict(REDIS_REPLY_ERROR, "NOPERM User mon has no permissions", cluster),
+                         DTQ_SCOPE_LAYOUT_UNCHECKED);
+        ck_assert_int_eq(verdict(REDIS_REPLY_ERROR, "ERR something else", cluster),
+                         DTQ_SCOPE_LAYOUT_FAILED);
+    }
+    ck_assert_int_eq(verdict(REDIS_REPLY_ERROR, nofn, 0), DTQ_SCOPE_LAYOUT_UNCHECKED);
+    ck_assert_int_eq(verdict(REDIS_REPLY_ERROR, nofn, 1), DTQ_SCOPE_LAYOUT_NOT_LOADED);
+    dtq_scope_layout_call(&a, "dtq", 1);
+    assert_argv(&a, call);
+    dtq_argv_deinit(&a);
+    dtq_scope_layout_call(&a, "dtq", 0);
+    assert_argv(&a, single);
+    dtq_argv_deinit(&a);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("scope");
     TCase *tc = tcase_create("core");
@@ -123,6 +161,7 @@ int main(void) {
     tcase_add_test(tc, test_tag_goes_first_among_the_keys);
     tcase_add_test(tc, test_index_read);
     tcase_add_test(tc, test_index_names_valid_and_sorted);
+    tcase_add_test(tc, test_layout_verdict);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
