@@ -76,6 +76,17 @@ cJSON *ctl_read_model(ctl *x, const char *queue, const char *name, int argc, con
 /* The value unformatted on one line of stdout. */
 void ctl_print_json(const cJSON *v);
 
+/* A merge of the parts of a read over every queue (a rule of view_merge.c). */
+typedef cJSON *ctl_merge_fn(cJSON *const *parts, int n);
+/* One part of such a read: fn's answer about `queue` (NULL: {ns}) as JSON. Caller-owned. */
+typedef cJSON *ctl_part_fn(ctl *x, const char *queue, const char *fn, int argc, const char **args);
+/* A read over every queue: in the single layout the one call's answer as it is; in the
+ * cluster layout one call per queue of ctl_scopes and, with `global`, one with {ns},
+ * merged by `merge`. Each call's answer comes from `part` (NULL: ctl_read_model).
+ * Caller-owned. */
+cJSON *ctl_read_merged(ctl *x, const char *fn, int argc, const char **args, int global,
+                       ctl_part_fn *part, ctl_merge_fn *merge);
+
 /* One entry of a paged list: print it (entry is the page's, borrowed). */
 typedef void ctl_entry_fn(ctl *x, cJSON *entry, void *arg);
 /* Orders two entries of a merged list (qsort's sign). */

@@ -101,6 +101,24 @@ cJSON *ctl_read_model(ctl *x, const char *queue, const char *name, int argc, con
     return v;
 }
 
+cJSON *ctl_read_merged(ctl *x, const char *fn, int argc, const char **args, int global,
+                       ctl_part_fn *part, ctl_merge_fn *merge) {
+    cJSON **parts, *merged;
+    int n, k = 0;
+    char **scopes;
+    if (!part) part = ctl_read_model;
+    if (!x->cluster) return part(x, NULL, fn, argc, args);
+    scopes = ctl_scopes(x, &n);
+    parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *));
+    for (; k < n; k++) parts[k] = part(x, scopes[k], fn, argc, args);
+    if (global) parts[k++] = part(x, NULL, fn, argc, args);
+    merged = merge(parts, k);
+    for (int i = 0; i < k; i++) cJSON_Delete(parts[i]);
+    free(parts);
+    dtq_scope_names_free(scopes, n);
+    return merged;
+}
+
 /* ----------------------------------------------------------------- the queue index */
 
 /* {ns}:queues, the cluster layout's index of the queues. Caller-owned. */
