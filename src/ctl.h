@@ -89,18 +89,20 @@ cJSON *ctl_read_merged(ctl *x, const char *fn, int argc, const char **args, int 
 
 /* One entry of a paged list: print it (entry is the page's, borrowed). */
 typedef void ctl_entry_fn(ctl *x, cJSON *entry, void *arg);
-/* Orders two entries of a merged list (qsort's sign). */
-typedef int ctl_entry_cmp(const cJSON *a, const cJSON *b);
+/* A merge of pages of several queues into one of `count` entries (view_merge.c's
+ * dtq_view_merge_stream_pages, dtq_view_merge_scheduled). */
+typedef cJSON *ctl_page_merge_fn(cJSON *const *parts, int n, int count);
 /* A paged read Function (<ns>_dead_letters, <ns>_scheduled) over the queues of ctl_scopes:
  * args[0] and args[1] are filled with the cursor and the count, page after page (at most
  * page_max each) until `want` entries or no next_cursor. The single layout pages its one
  * call and lists the entries in their order; the cluster layout takes up to `want`
- * entries of each queue, sorts them all by `cmp` (the queues' order breaks ties) and lists
- * the first `want`. Each listed entry goes to `each`; with --json they are printed as one
- * array (each prints an entry's JSON, entries separated here). */
+ * entries of each queue as one page of it, merges those pages by `merge` (the queues'
+ * order breaks ties) and lists the first `want`. Each listed entry goes to `each`; with
+ * --json they are printed as one array (each prints an entry's JSON, entries separated
+ * here). */
 void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int argc,
-                     const char **args, long long want, long long page_max, ctl_entry_cmp *cmp,
-                     ctl_entry_fn *each, void *arg);
+                     const char **args, long long want, long long page_max,
+                     ctl_page_merge_fn *merge, ctl_entry_fn *each, void *arg);
 
 /* Routing (ctl_route.c). The queues a read over every queue calls its Function about, in
  * order: in the single layout one NULL (the call covers the namespace), in the cluster

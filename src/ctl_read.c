@@ -468,9 +468,9 @@ static void dlq_entry(ctl *x, cJSON *e, void *arg) {
     }
 }
 
-/* The order of stream entries by entry_id (<ms>-<seq>), oldest first. */
-static int cmp_entry_id(const cJSON *a, const cJSON *b) {
-    return dtq_view_cmp_stream_id(str_of(a, "entry_id", "0-0"), str_of(b, "entry_id", "0-0"));
+/* Dead-letter pages merged oldest first (view_merge.c's rule). */
+static cJSON *merge_oldest(cJSON *const *parts, int n, int count) {
+    return dtq_view_merge_stream_pages(parts, n, count, 1);
 }
 
 /* dlq list [--count N]: the N oldest dead letters, whole (field_max 0), through
@@ -493,7 +493,7 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         const char *a[5] = {NULL, NULL, "oldest", "", "0"};
         int n;
         char **scopes = ctl_scopes(x, &n);
-        ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, cmp_entry_id,
+        ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, merge_oldest,
                         dlq_entry, NULL);
         dtq_scope_names_free(scopes, n);
     }

@@ -198,23 +198,12 @@ const char *ctl_id_queue(ctl *x, const char *queue) {
 
 /* ----------------------------------------------------------------- merged lists */
 
-static ctl_entry_cmp *sort_cmp; /* qsort has no argument for it */
-
-typedef struct merged {
-    cJSON *e;
-    int order; /* the queue's place, then the entry's: ties keep the queues' order */
-} merged;
-
-static int cmp_merged(const void *pa, const void *pb) {
-    const merged *a = pa, *b = pb;
-    int c = sort_cmp(a->e, b->e);
-    return c ? c : (a->order > b->order) - (a->order < b->order);
-}
-
 /* Up to `want` entries of fn's pages about `queue` (args[0] and args[1]: the cursor and
- * the count), moved into `into`. */
-static void collect_pages(ctl *x, const char *queue, const char *fn, int argc, const char **args,
-                          long long want, long long page_max, cJSON *into) {
+ * the count) as one page: {"entries": [...], "next_cursor": the cursor after them, or
+ * null when the pages ended}. Caller-owned. */
+static cJSON *collect_pages(ctl *x, const char *queue, const char *fn, int argc, const char **args,
+                            long long want, long long page_max) {
+    cJSON *out = cJSON_CreateObject(), *into = cJSON_AddArrayToObject(out, "entries");
     long long got = 0;
     char *cursor = dtq_xstrdup("-"), count[32];
     while (cursor && got < want) {
@@ -234,33 +223,32 @@ static void collect_pages(ctl *x, const char *queue, const char *fn, int argc, c
         cursor = cJSON_IsString(next) ? dtq_xstrdup(next->valuestring) : NULL;
         cJSON_Delete(page);
     }
+    if (cursor)
+        cJSON_AddStringToObject(out, "next_cursor", cursor);
+    else
+        cJSON_AddNullToObject(out, "next_cursor");
     free(cursor);
+    return out;
 }
 
 void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int argc,
-                     const char **args, long long want, long long page_max, ctl_entry_cmp *cmp,
-                     ctl_entry_fn *each, void *arg) {
-    cJSON *all = cJSON_CreateArray(), *e;
-    merged *m;
-    int n = 0, k = 0;
+                     const char **args, long long want, long long page_max,
+                     ctl_page_merge_fn *merge, ctl_entry_fn *each, void *arg) {
+    int n = x->cluster ? nscopes : 1, k = 0;
+    cJSON **parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *)), *page, *e;
     /* the single layout: one call's pages, in their order (nothing to merge) */
-    if (!x->cluster) cmp = NULL;
-    for (int i = 0; i < (x->cluster ? nscopes : 1); i++)
-        collect_pages(x, x->cluster ? scopes[i] : NULL, fn, argc, args, want, page_max, all);
-    m = dtq_xcalloc((size_t)cJSON_GetArraySize(all) + 1, sizeof(merged));
-    cJSON_ArrayForEach(e, all) {
-        m[n].e = e;
-        m[n].order = n;
-        n++;
-    }
-    sort_cmp = cmp;
-    if (cmp) qsort(m, (size_t)n, sizeof(merged), cmp_merged);
+    for (int i = 0; i < n; i++)
+        parts[i] = collect_pages(x, x->cluster ? scopes[i] : NULL, fn, argc, args, want, page_max);
+    page = x->cluster ? merge(parts, n, (int)want) : parts[0];
     if (x->json) putchar('[');
-    for (k = 0; k < n && k < want; k++) {
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(page, "entries")) {
+        if (k >= want) break; /* equal keys kept together may make the page longer */
         if (x->json && k) putchar(',');
-        each(x, m[k].e, arg);
+        each(x, e, arg);
+        k++;
     }
     if (x->json) printf("]\n");
-    free(m);
-    cJSON_Delete(all);
+    if (page != parts[0]) cJSON_Delete(page);
+    for (int i = 0; i < n; i++) cJSON_Delete(parts[i]);
+    free(parts);
 }

@@ -2,11 +2,11 @@
  * read Function called with a queue's tag {ns:q} answers for that queue alone, and with
  * {ns} for the shared state alone (workers, the scheduler leader, the global audit); these
  * put such parts together into the single layout's shape, the one rule for each view.
- * dtq-web merges every view it reads here (web_read.c); dtqctl merges queues, stats and
- * limits here (ctl_route.c's ctl_read_merged), its paged lists (dlq list, scheduled list)
- * with ctl_list_merged still. Pure: parsed answers in (borrowed), a new object out, no
- * I/O. Parts come in any order; the {ns} part is one of them when the caller asked it (a
- * view of the queues alone, like dtqctl's queues or the limits, has none).
+ * dtq-web (web_read.c) and dtqctl (ctl_route.c: ctl_read_merged for queues, stats, cron
+ * and limits; ctl_list_merged for the dead letters and the schedule) both merge here.
+ * Pure: parsed answers in (borrowed), a new object out, no I/O. Parts come in any order;
+ * the {ns} part is one of them when the caller asked for it (a view of the queues alone,
+ * like dtqctl's queues or the limits, has none).
  *
  * Merged pages (dead letters, audit, the schedule) keep the single layout's cursors: each
  * part is one page of its stream or set after the same cursor, and the merged page holds

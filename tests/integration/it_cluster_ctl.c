@@ -445,6 +445,42 @@ START_TEST(test_dlq_empty) {
 }
 END_TEST
 
+/* Dead letters of two queues (of two slots), the older queue cleared first: dlq list
+ * merges them oldest first by entry id (view_merge.c's rule), --count N the first N;
+ * purged after. */
+START_TEST(test_dlq_merged) {
+    const char *q[2] = {"dla", "dlb"};
+    cJSON *v;
+    char *out;
+    int rc;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 3 - i; k++) {
+            rc = ctl(&out, "enqueue %s echo {} --id dl-%s-%d", q[i], q[i], k);
+            ck_assert_msg(rc == 0, "enqueue: exit %d: %s", rc, out);
+            free(out);
+        }
+        usleep(5000); /* the second queue's dead letters in a later millisecond */
+        rc = ctl(&out, "queue clear %s", q[i]);
+        ck_assert_msg(rc == 0, "queue clear: exit %d: %s", rc, out);
+        free(out);
+    }
+    v = ctl_json("dlq list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 5);
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(!strncmp(th_json_str(cJSON_GetArrayItem(v, k), "task_id"),
+                               k < 3 ? "dl-dla-" : "dl-dlb-", 7),
+                      "entry %d: %s", k, th_json_str(cJSON_GetArrayItem(v, k), "task_id"));
+    cJSON_Delete(v);
+    v = ctl_json("dlq list --count 4");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 4);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 3), "task_id"), "dl-dlb-0");
+    cJSON_Delete(v);
+    rc = ctl(&out, "dlq purge");
+    ck_assert_msg(rc == 0 && !strcmp(out, "5\n"), "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
 /* A namespace first used with cluster_hash_tag over a plain URL (the single layout in one
  * slot): dtqctl with the cluster URL refuses it, reads and writes alike. */
 
@@ -581,6 +617,7 @@ int main(void) {
     tcase_add_test(tc, test_cron);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_dlq_empty);
+    tcase_add_test(tc, test_dlq_merged);
     tcase_add_test(tc, test_acl_roles);
     tcase_add_test(tc, test_monitor_reads_unchecked);
     tcase_add_test(tc, test_layout_refusal);
