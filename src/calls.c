@@ -4,19 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dtq_call_tag(dtq_argv *a, const char *tag) {
-    dtq_argv t;
-    if (!tag) return;
-    dtq_argv_init(&t);
-    dtq_argv_add(&t, a->argv[0], a->lens[0]);
-    dtq_argv_add(&t, a->argv[1], a->lens[1]);
-    dtq_argv_addll(&t, strtoll(a->argv[2], NULL, 10) + 1);
-    dtq_argv_adds(&t, tag);
-    for (int i = 3; i < a->argc; i++) dtq_argv_add(&t, a->argv[i], a->lens[i]);
-    dtq_argv_deinit(a);
-    *a = t;
-}
-
 static void head(dtq_argv *a, const char *fn, long long numkeys) {
     dtq_argv_init(a);
     dtq_argv_adds(a, "FCALL");

@@ -2,7 +2,8 @@
  * Function, so that each layout is spelled once on the C side (lua/lib/scope.lua reads the same
  * layouts; docs/reference.md 5.4 describes them). Each builder starts `a` (dtq_argv_init)
  * with FCALL, the Function's name `fn` (ctx->fn), numkeys and the KEYS, then the ARGV; the
- * caller sends it and frees it (dtq_argv_deinit). Strings are copied: nothing is kept. */
+ * caller scopes it in the cluster layout (dtq_scope_tag_call), sends it and frees it
+ * (dtq_argv_deinit). Strings are copied: nothing is kept. */
 #ifndef DTQ_CALLS_H
 #define DTQ_CALLS_H
 
@@ -12,12 +13,6 @@
 #include "config.h"
 #include "streams.h"
 #include "util.h"
-
-/* The cluster layout (docs/reference.md "Redis Cluster"): makes the call built in `a` one
- * scoped to `tag` ("{ns:q}" for a queue, "{ns}" for global state): the tag is put first
- * among the KEYS and numkeys counts it; the other keys and the ARGV are unchanged. tag NULL
- * (the single layout): nothing changes. */
-void dtq_call_tag(dtq_argv *a, const char *tag);
 
 /* <ns>_fetch: per served queue its paused key and streams p9..p0; worker_id, count,
  * policy-json, the queue names. */

@@ -7,6 +7,7 @@
 
 #include "calls.h"
 #include "log.h"
+#include "scope.h"
 #include "task.h"
 #include "util.h"
 
@@ -245,7 +246,7 @@ static int cluster_send(dtq_consumer *c, int node, int q, int count) {
     fc->name = dtq_xstrdup(ctx->streams.queues[q]);
     fc->count = count;
     dtq_call_fetch(&a, ctx->fn.fetch, &one, ctx->cfg->worker_id, count, ctx->policy_json);
-    dtq_call_tag(&a, dtq_ctx_qtag(ctx, q));
+    dtq_scope_tag_call(&a, dtq_ctx_qtag(ctx, q));
     rc = dtq_ctx_command(ctx, cluster_fetch_cb, fc, &a);
     dtq_argv_deinit(&a);
     if (rc != DTQ_OK) {

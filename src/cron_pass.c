@@ -17,6 +17,7 @@
 #include "cron.h"
 #include "keys.h"
 #include "log.h"
+#include "scope.h"
 #include "util.h"
 
 /* What a ring of fire times may hold, whatever cron_due says it takes. */
@@ -66,7 +67,7 @@ static void tag_queue(const dtq_ctx *ctx, dtq_argv *a, const char *queue) {
     char *tag;
     if (!dtq_ctx_cluster(ctx)) return;
     tag = dtq_ctx_queue_prefix(ctx, queue);
-    dtq_call_tag(a, tag);
+    dtq_scope_tag_call(a, tag);
     free(tag);
 }
 
@@ -305,9 +306,9 @@ static void sync_send(dtq_cron_pass *cp, dtq_argv *a) {
 
 /* The config's schedules written; <ns>_cron_sync removes this file's others. In the
  * cluster layout per queue: each section with its queue's tag, and one <ns>_cron_sync
- * per queue of the index (`index`, SMEMBERS {ns}:queues) and of the sections, naming the
- * sections of that queue. */
-static void sync_config(dtq_cron_pass *cp, const redisReply *index) {
+ * per queue of the index (`index`, nindex queues, dtq_scope_index_names) and of the
+ * sections, naming the sections of that queue. */
+static void sync_config(dtq_cron_pass *cp, char *const *index, int nindex) {
     dtq_ctx *ctx = cp->ctx;
     const dtq_config *cfg = ctx->cfg;
     char origin[600];
@@ -327,9 +328,8 @@ static void sync_config(dtq_cron_pass *cp, const redisReply *index) {
         sync_send(cp, &a);
         return;
     }
-    for (size_t i = 0; index && i < index->elements; i++) {
-        const char *q = index->element[i]->str;
-        if (index->element[i]->type != REDIS_REPLY_STRING) continue;
+    for (int i = 0; i < nindex; i++) {
+        const char *q = index[i];
         dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg, q);
         tag_queue(ctx, &a, q);
         sync_send(cp, &a);
@@ -337,9 +337,7 @@ static void sync_config(dtq_cron_pass *cp, const redisReply *index) {
     for (int i = 0; i < cfg->ncrons; i++) {
         const char *q = cfg->crons[i].queue;
         int seen = 0;
-        for (size_t j = 0; index && j < index->elements && !seen; j++)
-            seen =
-                index->element[j]->type == REDIS_REPLY_STRING && !strcmp(index->element[j]->str, q);
+        for (int j = 0; j < nindex && !seen; j++) seen = !strcmp(index[j], q);
         for (int j = 0; j < i && !seen; j++) seen = !strcmp(cfg->crons[j].queue, q);
         if (seen) continue;
         dtq_call_cron_sync(&a, ctx->fn.cron_sync, cfg->worker_id, origin, cfg, q);
@@ -354,41 +352,44 @@ static void cl_index_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_cron_pass *cp = cl_unwrap(priv);
     dtq_ctx *ctx;
     redisReply *reply = r;
+    char **queues = NULL, *error = NULL;
+    int nq = 0;
     DTQ_UNUSED(ac);
     if (!cp) return;
     ctx = cp->ctx;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
+    if (reply) queues = dtq_scope_index_names(reply, &nq, &error);
+    if (!queues) {
         if (reply)
             dtq_error("cron: reading the queue index failed: %s",
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+                      error ? error : "unexpected reply");
+        free(error);
         cp->inflight = 0;
         cp->full = 0;
         cp->soonest = 0;
         arm(cp, ctx->cfg->scheduler_interval_ms);
         return;
     }
-    if (!cp->synced && cp->sync_pending == 0) sync_config(cp, reply);
+    if (!cp->synced && cp->sync_pending == 0) sync_config(cp, queues, nq);
     cp->full = 0;
     cp->soonest = 0;
-    if (!dtq_leader_leads(cp->leader) || reply->elements == 0) {
+    if (!dtq_leader_leads(cp->leader) || nq == 0) {
+        dtq_scope_names_free(queues, nq);
         cp->inflight = 0;
         arm(cp, ctx->cfg->scheduler_interval_ms);
         return;
     }
     cp->inflight = 1; /* held while the calls leave */
-    for (size_t i = 0; i < reply->elements; i++) {
+    for (int i = 0; i < nq; i++) {
         dtq_argv a;
         cl_call *c;
-        char *tag;
-        if (reply->element[i]->type != REDIS_REPLY_STRING) continue;
-        tag = dtq_ctx_queue_prefix(ctx, reply->element[i]->str);
+        char *tag = dtq_ctx_queue_prefix(ctx, queues[i]);
         if (!dtq_ctx_key_up(ctx, tag)) { /* a shard down: the next step tries it again */
             free(tag);
             continue;
         }
         free(tag);
         dtq_call_cron_due(&a, ctx->fn.cron_due);
-        tag_queue(ctx, &a, reply->element[i]->str);
+        tag_queue(ctx, &a, queues[i]);
         c = cl_call_new(cp);
         if (dtq_ctx_command(ctx, due_cb, c, &a) == DTQ_OK)
             cp->inflight++;
@@ -396,6 +397,7 @@ static void cl_index_cb(redisAsyncContext *ac, void *r, void *priv) {
             free(c);
         dtq_argv_deinit(&a);
     }
+    dtq_scope_names_free(queues, nq);
     step_reply_done(cp);
 }
 
@@ -411,12 +413,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     if (dtq_ctx_cluster(ctx)) {
-        char *key = dtq_key_queues(ctx->prefix);
         cl_call *c = cl_call_new(cp);
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "SMEMBERS");
-        dtq_argv_adds(&a, key);
-        free(key);
+        dtq_scope_index_read(&a, ctx->cfg->ns);
         if (dtq_ctx_command(ctx, cl_index_cb, c, &a) == DTQ_OK) {
             cp->inflight = 1;
         } else {
@@ -426,7 +424,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         dtq_argv_deinit(&a);
         return;
     }
-    if (!cp->synced && cp->sync_pending == 0) sync_config(cp, NULL);
+    if (!cp->synced && cp->sync_pending == 0) sync_config(cp, NULL, 0);
     if (!dtq_leader_leads(cp->leader)) {
         cp->full = 0;
         cp->soonest = 0;

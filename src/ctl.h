@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "rsync.h"
+#include "scope.h"
 
 #define CTL_EXIT_REFUSED 1
 #define CTL_EXIT_USAGE 2
@@ -89,28 +90,40 @@ cJSON *ctl_read_model(ctl *x, const char *queue, const char *name, int argc, con
 /* The value unformatted on one line of stdout. */
 void ctl_print_json(const cJSON *v);
 
+/* A merge of the parts of a read over every queue (a rule of view_merge.c). */
+typedef cJSON *ctl_merge_fn(cJSON *const *parts, int n);
+/* One part of such a read: fn's answer about `queue` (NULL: {ns}) as JSON. Caller-owned. */
+typedef cJSON *ctl_part_fn(ctl *x, const char *queue, const char *fn, int argc, const char **args);
+/* A read over every queue: in the single layout the one call's answer as it is; in the
+ * cluster layout one call per queue of ctl_scopes and, with `global`, one with {ns},
+ * merged by `merge`. Each call's answer comes from `part` (NULL: ctl_read_model).
+ * Caller-owned. */
+cJSON *ctl_read_merged(ctl *x, const char *fn, int argc, const char **args, int global,
+                       ctl_part_fn *part, ctl_merge_fn *merge);
+
 /* One entry of a paged list: print it (entry is the page's, borrowed). */
 typedef void ctl_entry_fn(ctl *x, cJSON *entry, void *arg);
-/* Orders two entries of a merged list (qsort's sign). */
-typedef int ctl_entry_cmp(const cJSON *a, const cJSON *b);
+/* A merge of pages of several queues into one of `count` entries (view_merge.c's
+ * dtq_view_merge_stream_pages, dtq_view_merge_scheduled). */
+typedef cJSON *ctl_page_merge_fn(cJSON *const *parts, int n, int count);
 /* A paged read Function (<ns>_dead_letters, <ns>_scheduled) over the queues of ctl_scopes:
  * args[0] and args[1] are filled with the cursor and the count, page after page (at most
  * page_max each) until `want` entries or no next_cursor. The single layout pages its one
  * call and lists the entries in their order; the cluster layout takes up to `want`
- * entries of each queue, sorts them all by `cmp` (the queues' order breaks ties) and lists
- * the first `want`. Each listed entry goes to `each`; with --json they are printed as one
- * array (each prints an entry's JSON, entries separated here). */
+ * entries of each queue as one page of it, merges those pages by `merge` (the queues'
+ * order breaks ties) and lists the first `want`. Each listed entry goes to `each`; with
+ * --json they are printed as one array (each prints an entry's JSON, entries separated
+ * here). */
 void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int argc,
-                     const char **args, long long want, long long page_max, ctl_entry_cmp *cmp,
-                     ctl_entry_fn *each, void *arg);
+                     const char **args, long long want, long long page_max,
+                     ctl_page_merge_fn *merge, ctl_entry_fn *each, void *arg);
 
 /* Routing (ctl_route.c). The queues a read over every queue calls its Function about, in
  * order: in the single layout one NULL (the call covers the namespace), in the cluster
- * layout the members of {ns}:queues sorted by name (maybe none); *n their number. A read
- * with global parts makes one more call with NULL in the cluster layout (x->cluster).
- * Freed with ctl_scopes_free. */
+ * layout the queues of the index {ns}:queues as dtq_scope_index_names gives them (valid
+ * names, sorted; maybe none); *n their number. A read with global parts makes one more
+ * call with NULL in the cluster layout (x->cluster). Freed with dtq_scope_names_free. */
 char **ctl_scopes(ctl *x, int *n);
-void ctl_scopes_free(char **scopes, int n);
 /* The cluster layout: SADD {ns}:queues queue (the index that the reads over every queue
  * read), after a write that makes the queue known; nothing in the single layout. */
 void ctl_queue_index_add(ctl *x, const char *queue);

@@ -98,7 +98,7 @@ static char *cron_queue(ctl *x, const char *name) {
                     "queue with --queue Q",
                     hits, name);
     if (!found) ctl_refused("NOT_FOUND no periodic schedule named %s", name);
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     return found;
 }
 
@@ -162,21 +162,7 @@ static const char *when(const cJSON *o, const char *name, char *buf, size_t size
 /* <ns>_cron_list over the queues (the cluster layout: one call per queue of the index),
  * merged as dtq-web merges them (view_merge.h: by name, then queue): {"schedules": [...]}. */
 static cJSON *cron_list_all(ctl *x) {
-    cJSON *out, **parts;
-    int n;
-    char **scopes = ctl_scopes(x, &n);
-    if (!x->cluster) {
-        out = ctl_read_model(x, NULL, "cron_list", 0, NULL);
-        ctl_scopes_free(scopes, n);
-        return out;
-    }
-    parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *));
-    for (int i = 0; i < n; i++) parts[i] = ctl_read_model(x, scopes[i], "cron_list", 0, NULL);
-    out = dtq_view_merge_cron(parts, n);
-    for (int i = 0; i < n; i++) cJSON_Delete(parts[i]);
-    free(parts);
-    ctl_scopes_free(scopes, n);
-    return out;
+    return ctl_read_merged(x, "cron_list", 0, NULL, 0, NULL, dtq_view_merge_cron);
 }
 
 /* cron list [--json]: every schedule with its next and last fire time, last task, state. */

@@ -8,6 +8,7 @@
 
 #include "ctl.h"
 #include "util.h"
+#include "view_merge.h"
 
 #define PERIOD_MAX_MS 31536000000LL /* <ns>_limit_set's bound on period_ms: a year */
 
@@ -158,25 +159,18 @@ static void rate_text(const cJSON *l, char *buf, size_t size) {
     }
 }
 
-/* <ns>_limit_list's array; the cluster layout's one call per queue of the index (sorted,
- * as one call sorts its queues) concatenated. */
+/* One <ns>_limit_list answer, which must be an array. */
+static cJSON *limit_list_part(ctl *x, const char *queue, const char *fn, int argc,
+                              const char **args) {
+    cJSON *list = ctl_read_model(x, queue, fn, argc, args);
+    if (!cJSON_IsArray(list)) ctl_refused("unexpected reply to %s_%s", x->ns, fn);
+    return list;
+}
+
+/* <ns>_limit_list's array; the cluster layout's one call per queue of the index merged by
+ * view_merge.c's rule (by queue). */
 static cJSON *limit_list_all(ctl *x) {
-    cJSON *all = NULL;
-    int n;
-    char **scopes = ctl_scopes(x, &n);
-    for (int i = 0; i < n; i++) {
-        cJSON *list = ctl_read_model(x, scopes[i], "limit_list", 0, NULL);
-        if (!cJSON_IsArray(list)) ctl_refused("unexpected reply to %s_limit_list", x->ns);
-        if (!all) {
-            all = list;
-            continue;
-        }
-        while (cJSON_GetArraySize(list) > 0)
-            cJSON_AddItemToArray(all, cJSON_DetachItemFromArray(list, 0));
-        cJSON_Delete(list);
-    }
-    ctl_scopes_free(scopes, n);
-    return all ? all : cJSON_CreateArray();
+    return ctl_read_merged(x, "limit_list", 0, NULL, 0, limit_list_part, dtq_view_merge_limits);
 }
 
 /* limit list [--json]: <ns>_limit_list, one line per limit (or its JSON array). */

@@ -306,27 +306,29 @@ static void queue_rows(const cJSON *ov, cJSON *arr) {
     }
 }
 
+/* The overview's merge with no cap of its own (each call's cap is said by its
+ * queues_truncated). */
+static cJSON *merge_overview(cJSON *const *parts, int n) {
+    return dtq_view_merge_overview(parts, n, -1);
+}
+
 /* queues: the queues of <ns>_overview (the cluster layout: of one call per queue of the
- * index, in its order). */
+ * index, merged by view_merge.c's rule: by name). */
 int ctl_queues(ctl *x, const ctl_verb *v, int argc, char **argv) {
     cJSON *arr = x->json ? cJSON_CreateArray() : NULL;
-    int n;
-    char **scopes = ctl_scopes(x, &n);
+    cJSON *ov;
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
     if (!x->json) printf("%-24s %10s %10s %10s %s\n", "QUEUE", "DEPTH", "PENDING", "SCHEDULED", "");
-    for (int i = 0; i < n; i++) {
-        cJSON *ov = ctl_read_model(x, scopes[i], "overview", 0, NULL);
-        queue_rows(ov, arr);
-        if (!x->cluster) note_truncated(ov, "queues_truncated", "queues");
-        cJSON_Delete(ov);
-    }
+    ov = ctl_read_merged(x, "overview", 0, NULL, 0, NULL, merge_overview);
+    queue_rows(ov, arr);
+    note_truncated(ov, "queues_truncated", "queues");
+    cJSON_Delete(ov);
     if (arr) {
         ctl_print_json(arr);
         cJSON_Delete(arr);
     }
-    ctl_scopes_free(scopes, n);
     return 0;
 }
 
@@ -400,28 +402,25 @@ int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
 
 /* ----------------------------------------------------------------- stats */
 
-/* Adds a <ns>_stats reply's pairs to `o` (name -> number, in the order first seen): the
- * queue:<q>:* pairs as they come (each queue answers for itself; queue:<q>:mode is a
- * word, lean or full), the namespace's counters (scheduled, claimed, dlq, workers) summed
- * over the calls. */
-static void stats_add(ctl *x, cJSON *o, const redisReply *r) {
-    if (r->type != REDIS_REPLY_ARRAY) ctl_refused("unexpected reply to %s_stats", x->ns);
+/* A <ns>_stats reply's name/value pairs as an object (name -> number, or for
+ * queue:<q>:mode a word, lean or full), in their order. */
+static cJSON *stats_part(ctl *x, const char *queue, const char *fn, int argc, const char **args) {
+    redisReply *r = ctl_fcall(x, 1, queue, fn, argc, args);
+    cJSON *o = cJSON_CreateObject();
+    if (r->type != REDIS_REPLY_ARRAY) ctl_refused("unexpected reply to %s_%s", x->ns, fn);
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
         const redisReply *name = r->element[i], *val = r->element[i + 1];
-        cJSON *had;
         if (name->type != REDIS_REPLY_STRING ||
             (val->type != REDIS_REPLY_INTEGER && val->type != REDIS_REPLY_STRING))
-            ctl_refused("unexpected reply to %s_stats", x->ns);
-        had = cJSON_GetObjectItemCaseSensitive(o, name->str);
-        if (val->type == REDIS_REPLY_STRING) {
-            if (!had) cJSON_AddStringToObject(o, name->str, val->str);
-            continue;
-        }
-        if (had)
-            cJSON_SetNumberValue(had, had->valuedouble + (double)val->integer);
+            ctl_refused("unexpected reply to %s_%s", x->ns, fn);
+        if (cJSON_GetObjectItemCaseSensitive(o, name->str)) continue;
+        if (val->type == REDIS_REPLY_STRING)
+            cJSON_AddStringToObject(o, name->str, val->str);
         else
             cJSON_AddNumberToObject(o, name->str, (double)val->integer);
     }
+    freeReplyObject(r);
+    return o;
 }
 
 /* The stats as --json prints them: every queue:<q>:<field> pair under "queues", by queue
@@ -445,24 +444,14 @@ static cJSON *stats_nested(const cJSON *flat) {
     return out;
 }
 
-/* stats: <ns>_stats's name/value pairs; in the cluster layout merged from one call per
- * queue of the index and one for the global parts (the live workers). --json: nested per
- * queue (stats_nested). */
+/* stats: <ns>_stats's name/value pairs; in the cluster layout one call per queue of the
+ * index and one for the global parts (the live workers), merged by view_merge.c's rule.
+ * --json: nested per queue (stats_nested). */
 int ctl_stats(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    cJSON *o = cJSON_CreateObject(), *f;
-    int n;
-    char **scopes = ctl_scopes(x, &n);
+    cJSON *o = ctl_read_merged(x, "stats", 0, NULL, 1, stats_part, dtq_view_merge_stats), *f;
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
-    for (int i = 0; i <= n; i++) {
-        redisReply *r;
-        if (i == n && !x->cluster) break; /* the one call covered it all */
-        r = ctl_fcall(x, 1, i < n ? scopes[i] : NULL, "stats", 0, NULL);
-        stats_add(x, o, r);
-        freeReplyObject(r);
-    }
-    ctl_scopes_free(scopes, n);
     if (x->json) {
         cJSON *nested = stats_nested(o);
         ctl_print_json(nested);
@@ -505,9 +494,9 @@ static void dlq_entry(ctl *x, cJSON *e, void *arg) {
     }
 }
 
-/* The order of stream entries by entry_id (<ms>-<seq>), oldest first. */
-static int cmp_entry_id(const cJSON *a, const cJSON *b) {
-    return dtq_view_cmp_stream_id(str_of(a, "entry_id", "0-0"), str_of(b, "entry_id", "0-0"));
+/* Dead-letter pages merged oldest first (view_merge.c's rule). */
+static cJSON *merge_oldest(cJSON *const *parts, int n, int count) {
+    return dtq_view_merge_stream_pages(parts, n, count, 1);
 }
 
 /* dlq list [--count N] [--class C]: the N oldest dead letters (of failure class C alone
@@ -534,9 +523,9 @@ int ctl_dlq_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         const char *a[5] = {NULL, NULL, "oldest", cls, "0"};
         int n;
         char **scopes = ctl_scopes(x, &n);
-        ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, cmp_entry_id,
+        ctl_list_merged(x, scopes, n, "dead_letters", 5, a, want, DLQ_PAGE_MAX, merge_oldest,
                         dlq_entry, NULL);
-        ctl_scopes_free(scopes, n);
+        dtq_scope_names_free(scopes, n);
     }
     return 0;
 }

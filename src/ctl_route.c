@@ -15,13 +15,9 @@
 
 #include "ctl.h"
 #include "keys.h"
+#include "scope.h"
 #include "scripts.h"
 #include "util.h"
-
-/* The tag of a call: {ns:queue}, or {ns} for NULL. Caller-owned. */
-static char *call_tag(const ctl *x, const char *queue) {
-    return queue ? dtq_keys_queue_prefix(x->ns, queue) : dtq_keys_global_prefix(x->ns);
-}
 
 /* The Functions are not loaded: exit 1 naming the way to load them. */
 static void not_loaded(const ctl *x) __attribute__((noreturn));
@@ -35,53 +31,43 @@ static void not_loaded(const ctl *x) {
 /* FCALL[_RO] <ns>_<name> with the layout's keys, the reply as it came. */
 static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name, int argc,
                              const char **args) {
-    const char **argv = dtq_xcalloc((size_t)argc + 4, sizeof(char *));
-    char *fn = dtq_keys_function(x->ns, name), *tag = NULL;
-    int n = 0;
+    char *fn = dtq_keys_function(x->ns, name), *tag = dtq_scope_tag(x->ns, x->cluster, queue);
+    dtq_argv a;
     redisReply *r;
-    argv[n++] = ro ? "FCALL_RO" : "FCALL";
-    argv[n++] = fn;
-    if (x->cluster) {
-        tag = call_tag(x, queue);
-        argv[n++] = "1";
-        argv[n++] = tag;
-    } else {
-        argv[n++] = "0";
-    }
-    for (int i = 0; i < argc; i++) argv[n++] = args[i];
-    r = ctl_command(x, n, argv);
-    free(argv);
+    dtq_scope_fcall(&a, ro, fn, tag);
+    for (int i = 0; i < argc; i++) dtq_argv_adds(&a, args[i]);
+    r = ctl_command(x, a.argc, (const char **)a.argv);
+    dtq_argv_deinit(&a);
     free(fn);
     free(tag);
     return r;
 }
 
-/* <ns>_layout, once (and after functions install): the namespace must be laid out as this client is
- * (the single layout for one Redis, the cluster layout for a cluster URL); the answer writes the
- * marker when there is none. WRONG_LAYOUT ends the program (exit 1, its message says how to move).
- * A library without <ns>_layout (older than the cluster layout) can only hold the single layout:
- * fine for it, the not-loaded refusal for the cluster layout. NOPERM on a single Redis (a role made
- * before <ns>_layout existed) is a warning: that namespace can only be single. Any other error is
- * refused, naming the Function. */
+/* <ns>_layout, once (and after functions install): the namespace must be laid out as this
+ * client is (the single layout for one Redis, the cluster layout for a cluster URL); the
+ * answer writes the marker when there is none. Judged by dtq_scope_layout_verdict:
+ * WRONG_LAYOUT ends the program (exit 1, its message says how to move); unchecked goes on
+ * (NOPERM with a warning); the Functions not loaded (the cluster layout) is the not-loaded
+ * refusal; any other error is refused, naming the Function. */
 void ctl_check_layout(ctl *x) {
-    const char *a[1] = {x->cluster ? "cluster" : "single"};
+    dtq_argv a;
     redisReply *r;
     x->layout_checked = 1;
-    r = fcall_raw(x, 0, NULL, "layout", 1, a);
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (!strncmp(r->str, "WRONG_LAYOUT", 12)) ctl_refused("%s", r->str);
-        if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION) {
-            if (x->cluster) not_loaded(x);
-        } else if (!x->cluster && !strncmp(r->str, "NOPERM", 6)) {
-            /* a role made by an older dtqctl acl: the single layout is the only one such a
-             * namespace can have, so the check is skipped, not the write */
+    dtq_scope_layout_call(&a, x->ns, x->cluster);
+    r = ctl_command(x, a.argc, (const char **)a.argv);
+    dtq_argv_deinit(&a);
+    switch (dtq_scope_layout_verdict(r, x->cluster)) {
+    case DTQ_SCOPE_LAYOUT_OK: break;
+    case DTQ_SCOPE_LAYOUT_WRONG: ctl_refused("%s", r->str);
+    case DTQ_SCOPE_LAYOUT_NOT_LOADED: not_loaded(x);
+    case DTQ_SCOPE_LAYOUT_UNCHECKED:
+        if (!strncmp(r->str, "NOPERM", 6))
             fprintf(stderr,
                     "dtqctl: %s_layout not permitted (%s): layout not checked; "
                     "apply the role again (dtqctl acl)\n",
                     x->ns, r->str);
-        } else {
-            ctl_refused("%s_layout: %s", x->ns, r->str);
-        }
+        break;
+    case DTQ_SCOPE_LAYOUT_FAILED: ctl_refused("%s_layout: %s", x->ns, r->str);
     }
     freeReplyObject(r);
 }
@@ -115,6 +101,24 @@ cJSON *ctl_read_model(ctl *x, const char *queue, const char *name, int argc, con
     return v;
 }
 
+cJSON *ctl_read_merged(ctl *x, const char *fn, int argc, const char **args, int global,
+                       ctl_part_fn *part, ctl_merge_fn *merge) {
+    cJSON **parts, *merged;
+    int n, k = 0;
+    char **scopes;
+    if (!part) part = ctl_read_model;
+    if (!x->cluster) return part(x, NULL, fn, argc, args);
+    scopes = ctl_scopes(x, &n);
+    parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *));
+    for (; k < n; k++) parts[k] = part(x, scopes[k], fn, argc, args);
+    if (global) parts[k++] = part(x, NULL, fn, argc, args);
+    merged = merge(parts, k);
+    for (int i = 0; i < k; i++) cJSON_Delete(parts[i]);
+    free(parts);
+    dtq_scope_names_free(scopes, n);
+    return merged;
+}
+
 /* ----------------------------------------------------------------- the queue index */
 
 /* {ns}:queues, the cluster layout's index of the queues. Caller-owned. */
@@ -124,38 +128,23 @@ static char *index_key(const ctl *x) {
     return key;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 char **ctl_scopes(ctl *x, int *n) {
-    char **out, *key;
-    const char *a[2] = {"SMEMBERS", NULL};
+    char **out;
+    dtq_argv a;
     redisReply *r;
     if (!x->cluster) {
         *n = 1;
         return dtq_xcalloc(1, sizeof(char *)); /* {NULL}: the namespace */
     }
-    key = index_key(x);
-    a[1] = key;
-    r = ctl_command(x, 2, a);
-    if (r->type != REDIS_REPLY_ARRAY)
-        ctl_refused("SMEMBERS %s: %s", key,
+    dtq_scope_index_read(&a, x->ns);
+    r = ctl_command(x, a.argc, (const char **)a.argv);
+    out = dtq_scope_index_names(r, n, NULL);
+    if (!out)
+        ctl_refused("SMEMBERS %s: %s", a.argv[1],
                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    free(key);
-    out = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    *n = 0;
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING)
-            out[(*n)++] = dtq_xstrdup(r->element[i]->str);
     freeReplyObject(r);
-    qsort(out, (size_t)*n, sizeof(char *), cmp_str);
+    dtq_argv_deinit(&a);
     return out;
-}
-
-void ctl_scopes_free(char **scopes, int n) {
-    for (int i = 0; i < n; i++) free(scopes[i]);
-    free(scopes);
 }
 
 /* SADD or SREM queue in {ns}:queues, and for SADD in the queue's own {ns:q}:queues too,
@@ -209,23 +198,12 @@ const char *ctl_id_queue(ctl *x, const char *queue) {
 
 /* ----------------------------------------------------------------- merged lists */
 
-static ctl_entry_cmp *sort_cmp; /* qsort has no argument for it */
-
-typedef struct merged {
-    cJSON *e;
-    int order; /* the queue's place, then the entry's: ties keep the queues' order */
-} merged;
-
-static int cmp_merged(const void *pa, const void *pb) {
-    const merged *a = pa, *b = pb;
-    int c = sort_cmp(a->e, b->e);
-    return c ? c : (a->order > b->order) - (a->order < b->order);
-}
-
 /* Up to `want` entries of fn's pages about `queue` (args[0] and args[1]: the cursor and
- * the count), moved into `into`. */
-static void collect_pages(ctl *x, const char *queue, const char *fn, int argc, const char **args,
-                          long long want, long long page_max, cJSON *into) {
+ * the count) as one page: {"entries": [...], "next_cursor": the cursor after them, or
+ * null when the pages ended}. Caller-owned. */
+static cJSON *collect_pages(ctl *x, const char *queue, const char *fn, int argc, const char **args,
+                            long long want, long long page_max) {
+    cJSON *out = cJSON_CreateObject(), *into = cJSON_AddArrayToObject(out, "entries");
     long long got = 0;
     char *cursor = dtq_xstrdup("-"), count[32];
     while (cursor && got < want) {
@@ -245,33 +223,32 @@ static void collect_pages(ctl *x, const char *queue, const char *fn, int argc, c
         cursor = cJSON_IsString(next) ? dtq_xstrdup(next->valuestring) : NULL;
         cJSON_Delete(page);
     }
+    if (cursor)
+        cJSON_AddStringToObject(out, "next_cursor", cursor);
+    else
+        cJSON_AddNullToObject(out, "next_cursor");
     free(cursor);
+    return out;
 }
 
 void ctl_list_merged(ctl *x, char **scopes, int nscopes, const char *fn, int argc,
-                     const char **args, long long want, long long page_max, ctl_entry_cmp *cmp,
-                     ctl_entry_fn *each, void *arg) {
-    cJSON *all = cJSON_CreateArray(), *e;
-    merged *m;
-    int n = 0, k = 0;
+                     const char **args, long long want, long long page_max,
+                     ctl_page_merge_fn *merge, ctl_entry_fn *each, void *arg) {
+    int n = x->cluster ? nscopes : 1, k = 0;
+    cJSON **parts = dtq_xcalloc((size_t)n + 1, sizeof(cJSON *)), *page, *e;
     /* the single layout: one call's pages, in their order (nothing to merge) */
-    if (!x->cluster) cmp = NULL;
-    for (int i = 0; i < (x->cluster ? nscopes : 1); i++)
-        collect_pages(x, x->cluster ? scopes[i] : NULL, fn, argc, args, want, page_max, all);
-    m = dtq_xcalloc((size_t)cJSON_GetArraySize(all) + 1, sizeof(merged));
-    cJSON_ArrayForEach(e, all) {
-        m[n].e = e;
-        m[n].order = n;
-        n++;
-    }
-    sort_cmp = cmp;
-    if (cmp) qsort(m, (size_t)n, sizeof(merged), cmp_merged);
+    for (int i = 0; i < n; i++)
+        parts[i] = collect_pages(x, x->cluster ? scopes[i] : NULL, fn, argc, args, want, page_max);
+    page = x->cluster ? merge(parts, n, (int)want) : parts[0];
     if (x->json) putchar('[');
-    for (k = 0; k < n && k < want; k++) {
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(page, "entries")) {
+        if (k >= want) break; /* equal keys kept together may make the page longer */
         if (x->json && k) putchar(',');
-        each(x, m[k].e, arg);
+        each(x, e, arg);
+        k++;
     }
     if (x->json) printf("]\n");
-    free(m);
-    cJSON_Delete(all);
+    if (page != parts[0]) cJSON_Delete(page);
+    for (int i = 0; i < n; i++) cJSON_Delete(parts[i]);
+    free(parts);
 }

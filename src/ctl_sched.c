@@ -53,13 +53,6 @@ static void scheduled_entry(ctl *x, cJSON *e, void *arg) {
     }
 }
 
-/* The schedule's order: soonest due first, then by task id (a sorted set's order). */
-static int cmp_due(const cJSON *a, const cJSON *b) {
-    char ka[320], kb[320];
-    return dtq_view_cmp_sched_key(dtq_view_sched_key(a, ka, sizeof(ka)),
-                                  dtq_view_sched_key(b, kb, sizeof(kb)));
-}
-
 /* scheduled list [--queue Q] [--kind delayed|retrying|all] [--count N]: the tasks waiting
  * in the schedule, soonest due first (N: 100 unless given). */
 int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
@@ -86,9 +79,9 @@ int ctl_scheduled_list(ctl *x, const ctl_verb *v, int argc, char **argv) {
         int n = 1;
         /* the cluster layout with --queue: that queue's schedule alone (its slot) */
         char **scopes = *queue && x->cluster ? one : ctl_scopes(x, &n);
-        ctl_list_merged(x, scopes, n, "scheduled", 6, a, want, SCHEDULED_PAGE_MAX, cmp_due,
-                        scheduled_entry, NULL);
-        if (scopes != one) ctl_scopes_free(scopes, n);
+        ctl_list_merged(x, scopes, n, "scheduled", 6, a, want, SCHEDULED_PAGE_MAX,
+                        dtq_view_merge_scheduled, scheduled_entry, NULL);
+        if (scopes != one) dtq_scope_names_free(scopes, n);
     }
     return 0;
 }

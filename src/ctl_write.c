@@ -93,7 +93,7 @@ int ctl_purge_dlq(ctl *x, const ctl_verb *v, int argc, char **argv) {
         total += r->integer;
         freeReplyObject(r);
     }
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     print_count(x, "purged", total, "dead letter");
     return 0;
 }
@@ -158,7 +158,7 @@ int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
     for (int i = 0; i < n; i++) total += requeue_all_of(x, scopes[i]);
-    ctl_scopes_free(scopes, n);
+    dtq_scope_names_free(scopes, n);
     print_count(x, "requeued", total, "dead letter");
     return 0;
 }

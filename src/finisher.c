@@ -7,6 +7,7 @@
 
 #include "calls.h"
 #include "log.h"
+#include "scope.h"
 #include "tasklog.h"
 #include "util.h"
 
@@ -225,7 +226,7 @@ static int send_one(dtq_finisher *f, round *r, int handback, dtq_finish_record *
             dtq_finish_record_encode(&a, rec);
     }
     if (!handback) encode_lean(&a, ctx->policy_json, list);
-    dtq_call_tag(&a, tag);
+    dtq_scope_tag_call(&a, tag);
     b = dtq_xcalloc(1, sizeof(*b));
     b->f = f;
     b->r = r;

@@ -7,6 +7,7 @@
 #include "calls.h"
 #include "keys.h"
 #include "log.h"
+#include "scope.h"
 #include "util.h"
 
 typedef struct subscriber {
@@ -98,7 +99,7 @@ int dtq_leader_try(dtq_leader *l, dtq_leader_try_fn *done, void *arg) {
     if (l->leading) {
         dtq_call_lock_refresh(&a, ctx->fn.lock_refresh, l->lock_key, ctx->cfg->worker_id,
                               ctx->cfg->leader_lock_ms);
-        dtq_call_tag(&a, ctx->gtag);
+        dtq_scope_tag_call(&a, ctx->gtag);
     } else {
         dtq_argv_init(&a);
         dtq_argv_adds(&a, "SET");
@@ -122,7 +123,7 @@ void dtq_leader_release(dtq_leader *l) {
     if (l->leading && dtq_ctx_is_up(ctx)) {
         dtq_argv a;
         dtq_call_lock_release(&a, ctx->fn.lock_release, l->lock_key, ctx->cfg->worker_id);
-        dtq_call_tag(&a, ctx->gtag);
+        dtq_scope_tag_call(&a, ctx->gtag);
         dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
         dtq_info("scheduler: leader lock released");

@@ -7,6 +7,7 @@
 
 #include "calls.h"
 #include "log.h"
+#include "scope.h"
 #include "task.h"
 #include "util.h"
 
@@ -133,7 +134,7 @@ static void cluster_reap(dtq_reaper *rp) {
         dtq_call_reap(&a, ctx->fn.reap, &one, ctx->cfg->worker_id,
                       ctx->cfg->visibility_timeout_s * 1000, dtq_executor_free_slots(rp->ex),
                       REAP_MIN, ctx->policy_json, rp->cursors + q * DTQ_BANDS);
-        dtq_call_tag(&a, dtq_ctx_qtag(ctx, q));
+        dtq_scope_tag_call(&a, dtq_ctx_qtag(ctx, q));
         if (dtq_ctx_command(ctx, cluster_reap_cb, qc, &a) == DTQ_OK) {
             rp->inflight = 1;
             ctx->qstate[q].reaping = 1;
@@ -259,7 +260,7 @@ static void cluster_recover(dtq_reaper *rp, int q) {
     dtq_finisher_each_entry(rp->fin, add_known_entry_of, &k);
     dtq_call_recover(&a, ctx->fn.recover, &one, ctx->cfg->worker_id, st->recover_crashed,
                      ctx->policy_json, &known);
-    dtq_call_tag(&a, k.tag);
+    dtq_scope_tag_call(&a, k.tag);
     qc = queue_call_new(rp, q);
     qc->crashed = st->recover_crashed;
     if (dtq_ctx_command(ctx, cluster_recover_cb, qc, &a) == DTQ_OK) {

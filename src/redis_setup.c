@@ -13,6 +13,7 @@
 #include "log.h"
 #include "rcluster.h"
 #include "rsteps.h"
+#include "scope.h"
 #include "scripts.h"
 #include "sdnotify.h"
 #include "util.h"
@@ -22,7 +23,7 @@ struct dtq_redis_setup {
     dtq_redis_setup_hooks hooks;
     unsigned round_gen;        /* the current setup round's number: older rounds are ignored */
     int policy_warned;         /* the volatile-* eviction warning was logged */
-    int layout_warned;         /* <ns>_layout could not be called (single layout) */
+    int layout_warned;         /* <ns>_layout could not be called */
     char library_why[256];     /* why the loaded library cannot be used, if it cannot */
     char library_problem[640]; /* the missing step, as last logged */
     struct event *setup_retry_timer; /* a round that gave up: the next one in 5 s */
@@ -242,6 +243,16 @@ static void queue_mode_reply(redisAsyncContext *ac, void *r, void *priv) {
         dtq_error("setting a queue's mode from its [queue:NAME] section failed: %s", reply->str);
 }
 
+/* <ns>_layout could not be called (dtq_scope_layout_verdict's unchecked: a worker role made
+ * before it existed, or an admin's older library): serving goes on, warned once. */
+static void layout_unchecked(dtq_redis_setup *rs, const redisReply *reply) {
+    if (!rs->layout_warned)
+        dtq_warn("redis setup: %s_layout: %s; the namespace's layout is not checked "
+                 "(apply the worker role again: dtqctl acl worker)",
+                 rs->ctx->cfg->ns, reply->str);
+    rs->layout_warned = 1;
+}
+
 /* The modes of the [queue:NAME] sections (<ns>_queue_mode, reference 4.3), at setup and on
  * SIGHUP: producers' enqueues follow what Redis holds. Not counted: setup never waits on
  * it. In the cluster layout each call goes to its queue's slot ({ns:q}). */
@@ -254,17 +265,13 @@ static void publish_queue_modes(dtq_redis_setup *rs) {
         char *tag;
         dtq_argv a;
         if (!q->mode) continue;
-        dtq_argv_init(&a);
-        dtq_argv_adds(&a, "FCALL");
-        dtq_argv_adds(&a, fn);
-        dtq_argv_adds(&a, "0");
+        tag = dtq_scope_tag(cfg->ns, dtq_ctx_cluster(ctx), q->name);
+        dtq_scope_fcall(&a, 0, fn, tag);
         dtq_argv_adds(&a, cfg->worker_id);
         dtq_argv_adds(&a, q->name);
         dtq_argv_adds(&a, q->mode);
         /* setup's own commands bypass the gate (they are what opens it) */
-        if (dtq_ctx_cluster(ctx)) {
-            tag = dtq_xasprintf("{%s:%s}", cfg->ns, q->name);
-            dtq_call_tag(&a, tag);
+        if (tag) {
             dtq_rcluster_command(ctx->rc, queue_mode_reply, NULL, a.argc, (const char **)a.argv,
                                  a.lens);
             free(tag);
@@ -359,9 +366,11 @@ static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
             library_load_argv(rs, &a);
             cl_setup_send(s, CL_LOAD, slot, &a);
         }
-    } else if (kind == CL_LAYOUT && reply->type == REDIS_REPLY_ERROR &&
-               !strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+    } else if (kind == CL_LAYOUT && dtq_scope_layout_verdict(reply, 1) == DTQ_SCOPE_LAYOUT_WRONG) {
         if (!rs->hooks.wrong_layout(rs->hooks.arg, reply->str)) s->fatal = 1;
+    } else if (kind == CL_LAYOUT &&
+               dtq_scope_layout_verdict(reply, 1) == DTQ_SCOPE_LAYOUT_UNCHECKED) {
+        layout_unchecked(rs, reply);
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
         if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
             library_refused(rs);
@@ -476,16 +485,9 @@ static void cluster_publish(dtq_redis_setup *rs, cl_setup *s) {
 static void cl_setup_phase2(cl_setup *s) {
     dtq_ctx *ctx = s->rs->ctx;
     dtq_argv a;
-    char *fn = dtq_keys_function(ctx->cfg->ns, "layout");
     s->phase = 2;
     s->left = 1; /* held while the phase's commands leave */
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "FCALL");
-    dtq_argv_adds(&a, fn);
-    dtq_argv_adds(&a, "1");
-    dtq_argv_adds(&a, ctx->gtag);
-    dtq_argv_adds(&a, "cluster");
-    free(fn);
+    dtq_scope_layout_call(&a, ctx->cfg->ns, 1);
     cl_setup_send(s, CL_LAYOUT, -1, &a);
     cl_setup_release(s);
 }
@@ -529,21 +531,10 @@ static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     dtq_redis_setup *rs;
     if (!s) return;
     rs = s->rs;
-    if (reply->type == REDIS_REPLY_ERROR &&
-        (!strncmp(reply->str, "NOPERM", 6) ||
-         dtq_scripts_error_code(reply->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)) {
-        /* a worker role made before <ns>_layout existed, or an admin's older library: a
-         * single Redis's namespace can only be single, so serving goes on unchecked */
-        if (!rs->layout_warned)
-            dtq_warn("redis setup: %s_layout: %s; the namespace's layout is not checked "
-                     "(apply the worker role again: dtqctl acl worker)",
-                     rs->ctx->cfg->ns, reply->str);
-        rs->layout_warned = 1;
-        return;
-    }
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
-        setup_reply(j, reply, a, b);
-        return;
+    switch (dtq_scope_layout_verdict(reply, 0)) {
+    case DTQ_SCOPE_LAYOUT_UNCHECKED: layout_unchecked(rs, reply); return;
+    case DTQ_SCOPE_LAYOUT_WRONG: break;
+    default: setup_reply(j, reply, a, b); return;
     }
     if (rs->hooks.wrong_layout(rs->hooks.arg, reply->str)) return;
     s->failed = 1;
@@ -589,11 +580,11 @@ static void setup_writes(dtq_rsteps *j) {
 
 static void setup_layout(dtq_rsteps *j) {
     setup_round *s = step_round(j);
-    char *fn;
+    dtq_argv a;
     if (!s) return;
-    fn = dtq_keys_function(s->rs->ctx->cfg->ns, "layout");
-    dtq_rsteps_sendl(j, layout_reply, 0, 0, "FCALL", fn, "0", "single", NULL);
-    free(fn);
+    dtq_scope_layout_call(&a, s->rs->ctx->cfg->ns, 0);
+    dtq_rsteps_send(j, layout_reply, 0, 0, &a);
+    dtq_argv_deinit(&a);
     dtq_rsteps_wait(j, setup_writes);
 }
 

@@ -12,6 +12,7 @@
 #include "keys.h"
 #include "log.h"
 #include "retry.h"
+#include "scope.h"
 #include "util.h"
 
 struct dtq_scheduler {
@@ -196,7 +197,7 @@ static void cl_reply_cb(redisAsyncContext *ac, void *r, void *priv) {
                 dtq_argv a;
                 dtq_call_sched_promote(&a, ctx->fn.sched_promote, cq->claimed_key,
                                        ctx->cfg->worker_id, reply, c.nids);
-                dtq_call_tag(&a, cq->tag);
+                dtq_scope_tag_call(&a, cq->tag);
                 if ((int64_t)c.nids >= ctx->cfg->scheduler_batch) s->batch_full = 1;
                 cl_send(s, cq, CL_PROMOTE, &a);
             }
@@ -253,7 +254,7 @@ static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
     cq->claimed_key = dtq_key_retry_claimed(cq->tag);
     dtq_call_sched_claim(&a, ctx->fn.sched_claim, cq->schedule_key, cq->claimed_key,
                          ctx->cfg->scheduler_batch, s->new_leader ? 0 : ctx->cfg->claim_timeout_ms);
-    dtq_call_tag(&a, cq->tag);
+    dtq_scope_tag_call(&a, cq->tag);
     cl_send(s, cq, CL_CLAIM, &a);
     cl_queue_unref(cq);
 }
@@ -261,13 +262,20 @@ static void cl_pass_queue(dtq_scheduler *s, const char *queue) {
 static void cl_queues_cb(redisAsyncContext *ac, void *r, void *priv) {
     dtq_scheduler *s = priv;
     redisReply *reply = r;
+    char **queues, *error = NULL;
+    int nq = 0;
     DTQ_UNUSED(ac);
     s->busy = 0;
     if (!s->running) return;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY) {
-        if (reply)
-            dtq_error("scheduler: reading the queue index failed: %s",
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+    if (!reply) {
+        arm_interval(s);
+        return;
+    }
+    queues = dtq_scope_index_names(reply, &nq, &error);
+    if (!queues) {
+        dtq_error("scheduler: reading the queue index failed: %s",
+                  error ? error : "unexpected reply");
+        free(error);
         arm_interval(s);
         return;
     }
@@ -278,19 +286,15 @@ static void cl_queues_cb(redisAsyncContext *ac, void *r, void *priv) {
     s->batch_full = 0;
     s->claim_failed = 0;
     s->busy = 1;
-    for (size_t i = 0; i < reply->elements; i++)
-        if (reply->element[i]->type == REDIS_REPLY_STRING) cl_pass_queue(s, reply->element[i]->str);
+    for (int i = 0; i < nq; i++) cl_pass_queue(s, queues[i]);
+    dtq_scope_names_free(queues, nq);
     s->new_leader = 0;
     cl_pass_reply_done(s);
 }
 
 static void cluster_pass(dtq_scheduler *s) {
     dtq_argv a;
-    char *key = dtq_key_queues(s->ctx->prefix);
-    dtq_argv_init(&a);
-    dtq_argv_adds(&a, "SMEMBERS");
-    dtq_argv_adds(&a, key);
-    free(key);
+    dtq_scope_index_read(&a, s->ctx->cfg->ns);
     sched_send(s, cl_queues_cb, &a);
 }
 

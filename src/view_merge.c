@@ -338,3 +338,18 @@ cJSON *dtq_view_merge_limits(cJSON *const *parts, int n) {
     sort_array(a, cmp_queue, -1);
     return a;
 }
+
+cJSON *dtq_view_merge_stats(cJSON *const *parts, int n) {
+    cJSON *o = cJSON_CreateObject();
+    const cJSON *f;
+    for (int i = 0; i < n; i++) {
+        cJSON_ArrayForEach(f, parts[i]) {
+            cJSON *had = cJSON_GetObjectItemCaseSensitive(o, f->string);
+            if (!had)
+                cJSON_AddItemToObject(o, f->string, cJSON_Duplicate(f, 0));
+            else if (cJSON_IsNumber(had) && cJSON_IsNumber(f))
+                cJSON_SetNumberValue(had, had->valuedouble + f->valuedouble);
+        }
+    }
+    return o;
+}

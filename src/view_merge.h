@@ -1,9 +1,12 @@
 /* view_merge.h: the cluster layout's merges of the read views (docs/reference.md 5.9). A
  * read Function called with a queue's tag {ns:q} answers for that queue alone, and with
  * {ns} for the shared state alone (workers, the scheduler leader, the global audit); these
- * put such parts together into the single layout's shape, the one rule for each view that
- * dtq-web and dtqctl both follow. Pure: parsed answers in (borrowed), a new object out, no
- * I/O. Parts come in any order; the {ns} part is one of them.
+ * put such parts together into the single layout's shape, the one rule for each view.
+ * dtq-web (web_read.c) and dtqctl (ctl_route.c: ctl_read_merged for queues, stats, cron
+ * and limits; ctl_list_merged for the dead letters and the schedule) both merge here.
+ * Pure: parsed answers in (borrowed), a new object out, no I/O. Parts come in any order;
+ * the {ns} part is one of them when the caller asked for it (a view of the queues alone,
+ * like dtqctl's queues or the limits, has none).
  *
  * Merged pages (dead letters, audit, the schedule) keep the single layout's cursors: each
  * part is one page of its stream or set after the same cursor, and the merged page holds
@@ -27,8 +30,8 @@ int dtq_view_cmp_sched_key(const char *a, const char *b);
 const char *dtq_view_sched_key(const cJSON *entry, char *buf, size_t size);
 
 /* <ns>_overview: queues concatenated and sorted by name (at most queues_max, more sets
- * queues_truncated), workers concatenated, the scheduler's counts and the dead letters
- * summed, its leader the one named, by_queue_complete when every part's was; events as the
+ * queues_truncated; queues_max < 0: all), workers concatenated, the scheduler's counts and the dead
+ * letters summed, its leader the one named, by_queue_complete when every part's was; events as the
  * first queue's part says (stream: any part's). */
 cJSON *dtq_view_merge_overview(cJSON *const *parts, int n, int queues_max);
 /* <ns>_metrics: queues as the overview's, scheduled and dead_letters summed (complete when
@@ -45,5 +48,10 @@ cJSON *dtq_view_merge_scheduled(cJSON *const *parts, int n, int count);
 cJSON *dtq_view_merge_cron(cJSON *const *parts, int n);
 /* <ns>_limit_list (arrays): the limits by queue, each queue's in its own order. */
 cJSON *dtq_view_merge_limits(cJSON *const *parts, int n);
+/* <ns>_stats (its name/value pairs as objects, in their order): every name once, in the
+ * order first seen; numbers summed (the namespace's counters: scheduled, claimed, dlq,
+ * workers; a queue's queue:<q>:* pairs come from its own part), words (queue:<q>:mode)
+ * the first part's. */
+cJSON *dtq_view_merge_stats(cJSON *const *parts, int n);
 
 #endif

@@ -23,6 +23,7 @@
 #include "keys.h"
 #include "log.h"
 #include "rcluster.h"
+#include "scope.h"
 #include "tls.h"
 #include "util.h"
 #include "web_api.h"
@@ -540,15 +541,17 @@ static void redis_state_cb(dtq_rconn *rc, int up, void *arg) {
 
 /* <ns>_layout 1 {ns} cluster answered: the namespace is laid out for a cluster (the
  * marker written when absent), or refused: WRONG_LAYOUT (a single-layout namespace) is the
- * answer of every request that needs Redis, and /readyz's, until a check passes. A user
- * that may not call it (NOPERM: the monitor role) reads on without the check. */
+ * answer of every request that needs Redis, and /readyz's, until a check passes; judged by
+ * dtq_scope_layout_verdict (unchecked: the monitor role, NOPERM, reads on without it). */
 static void layout_cb(redisAsyncContext *ac, void *reply, void *priv) {
     dtq_web *w = priv;
     redisReply *r = reply;
+    dtq_scope_layout verdict;
     DTQ_UNUSED(ac);
     w->layout_checking = 0;
     if (!r) return; /* the link went: checked again at the next tick */
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6)) {
+    verdict = dtq_scope_layout_verdict(r, 1);
+    if (verdict != DTQ_SCOPE_LAYOUT_OK && verdict != DTQ_SCOPE_LAYOUT_UNCHECKED) {
         if (!w->layout_err || strcmp(w->layout_err, r->str))
             dtq_error("web: redis cluster: %s_layout: %s", w->cfg->ns, r->str);
         free(w->layout_err);
@@ -556,7 +559,7 @@ static void layout_cb(redisAsyncContext *ac, void *reply, void *priv) {
         w->layout = -1;
         return;
     }
-    if (r->type == REDIS_REPLY_ERROR)
+    if (verdict == DTQ_SCOPE_LAYOUT_UNCHECKED)
         dtq_warn("web: redis cluster: this redis user may not call %s_layout (%s); the "
                  "namespace's layout is not checked",
                  w->cfg->ns, r->str);
@@ -571,17 +574,12 @@ static void layout_cb(redisAsyncContext *ac, void *reply, void *priv) {
 }
 
 static void layout_check(dtq_web *w) {
-    char *fn;
-    const char *argv[5];
+    dtq_argv a;
     if (!w->rc || w->layout_checking) return;
-    fn = dtq_keys_function(w->cfg->ns, "layout");
-    argv[0] = "FCALL";
-    argv[1] = fn;
-    argv[2] = "1";
-    argv[3] = w->gtag;
-    argv[4] = "cluster";
-    if (dtq_rcluster_command(w->rc, layout_cb, w, 5, argv, NULL) == DTQ_OK) w->layout_checking = 1;
-    free(fn);
+    dtq_scope_layout_call(&a, w->cfg->ns, 1);
+    if (dtq_rcluster_command(w->rc, layout_cb, w, a.argc, (const char **)a.argv, a.lens) == DTQ_OK)
+        w->layout_checking = 1;
+    dtq_argv_deinit(&a);
 }
 
 static void cluster_state_cb(dtq_rcluster *rc, int up, void *arg) {

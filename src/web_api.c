@@ -8,6 +8,7 @@
 #include <event2/keyvalq_struct.h>
 #include <string.h>
 
+#include "scope.h"
 #include "util.h"
 
 static void job_lost(dtq_rsteps *j) {
@@ -117,4 +118,11 @@ int dtq_web_body_ids(const cJSON *body, int max) {
         if (!cJSON_IsString(it) || !dtq_web_valid_task_id(it->valuestring)) return -2;
     }
     return n;
+}
+
+void dtq_web_index_read(dtq_web *w, dtq_rsteps *j, dtq_rsteps_reply_fn *fn) {
+    dtq_argv a;
+    dtq_scope_index_read(&a, w->cfg->ns);
+    dtq_rsteps_send(j, fn, 0, 0, &a);
+    dtq_argv_deinit(&a);
 }

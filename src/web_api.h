@@ -89,6 +89,9 @@ typedef struct dtq_web_job {
  * with state_free). A lost link answers the request 503 redis_unavailable (the sampler:
  * the sample is dropped). */
 dtq_rsteps *dtq_web_job_new(dtq_web_job *h, void *state, void (*state_free)(void *));
+/* Sends the read of the queue index (dtq_scope_index_read) as a step of j, its reply to
+ * fn (whose dtq_scope_index_names gives the queues). */
+void dtq_web_index_read(dtq_web *w, dtq_rsteps *j, dtq_rsteps_reply_fn *fn);
 /* 1 when Redis is connected (the cluster layout: and the namespace's layout checked);
  * else 0 after answering 503 (or the layout check's error). */
 int dtq_web_redis_up(dtq_web *w, struct evhttp_request *req);

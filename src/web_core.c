@@ -16,6 +16,7 @@
 #include "log.h"
 #include "cluster.h"
 #include "rcluster.h"
+#include "scope.h"
 
 /* ----------------------------------------------------------------- answers */
 
@@ -165,39 +166,14 @@ void dtq_web_conn_set_closecb(dtq_web *w, struct evhttp_connection *evcon, dtq_w
 /* ---- the cluster layout: the calls' tags, the router or the connection, the queue index */
 
 void dtq_web_fcall_argv(const dtq_web *w, dtq_argv *a, int ro, const char *fn, const char *queue) {
-    dtq_argv_init(a);
-    dtq_argv_adds(a, ro ? "FCALL_RO" : "FCALL");
-    dtq_argv_adds(a, fn);
-    if (w->rc) {
-        char *tag = queue ? dtq_keys_queue_prefix(w->cfg->ns, queue) : dtq_xstrdup(w->gtag);
-        dtq_argv_adds(a, "1");
-        dtq_argv_adds(a, tag);
-        free(tag);
-    } else {
-        dtq_argv_adds(a, "0");
-    }
+    char *tag = dtq_scope_tag(w->cfg->ns, w->rc != NULL, queue);
+    dtq_scope_fcall(a, ro, fn, tag);
+    free(tag);
 }
 
 int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const char **argv) {
     if (w->rc) return dtq_rcluster_command(w->rc, cb, priv, argc, argv, NULL);
     return dtq_rconn_command(w->redis, cb, priv, argc, argv, NULL);
-}
-
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-char **dtq_web_index_names(const redisReply *r, int *n, char **error) {
-    char **q;
-    *n = 0;
-    if (r->type == REDIS_REPLY_ERROR && error) *error = dtq_xstrndup(r->str, r->len);
-    if (r->type != REDIS_REPLY_ARRAY) return NULL;
-    q = dtq_xcalloc(r->elements + 1, sizeof(char *));
-    for (size_t i = 0; i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING && dtq_valid_queue_name(r->element[i]->str))
-            q[(*n)++] = dtq_xstrndup(r->element[i]->str, r->element[i]->len);
-    qsort(q, (size_t)*n, sizeof(char *), cmp_name);
-    return q;
 }
 
 void dtq_web_set_index(dtq_web *w, char **queues, int n) {

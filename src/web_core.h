@@ -114,10 +114,6 @@ int dtq_web_command(dtq_web *w, redisCallbackFn *cb, void *priv, int argc, const
 int dtq_web_unreachable(const dtq_web *w, char *buf, size_t size);
 /* Replaces the queue index kept in w (the cluster layout's {ns}:queues, sorted). */
 void dtq_web_set_index(dtq_web *w, char **queues, int n);
-/* The valid queue names of an SMEMBERS {ns}:queues reply, sorted (NULL-terminated,
- * caller-owned); their number in *n. NULL (*n 0) for a reply that is no array; an error
- * reply's text also goes to *error when error is not NULL (caller-owned). */
-char **dtq_web_index_names(const redisReply *r, int *n, char **error);
 
 /* ------------------------------------------------------------- answers (web_api, events) */
 

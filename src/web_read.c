@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "scope.h"
 #include "util.h"
 #include "view_merge.h"
 #include "web_api.h"
@@ -128,7 +129,7 @@ static void fan_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     char **copy;
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
-    s->queues = dtq_web_index_names(r, &s->nq, &s->error);
+    s->queues = dtq_scope_index_names(r, &s->nq, &s->error);
     if (!s->queues) return;
     copy = dtq_xcalloc((size_t)s->nq + 1, sizeof(char *));
     for (int i = 0; i < s->nq; i++) copy[i] = dtq_xstrdup(s->queues[i]);
@@ -218,11 +219,7 @@ static void read_start(dtq_web *w, struct evhttp_request *req, const read_spec *
         dtq_rsteps_wait(j, rd_answer);
         return;
     }
-    {
-        char *k = dtq_key_queues(w->gtag);
-        dtq_rsteps_sendl(j, fan_index, 0, 0, "SMEMBERS", k, NULL);
-        free(k);
-    }
+    dtq_web_index_read(w, j, fan_index);
     dtq_rsteps_wait(j, fan_calls);
 }
 

@@ -10,6 +10,7 @@
 #include "cluster.h"
 #include "keys.h"
 #include "rcluster.h"
+#include "scope.h"
 #include "util.h"
 #include "web_api.h"
 
@@ -132,7 +133,7 @@ static void smp_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     int n = 0;
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
-    q = dtq_web_index_names(r, &n, NULL);
+    q = dtq_scope_index_names(r, &n, NULL);
     if (q) dtq_web_set_index(s->h.w, q, n);
 }
 
@@ -161,9 +162,7 @@ void dtq_web_api_sample(dtq_web *w) {
     w->sampling = 1;
     j = dtq_web_job_new(&s->h, s, smp_free);
     if (w->rc) {
-        char *k = dtq_key_queues(w->gtag);
-        dtq_rsteps_sendl(j, smp_index, 0, 0, "SMEMBERS", k, NULL);
-        free(k);
+        dtq_web_index_read(w, j, smp_index);
         dtq_rsteps_wait(j, smp_queues);
         return;
     }

@@ -8,6 +8,7 @@
 
 #include "keys.h"
 #include "log.h"
+#include "scope.h"
 #include "util.h"
 #include "web_api.h"
 
@@ -127,18 +128,14 @@ static void wr_index(dtq_rsteps *j, redisReply *r, int a, int b) {
     wr *s = dtq_rsteps_state(j);
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
-    s->queues = dtq_web_index_names(r, &s->nq, &s->error);
+    s->queues = dtq_scope_index_names(r, &s->nq, &s->error);
 }
 
 /* `next` runs with s->queues read (the cluster layout), or at once (the single layout: one
  * call covers the namespace, nq 0). */
 static void wr_over_queues(dtq_rsteps *j, dtq_rsteps_step_fn *next) {
     wr *s = dtq_rsteps_state(j);
-    if (s->h.w->rc) {
-        char *k = dtq_key_queues(s->h.w->gtag);
-        dtq_rsteps_sendl(j, wr_index, 0, 0, "SMEMBERS", k, NULL);
-        free(k);
-    }
+    if (s->h.w->rc) dtq_web_index_read(s->h.w, j, wr_index);
     dtq_rsteps_wait(j, next);
 }
 

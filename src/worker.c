@@ -27,6 +27,7 @@
 #include "redis_setup.h"
 #include "rsteps.h"
 #include "scheduler.h"
+#include "scope.h"
 #include "scripts.h"
 #include "sdnotify.h"
 #include "sentinel.h"
@@ -76,7 +77,7 @@ static void set_state(dtq_worker *w, enum dtq_worker_state st) {
 static void worker_event(dtq_worker *w, const char *type) {
     dtq_argv a;
     dtq_call_worker_event(&a, w->ctx->fn.worker_event, w->ctx->cfg->worker_id, type);
-    dtq_call_tag(&a, w->ctx->gtag);
+    dtq_scope_tag_call(&a, w->ctx->gtag);
     dtq_ctx_command(w->ctx, NULL, NULL, &a);
     dtq_argv_deinit(&a);
 }
@@ -96,7 +97,7 @@ static void deregister(dtq_worker *w) {
     for (int q = 0; q < ctx->streams.nqueues; q++) {
         dtq_streams one = dtq_streams_one(&ctx->streams, q);
         dtq_call_deregister(&a, ctx->fn.deregister, &one, ctx->cfg->worker_id);
-        dtq_call_tag(&a, dtq_ctx_qtag(ctx, q));
+        dtq_scope_tag_call(&a, dtq_ctx_qtag(ctx, q));
         dtq_ctx_command(ctx, NULL, NULL, &a);
         dtq_argv_deinit(&a);
     }

@@ -479,8 +479,90 @@ START_TEST(test_dlq_empty) {
 }
 END_TEST
 
+/* Dead letters of two queues (of two slots), the older queue cleared first: dlq list
+ * merges them oldest first by entry id (view_merge.c's rule), --count N the first N;
+ * purged after. */
+START_TEST(test_dlq_merged) {
+    const char *q[2] = {"dla", "dlb"};
+    cJSON *v;
+    char *out;
+    int rc;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 3 - i; k++) {
+            rc = ctl(&out, "enqueue %s echo {} --id dl-%s-%d", q[i], q[i], k);
+            ck_assert_msg(rc == 0, "enqueue: exit %d: %s", rc, out);
+            free(out);
+        }
+        usleep(5000); /* the second queue's dead letters in a later millisecond */
+        rc = ctl(&out, "queue clear %s", q[i]);
+        ck_assert_msg(rc == 0, "queue clear: exit %d: %s", rc, out);
+        free(out);
+    }
+    v = ctl_json("dlq list");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 5);
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(!strncmp(th_json_str(cJSON_GetArrayItem(v, k), "task_id"),
+                               k < 3 ? "dl-dla-" : "dl-dlb-", 7),
+                      "entry %d: %s", k, th_json_str(cJSON_GetArrayItem(v, k), "task_id"));
+    cJSON_Delete(v);
+    v = ctl_json("dlq list --count 4");
+    ck_assert_int_eq(cJSON_GetArraySize(v), 4);
+    ck_assert_str_eq(th_json_str(cJSON_GetArrayItem(v, 3), "task_id"), "dl-dlb-0");
+    cJSON_Delete(v);
+    rc = ctl(&out, "dlq purge");
+    ck_assert_msg(rc == 0 && !strcmp(out, "purged 5 dead letters\n"), "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
 /* A namespace first used with cluster_hash_tag over a plain URL (the single layout in one
  * slot): dtqctl with the cluster URL refuses it, reads and writes alike. */
+
+/* User `user` (password pw) with dtqctl acl's `role` on every node, ACL LOG reset. */
+static void set_role_user(const char *role, const char *user) {
+    char *tokens;
+    int rc = ctl(&tokens, "acl %s", role);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(tokens, "{" NS ":*}:") && strstr(tokens, "&{" NS "}:events"), "%s",
+                  tokens);
+    tokens[strcspn(tokens, "\n")] = '\0';
+    for (int i = 0; i < CL.n; i++) {
+        redisContext *c = th_cluster_connect(&CL, i);
+        char cmd[4096], *argv[256], *save = NULL;
+        int argc = 0;
+        redisReply *rr;
+        /* the tokens hold '%' (%R~, %W~): sent as arguments, never as a format */
+        snprintf(cmd, sizeof(cmd), "ACL SETUSER %s reset on >pw %s", user, tokens);
+        for (char *t = strtok_r(cmd, " ", &save); t && argc < 256; t = strtok_r(NULL, " ", &save))
+            argv[argc++] = t;
+        rr = redisCommandArgv(c, argc, (const char **)argv, NULL);
+        ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "node %d: %s", i,
+                      rr && rr->str ? rr->str : "?");
+        freeReplyObject(rr);
+        freeReplyObject(th_cmd(c, "ACL LOG RESET"));
+        redisFree(c);
+    }
+    free(tokens);
+}
+
+/* The monitor role may not call <ns>_layout (it writes the marker when there is none): its
+ * reads go on unchecked with a warning, as dtq-web's do, where dtqctl used to refuse them
+ * (the one layout policy, dtq_scope_layout_verdict). */
+START_TEST(test_monitor_reads_unchecked) {
+    char env[sizeof(CL.url) + 64], url[sizeof(CL.url) + 32], *out;
+    int rc;
+    set_role_user("monitor", "mon");
+    snprintf(url, sizeof(url), "redis-cluster://mon:pw@%s", CL.url + strlen("redis-cluster://"));
+    snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", url);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n " NS " stats");
+    ck_assert_msg(rc == 0 && strstr(out, "layout not checked"), "monitor stats: exit %d: %s", rc,
+                  out);
+    free(out);
+    rc = th_run_dtqctl(&CL.node[0], &out, env, "-n " NS " queues");
+    ck_assert_msg(rc == 0, "monitor queues: exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
 
 /* The ACL roles in the cluster layout (dtqctl acl on a redis-cluster:// URL: the patterns of
  * {ns} and of every queue's {ns:*}): set on every node (a replica may be promoted), a
@@ -491,32 +573,7 @@ START_TEST(test_acl_roles) {
     char env[sizeof(CL.url) + 64], url[sizeof(CL.url) + 32], *out;
     cJSON *v;
     int rc;
-    for (int r = 0; r < 2; r++) {
-        char *tokens;
-        rc = ctl(&tokens, "acl %s", roles[r]);
-        ck_assert_int_eq(rc, 0);
-        ck_assert_msg(strstr(tokens, "{" NS ":*}:") && strstr(tokens, "&{" NS "}:events"), "%s",
-                      tokens);
-        tokens[strcspn(tokens, "\n")] = '\0';
-        for (int i = 0; i < CL.n; i++) {
-            redisContext *c = th_cluster_connect(&CL, i);
-            char cmd[4096], *argv[256], *save = NULL;
-            int argc = 0;
-            redisReply *rr;
-            /* the tokens hold '%' (%R~, %W~): sent as arguments, never as a format */
-            snprintf(cmd, sizeof(cmd), "ACL SETUSER %s reset on >pw %s", users[r], tokens);
-            for (char *t = strtok_r(cmd, " ", &save); t && argc < 256;
-                 t = strtok_r(NULL, " ", &save))
-                argv[argc++] = t;
-            rr = redisCommandArgv(c, argc, (const char **)argv, NULL);
-            ck_assert_msg(rr && rr->type == REDIS_REPLY_STATUS, "node %d: %s", i,
-                          rr && rr->str ? rr->str : "?");
-            freeReplyObject(rr);
-            freeReplyObject(th_cmd(c, "ACL LOG RESET"));
-            redisFree(c);
-        }
-        free(tokens);
-    }
+    for (int r = 0; r < 2; r++) set_role_user(roles[r], users[r]);
     snprintf(url, sizeof(url), "redis-cluster://prod:pw@%s", CL.url + strlen("redis-cluster://"));
     snprintf(env, sizeof(env), "DTQ_REDIS_URL='%s'", url);
     for (int q = 0; q < NQ; q += 3) {
@@ -594,7 +651,9 @@ int main(void) {
     tcase_add_test(tc, test_cron);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_dlq_empty);
+    tcase_add_test(tc, test_dlq_merged);
     tcase_add_test(tc, test_acl_roles);
+    tcase_add_test(tc, test_monitor_reads_unchecked);
     tcase_add_test(tc, test_layout_refusal);
     suite_add_tcase(s, tc);
     return th_run_suite(s);

@@ -180,6 +180,57 @@ START_TEST(test_overview_and_metrics) {
 }
 END_TEST
 
+/* <ns>_stats parts (one per queue, and {ns}'s): every name once in the order first seen,
+ * the namespace's counters summed, a queue's own pairs and words as its part gave them. */
+START_TEST(test_stats) {
+    cJSON *parts[3], *m;
+    const cJSON *f;
+    const char *order[] = {"queue:a:depth", "queue:a:mode", "scheduled", "dlq",
+                           "queue:b:depth", "queue:b:mode", "workers",   NULL};
+    int i = 0;
+    parts[0] = cJSON_Parse("{\"queue:a:depth\":3,\"queue:a:mode\":\"lean\",\"scheduled\":1,"
+                           "\"dlq\":2}");
+    parts[1] = cJSON_Parse("{\"queue:b:depth\":4,\"queue:b:mode\":\"full\",\"scheduled\":5,"
+                           "\"dlq\":0}");
+    parts[2] = cJSON_Parse("{\"workers\":2}");
+    m = dtq_view_merge_stats(parts, 3);
+    ck_assert_int_eq(th_json_int(m, "queue:a:depth"), 3);
+    ck_assert_int_eq(th_json_int(m, "queue:b:depth"), 4);
+    ck_assert_str_eq(th_json_str(m, "queue:a:mode"), "lean");
+    ck_assert_str_eq(th_json_str(m, "queue:b:mode"), "full");
+    ck_assert_int_eq(th_json_int(m, "scheduled"), 6);
+    ck_assert_int_eq(th_json_int(m, "dlq"), 2);
+    ck_assert_int_eq(th_json_int(m, "workers"), 2);
+    cJSON_ArrayForEach(f, m) {
+        ck_assert_ptr_nonnull(order[i]);
+        ck_assert_str_eq(f->string, order[i++]);
+    }
+    ck_assert_ptr_null(order[i]);
+    cJSON_Delete(m);
+    for (i = 0; i < 3; i++) cJSON_Delete(parts[i]);
+}
+END_TEST
+
+/* <ns>_limit_list parts: by queue, each queue's limits in their own order; no parts, []. */
+START_TEST(test_limits) {
+    cJSON *parts[2], *m;
+    parts[0] = cJSON_Parse("[{\"queue\":\"b\",\"kind\":\"rate\"},{\"queue\":\"b\","
+                           "\"kind\":\"concurrency\"}]");
+    parts[1] = cJSON_Parse("[{\"queue\":\"a\",\"kind\":\"rate\"}]");
+    m = dtq_view_merge_limits(parts, 2);
+    ck_assert_int_eq(cJSON_GetArraySize(m), 3);
+    ck_assert_str_eq(th_json_str(m, "0.queue"), "a");
+    ck_assert_str_eq(th_json_str(m, "1.kind"), "rate");
+    ck_assert_str_eq(th_json_str(m, "2.kind"), "concurrency");
+    cJSON_Delete(m);
+    m = dtq_view_merge_limits(parts, 0);
+    ck_assert_int_eq(cJSON_GetArraySize(m), 0);
+    cJSON_Delete(m);
+    cJSON_Delete(parts[0]);
+    cJSON_Delete(parts[1]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("view_merge");
     TCase *tc = tcase_create("core");
@@ -188,6 +239,8 @@ int main(void) {
     tcase_add_test(tc, test_page_keeps_equal_keys_together);
     tcase_add_test(tc, test_schedule_pages);
     tcase_add_test(tc, test_overview_and_metrics);
+    tcase_add_test(tc, test_stats);
+    tcase_add_test(tc, test_limits);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
