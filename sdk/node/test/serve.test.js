@@ -8,7 +8,7 @@ const { Daemon } = require('../fixtures/daemon');
 
 const ALL = ['echo', 'nothing', 'sleep', 'noisy', 'retryable', 'permanent', 'invalid', 'type_error',
   'econnrefused', 'fetch_failed', 'timeout', 'throw_string', 'bigint', 'cycle', 'deep',
-  'progress', 'wait_cancel', 'until_deadline'];
+  'progress', 'wait_cancel', 'until_deadline', 'flood'];
 
 async function withDaemon(t, modules, env, fn) {
   const d = new Daemon(modules, env);
