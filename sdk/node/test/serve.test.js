@@ -236,3 +236,16 @@ test('lines split across writes, several in one write', (t) =>
     assert.equal((await d.answer('s1')).result.payload, 'ü€😀');
     assert.equal((await d.answer('s2')).result.payload, 2);
   }));
+
+test('a cancel of a task still waiting for a slot answers it at once, its handler not run', (t) =>
+  withDaemon(t, ['handlers.js'], { DTQ_INFLIGHT: '1' }, async (d) => {
+    await d.hello();
+    d.task('busy', 'sleep', { ms: 800 });
+    d.task('queued', 'echo', 1);
+    d.send({ t: 'cancel', id: 'queued', reason: 'shutdown' });
+    const a = await d.answer('queued');
+    assert.equal(a.t, 'fail');
+    assert.match(a.error, /^AbortError: the task was cancelled \(shutdown\)/);
+    assert.ok(!d.messages.some((m) => m.msg.id === 'busy')); // answered before the running one
+    assert.equal((await d.answer('busy')).t, 'ok');
+  }));
