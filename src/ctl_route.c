@@ -15,7 +15,7 @@
 
 #include "ctl.h"
 #include "keys.h"
-#include "scripts.h"
+#include "reply_class.h"
 #include "util.h"
 
 /* The tag of a call: {ns:queue}, or {ns} for NULL. Caller-owned. */
@@ -69,10 +69,11 @@ static void check_layout(ctl *x) {
     x->layout_checked = 1;
     r = fcall_raw(x, 0, NULL, "layout", 1, a);
     if (r->type == REDIS_REPLY_ERROR) {
-        if (!strncmp(r->str, "WRONG_LAYOUT", 12)) ctl_refused("%s", r->str);
-        if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION) {
+        dtq_reply_class c = dtq_reply_class_of(r->str);
+        if (c == DTQ_REPLY_WRONG_LAYOUT) ctl_refused("%s", r->str);
+        if (c == DTQ_REPLY_NO_FUNCTION) {
             if (x->cluster) not_loaded(x);
-        } else if (!x->cluster && !strncmp(r->str, "NOPERM", 6)) {
+        } else if (!x->cluster && c == DTQ_REPLY_NOPERM) {
             /* a role made by an older dtqctl acl: the single layout is the only one such a
              * namespace can have, so the check is skipped, not the write */
             fprintf(stderr,
@@ -94,8 +95,7 @@ redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name,
      * holds no write Function, is not refused one) */
     if (!x->layout_checked && (x->cluster || !ro)) check_layout(x);
     r = fcall_raw(x, ro, queue, name, argc, args);
-    if (r->type == REDIS_REPLY_ERROR &&
-        dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
+    if (r->type == REDIS_REPLY_ERROR && dtq_reply_class_of(r->str) == DTQ_REPLY_NO_FUNCTION)
         not_loaded(x);
     return r;
 }

@@ -1,6 +1,7 @@
 /* worker.c: the daemon's lifecycle. Builds the modules, sets Redis up after every
  * (re)connect (Functions library, published config, consumer groups), turns signals into
  * drain and reload, and decides when the process may exit. */
+#include "reply_class.h"
 #include "worker.h"
 
 #include <event2/event.h>
@@ -196,10 +197,10 @@ static void setup_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
     if (!s) return;
-    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
+    if (reply->type == REDIS_REPLY_ERROR && dtq_reply_class_of(reply->str) != DTQ_REPLY_BUSYGROUP) {
         /* One line per try: the other setup commands of the try are refused alike (OOM
          * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
-        if (!s->failed && !dtq_rconn_error_is_unavailable(reply->str))
+        if (!s->failed && !dtq_reply_class_unavailable(dtq_reply_class_of(reply->str)))
             dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
                       reply->str);
         setup_retry_later(s);
@@ -226,7 +227,7 @@ static int check_eviction_policy(dtq_worker *w, const redisReply *reply) {
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         return 0;
     }
-    p = strstr(reply->str, "maxmemory_policy:");
+    p = strstr(reply->str, "maxmemory_policy:"); /* reply-text: INFO's text, not an error */
     if (p) sscanf(p + 17, "%63[a-z-]", policy);
     if (!strncmp(policy, "allkeys-", 8)) {
         dtq_error("redis maxmemory-policy is %s: Redis may evict queued task hashes, which "
@@ -278,7 +279,7 @@ static void library_refused(dtq_worker *w) {
 static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     setup_round *s = current_round(j);
     if (!s) return;
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
+    if (reply->type != REDIS_REPLY_ERROR || dtq_reply_class_of(reply->str) != DTQ_REPLY_NOPERM) {
         setup_reply(j, reply, a, b);
         return;
     }
@@ -299,10 +300,11 @@ static int library_current(dtq_worker *w, const redisReply *reply) {
     if (reply->type == REDIS_REPLY_STRING)
         snprintf(w->library_why, sizeof(w->library_why),
                  "the installed Functions library is version %.64s, not %s", reply->str, want);
-    else if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "Function not found"))
+    else if (reply->type == REDIS_REPLY_ERROR &&
+             dtq_reply_class_of(reply->str) == DTQ_REPLY_NO_FUNCTION)
         snprintf(w->library_why, sizeof(w->library_why),
                  "the Functions library (namespace %s) is not installed", ns);
-    else if (reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6))
+    else if (reply->type == REDIS_REPLY_ERROR && dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM)
         snprintf(w->library_why, sizeof(w->library_why),
                  "it may not call %s_version either (give it the worker role: dtqctl acl "
                  "worker)",
@@ -474,13 +476,14 @@ static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
             cl_setup_send(s, CL_LOAD, slot, &a);
         }
     } else if (kind == CL_LAYOUT && reply->type == REDIS_REPLY_ERROR &&
-               !strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+               dtq_reply_class_of(reply->str) == DTQ_REPLY_WRONG_LAYOUT) {
         dtq_error("redis setup: %s; not starting", reply->str);
         s->fatal = 1;
         w->exit_code = DTQ_EX_CONFIG;
         event_base_loopbreak(w->ctx->base);
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
-        if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
+    } else if (reply->type == REDIS_REPLY_ERROR &&
+               dtq_reply_class_of(reply->str) != DTQ_REPLY_BUSYGROUP) {
+        if (kind == CL_LOAD && dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM)
             library_refused(w);
         else if (!s->failed)
             dtq_error("redis setup failed: %s; retrying in 5s", reply->str);
@@ -652,8 +655,8 @@ static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     if (!s) return;
     w = s->w;
     if (reply->type == REDIS_REPLY_ERROR &&
-        (!strncmp(reply->str, "NOPERM", 6) ||
-         dtq_scripts_error_code(reply->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)) {
+        (dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM ||
+         dtq_reply_class_of(reply->str) == DTQ_REPLY_NO_FUNCTION)) {
         /* a worker role made before <ns>_layout existed, or an admin's older library: a
          * single Redis's namespace can only be single, so serving goes on unchecked */
         if (!w->layout_warned)
@@ -663,7 +666,8 @@ static void layout_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
         w->layout_warned = 1;
         return;
     }
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "WRONG_LAYOUT", 12)) {
+    if (reply->type != REDIS_REPLY_ERROR ||
+        dtq_reply_class_of(reply->str) != DTQ_REPLY_WRONG_LAYOUT) {
         setup_reply(j, reply, a, b);
         return;
     }
@@ -786,7 +790,7 @@ static void node_load_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     if (reply && reply->type == REDIS_REPLY_ERROR) {
-        if (!strncmp(reply->str, "NOPERM", 6))
+        if (dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM)
             library_refused(nc->w);
         else
             dtq_error("redis setup: loading the Functions on the node of slot %d failed: %s",
