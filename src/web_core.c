@@ -1,6 +1,5 @@
 /* web_core.c: dtq-web's answer helpers and key names, shared by the server and its
  * handlers. */
-#include "reply_class.h"
 #include "web_core.h"
 
 #include <event2/buffer.h>
@@ -17,6 +16,7 @@
 #include "log.h"
 #include "cluster.h"
 #include "rcluster.h"
+#include "reply_class.h"
 
 /* ----------------------------------------------------------------- answers */
 
