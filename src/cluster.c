@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "reply_class.h"
 #include "util.h"
 
 uint16_t dtq_cluster_crc16(const char *buf, size_t len) {
@@ -177,17 +178,13 @@ dtq_cluster_redirect_kind dtq_cluster_redirect_parse(const char *err, dtq_cluste
     char num[16];
     memset(out, 0, sizeof(*out));
     if (!err) return DTQ_REDIRECT_NONE;
-    if (!strncmp(err, "MOVED ", 6)) {
-        out->kind = DTQ_REDIRECT_MOVED;
-        p = err + 6;
-    } else if (!strncmp(err, "ASK ", 4)) {
-        out->kind = DTQ_REDIRECT_ASK;
-        p = err + 4;
-    } else if (!strcmp(err, "MOVED") || !strcmp(err, "ASK")) {
-        return bad(out);
-    } else {
-        return DTQ_REDIRECT_NONE;
+    switch (dtq_reply_class_of(err)) {
+    case DTQ_REPLY_MOVED: out->kind = DTQ_REDIRECT_MOVED; break;
+    case DTQ_REPLY_ASK: out->kind = DTQ_REDIRECT_ASK; break;
+    default: return DTQ_REDIRECT_NONE;
     }
+    p = dtq_reply_detail(err);
+    if (!*p) return bad(out);
     /* the slot */
     sp = strchr(p, ' ');
     if (!sp || sp == p || (size_t)(sp - p) >= sizeof(num)) return bad(out);

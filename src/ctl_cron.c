@@ -7,6 +7,7 @@
 
 #include "cron.h"
 #include "ctl.h"
+#include "reply_class.h"
 #include "util.h"
 #include "view_merge.h"
 
@@ -88,7 +89,7 @@ static char *cron_queue(ctl *x, const char *name) {
     char **scopes = ctl_scopes(x, &n);
     for (int i = 0; i < n; i++) {
         redisReply *r = ctl_fcall_reply(x, 1, scopes[i], "cron_list", 1, a);
-        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOT_FOUND", 9))
+        if (r->type == REDIS_REPLY_ERROR && dtq_reply_class_of(r->str) != DTQ_REPLY_NOT_FOUND)
             ctl_refused("%s", r->str);
         if (r->type != REDIS_REPLY_ERROR && hits++ == 0) found = dtq_xstrdup(scopes[i]);
         freeReplyObject(r);

@@ -15,6 +15,7 @@
 
 #include "ctl.h"
 #include "keys.h"
+#include "reply_class.h"
 #include "scope.h"
 #include "scripts.h"
 #include "util.h"
@@ -61,7 +62,7 @@ void ctl_check_layout(ctl *x) {
     case DTQ_SCOPE_LAYOUT_WRONG: ctl_refused("%s", r->str);
     case DTQ_SCOPE_LAYOUT_NOT_LOADED: not_loaded(x);
     case DTQ_SCOPE_LAYOUT_UNCHECKED:
-        if (!strncmp(r->str, "NOPERM", 6))
+        if (dtq_reply_class_of(r->str) == DTQ_REPLY_NOPERM)
             fprintf(stderr,
                     "dtqctl: %s_layout not permitted (%s): layout not checked; "
                     "apply the role again (dtqctl acl)\n",
@@ -80,8 +81,7 @@ redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name,
      * holds no write Function, is not refused one) */
     if (!x->layout_checked && (x->cluster || !ro)) ctl_check_layout(x);
     r = fcall_raw(x, ro, queue, name, argc, args);
-    if (r->type == REDIS_REPLY_ERROR &&
-        dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
+    if (r->type == REDIS_REPLY_ERROR && dtq_reply_class_of(r->str) == DTQ_REPLY_NO_FUNCTION)
         not_loaded(x);
     return r;
 }

@@ -156,7 +156,8 @@ int ctl_queue_remove(ctl *x, const ctl_verb *v, int argc, char **argv) {
     redisReply *r = ctl_fcall(x, 0, argv[0], "queue_remove", 2, a);
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
-    if (r->str && !strcmp(r->str, "removed")) ctl_queue_index_remove(x, argv[0]);
+    if (r->type == REDIS_REPLY_STRING && !strcmp(r->str, "removed"))
+        ctl_queue_index_remove(x, argv[0]);
     if (x->json)
         printf("{\"queue\":\"%s\",\"result\":\"%s\"}\n", argv[0], r->str ? r->str : "");
     else

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "reply_class.h"
 #include "scripts.h"
 #include "task.h"
 #include "util.h"
@@ -115,8 +116,10 @@ int ctl_pause_resume(ctl *x, const ctl_verb *v, int argc, char **argv) {
     if (!queue) ctl_usage_error("usage: dtqctl %s <queue> [options]", v->name);
     a[0] = queue;
     r = ctl_fcall_reply(x, 0, queue, v->fn, create ? 3 : 2, a);
-    if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOT_FOUND queue ", 16)) {
-        const char *cut = strstr(r->str, " (pass create");
+    /* reply-text: the Function's NOT_FOUND says which thing is missing only in its text */
+    if (r->type == REDIS_REPLY_ERROR && dtq_reply_class_of(r->str) == DTQ_REPLY_NOT_FOUND &&
+        !strncmp(dtq_reply_detail(r->str), "queue ", 6)) {
+        const char *cut = strstr(r->str, " (pass create"); /* reply-text: the hint is ours */
         ctl_refused("%.*s: no task has used it; 'dtqctl %s --create %s' %ss it anyway",
                     cut ? (int)(cut - r->str) : (int)strlen(r->str), r->str, v->name, queue,
                     v->name);
@@ -210,7 +213,8 @@ static int wait_task(ctl *x, const char *queue, const char *id, int64_t timeout_
         redisReply *r = ctl_fcall_reply(x, 1, queue, "task_view", 2, a);
         cJSON *view, *st;
         if (r->type == REDIS_REPLY_ERROR) {
-            if (!strncmp(r->str, "NOT_FOUND", 9)) ctl_refused("task %s disappeared", id);
+            if (dtq_reply_class_of(r->str) == DTQ_REPLY_NOT_FOUND)
+                ctl_refused("task %s disappeared", id);
             ctl_refused("%s", r->str);
         }
         view = r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len) : NULL;

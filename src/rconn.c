@@ -31,6 +31,7 @@
 
 #include "log.h"
 #include "redis_proto.h"
+#include "reply_class.h"
 #include "retry.h"
 #include "tls.h"
 #include "util.h"
@@ -303,8 +304,8 @@ static int is_message(const redisReply *r) {
  * re-made with backoff, and /readyz says not ready meanwhile. The callback still sees
  * the reply first. */
 static void user_reply(dtq_rconn *rc, const pending *p, redisReply *reply) {
-    if (reply->type == REDIS_REPLY_ERROR && dtq_rconn_error_is_unavailable(reply->str) && rc->up &&
-        !rc->drop_why) {
+    if (reply->type == REDIS_REPLY_ERROR &&
+        dtq_reply_class_unavailable(dtq_reply_class_of(reply->str)) && rc->up && !rc->drop_why) {
         dtq_warn("redis %s: server cannot serve (%s); reconnecting", rc->name, reply->str);
         rc->unavailable = 1;
         rc->ping_sent_ms = 0;
@@ -666,15 +667,6 @@ void dtq_rconn_start(dtq_rconn *rc) {
 
 int dtq_rconn_is_up(const dtq_rconn *rc) {
     return rc && rc->up && !rc->drop_why && !rc->stopping;
-}
-
-int dtq_rconn_error_is_unavailable(const char *err) {
-    static const char *const words[] = {"READONLY", "LOADING", "MASTERDOWN", NULL};
-    for (const char *const *w = words; *w; w++) {
-        size_t n = strlen(*w);
-        if (!strncmp(err, *w, n) && (err[n] == ' ' || err[n] == '\0')) return 1;
-    }
-    return 0;
 }
 
 int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, const char **argv,

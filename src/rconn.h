@@ -41,7 +41,6 @@ int dtq_rconn_command(dtq_rconn *rc, redisCallbackFn *cb, void *priv, int argc, 
                       const size_t *lens);
 /* READONLY, LOADING or MASTERDOWN: the server cannot serve; the connection treats such a
  * reply as its own failure (drop, reconnect with backoff) before the callback sees it. */
-int dtq_rconn_error_is_unavailable(const char *err);
 /* The caller's setup (writes included) succeeded on this connection: the server serves,
  * so the reconnect backoff starts from its minimum again. */
 void dtq_rconn_serving(dtq_rconn *rc);

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "rcluster.h"
 #include "rsteps.h"
+#include "reply_class.h"
 #include "scope.h"
 #include "scripts.h"
 #include "sdnotify.h"
@@ -83,10 +84,10 @@ static void setup_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     DTQ_UNUSED(a);
     DTQ_UNUSED(b);
     if (!s) return;
-    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
+    if (reply->type == REDIS_REPLY_ERROR && dtq_reply_class_of(reply->str) != DTQ_REPLY_BUSYGROUP) {
         /* One line per try: the other setup commands of the try are refused alike (OOM
          * refuses all ~22 of them). An unavailable server: rconn said why and reconnects. */
-        if (!s->failed && !dtq_rconn_error_is_unavailable(reply->str))
+        if (!s->failed && !dtq_reply_class_unavailable(dtq_reply_class_of(reply->str)))
             dtq_error("redis setup failed (is this Redis 7 or newer?): %s; retrying in 5s",
                       reply->str);
         setup_retry_later(s);
@@ -113,7 +114,7 @@ static int check_eviction_policy(dtq_redis_setup *rs, const redisReply *reply) {
                  reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
         return 0;
     }
-    p = strstr(reply->str, "maxmemory_policy:");
+    p = strstr(reply->str, "maxmemory_policy:"); /* reply-text: INFO's text, not an error */
     if (p) sscanf(p + 17, "%63[a-z-]", policy);
     if (!strncmp(policy, "allkeys-", 8)) {
         dtq_error("redis maxmemory-policy is %s: Redis may evict queued task hashes, which "
@@ -165,7 +166,7 @@ static void library_refused(dtq_redis_setup *rs) {
 static void load_reply(dtq_rsteps *j, redisReply *reply, int a, int b) {
     setup_round *s = current_round(j);
     if (!s) return;
-    if (reply->type != REDIS_REPLY_ERROR || strncmp(reply->str, "NOPERM", 6)) {
+    if (reply->type != REDIS_REPLY_ERROR || dtq_reply_class_of(reply->str) != DTQ_REPLY_NOPERM) {
         setup_reply(j, reply, a, b);
         return;
     }
@@ -186,10 +187,11 @@ static int library_current(dtq_redis_setup *rs, const redisReply *reply) {
     if (reply->type == REDIS_REPLY_STRING)
         snprintf(rs->library_why, sizeof(rs->library_why),
                  "the installed Functions library is version %.64s, not %s", reply->str, want);
-    else if (reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "Function not found"))
+    else if (reply->type == REDIS_REPLY_ERROR &&
+             dtq_reply_class_of(reply->str) == DTQ_REPLY_NO_FUNCTION)
         snprintf(rs->library_why, sizeof(rs->library_why),
                  "the Functions library (namespace %s) is not installed", ns);
-    else if (reply->type == REDIS_REPLY_ERROR && !strncmp(reply->str, "NOPERM", 6))
+    else if (reply->type == REDIS_REPLY_ERROR && dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM)
         snprintf(rs->library_why, sizeof(rs->library_why),
                  "it may not call %s_version either (give it the worker role: dtqctl acl "
                  "worker)",
@@ -371,8 +373,9 @@ static void cl_setup_reply(redisAsyncContext *ac, void *r, void *priv) {
     } else if (kind == CL_LAYOUT &&
                dtq_scope_layout_verdict(reply, 1) == DTQ_SCOPE_LAYOUT_UNCHECKED) {
         layout_unchecked(rs, reply);
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "BUSYGROUP", 9)) {
-        if (kind == CL_LOAD && !strncmp(reply->str, "NOPERM", 6))
+    } else if (reply->type == REDIS_REPLY_ERROR &&
+               dtq_reply_class_of(reply->str) != DTQ_REPLY_BUSYGROUP) {
+        if (kind == CL_LOAD && dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM)
             library_refused(rs);
         else if (!s->failed)
             dtq_error("redis setup failed: %s; retrying in 5s", reply->str);
@@ -626,7 +629,7 @@ static void node_load_cb(redisAsyncContext *ac, void *r, void *priv) {
     redisReply *reply = r;
     DTQ_UNUSED(ac);
     if (reply && reply->type == REDIS_REPLY_ERROR) {
-        if (!strncmp(reply->str, "NOPERM", 6))
+        if (dtq_reply_class_of(reply->str) == DTQ_REPLY_NOPERM)
             library_refused(nc->rs);
         else
             dtq_error("redis setup: loading the Functions on the node of slot %d failed: %s",

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "keys.h"
-#include "scripts.h"
+#include "reply_class.h"
 
 char *dtq_scope_tag(const char *ns, int cluster, const char *queue) {
     if (!cluster) return NULL;
@@ -74,9 +74,11 @@ void dtq_scope_layout_call(dtq_argv *a, const char *ns, int cluster) {
 
 dtq_scope_layout dtq_scope_layout_verdict(const redisReply *r, int cluster) {
     if (r->type != REDIS_REPLY_ERROR) return DTQ_SCOPE_LAYOUT_OK;
-    if (!strncmp(r->str, "WRONG_LAYOUT", 12)) return DTQ_SCOPE_LAYOUT_WRONG;
-    if (!strncmp(r->str, "NOPERM", 6)) return DTQ_SCOPE_LAYOUT_UNCHECKED;
-    if (dtq_scripts_error_code(r->str) == DTQ_SCRIPT_ERR_NO_FUNCTION)
+    switch (dtq_reply_class_of(r->str)) {
+    case DTQ_REPLY_WRONG_LAYOUT: return DTQ_SCOPE_LAYOUT_WRONG;
+    case DTQ_REPLY_NOPERM: return DTQ_SCOPE_LAYOUT_UNCHECKED;
+    case DTQ_REPLY_NO_FUNCTION:
         return cluster ? DTQ_SCOPE_LAYOUT_NOT_LOADED : DTQ_SCOPE_LAYOUT_UNCHECKED;
-    return DTQ_SCOPE_LAYOUT_FAILED;
+    default: return DTQ_SCOPE_LAYOUT_FAILED;
+    }
 }

@@ -164,23 +164,3 @@ char *dtq_scripts_library(const char *ns, const char *prefix, size_t *len) {
     *len = strlen(out);
     return out;
 }
-enum dtq_script_error dtq_scripts_error_code(const char *e) {
-    static const struct {
-        const char *word;
-        enum dtq_script_error code;
-    } codes[] = {{"INVALID_ARGUMENT", DTQ_SCRIPT_ERR_INVALID_ARGUMENT},
-                 {"PAYLOAD_TOO_LARGE", DTQ_SCRIPT_ERR_PAYLOAD_TOO_LARGE},
-                 {"QUEUE_FULL", DTQ_SCRIPT_ERR_QUEUE_FULL},
-                 {"IDEMPOTENCY_IN_PROGRESS", DTQ_SCRIPT_ERR_IDEMPOTENCY_IN_PROGRESS},
-                 {"ID_EXISTS", DTQ_SCRIPT_ERR_ID_EXISTS},
-                 {"NOT_FOUND", DTQ_SCRIPT_ERR_NOT_FOUND},
-                 {"WRONG_STATE", DTQ_SCRIPT_ERR_WRONG_STATE},
-                 {"NOT_EMPTY", DTQ_SCRIPT_ERR_NOT_EMPTY}};
-    size_t n;
-    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
-        n = strlen(codes[i].word);
-        if (!strncmp(e, codes[i].word, n) && (e[n] == ' ' || e[n] == '\0')) return codes[i].code;
-    }
-    if (strstr(e, "Function not found")) return DTQ_SCRIPT_ERR_NO_FUNCTION;
-    return DTQ_SCRIPT_ERR_OTHER;
-}

@@ -1,6 +1,7 @@
 /* web.c: dtq-web's server: listener, routing, the Host check, the read and write gates,
  * bodies, answers, the page's static files and the sampling timer. The handlers are in
  * web_read.c, web_write.c, web_sampler.c (web_api.h) and web_events.c. */
+#include "reply_class.h"
 #include "web.h"
 
 #include <event2/buffer.h>
@@ -552,6 +553,7 @@ static void layout_cb(redisAsyncContext *ac, void *reply, void *priv) {
     if (!r) return; /* the link went: checked again at the next tick */
     verdict = dtq_scope_layout_verdict(r, 1);
     if (verdict != DTQ_SCOPE_LAYOUT_OK && verdict != DTQ_SCOPE_LAYOUT_UNCHECKED) {
+        /* reply-text: the same refusal again is logged once */
         if (!w->layout_err || strcmp(w->layout_err, r->str))
             dtq_error("web: redis cluster: %s_layout: %s", w->cfg->ns, r->str);
         free(w->layout_err);

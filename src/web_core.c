@@ -16,6 +16,7 @@
 #include "log.h"
 #include "cluster.h"
 #include "rcluster.h"
+#include "reply_class.h"
 #include "scope.h"
 
 /* ----------------------------------------------------------------- answers */
@@ -90,29 +91,19 @@ void dtq_web_reply_error(struct evhttp_request *req, int code, const char *error
 }
 
 int dtq_web_function_error(const char *err, const char **error_word) {
-    static const struct {
-        const char *prefix;
-        int word; /* the prefix is the reply's first word */
-        int code;
-        const char *word_name;
-    } map[] = {{"NOT_FOUND", 1, 404, "not_found"},
-               {"WRONG_STATE", 1, 409, "wrong_state"},
-               {"QUEUE_FULL", 1, 409, "queue_full"},
-               {"INVALID_ARGUMENT", 1, 400, "bad_request"},
-               {"ERR Function not found", 1, 503, "functions_not_loaded"},
-               {"WRONG_LAYOUT", 1, 503, "wrong_layout"},
-               {"NOPERM", 1, 403, "redis_permission"},
-               /* a command of a Function refused to its caller (ACL) */
-               {"ERR The user executing the script can't", 0, 403, "redis_permission"}};
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        size_t n = strlen(map[i].prefix);
-        if (!strncmp(err, map[i].prefix, n) && (!map[i].word || err[n] == ' ' || err[n] == '\0')) {
-            *error_word = map[i].word_name;
-            return map[i].code;
-        }
+    switch (dtq_reply_class_of(err)) {
+    case DTQ_REPLY_NOT_FOUND: *error_word = "not_found"; return 404;
+    case DTQ_REPLY_WRONG_STATE: *error_word = "wrong_state"; return 409;
+    case DTQ_REPLY_QUEUE_FULL: *error_word = "queue_full"; return 409;
+    case DTQ_REPLY_INVALID_ARGUMENT: *error_word = "bad_request"; return 400;
+    case DTQ_REPLY_NO_FUNCTION: *error_word = "functions_not_loaded"; return 503;
+    case DTQ_REPLY_WRONG_LAYOUT: *error_word = "wrong_layout"; return 503;
+    case DTQ_REPLY_NOPERM:
+    case DTQ_REPLY_NOPERM_IN_SCRIPT: /* a command of a Function refused to its caller */
+        *error_word = "redis_permission";
+        return 403;
+    default: *error_word = "redis_error"; return 502;
     }
-    *error_word = "redis_error";
-    return 502;
 }
 
 void dtq_web_reply_redis_error(struct evhttp_request *req, const char *err) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "reply_class.h"
 #include "scope.h"
 #include "util.h"
 #include "view_merge.h"
@@ -142,7 +143,7 @@ static void fan_part(dtq_rsteps *j, redisReply *r, int a, int b) {
     DTQ_UNUSED(b);
     if (r->type == REDIS_REPLY_ERROR) {
         /* one name's schedule: the queues that have none say NOT_FOUND */
-        if (s->sp.named && !strncmp(r->str, "NOT_FOUND", 9)) return;
+        if (s->sp.named && dtq_reply_class_of(r->str) == DTQ_REPLY_NOT_FOUND) return;
         if (!s->error) s->error = dtq_xstrndup(r->str, r->len);
         return;
     }

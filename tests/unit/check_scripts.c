@@ -107,17 +107,6 @@ START_TEST(test_version_covers_the_generated_text) {
 }
 END_TEST
 
-START_TEST(test_error_codes) {
-    ck_assert_int_eq(dtq_scripts_error_code("QUEUE_FULL queue x"), DTQ_SCRIPT_ERR_QUEUE_FULL);
-    ck_assert_int_eq(dtq_scripts_error_code("ID_EXISTS"), DTQ_SCRIPT_ERR_ID_EXISTS);
-    ck_assert_int_eq(dtq_scripts_error_code("NOT_FOUNDX"), DTQ_SCRIPT_ERR_OTHER);
-    ck_assert_int_eq(dtq_scripts_error_code("NOT_EMPTY queue q holds 1 waiting, 0 pending, 0 "
-                                            "scheduled"),
-                     DTQ_SCRIPT_ERR_NOT_EMPTY);
-    ck_assert_int_eq(dtq_scripts_error_code("ERR Function not found"), DTQ_SCRIPT_ERR_NO_FUNCTION);
-}
-END_TEST
-
 int main(void) {
     Suite *s = suite_create("scripts");
     TCase *tc = tcase_create("core");
@@ -125,7 +114,6 @@ int main(void) {
     tcase_add_test(tc, test_library_version);
     tcase_add_test(tc, test_library_constants);
     tcase_add_test(tc, test_version_covers_the_generated_text);
-    tcase_add_test(tc, test_error_codes);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
