@@ -165,6 +165,11 @@ int dtq_cluster_map_covered(const dtq_cluster_map *m) {
 
 /* ----------------------------------------------------------------- redirections */
 
+int dtq_cluster_redirect_allowed(const dtq_cluster_map *m, const char *host, int port) {
+    if (!*host) return 1; /* the node that answered: already talked to */
+    return m && dtq_cluster_map_find(m, host, port) >= 0;
+}
+
 static dtq_cluster_redirect_kind bad(dtq_cluster_redirect *out) {
     memset(out, 0, sizeof(*out));
     out->kind = DTQ_REDIRECT_BAD;

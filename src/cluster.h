@@ -67,6 +67,14 @@ int dtq_cluster_map_find(const dtq_cluster_map *m, const char *host, int port);
 
 /* ----------------------------------------------------------------- redirections */
 
+/* Whether a client may follow a redirection to host:port (the node a MOVED or ASK names;
+ * host "" is the node that answered): only to a node of the cluster's own slot map (m, as
+ * CLUSTER SLOTS last said; NULL: none). Any other address would be handed the command and
+ * the client's credentials (AUTH) on a node's word; the routers (rsync.c, rcluster.c)
+ * re-read the map once for an address not in it, and refuse the redirection when it is
+ * still not there. */
+int dtq_cluster_redirect_allowed(const dtq_cluster_map *m, const char *host, int port);
+
 typedef enum dtq_cluster_redirect_kind {
     DTQ_REDIRECT_BAD = -1, /* starts with MOVED or ASK but is not one (a malformed reply) */
     DTQ_REDIRECT_NONE = 0, /* another error (or none) */

@@ -347,6 +347,17 @@ static void on_reply(redisAsyncContext *ctx, void *reply_, void *priv) {
         req_done(q, reply);
         goto out;
     }
+    /* only to a node of the cluster's own map (the command, and the AUTH of a new link, go
+     * there): a node the map does not name has the map read again, and this command gets
+     * the redirection as its answer (its caller retries as after any refusal) */
+    if (!dtq_cluster_redirect_allowed(rc->map, d.host[0] ? d.host : n->host, d.port)) {
+        dtq_warn("redis %s: cluster redirection to %s:%d, not a node of the cluster's slot map; "
+                 "not followed (the map is read again)",
+                 rc->name, d.host[0] ? d.host : n->host, d.port);
+        want_refresh(rc);
+        req_done(q, reply);
+        goto out;
+    }
     /* the command did not run: send it where the redirection says */
     q->redirects++;
     q->since = 0;

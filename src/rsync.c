@@ -615,15 +615,25 @@ static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, co
         }
         freeReplyObject(r);
         {
-            char host[DTQ_CLUSTER_HOST_MAX + 1];
+            char host[DTQ_CLUSTER_HOST_MAX + 1], ignored[200];
             snprintf(host, sizeof(host), "%s", d.host[0] ? d.host : c->nodes[target].host);
             if (kind == DTQ_REDIRECT_MOVED) {
-                char ignored[200];
                 c->stats.moved++;
                 refresh_map(c, -1, ignored, sizeof(ignored));
             } else {
                 c->stats.ask++;
                 asking = 1;
+                if (!dtq_cluster_redirect_allowed(c->map, host, d.port))
+                    refresh_map(c, -1, ignored, sizeof(ignored)); /* a node new to us? */
+            }
+            /* only to a node of the cluster's own map: not the command, nor the AUTH of
+             * the next link, to any address a reply names */
+            if (!dtq_cluster_redirect_allowed(c->map, host, d.port)) {
+                snprintf(why, whylen,
+                         "cluster redirection to %s:%d, not a node of the cluster's slot map; "
+                         "not followed",
+                         host, d.port);
+                return NULL;
             }
             target = node_add(c, host, d.port);
         }

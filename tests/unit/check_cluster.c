@@ -127,6 +127,14 @@ START_TEST(test_map_three_shards) {
     ck_assert_int_eq(dtq_cluster_map_primary(m, dtq_cluster_keyslot("foo", 3))->port, 7002);
     ck_assert_int_eq(dtq_cluster_map_find(m, "10.0.0.5", 7004), m->ranges[1].replicas[0]);
     ck_assert_int_eq(dtq_cluster_map_find(m, "10.0.0.5", 7005), -1);
+    /* a redirection is followed only to a node of the map (primary or replica), or to the
+     * node that answered (host ""); never to an address only the reply names (issue 27.7) */
+    ck_assert(dtq_cluster_redirect_allowed(m, "10.0.0.2", 7001));
+    ck_assert(dtq_cluster_redirect_allowed(m, "10.0.0.7", 7006));
+    ck_assert(dtq_cluster_redirect_allowed(m, "", 7001));
+    ck_assert(!dtq_cluster_redirect_allowed(m, "10.0.0.2", 7002)); /* another port */
+    ck_assert(!dtq_cluster_redirect_allowed(m, "evil.example", 7001));
+    ck_assert(!dtq_cluster_redirect_allowed(NULL, "10.0.0.2", 7001)); /* no map yet */
     dtq_cluster_map_free(m);
     freeReplyObject(r);
 }
