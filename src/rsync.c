@@ -17,6 +17,7 @@
 
 #include "cluster.h"
 #include "redis_proto.h"
+#include "reply_class.h"
 #include "tls.h"
 #include "util.h"
 
@@ -567,13 +568,16 @@ fail:
 
 /* Sends a command to the node of slot (-1: any), following MOVED (a new map, then the node
  * named) and ASK (ASKING and the command at the node named, once, the map unchanged), at
- * most DTQ_CLUSTER_MAX_REDIRECTS times. A node that cannot be reached before the command
- * is sent: a new map from another node and one more try. A link lost after the command
- * was sent: NULL (the command may have run; it is not sent twice), the map refreshed for
- * the next command. */
+ * most DTQ_CLUSTER_MAX_REDIRECTS times. TRYAGAIN (a slot being moved: the command did not
+ * run) is sent again, after pauses from 50 ms doubling to 500 ms, until reply_timeout_ms
+ * (10 s when none) from the first one has passed; then it is the answer. A node that cannot be
+ * reached before the command is sent: a new map from another node and one more try. A link lost
+ * after the command was sent: NULL (the command may have run; it is not sent twice), the map
+ * refreshed for the next command. */
 static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, const size_t *lens,
                          char *why, size_t whylen) {
     int target = node_for(c, slot), asking = 0, redirects = 0, retried = 0;
+    int64_t tryagain_until = 0, pause_ms = 50;
     c->timed_out = 0;
     for (;;) {
         dtq_cluster_redirect d;
@@ -605,6 +609,16 @@ static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, co
         }
         c->last = target;
         if (r->type != REDIS_REPLY_ERROR) return r;
+        if (dtq_reply_class_of(r->str) == DTQ_REPLY_TRYAGAIN) {
+            int64_t now = dtq_monotonic_ms();
+            if (!tryagain_until)
+                tryagain_until = now + (c->reply_timeout_ms > 0 ? c->reply_timeout_ms : 10000);
+            if (now + pause_ms >= tryagain_until) return r;
+            freeReplyObject(r);
+            usleep((useconds_t)(pause_ms * 1000));
+            pause_ms = pause_ms * 2 > 500 ? 500 : pause_ms * 2;
+            continue;
+        }
         kind = dtq_cluster_redirect_parse(r->str, &d);
         if (kind != DTQ_REDIRECT_MOVED && kind != DTQ_REDIRECT_ASK) return r;
         if (++redirects > DTQ_CLUSTER_MAX_REDIRECTS) {

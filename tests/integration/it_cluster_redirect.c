@@ -1,5 +1,6 @@
 /* it_cluster_redirect: a cluster node's redirection is followed only to a node of the
- * cluster's own slot map (issue 27.7). A fake node gives the map (every slot its own) and
+ * cluster's own slot map (issue 27.7); TRYAGAIN is sent again within the timeout (issue
+ * 27.11). A fake node gives the map (every slot its own) and
  * answers every other command with MOVED (or ASK) to another port of this machine, where a
  * listener writes down any connection it gets; dtqctl over redis-cluster://, with a
  * password in the URL, must refuse the redirection, say why, and never connect there (so no
@@ -23,7 +24,8 @@
 static th_redis R; /* only its directory: where th_run_dtqctl writes the output */
 static pid_t server_pid;
 static int node_port, foreign_port;
-static char seen_path[320]; /* written when the foreign listener is connected to */
+static char seen_path[320];  /* written when the foreign listener is connected to */
+static char tries_path[320]; /* a line per command the node answered with TRYAGAIN */
 
 static int listen_tcp(int *port) {
     struct sockaddr_in sa;
@@ -43,8 +45,9 @@ static int listen_tcp(int *port) {
 
 /* The child. The node answers CLUSTER SLOTS with a map that gives it every slot, +OK to the
  * handshake's commands, and to anything else a redirection to the foreign port (MOVED, or
- * ASK when the node was started with ask set). The foreign listener writes seen_path at
- * every connection and closes it. */
+ * ASK when the node was started with mode 1), or TRYAGAIN (mode 2, a line appended to
+ * tries_path each time). The foreign listener writes seen_path at every connection and
+ * closes it. */
 static void serve(int node, int foreign, int ask) {
     struct pollfd p[2 + MAX_CONNS];
     int n = 2;
@@ -85,7 +88,14 @@ static void serve(int node, int foreign, int ask) {
                                node_port);
             else if (strstr(buf, "AUTH") || strstr(buf, "SELECT") || strstr(buf, "CLIENT"))
                 len = snprintf(out, sizeof(out), "+OK\r\n");
-            else
+            else if (ask == 2) {
+                FILE *g = fopen(tries_path, "a");
+                if (g) {
+                    fputs("try\n", g);
+                    fclose(g);
+                }
+                len = snprintf(out, sizeof(out), "-TRYAGAIN the slot is being moved\r\n");
+            } else
                 len = snprintf(out, sizeof(out), "-%s 1234 127.0.0.1:%d\r\n", ask ? "ASK" : "MOVED",
                                foreign_port);
             if (write(p[i].fd, out, (size_t)len) < 0) continue;
@@ -100,6 +110,7 @@ static void start(int ask) {
     memset(&R, 0, sizeof(R));
     snprintf(R.dir, sizeof(R.dir), "%s", tmpl);
     snprintf(seen_path, sizeof(seen_path), "%s/foreign-connected", R.dir);
+    snprintf(tries_path, sizeof(tries_path), "%s/tries", R.dir);
     nd = listen_tcp(&node_port);
     fg = listen_tcp(&foreign_port);
     server_pid = fork();
@@ -152,6 +163,26 @@ START_TEST(test_ask_to_a_foreign_address_refused) {
 }
 END_TEST
 
+/* A node that answers TRYAGAIN (a slot being moved): dtqctl sends the command again until
+ * its timeout (-t 2), not once; then the TRYAGAIN is its answer (exit 1). */
+START_TEST(test_tryagain_sent_again_within_the_timeout) {
+    char args[300], *out, *tries;
+    int rc, n = 0;
+    int64_t t0;
+    start(2);
+    snprintf(args, sizeof(args), "-t 2 -u redis-cluster://127.0.0.1:%d stats", node_port);
+    t0 = th_now_ms();
+    rc = th_run_dtqctl(&R, &out, "", args);
+    ck_assert_msg(rc == 1 && strstr(out, "TRYAGAIN"), "exit %d: %s", rc, out);
+    ck_assert_msg(th_now_ms() - t0 >= 1500, "gave up after %lld ms", (long long)(th_now_ms() - t0));
+    free(out);
+    tries = th_read_file(tries_path);
+    for (const char *p = tries; (p = strstr(p, "try\n")) != NULL; p++) n++;
+    ck_assert_msg(n >= 4, "TRYAGAIN answered %d times", n);
+    free(tries);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cluster_redirect");
     TCase *tc = tcase_create("redirect");
@@ -159,6 +190,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_moved_to_a_foreign_address_refused);
     tcase_add_test(tc, test_ask_to_a_foreign_address_refused);
+    tcase_add_test(tc, test_tryagain_sent_again_within_the_timeout);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
