@@ -31,6 +31,10 @@ typedef struct ctl {
     int64_t timeout_ms;      /* --timeout: connect and reply limit for every command */
     int cluster;             /* the cluster layout: a redis-cluster:// URL (ctl_route.c) */
     int layout_checked;      /* <ns>_layout answered (once, before the first Function) */
+    /* the cluster layout's shared slot {ns} may be unreachable: what the verb asks of it
+     * (the layout check, the queue index, whether a worker serves the queue) is warned
+     * about, not fatal; a producer's enqueue into a healthy queue goes on (issue 27.10) */
+    int shared_optional;
 } ctl;
 
 typedef struct ctl_verb ctl_verb;
@@ -69,6 +73,12 @@ void ctl_link_failed(ctl *x, const char *why) __attribute__((noreturn));
 /* One command and its reply (an error reply included); a lost connection exits 1, no
  * answer within --timeout exits 4. */
 redisReply *ctl_command(ctl *x, int argc, const char **argv);
+/* ctl_command that returns NULL (why filled) instead of exiting when the command could not
+ * be answered: for what x->shared_optional allows to fail. */
+redisReply *ctl_try_command(ctl *x, int argc, const char **argv, char *why, size_t whylen);
+/* The shared slot's answer could not be had (x->shared_optional): a warning naming what
+ * was skipped. */
+void ctl_shared_skipped(const char *what, const char *why);
 /* The next reply without a command (a subscriber's messages); a lost connection exits 1. */
 redisReply *ctl_read(ctl *x);
 /* <ns>_layout: checks the namespace's layout marker, writing it when there is none (a
@@ -78,7 +88,8 @@ void ctl_check_layout(ctl *x);
  * or in the cluster layout its global state), routed as ctl_route.c says: the single layout
  * passes no key, the cluster layout the tag {ns:queue} or {ns}. Error replies are returned,
  * but for Functions that are not loaded (exit 1 naming `dtqctl functions install`) and a
- * namespace laid out the other way (<ns>_layout's WRONG_LAYOUT, exit 1). */
+ * namespace laid out the other way (<ns>_layout's WRONG_LAYOUT, exit 1). NULL only for a
+ * call of the shared slot that did not answer while x->shared_optional (warned). */
 redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name, int argc,
                             const char **args);
 /* ctl_fcall_reply with any error reply ending the program: exit 1, the error on stderr. */

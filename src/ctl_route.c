@@ -35,9 +35,16 @@ static redisReply *fcall_raw(ctl *x, int ro, const char *queue, const char *name
     char *fn = dtq_keys_function(x->ns, name), *tag = dtq_scope_tag(x->ns, x->cluster, queue);
     dtq_argv a;
     redisReply *r;
+    char why[512];
     dtq_scope_fcall(&a, ro, fn, tag);
     for (int i = 0; i < argc; i++) dtq_argv_adds(&a, args[i]);
-    r = ctl_command(x, a.argc, (const char **)a.argv);
+    if (x->shared_optional && x->cluster && !queue) {
+        /* the shared slot: its silence is a warning (what asked it goes without) */
+        r = ctl_try_command(x, a.argc, (const char **)a.argv, why, sizeof(why));
+        if (!r) ctl_shared_skipped(name, why);
+    } else {
+        r = ctl_command(x, a.argc, (const char **)a.argv);
+    }
     dtq_argv_deinit(&a);
     free(fn);
     free(tag);
@@ -55,8 +62,18 @@ void ctl_check_layout(ctl *x) {
     redisReply *r;
     x->layout_checked = 1;
     dtq_scope_layout_call(&a, x->ns, x->cluster);
-    r = ctl_command(x, a.argc, (const char **)a.argv);
-    dtq_argv_deinit(&a);
+    if (x->shared_optional && x->cluster) {
+        char why[512];
+        r = ctl_try_command(x, a.argc, (const char **)a.argv, why, sizeof(why));
+        dtq_argv_deinit(&a);
+        if (!r) {
+            ctl_shared_skipped("the layout check", why);
+            return;
+        }
+    } else {
+        r = ctl_command(x, a.argc, (const char **)a.argv);
+        dtq_argv_deinit(&a);
+    }
     switch (dtq_scope_layout_verdict(r, x->cluster)) {
     case DTQ_SCOPE_LAYOUT_OK: break;
     case DTQ_SCOPE_LAYOUT_WRONG: ctl_refused("%s", r->str);
@@ -81,7 +98,7 @@ redisReply *ctl_fcall_reply(ctl *x, int ro, const char *queue, const char *name,
      * holds no write Function, is not refused one) */
     if (!x->layout_checked && (x->cluster || !ro)) ctl_check_layout(x);
     r = fcall_raw(x, ro, queue, name, argc, args);
-    if (r->type == REDIS_REPLY_ERROR && dtq_reply_class_of(r->str) == DTQ_REPLY_NO_FUNCTION)
+    if (r && r->type == REDIS_REPLY_ERROR && dtq_reply_class_of(r->str) == DTQ_REPLY_NO_FUNCTION)
         not_loaded(x);
     return r;
 }
@@ -156,7 +173,18 @@ static void index_op(ctl *x, const char *op, const char *queue) {
         char *tag = own ? dtq_keys_queue_prefix(x->ns, queue) : NULL;
         char *key = own ? dtq_key_queues(tag) : index_key(x);
         const char *a[3] = {op, key, queue};
-        redisReply *r = ctl_command(x, 3, a);
+        char why[512];
+        redisReply *r;
+        if (!own && x->shared_optional) { /* {ns}:queues: the shared slot */
+            r = ctl_try_command(x, 3, a, why, sizeof(why));
+            if (!r) {
+                ctl_shared_skipped("adding the queue to the index", why);
+                free(key);
+                continue;
+            }
+        } else {
+            r = ctl_command(x, 3, a);
+        }
         if (r->type == REDIS_REPLY_ERROR) ctl_refused("%s %s: %s", op, key, r->str);
         freeReplyObject(r);
         free(key);

@@ -173,6 +173,7 @@ int ctl_requeue_all(ctl *x, const ctl_verb *v, int argc, char **argv) {
 static void warn_unserved(ctl *x, const char *queue) {
     const char *a[1] = {queue};
     redisReply *r = ctl_fcall_reply(x, 1, NULL, "served", 1, a);
+    if (!r) return; /* the shared slot did not answer (warned) */
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
         r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 0 &&
         r->element[1]->integer == 0)
@@ -243,6 +244,7 @@ static int wait_task(ctl *x, const char *queue, const char *id, int64_t timeout_
 
 int ctl_enqueue(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char **args = dtq_xcalloc((size_t)argc * 2 + 4, sizeof(char *));
+    x->shared_optional = 1; /* an enqueue into a healthy queue needs no shared slot */
     char uuid[37];
     int n = 0, wait = 0, have_id = 0, short_of_replicas = 0, failed = 0;
     int64_t want_replicas = 0, timeout_ms = 0;
@@ -367,6 +369,7 @@ static int bulk_chunk(ctl *x, const char **args, int nopts, char **payloads, con
  * chunks of BULK_CHUNK through <ns>_enqueue_bulk (one Function call per chunk). */
 int ctl_enqueue_bulk(ctl *x, const ctl_verb *v, int argc, char **argv) {
     const char **args = dtq_xcalloc((size_t)argc * 2 + 2, sizeof(char *));
+    x->shared_optional = 1; /* as enqueue: the shared slot is not needed */
     char **payloads = dtq_xcalloc(BULK_CHUNK, sizeof(char *));
     char *line = NULL;
     size_t cap = 0;

@@ -101,6 +101,15 @@ redisReply *ctl_command(ctl *x, int argc, const char **argv) {
     return r;
 }
 
+redisReply *ctl_try_command(ctl *x, int argc, const char **argv, char *why, size_t whylen) {
+    return dtq_rsync_command(x->conn, argc, argv, NULL, why, whylen);
+}
+
+void ctl_shared_skipped(const char *what, const char *why) {
+    fprintf(stderr, "dtqctl: warning: %s skipped: the shared slot did not answer (%s)\n", what,
+            why);
+}
+
 redisReply *ctl_read(ctl *x) {
     char why[512];
     redisReply *r = dtq_rsync_read(x->conn, why, sizeof(why));

@@ -6,6 +6,7 @@
  * without); pause and resume; the schedule listed across queues; cron and limit verbs; the
  * dead letters; and the layout marker refusing a namespace laid out for a single Redis. */
 #include <check.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -637,6 +638,68 @@ START_TEST(test_layout_refusal) {
 }
 END_TEST
 
+/* The port of the replica of the primary on `port` (CLUSTER NODES), or -1. */
+static int replica_of(int port) {
+    redisContext *c = th_cluster_connect(&CL, th_cluster_node_index(&CL, port));
+    redisReply *r = th_cmd(c, "CLUSTER NODES");
+    char id[64] = "", *line, *save = NULL, *text = strdup(r->str);
+    int rport = -1;
+    for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char nid[64], addr[128], flags[128];
+        int p = 0;
+        if (sscanf(line, "%63s %127s %127s", nid, addr, flags) == 3 &&
+            sscanf(strchr(addr, ':') + 1, "%d", &p) == 1 && p == port)
+            snprintf(id, sizeof(id), "%s", nid);
+    }
+    free(text);
+    text = strdup(r->str);
+    for (line = strtok_r(text, "\n", &save); line && *id; line = strtok_r(NULL, "\n", &save)) {
+        char nid[64], addr[128], flags[128], master[64];
+        int p = 0;
+        if (sscanf(line, "%63s %127s %127s %63s", nid, addr, flags, master) == 4 &&
+            strstr(flags, "slave") && !strcmp(master, id) &&
+            sscanf(strchr(addr, ':') + 1, "%d", &p) == 1)
+            rport = p;
+    }
+    free(text);
+    freeReplyObject(r);
+    redisFree(c);
+    return rport;
+}
+
+/* The shard of the shared slot {ns} down (its primary and its replica stopped, so no
+ * failover): a producer's enqueue into a queue of a healthy shard still succeeds, warning
+ * that what it asks of the shared slot was skipped (issue 27.10). Last: it stops nodes. */
+START_TEST(test_enqueue_without_the_shared_slot) {
+    int shared = th_cluster_owner_port(&CL, "{" NS "}"), replica = replica_of(shared), q = -1, rc,
+        alive;
+    pid_t p1, p2;
+    char *out, args[512];
+    for (int i = 0; i < NQ && q < 0; i++) {
+        char tag[64]; /* the queue's tag: its slot's owner */
+        snprintf(tag, sizeof(tag), "{" NS ":%.40s}", Q[i]);
+        alive = th_cluster_owner_port(&CL, tag);
+        if (alive != shared) q = i;
+    }
+    ck_assert_int_ge(q, 0);
+    ck_assert_int_gt(replica, 0);
+    p1 = CL.node[th_cluster_node_index(&CL, shared)].pid;
+    p2 = CL.node[th_cluster_node_index(&CL, replica)].pid;
+    kill(p1, SIGSTOP);
+    kill(p2, SIGSTOP);
+    snprintf(args, sizeof(args),
+             "-n " NS " -t 2 -u redis-cluster://127.0.0.1:%d enqueue %s echo '{}' --id no-shared-1",
+             alive, Q[q]);
+    rc = th_run_dtqctl(&CL.node[0], &out, "", args);
+    kill(p1, SIGCONT);
+    kill(p2, SIGCONT);
+    ck_assert_msg(rc == 0 && strstr(out, "no-shared-1 created") &&
+                      strstr(out, "skipped: the shared slot did not answer"),
+                  "exit %d: %s", rc, out);
+    free(out);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cluster_ctl");
     TCase *tc = tcase_create("core");
@@ -655,6 +718,7 @@ int main(void) {
     tcase_add_test(tc, test_acl_roles);
     tcase_add_test(tc, test_monitor_reads_unchecked);
     tcase_add_test(tc, test_layout_refusal);
+    tcase_add_test(tc, test_enqueue_without_the_shared_slot);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
