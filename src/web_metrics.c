@@ -142,6 +142,15 @@ static void render(FILE *out, const cJSON *b) {
                1 - flag(dl, "complete"));
     put_sample(out, "dtq_metrics_truncated", "part", "workers", NULL, NULL,
                flag(b, "workers_truncated"));
+
+    /* Redis Cluster: the parts of this answer whose slot's primary was down (a queue, or
+     * the shared slot {ns}): their series are missing above, not zero */
+    put_head(out, "dtq_part_unreachable",
+             "1 per queue (or the shared slot {ns}) whose shard was down: not in this answer.");
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(b, "unreachable")) {
+        if (cJSON_IsString(e))
+            put_sample(out, "dtq_part_unreachable", "part", e->valuestring, NULL, NULL, 1);
+    }
 }
 
 /* Answers the text: dtq-web's own series, then the Function's (body NULL: none). */

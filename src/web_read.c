@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "keys.h"
+#include "rcluster.h"
 #include "reply_class.h"
 #include "scope.h"
 #include "util.h"
@@ -60,6 +62,10 @@ typedef struct rd {
     int nq;
     cJSON **parts; /* each queue's answer, then {ns}'s (nq + 1) */
     int not_json;  /* a part was not JSON */
+    /* the overview and the scrape answer with the live shards: the parts whose slot's
+     * primary is down are not asked, and named here (queue names; the shared slot as its
+     * tag {ns}) */
+    cJSON *unreachable;
 } rd;
 
 static void rd_free(void *p) {
@@ -73,6 +79,7 @@ static void rd_free(void *p) {
     free(s->queues);
     for (int i = 0; s->parts && i <= s->nq; i++) cJSON_Delete(s->parts[i]);
     free(s->parts);
+    cJSON_Delete(s->unreachable);
     free(s);
 }
 
@@ -179,10 +186,28 @@ static void fan_merge(dtq_rsteps *j) {
         }
     }
     free(have);
+    if (s->body && s->unreachable) { /* what was not asked, named */
+        cJSON_AddItemToObject(s->body, "unreachable", s->unreachable);
+        s->unreachable = NULL;
+    }
     if (!s->error && s->sp.named &&
         cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s->body, "schedules")) == 0)
         s->error = dtq_xasprintf("NOT_FOUND no periodic schedule named %s", s->name);
     rd_answer(j);
+}
+
+/* Whether the read may answer with the live shards (the overview and the scrape: what an
+ * operator looks at when a shard is down). */
+static int partial_ok(const rd *s) {
+    return s->sp.merge == MERGE_OVERVIEW || s->sp.merge == MERGE_METRICS;
+}
+
+/* Whether the primary of the slot of `queue`'s calls (NULL: {ns}'s) is up (rcluster.h). */
+static int part_up(const dtq_web *w, const char *queue) {
+    char *tag = dtq_scope_tag(w->cfg->ns, 1, queue);
+    int up = dtq_rcluster_slot_up(w->rc, dtq_cluster_keyslot(tag, strlen(tag)));
+    free(tag);
+    return up;
 }
 
 static void fan_calls(dtq_rsteps *j) {
@@ -192,8 +217,17 @@ static void fan_calls(dtq_rsteps *j) {
         return;
     }
     s->parts = dtq_xcalloc((size_t)s->nq + 1, sizeof(cJSON *));
-    for (int i = 0; i < s->nq; i++) rd_send(j, s->queues[i], fan_part, i);
-    rd_send(j, NULL, fan_part, s->nq);
+    for (int i = 0; i <= s->nq; i++) {
+        const char *q = i < s->nq ? s->queues[i] : NULL;
+        if (partial_ok(s) && !part_up(s->h.w, q)) {
+            char *tag = q ? NULL : dtq_scope_tag(s->h.w->cfg->ns, 1, NULL);
+            if (!s->unreachable) s->unreachable = cJSON_CreateArray();
+            cJSON_AddItemToArray(s->unreachable, cJSON_CreateString(q ? q : tag));
+            free(tag);
+            continue;
+        }
+        rd_send(j, q, fan_part, i);
+    }
     dtq_rsteps_wait(j, fan_merge);
 }
 
@@ -220,7 +254,14 @@ static void read_start(dtq_web *w, struct evhttp_request *req, const read_spec *
         dtq_rsteps_wait(j, rd_answer);
         return;
     }
-    dtq_web_index_read(w, j, fan_index);
+    if (partial_ok(s) && w->nindex > 0 && !part_up(w, NULL)) {
+        /* the shared slot ({ns}, which holds the index) is down: the index as last read */
+        s->nq = w->nindex;
+        s->queues = dtq_xcalloc((size_t)s->nq + 1, sizeof(char *));
+        for (int i = 0; i < s->nq; i++) s->queues[i] = dtq_xstrdup(w->index[i]);
+    } else {
+        dtq_web_index_read(w, j, fan_index);
+    }
     dtq_rsteps_wait(j, fan_calls);
 }
 

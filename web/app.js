@@ -373,6 +373,10 @@ async function renderOverview(first) {
       : h('tr', {}, h('td', { colspan: 10 }, h('span.muted', {}, 'no live worker')))));
   const notes = [];
   if (o.queues_truncated) notes.push(h('p.notice', {}, 'Only the first ' + o.queues.length + ' queues are shown.'));
+  if (o.unreachable && o.unreachable.length) { // Redis Cluster: a shard is down
+    notes.push(h('p.notice', { id: 'ov-unreachable' }, h('span.warn', {}, 'Unreachable: ' + o.unreachable.join(', ')),
+      ' (their shard\'s primary is down: the numbers above leave them out until it is back)'));
+  }
   setView(h('h1', {}, 'Overview'), cards, charts, notes,
     h('h2', {}, 'Queues'), qt, h('h2', {}, 'Workers'), wt,
     h('p.muted', {}, 'Rates come from the workers\' heartbeat counters, sampled every ' +

@@ -30,14 +30,14 @@ an acknowledgement and a deletion in the finish call (its lean section). A failu
 attempt that cannot go on lean (the last one, no free slot, a limit) or a cancel request
 while it runs materialises the task: its hash is written from the entry as a full task's
 would be, and from then on it is one. The call's context keeps the queue modes read
-(call.ctx.lean_modes) and the policy a finish call's lean section carries (lean_policy). ]]
+(call.sub('lean_modes')) and the policy a finish call's lean section carries (lean_policy). ]]
 local LEAN = {}
 
 function LEAN.mode_key(q) return k('queue', q, 'mode') end
 
 -- Whether queue q is lean (a mode key of another type, or none: full), once per call.
 function LEAN.on(q)
-  local modes = call.ctx.lean_modes
+  local modes = call.sub('lean_modes')
   local m = modes[q]
   if m == nil then
     m = redis.pcall('GET', LEAN.mode_key(q)) == 'lean'
@@ -185,7 +185,7 @@ function LEAN.depth_mode(queue)
   local n = tonumber(v[1])
   if not n or n < 0 or n % 1 ~= 0 then n = qlen_resync(queue) end
   local lean = v[2] == 'lean'
-  call.ctx.lean_modes[queue] = lean
+  call.sub('lean_modes')[queue] = lean
   return n, lean
 end
 

@@ -13,10 +13,10 @@ local dead_letter, finish_terminal, history_add =
   task.dead_letter, task.finish_terminal, task.history_add
 
 --[[ The limits (docs/reference.md 5.7): LIM.of(queue) is the queue's limits (false: none),
-read once per call (call.ctx.limits); LIM.gate(...) admits a claim or defers its task;
+read once per call (call.sub('limits')); LIM.gate(...) admits a claim or defers its task;
 LIM.release(slots, tid) gives back the slots of an attempt that ended (the task hash's
 limit_slots); LIM.end_lost(c, ms, tid) ends a running attempt nothing else can end any
-more. What a call read or wrote of the limits' state is in call.ctx.limit_state. The
+more. What a call read or wrote of the limits' state is in call.sub('limit_state'). The
 Functions that set, remove and list limits are lua/fn/limit.lua. ]]
 local LIM = {}
 
@@ -115,7 +115,7 @@ local function load_limits(q)
 end
 
 function LIM.of(q)
-  local memo = call.ctx.limits
+  local memo = call.sub('limits')
   local v = memo[q]
   if v == nil then
     v = load_limits(q) or false
@@ -125,7 +125,7 @@ function LIM.of(q)
 end
 
 function LIM.release(slots, tid)
-  local memo = call.ctx.limit_state
+  local memo = call.sub('limit_state')
   for zk in slots:gmatch('%S+') do
     -- only slot sets: the field is dtq's, but a key it names is checked all the same
     local lpfx = SCOPE.prefix .. ':limit:'
@@ -182,7 +182,7 @@ end
 -- and call: a lease a lost release left). Its size after (n, its size before, when it was
 -- healed already in this call).
 local function heal(c, ms, zk, n)
-  local memo = call.ctx.limit_state
+  local memo = call.sub('limit_state')
   memo.healed = memo.healed or {}
   if memo.healed[zk] then return n end
   memo.healed[zk] = true
@@ -212,7 +212,7 @@ tasks come back one spacing apart instead of all at once. ]]
 local function defer(c, ms, worker, stream, entry_id, tkey, h, l, kind, key, earliest_us)
   local hk = lkey(h.queue, l.field, 'due', key)
   local space = kind == 'rate' and l.T or l.spacing
-  local memo = call.ctx.limit_state
+  local memo = call.sub('limit_state')
   memo.hz = memo.hz or {}
   local hz = memo.hz[hk] or tonumber(redis.pcall('GET', hk)) or 0
   local due_us = math.max(earliest_us, hz + space, ms * 1000)
@@ -246,7 +246,7 @@ function LIM.gate(c, ms, worker, lims, stream, entry_id, tkey, h, adopt)
   local lk = h.limit_key or ''
   -- What this call read or wrote of the state, so that the claims after the first in one
   -- call read nothing again: nothing else writes it while a Function runs.
-  local memo = call.ctx.limit_state
+  local memo = call.sub('limit_state')
   local tats, counts = memo.tat, memo.n
   if not tats then
     tats, counts = {}, {}

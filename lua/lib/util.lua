@@ -7,14 +7,16 @@
 -- Integers as Redis strings. string.format costs about 2,000 server instructions a call
 -- and a fetch or finish formats the same few numbers (the call's clock, attempts, limits)
 -- for every task, so what was formatted is kept: a bounded memo (started afresh when full),
--- whose answers depend on the number alone.
+-- whose answers depend on the number alone. 256: the numbers a call repeats (attempts,
+-- limits, its clock) fit, and the memo stays small for the garbage collector, which marks
+-- it at every cycle (4096 entries cost a single enqueue 3%: bench/fn_cost.sh CALLGRIND=1).
 local fmt_memo, fmt_memo_n = {}, 0
 local function fmt(n)
   local s = fmt_memo[n]
   if s then return s end
   s = string.format('%d', n)
   if n == n then -- NaN cannot be a table key
-    if fmt_memo_n >= 4096 then fmt_memo, fmt_memo_n = {}, 0 end
+    if fmt_memo_n >= 256 then fmt_memo, fmt_memo_n = {}, 0 end
     fmt_memo[n], fmt_memo_n = s, fmt_memo_n + 1
   end
   return s

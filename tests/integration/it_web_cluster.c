@@ -670,6 +670,29 @@ START_TEST(test_node_down_readyz_and_events) {
     }
     ck_assert_msg(th_wait_until(names_the_queues, NULL, 10000), "readyz did not name %s %s %s",
                   Q[0], Q[1], Q[2]);
+    {
+        /* the dashboard and the scrape answer at once with the live shards, and name the
+         * queues of the one down (issue 27.9): not 503 after the command timeout */
+        int64_t t0 = th_now_ms();
+        resp o = http("GET", "/api/overview", NULL), m;
+        char want[128];
+        ck_assert_msg(o.status == 200, "overview: %d %s", o.status, o.body);
+        ck_assert_msg(th_now_ms() - t0 < 3000, "overview took %lld ms",
+                      (long long)(th_now_ms() - t0));
+        for (int k = 0; k < 3; k++) {
+            snprintf(want, sizeof(want), "\"%.60s\"", Q[k]);
+            ck_assert_msg(strstr(o.body, "\"unreachable\":[") &&
+                              strstr(strstr(o.body, "\"unreachable\":["), want),
+                          "%s not named unreachable: %s", Q[k], o.body);
+        }
+        ck_assert_int_eq(th_json_size(o.json, "queues"), NQ - 3); /* the live shards' */
+        resp_free(&o);
+        m = http("GET", "/metrics", NULL);
+        ck_assert_int_eq(m.status, 200);
+        snprintf(want, sizeof(want), "dtq_part_unreachable{part=\"%.60s\"} 1\n", Q[0]);
+        ck_assert_msg(strstr(m.body, want) != NULL, "no '%s' in %s", want, m.body);
+        resp_free(&m);
+    }
     ck_assert_msg(th_wait_until(is_ready, NULL, 30000), "not ready again after the failover");
     /* the stream's connection stays; its subscriber moved to a node still up */
     ck_assert_msg(th_wait_until(one_subscriber, &sub_port, 10000), "no subscriber after failover");
