@@ -28,7 +28,10 @@ for prefix in default /usr; do
         fail "$prefix: a second install replaced /etc/dtq/worker.ini"
     [ -f "$d${bindir%/bin}/share/bash-completion/completions/dtqctl" ] ||
         fail "$prefix: no bash completion in ${bindir%/bin}/share/bash-completion/completions"
-    checks=$((checks + 4))
+    # the alert rules, as an example of the docs (Debian Policy 12.6)
+    [ -f "$d${bindir%/bin}/share/doc/dtq/examples/dtq-alerts.yml" ] ||
+        fail "$prefix: no alert rules in ${bindir%/bin}/share/doc/dtq/examples"
+    checks=$((checks + 5))
     units=$(find "$d" -path '*/lib/systemd/system/*.service' | sort)
     [ "$(echo "$units" | wc -l)" -eq 3 ] || fail "$prefix: expected 3 units, got: $units"
     # one user per instance: an instance's handlers cannot reach another instance's daemon
