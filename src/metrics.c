@@ -232,7 +232,7 @@ static void put_queue_label(FILE *out, const dtq_metrics *m, int i, int j) {
 void dtq_metrics_render(const dtq_metrics *m, FILE *out) {
     const dtq_metrics_cell *c;
     fputs("# HELP dtq_tasks_total Attempts ended by this worker, by the outcome Redis recorded "
-          "(succeeded, retried, dead_lettered, failed, cancelled, handed_back, stale).\n"
+          "(succeeded, retried, dead_lettered, failed, cancelled, handed_back, deferred, stale).\n"
           "# TYPE dtq_tasks_total counter\n",
           out);
     for (int i = 0; i < m->nqueues; i++)
