@@ -40,6 +40,7 @@ TRACEBACK_LINES = 20
 ERROR_BYTES = 4096
 PROGRESS_MESSAGE_BYTES = 200
 EXIT_PROTOCOL = 70
+_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """EX_SOFTWARE: the status of a process that met a protocol error."""
 
 
@@ -99,12 +100,13 @@ def _is_retryable(exc: BaseException) -> bool:
 
 def error_text(exc: BaseException) -> str:
     """The ``error`` text of a failure: ``ExceptionClass: message`` (as Python's own
-    traceback ends), then the last lines of the traceback (at most 20), all in at most
-    4 KiB of UTF-8; the first line is always kept."""
+    traceback ends), then the last lines of the traceback (at most 20, without this
+    package's own frames), all in at most 4 KiB of UTF-8; the first line is always kept."""
     head = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
     head = _cut(head, ERROR_BYTES)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_OWN)]
     lines: list[str] = []
-    for frame in traceback.format_tb(exc.__traceback__):
+    for frame in traceback.format_list(frames):
         lines.extend(frame.rstrip("\n").split("\n"))
     tail = lines[-TRACEBACK_LINES:]
     budget = ERROR_BYTES - len(head.encode("utf-8", "surrogatepass"))
@@ -575,7 +577,8 @@ def serve(
 
     Defaults: ``DTQ_INFLIGHT`` (else 1), ``DTQ_TASKS_FD`` (else 3), ``DTQ_REPLIES_FD``
     (else 4). Descriptors 3 and 4 are made non-inheritable, so that programs a handler
-    starts do not hold the protocol's pipes open.
+    starts do not hold the protocol's pipes open; stdout and stderr are made
+    line-buffered.
     """
     n = inflight if inflight is not None else _env_int("DTQ_INFLIGHT", 1)
     n = max(1, n)
@@ -586,6 +589,13 @@ def serve(
             os.set_inheritable(fd, False)
         except OSError as e:
             _fatal(f"descriptor {fd} is not open ({e.strerror}): run under dtq-worker's [pool:NAME]")
+    for stream in (sys.stdout, sys.stderr):
+        # A line at a time, so that the daemon's log gets what a handler prints while its
+        # task runs, not at exit (a pipe is block-buffered otherwise).
+        try:
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        except (AttributeError, ValueError):
+            pass
     server = _Server(n, tfd, rfd)
     asyncio.run(server.run())
     server.writer.close()

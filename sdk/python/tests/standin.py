@@ -43,7 +43,6 @@ class Pool:
                 "DTQ_PROTOCOL": "1",
                 "DTQ_POOL": "test",
                 "DTQ_INFLIGHT": str(inflight),
-                "PYTHONUNBUFFERED": "1",
             }
         )
         full_env.update(env or {})

@@ -131,6 +131,7 @@ class TestFailures(ServeTestCase):
                 self.assertTrue(lines[0].startswith(head), lines[0])
                 # then the traceback's tail, the innermost frame last
                 self.assertTrue(any("handlers.py" in line for line in lines[1:]), a["error"])
+                self.assertFalse(any("dtq/serve.py" in line for line in lines[1:]), a["error"])
                 self.assertLessEqual(len(lines), 21)
 
     def test_sync(self) -> None:
@@ -203,8 +204,7 @@ class TestConcurrency(ServeTestCase):
         # while they block, the protocol loop still answers an async task
         p.task("s-async", "aecho", 1)
         first = p.answer()
-        self.assertEqual(first["id"], "s-async")
-        self.assertLess(time.monotonic() - start, 0.45)
+        self.assertEqual(first["id"], "s-async")  # before any of the blocking ones
         threads = {p.answer()["result"] for _ in range(n)}
         self.assertLess(time.monotonic() - start, n * 0.5 / 2)
         self.assertGreaterEqual(len(threads), n - 1)
