@@ -309,6 +309,17 @@ class TestEnd(ServeTestCase):
         self.assertEqual(p.wait(), 0)
         self.assertIsNone(p.recv_raw())  # descriptor 4 closed, nothing more
 
+    def test_children_of_handlers_do_not_hold_the_pipes(self) -> None:
+        p = self.pool()
+        p.hello()
+        p.task("k-1", "spawn")
+        self.assertEqual(p.answer()["t"], "ok")
+        start = time.monotonic()
+        p.end()
+        self.assertIsNone(p.recv_raw(timeout=4))  # descriptor 4 ends with the process
+        self.assertLess(time.monotonic() - start, 3)
+        self.assertEqual(p.wait(), 0)
+
     def protocol_error(self, data: bytes, words: bytes) -> None:
         p = self.pool()
         p.hello()
