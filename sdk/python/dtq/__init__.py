@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import errors as _errors
 from .errors import (
     DtqError,
     FunctionsNotLoadedError,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __version__ = VERSION
 
+# The exceptions are errors.py's, as that module lists them.
 __all__ = [
     "task",
     "types",
@@ -58,29 +60,9 @@ __all__ = [
     "classify",
     "error_text",
     "Client",
-    "RetryableError",
-    "PermanentError",
-    "InvalidPayloadError",
-    "DtqError",
-    "FunctionsNotLoadedError",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "WrongStateError",
-    "NotEmptyError",
-    "PayloadTooLargeError",
-    "QueueFullError",
-    "IdempotencyInProgressError",
-    "IdExistsError",
-    "TaskError",
-    "TaskFailedError",
-    "TaskDeadLetteredError",
-    "TaskCancelledError",
-    "TaskExpiredError",
-    "ResultTruncatedError",
-    "ResultTimeoutError",
     "VERSION",
     "PROTOCOL",
-]
+] + _errors.__all__
 
 
 def __getattr__(name: str) -> Any:
