@@ -80,7 +80,7 @@ static const char *const admin[] = {
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_remove",
     "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_limit_set", "+fcall|<ns>_limit_remove",
-    "+fcall|<ns>_queue_mode", "+mget",
+    "+fcall|<ns>_queue_mode", "+fcall|<ns>_pool_restart", "+mget",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load", "+fcall|<ns>_layout",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",

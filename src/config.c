@@ -502,6 +502,83 @@ static void validate_cron(load_state *st, dtq_cron_conf *c) {
         return fail(st, section, "catch_up", "'%s' is not one of skip, none, all", c->catch_up);
 }
 
+/* [pool:NAME] sections (pool.c). */
+static void set_pool_key(load_state *st, const char *section, const char *name, const char *key,
+                         const char *value) {
+    static const struct {
+        const char *key;
+        size_t offset;
+        int64_t min, max;
+    } ints[] = {
+        {"processes", offsetof(dtq_pool_conf, processes), 1, 256},
+        {"inflight", offsetof(dtq_pool_conf, inflight), 1, 1024},
+        {"max_tasks", offsetof(dtq_pool_conf, max_tasks), 0, 1000000000},
+        {"max_rss_mb", offsetof(dtq_pool_conf, max_rss_mb), 0, 1048576},
+        {"start_timeout_ms", offsetof(dtq_pool_conf, start_timeout_ms), 100, 600000},
+        {"kill_grace_ms", offsetof(dtq_pool_conf, kill_grace_ms), 0, 600000},
+    };
+    dtq_config *cfg = st->cfg;
+    dtq_pool_conf *p = NULL;
+    char **str = NULL;
+    for (int i = 0; i < cfg->npools; i++)
+        if (!strcmp(cfg->pools[i].name, name)) p = &cfg->pools[i];
+    if (!p) {
+        cfg->pools = dtq_xrealloc(cfg->pools, sizeof(dtq_pool_conf) * (size_t)(cfg->npools + 1));
+        p = &cfg->pools[cfg->npools++];
+        memset(p, 0, sizeof(*p));
+        p->name = dtq_xstrdup(name);
+        p->processes = 2;
+        p->inflight = 1;
+        p->start_timeout_ms = 10000;
+        p->kill_grace_ms = 5000;
+    }
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        if (strcmp(key, ints[i].key)) continue;
+        if (dtq_parse_int64(value, ints[i].min, ints[i].max,
+                            (int64_t *)(void *)((char *)p + ints[i].offset)) != DTQ_OK)
+            fail(st, section, key, "'%s' is not an integer in [%lld, %lld]", value,
+                 (long long)ints[i].min, (long long)ints[i].max);
+        return;
+    }
+    if (!strcmp(key, "command"))
+        str = &p->command;
+    else if (!strcmp(key, "env"))
+        str = &p->env;
+    else if (!strcmp(key, "workdir"))
+        str = &p->workdir;
+    else if (!strcmp(key, "types"))
+        str = &p->types;
+    else
+        return fail(st, section, key, "unknown key");
+    free(*str);
+    *str = dtq_xstrdup(value);
+}
+
+/* A pool section as a whole: its command can be split and names a program by its absolute
+ * path; its types are task names. (Whether the program is executable is checked where it
+ * is started, as for exec: pool.c.) */
+static void validate_pool(load_state *st, const dtq_pool_conf *p) {
+    char section[160], why[128], **words;
+    snprintf(section, sizeof(section), "pool:%s", p->name);
+    if (!p->command || !*p->command)
+        return fail(st, section, "command", "a pool needs command = /path/to/program [arg...]");
+    if (!(words = dtq_split_words(p->command, why, sizeof(why))))
+        return fail(st, section, "command", "%s", why);
+    if (!words[0] || words[0][0] != '/')
+        fail(st, section, "command", "needs an absolute program path");
+    for (char **w = words; *w; w++) free(*w);
+    free(words);
+    if (st->failed) return;
+    if (p->types) {
+        char *copy = dtq_xstrdup(p->types), *save = NULL;
+        for (char *t = strtok_r(copy, " \t,", &save); t && !st->failed;
+             t = strtok_r(NULL, " \t,", &save))
+            if (!dtq_valid_queue_name(t))
+                fail(st, section, "types", "'%s' is not a task type ([A-Za-z0-9._:-]{1,128})", t);
+        free(copy);
+    }
+}
+
 /* [queue:NAME] sections: a queue's mode. */
 static void set_queue_key(load_state *st, const char *section, const char *name, const char *key,
                           const char *value) {
@@ -545,6 +622,14 @@ static int ini_cb(void *user, const char *section, const char *key, const char *
             return 1;
         }
         set_cron_key(st, section, name, key, value);
+        return 1;
+    }
+    if (!strncmp(section, "pool:", 5)) {
+        if (!dtq_namespace_valid(section + 5)) {
+            fail(st, section, NULL, "pool name must match " DTQ_NAMESPACE_RULE);
+            return 1;
+        }
+        set_pool_key(st, section, section + 5, key, value);
         return 1;
     }
     if (!strncmp(section, "queue:", 6)) {
@@ -770,6 +855,7 @@ static void validate(load_state *st) {
             return fail(st, section, "base_delay", "must not exceed max_delay");
     }
     for (int i = 0; i < cfg->ncrons && !st->failed; i++) validate_cron(st, &cfg->crons[i]);
+    for (int i = 0; i < cfg->npools && !st->failed; i++) validate_pool(st, &cfg->pools[i]);
 }
 
 int dtq_namespace_valid(const char *ns) {
@@ -839,8 +925,35 @@ void dtq_config_free(dtq_config *cfg) {
         free(cfg->queue_confs[i].mode);
     }
     free(cfg->queue_confs);
+    for (int i = 0; i < cfg->npools; i++) {
+        dtq_pool_conf *p = &cfg->pools[i];
+        free(p->name);
+        free(p->command);
+        free(p->env);
+        free(p->workdir);
+        free(p->types);
+    }
+    free(cfg->pools);
     free(cfg->path);
     free(cfg);
+}
+
+const dtq_pool_conf *dtq_config_pool(const dtq_config *cfg, const char *name) {
+    for (int i = 0; i < cfg->npools; i++)
+        if (!strcmp(cfg->pools[i].name, name)) return &cfg->pools[i];
+    return NULL;
+}
+
+static int same_str(const char *a, const char *b) {
+    return !strcmp(a ? a : "", b ? b : "");
+}
+
+int dtq_pool_conf_equal(const dtq_pool_conf *a, const dtq_pool_conf *b) {
+    return same_str(a->command, b->command) && same_str(a->env, b->env) &&
+           same_str(a->workdir, b->workdir) && same_str(a->types, b->types) &&
+           a->processes == b->processes && a->inflight == b->inflight &&
+           a->max_tasks == b->max_tasks && a->max_rss_mb == b->max_rss_mb &&
+           a->start_timeout_ms == b->start_timeout_ms && a->kill_grace_ms == b->kill_grace_ms;
 }
 
 const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *task_type) {

@@ -54,6 +54,22 @@ typedef struct dtq_handler_conf {
     enum dtq_result_mode result_mode;
 } dtq_handler_conf;
 
+/* [pool:NAME]: long-lived handler processes (pool.c, reference 12). Integers as parsed;
+ * the defaults are set when the section first appears. */
+typedef struct dtq_pool_conf {
+    char *name;
+    char *command;            /* split like exec: absolute program path, then its arguments */
+    char *env;                /* extra NAME=VALUE pairs, space separated */
+    char *workdir;            /* NULL = the daemon's */
+    char *types;              /* task types served besides those announced; NULL = none */
+    int64_t processes;        /* kept running */
+    int64_t inflight;         /* tasks one process may hold (the hello may ask for fewer) */
+    int64_t max_tasks;        /* replace a process after this many tasks; 0 = never */
+    int64_t max_rss_mb;       /* replace a process whose RSS grew past this; 0 = never */
+    int64_t start_timeout_ms; /* the hello must come within this */
+    int64_t kill_grace_ms;    /* a cancelled task's answer may take this long */
+} dtq_pool_conf;
+
 /* [cron:NAME]: a periodic schedule this config file defines (reference 12; the Functions
  * keep it, worker.c syncs these at start and on SIGHUP). Integers are -1 when not given. */
 typedef struct dtq_cron_conf {
@@ -136,6 +152,9 @@ typedef struct dtq_config {
     /* [handler:*] */
     dtq_handler_conf *handlers;
     int nhandlers;
+    /* [pool:*], in the file's order (the first pool serving a type gets it) */
+    dtq_pool_conf *pools;
+    int npools;
     /* [cron:*] */
     dtq_cron_conf *crons;
     int ncrons;
@@ -162,6 +181,11 @@ int dtq_namespace_valid(const char *ns);
 
 /* Whether exit `code` of an exec handler of section h is a retryable failure. */
 int dtq_handler_retries_exit(const dtq_handler_conf *h, int code);
+
+/* Borrowed lookup; NULL when there is no [pool:name]. */
+const dtq_pool_conf *dtq_config_pool(const dtq_config *cfg, const char *name);
+/* Whether two pool sections would start the same processes and treat them alike. */
+int dtq_pool_conf_equal(const dtq_pool_conf *a, const dtq_pool_conf *b);
 
 /* Borrowed lookup; NULL when the task type has no section. */
 const dtq_handler_conf *dtq_config_handler(const dtq_config *cfg, const char *task_type);

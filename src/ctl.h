@@ -159,7 +159,7 @@ void ctl_show_task(ctl *x, const char *text, size_t len);
 /* Write verbs (ctl_write.c). ctl_simple calls the row's Function with the arguments and
  * the actor, and prints its one-word reply. */
 ctl_run_fn ctl_enqueue, ctl_enqueue_bulk, ctl_simple, ctl_pause_resume, ctl_requeue_all,
-    ctl_purge_dlq, ctl_functions_install;
+    ctl_purge_dlq, ctl_functions_install, ctl_pool_restart;
 
 /* The schedule and the queue as a whole (ctl_sched.c): scheduled list, run-now and delete
  * (<ns>_scheduled, <ns>_sched_run_now, <ns>_sched_delete), queue clear, remove and mode. */

@@ -369,14 +369,14 @@ static cJSON *worker_json(const cJSON *w) {
 
 /* workers: <ns>_workers, sorted by id. */
 int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
-    cJSON *ws = ctl_read_model(x, NULL, "workers", 0, NULL), *w;
+    cJSON *ws = ctl_read_model(x, NULL, "workers", 0, NULL), *w, *pool;
     cJSON *arr = x->json ? cJSON_CreateArray() : NULL;
     DTQ_UNUSED(v);
     DTQ_UNUSED(argc);
     DTQ_UNUSED(argv);
     if (!x->json)
-        printf("%-28s %-20s %8s %8s %10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S",
-               "STATUS");
+        printf("%-28s %-20s %8s %8s %10s %-10s %s\n", "WORKER", "HOST", "PID", "ACTIVE", "AGE_S",
+               "STATUS", "POOLS");
     cJSON_ArrayForEach(w, member(ws, "workers")) {
         const cJSON *age = member(w, "heartbeat_age_ms");
         char pid[32] = "?", active[32] = "?";
@@ -387,9 +387,14 @@ int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
         if (cJSON_IsNumber(member(w, "pid"))) snprintf(pid, sizeof(pid), "%lld", num_of(w, "pid"));
         if (cJSON_IsNumber(member(w, "active_tasks")))
             snprintf(active, sizeof(active), "%lld", num_of(w, "active_tasks"));
-        printf("%-28s %-20s %8s %8s %10.1f %s\n", str_of(w, "id", "?"), str_of(w, "hostname", "?"),
-               pid, active, cJSON_IsNumber(age) ? age->valuedouble / 1000.0 : -1.0,
-               str_of(w, "status", "?"));
+        printf(member(w, "pools") ? "%-28s %-20s %8s %8s %10.1f %-10s"
+                                  : "%-28s %-20s %8s %8s %10.1f %s",
+               str_of(w, "id", "?"), str_of(w, "hostname", "?"), pid, active,
+               cJSON_IsNumber(age) ? age->valuedouble / 1000.0 : -1.0, str_of(w, "status", "?"));
+        /* its pools, ready/wanted: "py 2/2 js 0/2" */
+        cJSON_ArrayForEach(pool, member(w, "pools"))
+            printf(" %s %lld/%lld", pool->string, num_of(pool, "ready"), num_of(pool, "wanted"));
+        printf("\n");
     }
     if (arr) {
         ctl_print_json(arr);

@@ -469,3 +469,25 @@ int ctl_functions_install(ctl *x, const ctl_verb *v, int argc, char **argv) {
         printf("installed library %s version %s\n", x->ns, dtq_scripts_version());
     return 0;
 }
+
+/* pool restart NAME: <ns>_pool_restart stores the request's time; every daemon with a
+ * [pool:NAME] replaces its processes one at a time at its next heartbeat. */
+int ctl_pool_restart(ctl *x, const ctl_verb *v, int argc, char **argv) {
+    const char *a[2] = {CTL_ACTOR, argv[0]};
+    redisReply *r;
+    DTQ_UNUSED(argc);
+    r = ctl_fcall(x, 0, NULL, v->fn, 2, a);
+    if (x->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "pool", argv[0]);
+        cJSON_AddNumberToObject(o, "requested_ms", (double)r->integer);
+        ctl_print_json(o);
+        cJSON_Delete(o);
+    } else {
+        printf("restart of pool %s requested: every daemon running it replaces its processes one "
+               "at a time within a heartbeat interval\n",
+               argv[0]);
+    }
+    freeReplyObject(r);
+    return 0;
+}

@@ -98,6 +98,8 @@ typedef struct dtq_ctx {
     dtq_queue_counters *qcounters; /* per queue, in the order they were first counted */
     int nqcounters;
     struct dtq_metrics *metrics; /* labelled task metrics for /metrics (metrics.h) */
+    struct dtq_pools *pools;     /* the executor's [pool:*] (pool.h), for /metrics, /readyz and
+                                  * the heartbeat */
     dtq_gauges gauges;
     dtq_hooks hooks;
     char hostname[256];

@@ -6,9 +6,12 @@
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "handler_exec.h"
+#include "pool.h"
+#include "spawn.h"
 #include "log.h"
 #include "metrics.h"
 #include "outcome.h"
@@ -28,6 +31,7 @@ enum run_state {
     RUN_CANCELLED,  /* stopped because of dtq_cancel */
     RUN_ABANDONED,  /* stopped (or never started) to be handed back */
     RUN_NO_HANDLER, /* the task type had no handler when the run started: never called */
+    RUN_GATED,      /* claimed before the pools announced their types: not started yet */
 };
 
 typedef struct run {
@@ -41,8 +45,9 @@ typedef struct run {
     char *result;
     size_t result_len;
     char *error;
-    int is_exec;  /* the private DTQ_HANDLER_* statuses are accepted from exec jobs only */
-    char *config; /* the handler's target, owned: a reload may free the registry */
+    int is_exec;            /* an exec job: its result is read as the section's `result` says */
+    dtq_pool *pool;         /* a pool's task; NULL for the other handlers */
+    char *config;           /* the handler's target, owned: a reload may free the registry */
     dtq_metrics_cell *cell; /* the task's (queue, task_type) metrics, found at claim */
     int64_t started_us;     /* monotonic, when the handler was called; 0: never called */
 } run;
@@ -50,7 +55,9 @@ typedef struct run {
 struct dtq_executor {
     dtq_ctx *ctx;
     dtq_finisher *fin;
+    dtq_spawner *spawner;
     dtq_exec *children; /* exec handler processes */
+    dtq_pools *pools;   /* [pool:*] processes */
     run *running;
     int nrunning;
     int reserved;         /* slots promised to fetches in flight (dtq_executor_reserve) */
@@ -222,9 +229,9 @@ static void call_complete(dtq_handler_call *call, int status, const char *result
         return;
     }
     r->state = RUN_COMPLETED; /* CALLING or RUNNING -> COMPLETED */
-    /* A plugin has no business with the exec job's private statuses: per the ABI, any
-     * status but OK and RETRY is a permanent failure. */
-    if (!r->is_exec && (status == DTQ_HANDLER_FAIL_SIGNAL || status == DTQ_HANDLER_OK_TRUNCATED))
+    /* A plugin has no business with the private statuses of exec jobs and pools: per the
+     * ABI, any status but OK and RETRY is a permanent failure. */
+    if (!r->is_exec && !r->pool && status != DTQ_HANDLER_OK && status != DTQ_HANDLER_RETRY)
         status = DTQ_HANDLER_FAIL;
     r->status = status;
     if (result && result_len) {
@@ -238,7 +245,12 @@ static void call_complete(dtq_handler_call *call, int status, const char *result
 /* Stops a handler that is still running and records why: `why` is one of the stopped
  * end states (CALLING or RUNNING -> TIMED_OUT, CANCELLED or ABANDONED). */
 static void run_stop(run *r, enum run_state why) {
-    if (r->call.cancel) r->call.cancel(&r->call);
+    if (r->pool)
+        dtq_pool_cancel(&r->call, why == RUN_TIMED_OUT   ? "timeout"
+                                  : why == RUN_CANCELLED ? "cancelled"
+                                                         : "shutdown");
+    else if (r->call.cancel)
+        r->call.cancel(&r->call);
     r->state = why;
 }
 
@@ -253,24 +265,20 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg) {
     run_end(r);
 }
 
-void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
+/* Calls the handler of a run: a [handler:X] section's, else a pool's. */
+static void run_start(run *r) {
+    dtq_executor *ex = r->ex;
     dtq_ctx *ctx = ex->ctx;
-    run *r = dtq_xcalloc(1, sizeof(*r));
+    dtq_task *t = r->task;
     const dtq_handler_entry *h = dtq_handler_lookup(ctx->handlers, t->task_type);
+    dtq_pool *pool = h ? NULL : dtq_pools_route(ex->pools, t->task_type);
     struct timeval tv;
 
-    r->ex = ex;
-    r->task = t;
-    r->cell =
-        dtq_metrics_cell_for(ctx->metrics, t->queue, h ? (int)(h - ctx->handlers->entries) : -1);
-    run_link(ex, r);
-    if (ex->abandon_reason) { /* handed over by a fetch whose reply came after the drain */
-        r->state = RUN_ABANDONED;
-        run_handback(r, ex->abandon_reason);
-        return;
-    }
+    r->cell = h ? dtq_metrics_cell_for(ctx->metrics, t->queue, (int)(h - ctx->handlers->entries))
+              : pool ? dtq_metrics_cell_for_type(ctx->metrics, t->queue, t->task_type)
+                     : dtq_metrics_cell_for(ctx->metrics, t->queue, -1);
     observe_wait(r->cell, t->entry_id);
-    if (!h) {
+    if (!h && !pool) {
         r->state = RUN_NO_HANDLER;
         r->status = DTQ_HANDLER_FAIL;
         r->error = dtq_xasprintf("unknown_task_type:%s", t->task_type);
@@ -287,7 +295,7 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     r->call.max_attempts = t->max_attempts;
     r->call.timeout_ms = t->timeout_ms;
     r->call.base = ctx->base;
-    r->config = dtq_xstrdup(h->target);
+    r->config = dtq_xstrdup(h ? h->target : "");
     r->call.config = r->config;
     r->call.complete = call_complete;
     r->call.daemon_private = r;
@@ -297,9 +305,12 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
     evtimer_add(r->timeout_ev, &tv);
 
     r->state = RUN_CALLING;
-    r->is_exec = h->exec_spec != NULL;
+    r->is_exec = h && h->exec_spec != NULL;
+    r->pool = pool;
     r->started_us = monotonic_us();
-    if (h->exec_spec)
+    if (pool)
+        dtq_pool_run(pool, &r->call, dtq_now_ms() + t->timeout_ms);
+    else if (h->exec_spec)
         dtq_exec_start(ex->children, h->exec_spec, &r->call);
     else
         h->fn(&r->call);
@@ -307,6 +318,38 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
         r->state = RUN_RUNNING; /* CALLING -> RUNNING: the outcome comes later */
     else
         run_end(r); /* COMPLETED from inside the call */
+}
+
+void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
+    run *r = dtq_xcalloc(1, sizeof(*r));
+    r->ex = ex;
+    r->task = t;
+    r->cell = dtq_metrics_cell_for(ex->ctx->metrics, t->queue, -1); /* until run_start's */
+    run_link(ex, r);
+    if (ex->abandon_reason) { /* handed over by a fetch whose reply came after the drain */
+        r->state = RUN_ABANDONED;
+        run_handback(r, ex->abandon_reason);
+        return;
+    }
+    /* A type no section names may be one a pool is about to announce: it waits for the
+     * pools' first hellos (at most their start_timeout_ms) rather than fail unknown. */
+    if (!dtq_pools_settled(ex->pools) && !dtq_handler_lookup(ex->ctx->handlers, t->task_type)) {
+        r->state = RUN_GATED;
+        return;
+    }
+    run_start(r);
+}
+
+/* The pools have announced their types: the runs that waited start, oldest first. */
+static void pools_settled(void *arg) {
+    dtq_executor *ex = arg;
+    run *last = NULL;
+    for (run *r = ex->running; r; r = r->next) last = r;
+    for (run *r = last; r;) {
+        run *prev = r->prev;
+        if (r->state == RUN_GATED) run_start(r);
+        r = prev;
+    }
 }
 
 void dtq_executor_run_claimed(dtq_executor *ex, const redisReply *list) {
@@ -362,24 +405,39 @@ void dtq_executor_drain(dtq_executor *ex) {
 
 void dtq_executor_each_task(const dtq_executor *ex, void (*fn)(const dtq_task *t, void *arg),
                             void *arg) {
+    /* gated runs too: their claims are renewed while they wait */
     for (const run *r = ex->running; r; r = r->next)
-        if (run_live(r)) fn(r->task, arg);
+        if (run_live(r) || r->state == RUN_GATED) fn(r->task, arg);
 }
 
 void dtq_executor_reap_children(dtq_executor *ex) {
-    dtq_exec_reap(ex->children);
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+        if (!dtq_exec_reaped(ex->children, pid, status)) dtq_pools_reaped(ex->pools, pid, status);
 }
 
 void dtq_executor_config_changed(dtq_executor *ex) {
     dtq_exec_set_limits(ex->children, ex->ctx->cfg->error_max_bytes,
                         ex->ctx->cfg->result_max_bytes);
+    dtq_pools_configure(ex->pools, ex->ctx->cfg);
+}
+
+void dtq_executor_stop_pools(dtq_executor *ex, void (*done)(void *arg), void *arg) {
+    dtq_pools_stop(ex->pools, done, arg);
 }
 
 dtq_executor *dtq_executor_new(dtq_ctx *ctx, dtq_finisher *fin) {
     dtq_executor *ex = dtq_xcalloc(1, sizeof(*ex));
     ex->ctx = ctx;
     ex->fin = fin;
-    ex->children = dtq_exec_new(ctx->base, ctx->cfg->error_max_bytes, ctx->cfg->result_max_bytes);
+    ex->spawner = dtq_spawner_new();
+    ex->children =
+        dtq_exec_new(ctx->base, ex->spawner, ctx->cfg->error_max_bytes, ctx->cfg->result_max_bytes);
+    ex->pools = dtq_pools_new(ctx->base, ex->spawner);
+    ctx->pools = ex->pools;
+    dtq_pools_on_settled(ex->pools, pools_settled, ex);
+    dtq_pools_configure(ex->pools, ctx->cfg);
     return ex;
 }
 
@@ -392,6 +450,9 @@ void dtq_executor_free(dtq_executor *ex) {
         run_free(r);
     }
     dtq_exec_free(ex->children);
+    dtq_pools_free(ex->pools);
+    ex->ctx->pools = NULL;
+    dtq_spawner_free(ex->spawner);
     free(ex->abandon_reason);
     free(ex);
 }

@@ -38,9 +38,12 @@ void dtq_executor_drain(dtq_executor *ex);
 /* Calls fn for the task of every running attempt. */
 void dtq_executor_each_task(const dtq_executor *ex, void (*fn)(const dtq_task *t, void *arg),
                             void *arg);
-/* Reaps exited exec children (SIGCHLD). */
+/* Reaps exited children, of exec handlers and pools (SIGCHLD). */
 void dtq_executor_reap_children(dtq_executor *ex);
-/* The config was reloaded. */
+/* The config was reloaded (pools start, roll, retire). */
 void dtq_executor_config_changed(dtq_executor *ex);
+/* The daemon stops, its runs ended: pool processes get EOF, then kill_grace_ms, then
+ * SIGKILL; `done` runs once none is alive. */
+void dtq_executor_stop_pools(dtq_executor *ex, void (*done)(void *arg), void *arg);
 
 #endif

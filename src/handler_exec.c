@@ -4,27 +4,20 @@
  * death that is reported was sent by someone other than the daemon. */
 #include "handler_exec.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "spawn.h"
 #include "util.h"
-
-extern char **environ;
 
 typedef struct job {
     struct job *next;
@@ -46,123 +39,39 @@ typedef struct job {
     unsigned char retry_exit_codes[32]; /* the spec's: a reload may free it meanwhile */
 } job;
 
-/* The stack every child runs on from its clone to its execve (spawn_child): mapped once,
- * with a guard page below it. A fresh stack per spawn, as posix_spawn maps, costs an mmap
- * and an munmap, and the munmap a flush of the TLB of every core the child ran on. */
-#define CHILD_STACK_BYTES (64 * 1024)
-
 struct dtq_exec {
     struct event_base *base;
     int64_t error_max_bytes;
     int64_t result_max_bytes;
     job *jobs;
-    char *stack;      /* CHILD_STACK_BYTES with a guard page below: see spawn_child */
-    size_t stack_map; /* the bytes mapped, guard page included */
+    dtq_spawner *spawner; /* borrowed */
 };
 
 /* ----------------------------------------------------------------- spec */
-
-static char **split_blanks(const char *s) {
-    char **v = dtq_xcalloc(strlen(s) / 2 + 2, sizeof(char *));
-    int n = 0;
-    while (*s) {
-        const char *start;
-        while (*s && isspace((unsigned char)*s)) s++;
-        if (!*s) break;
-        start = s;
-        while (*s && !isspace((unsigned char)*s)) s++;
-        v[n++] = dtq_xstrndup(start, (size_t)(s - start));
-    }
-    v[n] = NULL;
-    return v;
-}
-
-static void free_strv(char **v) {
-    for (char **p = v; p && *p; p++) free(*p);
-    free(v);
-}
 
 /* The task variables child_env() puts first, by name. */
 #define DTQ_EXEC_TASK_VARS 5
 static const char *const task_vars[DTQ_EXEC_TASK_VARS] = {
     "DTQ_TASK_ID=", "DTQ_TASK_TYPE=", "DTQ_QUEUE=", "DTQ_ATTEMPT=", "DTQ_MAX_ATTEMPTS="};
 
-/* Whether env[0..n) already sets the variable that `entry` (NAME=VALUE) names. */
-static int env_has(char *const *env, size_t n, const char *entry) {
-    size_t len = strcspn(entry, "=");
-    for (size_t k = 0; k < n; k++)
-        if (!strncmp(env[k], entry, len) && env[k][len] == '=') return 1;
-    return 0;
-}
-
-/* Every child's environment after its task variables, each name once. With a name twice,
- * getenv() would take the first and a shell the last, so precedence is by order and
- * duplicates are dropped: the task variables (a section cannot forge the task id), then
- * the section's env, then what the daemon inherited (without its own DTQ_* settings,
- * which may hold a Redis password, and without the systemd variables meant for the daemon
- * alone). Built once per handler: the daemon's environment does not change, and scanning
- * it for every spawn was a tenth of the daemon's time per exec task. */
-static char **base_env(char *const *extra) {
-    size_t n = DTQ_EXEC_TASK_VARS, i, k = 0;
-    char **all, **env;
-    for (char **e = environ; *e; e++) n++;
-    for (char *const *e = extra; *e; e++) n++;
-    all = dtq_xcalloc(n + 1, sizeof(char *));
-    for (i = 0; i < DTQ_EXEC_TASK_VARS; i++) all[i] = (char *)task_vars[i];
-    for (char *const *e = extra; *e; e++)
-        if (!env_has(all, i, *e)) all[i++] = *e;
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "DTQ_", 4) && strncmp(*e, "NOTIFY_SOCKET=", 14) &&
-            strncmp(*e, "WATCHDOG_", 9) && !env_has(all, i, *e))
-            all[i++] = *e;
-    env = dtq_xcalloc(i - DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
-    for (size_t j = DTQ_EXEC_TASK_VARS; j < i; j++) env[k++] = dtq_xstrdup(all[j]);
-    free(all);
-    return env;
-}
-
 dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen) {
     dtq_exec_spec *spec = dtq_xcalloc(1, sizeof(*spec));
-    char why[128];
-    spec->argv = dtq_split_words(h->target, why, sizeof(why));
-    spec->env = split_blanks(h->env ? h->env : "");
-    spec->workdir = h->workdir ? dtq_xstrdup(h->workdir) : NULL;
+    char section[160];
+    snprintf(section, sizeof(section), "handler:%s", h->task_type);
+    if (dtq_program_init(&spec->prog, section, "exec", h->target, h->env, h->workdir, task_vars,
+                         DTQ_EXEC_TASK_VARS, err, errlen) != 0) {
+        free(spec);
+        return NULL;
+    }
     spec->kill_grace_ms = h->kill_grace_ms;
     memcpy(spec->retry_exit_codes, h->retry_exit_codes, sizeof(spec->retry_exit_codes));
     spec->keep_stdout = h->result_mode != DTQ_RESULT_MODE_IGNORE;
-    if (!spec->argv) {
-        snprintf(err, errlen, "[handler:%s] exec: %s", h->task_type, why);
-        dtq_exec_spec_free(spec);
-        return NULL;
-    }
-    if (!spec->argv[0] || spec->argv[0][0] != '/') {
-        snprintf(err, errlen, "[handler:%s] exec: needs an absolute program path", h->task_type);
-        dtq_exec_spec_free(spec);
-        return NULL;
-    }
-    if (access(spec->argv[0], X_OK) != 0) {
-        snprintf(err, errlen, "[handler:%s] exec: %s is not executable: %s", h->task_type,
-                 spec->argv[0], strerror(errno));
-        dtq_exec_spec_free(spec);
-        return NULL;
-    }
-    for (char **e = spec->env; *e; e++) {
-        if (!strchr(*e, '=') || **e == '=') {
-            snprintf(err, errlen, "[handler:%s] env: '%s' is not NAME=VALUE", h->task_type, *e);
-            dtq_exec_spec_free(spec);
-            return NULL;
-        }
-    }
-    spec->base_env = base_env(spec->env);
     return spec;
 }
 
 void dtq_exec_spec_free(dtq_exec_spec *spec) {
     if (!spec) return;
-    free_strv(spec->argv);
-    free_strv(spec->env);
-    free_strv(spec->base_env);
-    free(spec->workdir);
+    dtq_program_deinit(&spec->prog);
     free(spec);
 }
 
@@ -351,14 +260,14 @@ static void job_cancel(dtq_handler_call *call) {
 static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
     size_t n = 0;
     char **env;
-    while (spec->base_env[n]) n++;
+    while (spec->prog.base_env[n]) n++;
     env = dtq_xcalloc(n + DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
     env[0] = dtq_xasprintf("%s%s", task_vars[0], call->task_id);
     env[1] = dtq_xasprintf("%s%s", task_vars[1], call->task_type);
     env[2] = dtq_xasprintf("%s%s", task_vars[2], call->queue);
     env[3] = dtq_xasprintf("%s%lld", task_vars[3], call->attempt);
     env[4] = dtq_xasprintf("%s%lld", task_vars[4], call->max_attempts);
-    memcpy(env + DTQ_EXEC_TASK_VARS, spec->base_env, (n + 1) * sizeof(char *));
+    memcpy(env + DTQ_EXEC_TASK_VARS, spec->prog.base_env, (n + 1) * sizeof(char *));
     return env;
 }
 
@@ -384,104 +293,7 @@ static int make_pipes(int p[3][2], char *msg, size_t msglen) {
             while (i-- > 0) close_pipe(p[i]);
             return -1;
         }
-    /* An end below 3 (the daemon started with 0-2 closed) moves up, so that one dup2 onto
-     * 0-2 in the child cannot overwrite another's source. */
-    for (int i = 0; i < 3; i++)
-        for (int e = 0; e < 2; e++)
-            if (p[i][e] < 3) {
-                int up = fcntl(p[i][e], F_DUPFD_CLOEXEC, 3);
-                if (up >= 0) {
-                    close(p[i][e]);
-                    p[i][e] = up;
-                }
-            }
-    return 0;
-}
-
-/* What the child needs between its clone and its execve, in the parent's memory. */
-typedef struct {
-    const dtq_exec_spec *spec;
-    char **env;
-    int fds[3]; /* become 0, 1 and 2; all above 2 (make_pipes) */
-    int err;    /* the errno of the step that failed; 0 when execve ran */
-} spawn_args;
-
-/* Closes every descriptor above 2: close_range, or on kernels before 5.9 a walk of
- * /proc/self/fd with getdents64 (no malloc: this runs in the child, on the parent's
- * memory). Descriptors are listed by number, so closing one does not disturb the walk. */
-/* No AddressSanitizer code in the child's functions: they run on a stack ASan does not know
- * (a frame it tracked there would stay on its books after the execve). */
-__attribute__((no_sanitize_address)) static int close_above_2(void) {
-    char buf[1024];
-    long n;
-    int dir;
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return 0;
-    /* Any failure: ENOSYS before Linux 5.9, and EPERM from seccomp profiles (containers)
-     * that do not know the call. */
-    dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) return -1;
-    while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
-        for (long off = 0; off < n;) {
-            const struct dirent64 *d = (const struct dirent64 *)(void *)(buf + off);
-            int fd = 0;
-            off += d->d_reclen;
-            if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-            for (const char *c = d->d_name; *c >= '0' && *c <= '9'; c++) fd = fd * 10 + (*c - '0');
-            if (fd > 2 && fd != dir) close(fd);
-        }
-    }
-    close(dir);
-    return n < 0 ? -1 : 0;
-}
-
-/* The child, from its clone to its execve, sharing the parent's memory (the parent waits:
- * CLONE_VFORK). Only system calls: no malloc, no stdio, no locks. Every signal is blocked
- * when it starts (spawn_child), so none of the daemon's handlers can run here; they are
- * all reset before the mask is emptied. On a failure, err says why and the child exits
- * 127 before the parent resumes. */
-__attribute__((no_sanitize_address)) static int child_main(void *arg) {
-    spawn_args *a = arg;
-    struct sigaction dfl;
-    sigset_t none;
-    memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
-    if (setpgid(0, 0) != 0) goto fail;
-    for (int i = 0; i < 3; i++)
-        if (dup2(a->fds[i], i) != i) goto fail;
-    if (close_above_2() != 0) goto fail;
-    if (a->spec->workdir && chdir(a->spec->workdir) != 0) goto fail;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execve(a->spec->argv[0], a->spec->argv, a->env);
-fail:
-    a->err = errno;
-    _exit(127);
-}
-
-/* The child is started as posix_spawn starts one, with clone(CLONE_VM | CLONE_VFORK): no
- * copy of the daemon's page tables, and the daemon resumes once the child has reached its
- * execve. Unlike glibc's posix_spawn, on a stack mapped once (ex->stack) and without its
- * descriptor checks, which cost an mmap, an munmap with its TLB flush and seven getrlimit
- * calls per spawn. Everything the child needs is declared: its own process group, every
- * signal at its default disposition and none blocked (a program starts as if from a clean
- * login, not with what the daemon set up or inherited: an ignored SIGPIPE under systemd
- * would stay ignored across execve), the three pipes on 0-2, no descriptor above 2, and
- * the working directory. A failure to chdir or execve comes back as an errno, in the
- * parent. Called from the event loop's thread only: one child at a time uses the stack. */
-static int spawn_child(dtq_exec *ex, const dtq_exec_spec *spec, char **env, const int fds[3],
-                       pid_t *pid) {
-    spawn_args a = {spec, env, {fds[0], fds[1], fds[2]}, 0};
-    sigset_t all, old;
-    int rc;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    *pid = clone(child_main, ex->stack + ex->stack_map, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-    rc = *pid < 0 ? errno : a.err;
-    if (*pid > 0 && rc != 0) waitpid(*pid, NULL, 0); /* it exited 127: nothing to report */
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc;
+    return 0; /* an end below 3 (the daemon started with 0-2 closed) is dtq_spawn's care */
 }
 
 /* A fresh pipe end has no status flag set, so there is nothing to read back first. */
@@ -512,7 +324,8 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
         written = call->payload_len;
     }
     env = child_env(spec, call);
-    rc = spawn_child(ex, spec, env, (const int[3]){p[0][0], p[1][1], p[2][1]}, &pid);
+    rc = dtq_spawn(ex->spawner, spec->prog.argv, env, spec->prog.workdir,
+                   (const int[3]){p[0][0], p[1][1], p[2][1]}, 3, &pid);
     free_child_env(env);
     close(p[0][0]);
     close(p[1][1]);
@@ -521,8 +334,9 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
         /* The program or its directory cannot be used: permanent, as an exit 127 was. A
          * lack of resources (EAGAIN, ENOMEM) is the machine's, so it is retried. */
         int transient = rc == EAGAIN || rc == ENOMEM;
-        snprintf(msg, sizeof(msg), "exec: cannot run %s%s%s: %s", spec->argv[0],
-                 spec->workdir ? " in " : "", spec->workdir ? spec->workdir : "", strerror(rc));
+        snprintf(msg, sizeof(msg), "exec: cannot run %s%s%s: %s", spec->prog.argv[0],
+                 spec->prog.workdir ? " in " : "", spec->prog.workdir ? spec->prog.workdir : "",
+                 strerror(rc));
         if (p[0][1] >= 0) close(p[0][1]);
         close(p[1][0]);
         close(p[2][0]);
@@ -573,34 +387,24 @@ static void drain_pipes(job *j) {
         }
 }
 
-void dtq_exec_reap(dtq_exec *ex) {
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (job *j = ex->jobs; j; j = j->next) {
-            if (j->pid != pid) continue;
-            j->reaped = 1;
-            j->status = status;
-            if (j->kill_ev) evtimer_del(j->kill_ev);
-            drain_pipes(j);
-            job_maybe_done(j);
-            break;
-        }
+int dtq_exec_reaped(dtq_exec *ex, pid_t pid, int status) {
+    for (job *j = ex->jobs; j; j = j->next) {
+        if (j->pid != pid) continue;
+        j->reaped = 1;
+        j->status = status;
+        if (j->kill_ev) evtimer_del(j->kill_ev);
+        drain_pipes(j);
+        job_maybe_done(j);
+        return 1;
     }
+    return 0;
 }
 
-dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes, int64_t result_max_bytes) {
+dtq_exec *dtq_exec_new(struct event_base *base, dtq_spawner *spawner, int64_t error_max_bytes,
+                       int64_t result_max_bytes) {
     dtq_exec *ex = dtq_xcalloc(1, sizeof(*ex));
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     ex->base = base;
-    ex->stack_map = CHILD_STACK_BYTES + page;
-    ex->stack = mmap(NULL, ex->stack_map, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (ex->stack == MAP_FAILED) { /* as any allocation failure */
-        fprintf(stderr, "dtq: out of memory mapping %zu bytes\n", ex->stack_map);
-        abort();
-    }
-    mprotect(ex->stack, page, PROT_NONE); /* the guard page: an overflow faults */
+    ex->spawner = spawner;
     dtq_exec_set_limits(ex, error_max_bytes, result_max_bytes);
     return ex;
 }
@@ -626,6 +430,5 @@ void dtq_exec_free(dtq_exec *ex) {
         }
         job_free(j);
     }
-    munmap(ex->stack, ex->stack_map);
     free(ex);
 }

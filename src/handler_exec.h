@@ -17,21 +17,13 @@
 
 #include "config.h"
 #include "dtq/handler.h"
+#include "outcome.h"
+#include "spawn.h"
 
 struct event_base;
 
-/* Private outcomes, beyond the plugin ABI's statuses (the executor accepts them from exec
- * jobs only). FAIL_SIGNAL: the child was killed by a signal the daemon did not send (class
- * "signal"). OK_TRUNCATED: exit 0 with more stdout than result_max_bytes; the result is
- * its first result_max_bytes bytes. */
-#define DTQ_HANDLER_FAIL_SIGNAL 64
-#define DTQ_HANDLER_OK_TRUNCATED 65
-
 typedef struct dtq_exec_spec {
-    char **argv;           /* split on blanks; argv[0] is the program path */
-    char **env;            /* extra NAME=VALUE entries */
-    char **base_env;       /* every child's environment but its DTQ_ task variables */
-    char *workdir;         /* NULL = the daemon's */
+    dtq_program prog;      /* its base_env: all but the DTQ_ task variables */
     int64_t kill_grace_ms; /* SIGTERM -> SIGKILL */
     /* bit N: exit N is retryable (the section's retry_exit_codes) */
     unsigned char retry_exit_codes[32];
@@ -45,7 +37,8 @@ void dtq_exec_spec_free(dtq_exec_spec *spec);
 
 typedef struct dtq_exec dtq_exec;
 
-dtq_exec *dtq_exec_new(struct event_base *base, int64_t error_max_bytes, int64_t result_max_bytes);
+dtq_exec *dtq_exec_new(struct event_base *base, dtq_spawner *spawner, int64_t error_max_bytes,
+                       int64_t result_max_bytes);
 /* Kills (SIGKILL) and reaps every child still alive. NULL-safe. */
 void dtq_exec_free(dtq_exec *ex);
 /* Bytes of stderr kept for last_error (applies at once) and of stdout kept for the result
@@ -53,8 +46,8 @@ void dtq_exec_free(dtq_exec *ex);
 void dtq_exec_set_limits(dtq_exec *ex, int64_t error_max_bytes, int64_t result_max_bytes);
 /* Starts the program for `call`; reports through call->complete and sets call->cancel. */
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call);
-/* Reaps exited children (call on SIGCHLD). */
-void dtq_exec_reap(dtq_exec *ex);
+/* A child exited (waitpid's pid and status). Returns 1 when it was one of ex's. */
+int dtq_exec_reaped(dtq_exec *ex, pid_t pid, int status);
 /* Children alive (running or in their kill grace). */
 int dtq_exec_children(const dtq_exec *ex);
 

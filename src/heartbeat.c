@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "keys.h"
+#include "pool.h"
 #include "util.h"
 
 struct dtq_heartbeat {
@@ -14,6 +15,7 @@ struct dtq_heartbeat {
     struct event *tick_ev;
     char *key;
     char *workers_key;
+    char *restart_key; /* <p>:pool_restart */
     const char *status;
 };
 
@@ -74,6 +76,12 @@ static void beat(dtq_heartbeat *hb, void (*cb)(void *arg), void *arg) {
         dtq_argv_adds(&a, joined);
         free(joined);
     }
+    if (ctx->pools) { /* "NAME:ready/wanted ...", or "" without pools */
+        char pools[1024];
+        dtq_pools_summary(ctx->pools, pools, sizeof(pools));
+        dtq_argv_adds(&a, "pools");
+        dtq_argv_adds(&a, pools);
+    }
     /* per-queue outcomes for dashboards (dtq-web): the same HSET, nothing per task */
     for (int i = 0; i < ctx->nqcounters; i++) {
         const dtq_queue_counters *q = &ctx->qcounters[i];
@@ -114,12 +122,60 @@ static void beat(dtq_heartbeat *hb, void (*cb)(void *arg), void *arg) {
     dtq_argv_deinit(&a);
 }
 
+/* The restart stamps of the pools asked for (HMGET, in the order of the names). */
+typedef struct stamps_read {
+    dtq_ctx *ctx;
+    char **names;
+    int n;
+} stamps_read;
+
+static void stamps_cb(redisAsyncContext *ac, void *reply_ptr, void *priv) {
+    stamps_read *s = priv;
+    redisReply *r = reply_ptr;
+    DTQ_UNUSED(ac);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)s->n && s->ctx->pools)
+        for (int i = 0; i < s->n; i++)
+            if (r->element[i]->type == REDIS_REPLY_STRING)
+                dtq_pools_restart_stamp(s->ctx->pools, s->names[i],
+                                        strtoll(r->element[i]->str, NULL, 10));
+    for (int i = 0; i < s->n; i++) free(s->names[i]);
+    free(s->names);
+    free(s);
+}
+
+static void add_name(const char *name, void *arg) {
+    stamps_read *s = arg;
+    s->names = dtq_xrealloc(s->names, sizeof(char *) * (size_t)(s->n + 1));
+    s->names[s->n++] = dtq_xstrdup(name);
+}
+
+/* `dtqctl pool restart` (<ns>_pool_restart) left a stamp for a pool: read at every beat. */
+static void read_restart_stamps(dtq_heartbeat *hb) {
+    stamps_read *s = dtq_xcalloc(1, sizeof(*s));
+    dtq_argv a;
+    s->ctx = hb->ctx;
+    if (hb->ctx->pools) dtq_pools_each_name(hb->ctx->pools, add_name, s);
+    if (!s->n) {
+        free(s);
+        return;
+    }
+    dtq_argv_init(&a);
+    dtq_argv_adds(&a, "HMGET");
+    dtq_argv_adds(&a, hb->restart_key);
+    for (int i = 0; i < s->n; i++) dtq_argv_adds(&a, s->names[i]);
+    if (dtq_ctx_command(hb->ctx, stamps_cb, s, &a) != DTQ_OK) stamps_cb(NULL, NULL, s);
+    dtq_argv_deinit(&a);
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     dtq_heartbeat *hb = arg;
     struct timeval tv = {hb->ctx->cfg->heartbeat_interval_s, 0};
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
-    if (dtq_ctx_is_up(hb->ctx)) beat(hb, NULL, NULL);
+    if (dtq_ctx_is_up(hb->ctx)) {
+        beat(hb, NULL, NULL);
+        read_restart_stamps(hb);
+    }
     evtimer_add(hb->tick_ev, &tv);
 }
 
@@ -138,6 +194,7 @@ dtq_heartbeat *dtq_heartbeat_new(dtq_ctx *ctx) {
     hb->tick_ev = evtimer_new(ctx->base, tick_cb, hb);
     hb->key = dtq_key_worker(ctx->prefix, ctx->cfg->worker_id);
     hb->workers_key = dtq_key_workers(ctx->prefix);
+    hb->restart_key = dtq_key_pool_restart(ctx->prefix);
     hb->status = "running";
     return hb;
 }
@@ -151,5 +208,6 @@ void dtq_heartbeat_free(dtq_heartbeat *hb) {
     event_free(hb->tick_ev);
     free(hb->key);
     free(hb->workers_key);
+    free(hb->restart_key);
     free(hb);
 }

@@ -45,6 +45,7 @@
 #include "conn_guard.h"
 #include "log.h"
 #include "metrics.h"
+#include "pool.h"
 #include "rcluster.h"
 #include "util.h"
 #include "web_auth.h"
@@ -115,6 +116,7 @@ char *dtq_http_render_metrics(const dtq_ctx *ctx) {
     put_series(out, "dtq_scheduler_promoted_total", "counter",
                "Due entries this worker's scheduler passes moved to their queues.",
                (long long)g->promoted);
+    if (ctx->pools) dtq_pools_render_metrics(ctx->pools, out);
     if (ctx->rc) {
         /* the cluster layout: what the router followed, and what it cannot reach now */
         dtq_rcluster_stats st;
@@ -255,6 +257,10 @@ static void respond(http_conn *c) {
         } else if (dtq_ctx_unreachable(h->ctx, slots, sizeof(slots)) > 0) {
             /* the cluster layout: a served queue's slot has no reachable primary */
             snprintf(body, sizeof(body), "not ready: cannot reach %s\n", slots);
+            answer(c, 503, "Service Unavailable", body, NULL);
+        } else if (h->ctx->pools && dtq_pools_unready(h->ctx->pools, slots, sizeof(slots)) > 0) {
+            /* a pool whose processes keep failing: its tasks wait in the schedule */
+            snprintf(body, sizeof(body), "not ready: %s\n", slots);
             answer(c, 503, "Service Unavailable", body, NULL);
         } else {
             answer(c, 200, "OK", "ready\n", NULL);

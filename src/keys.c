@@ -92,6 +92,10 @@ char *dtq_key_workers(const char *prefix) {
     return fixed(prefix, "workers");
 }
 
+char *dtq_key_pool_restart(const char *prefix) {
+    return fixed(prefix, "pool_restart");
+}
+
 char *dtq_key_cancelled(const char *prefix) {
     return fixed(prefix, "cancelled");
 }

@@ -48,6 +48,8 @@ char *dtq_key_retry_schedule(const char *prefix); /* retry:schedule, a zset */
 char *dtq_key_retry_claimed(const char *prefix);  /* retry:claimed, a zset */
 char *dtq_key_queues(const char *prefix);         /* queues, a set */
 char *dtq_key_workers(const char *prefix);        /* workers, a set */
+/* <p>:pool_restart: a hash, pool name -> the time (ms) of the last `dtqctl pool restart`. */
+char *dtq_key_pool_restart(const char *prefix);
 char *dtq_key_cancelled(const char *prefix);      /* cancelled, a set */
 char *dtq_key_config(const char *prefix);         /* config, a hash (worker.c publishes it) */
 char *dtq_key_scheduler_lock(const char *prefix); /* lock:scheduler */

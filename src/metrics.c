@@ -136,8 +136,24 @@ void dtq_metrics_configure(dtq_metrics *m, const dtq_config *cfg, const dtq_hand
     }
 }
 
+static dtq_metrics_cell *cell_at(dtq_metrics *m, const char *queue, int ti);
+
 dtq_metrics_cell *dtq_metrics_cell_for(dtq_metrics *m, const char *queue, int entry) {
-    int qi = 0, ti = entry >= 0 && entry < m->nentries ? m->entry_type[entry] : 0;
+    return cell_at(m, queue, entry >= 0 && entry < m->nentries ? m->entry_type[entry] : 0);
+}
+
+dtq_metrics_cell *dtq_metrics_cell_for_type(dtq_metrics *m, const char *queue,
+                                            const char *task_type) {
+    int t = find(m->types + 1, m->ntypes - 1, task_type);
+    if (t < 0) {
+        add_type(m, task_type);
+        t = m->ntypes - 2;
+    }
+    return cell_at(m, queue, t + 1);
+}
+
+static dtq_metrics_cell *cell_at(dtq_metrics *m, const char *queue, int ti) {
+    int qi = 0;
     mqueue *q;
     dtq_metrics_cell *c;
     for (int i = 1; i < m->nqueues && !qi; i++)

@@ -35,7 +35,7 @@ int dtq_metric_outcome_from_verdict(const char *word, int handback);
 
 /* Failure classes: the names dtq_retry_class_to_string() gives, then DTQ_METRICS_OTHER for
  * any other (a class added later is counted there until it is listed here). */
-#define DTQ_METRICS_NCLASSES 8
+#define DTQ_METRICS_NCLASSES 10
 int dtq_metrics_class_index(const char *cls);
 const char *dtq_metrics_class_name(int i);
 
@@ -87,6 +87,10 @@ void dtq_metrics_configure(dtq_metrics *m, const dtq_config *cfg, const dtq_hand
  * index of its handler in the registry last configured (-1: no handler). Valid, at the
  * same address, for the life of m. */
 dtq_metrics_cell *dtq_metrics_cell_for(dtq_metrics *m, const char *queue, int entry);
+/* The cell of (queue, task_type) for a task type a pool serves: types its processes
+ * announce, which no config section names (bounded by the pools' hellos). */
+dtq_metrics_cell *dtq_metrics_cell_for_type(dtq_metrics *m, const char *queue,
+                                            const char *task_type);
 /* Calls fn for every cell counted so far. */
 void dtq_metrics_each_cell(dtq_metrics *m, void (*fn)(dtq_metrics_cell *c, void *arg), void *arg);
 /* Writes the families dtq_tasks_total, dtq_task_failures_total, dtq_task_duration_seconds

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "dtq/handler.h"
-#include "handler_exec.h"
 #include "util.h"
 
 /* A whole JSON text (RFC 8259): one value and nothing but blanks after it. cJSON stops
@@ -120,6 +119,8 @@ static enum dtq_failure_class failure_class(const dtq_attempt_end *end) {
     if (end->timed_out) return DTQ_FAIL_TIMEOUT;
     if (end->status == DTQ_HANDLER_RETRY) return DTQ_FAIL_HANDLER_RETRY;
     if (end->status == DTQ_HANDLER_FAIL_SIGNAL) return DTQ_FAIL_SIGNAL;
+    if (end->status == DTQ_HANDLER_FAIL_CRASHED) return DTQ_FAIL_HANDLER_CRASHED;
+    if (end->status == DTQ_HANDLER_FAIL_INVALID) return DTQ_FAIL_INVALID_PAYLOAD;
     if (!end->handler_known) return DTQ_FAIL_UNKNOWN_TYPE;
     return DTQ_FAIL_HANDLER;
 }
@@ -133,6 +134,14 @@ void dtq_outcome_decide(const dtq_attempt_end *end, const dtq_outcome_limits *li
     if (end->cancelled) {
         out->kind = DTQ_OUTCOME_CANCELLED;
         out->error = dtq_xstrdup("cancelled");
+        return;
+    }
+    if (end->status == DTQ_HANDLER_DEFER && !end->timed_out) {
+        out->kind = DTQ_OUTCOME_DEFER;
+        out->error = error_tail(error ? error : "pool_unavailable", lim->error_max_bytes);
+        out->error_class = dtq_retry_class_to_string(DTQ_FAIL_POOL_UNAVAILABLE);
+        out->delay_ms = (int64_t)(DTQ_DEFER_DELAY_MS * (0.8 + 0.4 * uniform01));
+        out->grace_ms = -1;
         return;
     }
     if (!end->handler_known && lim->unknown_hand_back) {

@@ -24,6 +24,20 @@ enum dtq_outcome_kind {
     DTQ_OUTCOME_DEFER /* not run here: back to the schedule at the same attempt */
 };
 
+/* Private statuses, beyond the plugin ABI's (the executor accepts them from exec jobs and
+ * pools only). FAIL_SIGNAL: an exec child was killed by a signal the daemon did not send
+ * (class signal). OK_TRUNCATED: exit 0 with more stdout than result_max_bytes; the result
+ * is its first result_max_bytes bytes. FAIL_CRASHED: the pool process holding the task
+ * died or broke the protocol (class handler_crashed, retryable). FAIL_INVALID: the handler
+ * refused the payload, or it is no JSON text (class invalid_payload, permanent). DEFER:
+ * the pool has no process to run it (class pool_unavailable): back to the schedule at the
+ * same attempt, with no grace to run out. */
+#define DTQ_HANDLER_FAIL_SIGNAL 64
+#define DTQ_HANDLER_OK_TRUNCATED 65
+#define DTQ_HANDLER_FAIL_CRASHED 66
+#define DTQ_HANDLER_FAIL_INVALID 67
+#define DTQ_HANDLER_DEFER 68
+
 enum dtq_result_state { DTQ_RESULT_NONE, DTQ_RESULT_FULL, DTQ_RESULT_TRUNCATED };
 
 /* How an attempt ended, as the executor saw it. */
@@ -57,7 +71,8 @@ typedef struct dtq_outcome {
     char *error;             /* owned, NULL on success */
     const char *error_class; /* a dtq_retry_class_to_string() name, NULL on success */
     int64_t delay_ms;        /* RETRY and DEFER */
-    int64_t grace_ms;        /* DEFER: dead-lettered instead once created_at + grace_ms passed */
+    int64_t grace_ms;        /* DEFER: dead-lettered instead once created_at + grace_ms
+                              * passed; -1: never */
 } dtq_outcome;
 
 /* `uniform01` is the jitter draw (dtq_retry_uniform()), passed in to keep this testable. */

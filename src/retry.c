@@ -44,11 +44,14 @@ double dtq_retry_uniform(void) {
     return (double)(r >> 11) / 9007199254740992.0; /* 53 bits -> [0,1) */
 }
 
-/* SIGNAL: a program killed by a signal the daemon did not send was, as far as anyone can
+/* HANDLER_CRASHED: a pool process that died with the task says no more about the task
+ * than SIGNAL does (it may have held several).
+ * SIGNAL: a program killed by a signal the daemon did not send was, as far as anyone can
  * tell, stopped from outside (a unit stop, the OOM killer, an operator), which says nothing
  * about the task; one that kills itself every time still runs out of attempts. */
 int dtq_retry_is_retryable(enum dtq_failure_class c) {
-    return c == DTQ_FAIL_HANDLER_RETRY || c == DTQ_FAIL_TIMEOUT || c == DTQ_FAIL_SIGNAL;
+    return c == DTQ_FAIL_HANDLER_RETRY || c == DTQ_FAIL_TIMEOUT || c == DTQ_FAIL_SIGNAL ||
+           c == DTQ_FAIL_HANDLER_CRASHED;
 }
 
 const char *dtq_retry_class_to_string(enum dtq_failure_class c) {
@@ -60,6 +63,8 @@ const char *dtq_retry_class_to_string(enum dtq_failure_class c) {
     case DTQ_FAIL_BAD_RESULT: return "bad_result";
     case DTQ_FAIL_UNKNOWN_TYPE: return "unknown_task_type";
     case DTQ_FAIL_INVALID_PAYLOAD: return "invalid_payload";
+    case DTQ_FAIL_HANDLER_CRASHED: return "handler_crashed";
+    case DTQ_FAIL_POOL_UNAVAILABLE: return "pool_unavailable";
     }
     return "permanent";
 }

@@ -22,16 +22,18 @@ int64_t dtq_retry_delay_ms(const dtq_retry_policy *p, int64_t attempt, double un
 /* A random draw in [0,1) for dtq_retry_delay_ms. */
 double dtq_retry_uniform(void);
 
-/* Failure classes. Only HANDLER_RETRY, TIMEOUT and SIGNAL are retryable (a closed
- * allowlist). */
+/* Failure classes. Only HANDLER_RETRY, TIMEOUT, SIGNAL and HANDLER_CRASHED are retryable
+ * (a closed allowlist). */
 enum dtq_failure_class {
-    DTQ_FAIL_HANDLER_RETRY,  /* handler said: try again */
-    DTQ_FAIL_TIMEOUT,        /* attempt exceeded timeout_ms */
-    DTQ_FAIL_HANDLER,        /* handler said: permanent */
-    DTQ_FAIL_SIGNAL,         /* exec handler killed by a signal the daemon did not send */
-    DTQ_FAIL_BAD_RESULT,     /* result was not JSON */
-    DTQ_FAIL_UNKNOWN_TYPE,   /* no handler for task_type */
-    DTQ_FAIL_INVALID_PAYLOAD /* payload failed validation */
+    DTQ_FAIL_HANDLER_RETRY,   /* handler said: try again */
+    DTQ_FAIL_TIMEOUT,         /* attempt exceeded timeout_ms */
+    DTQ_FAIL_HANDLER,         /* handler said: permanent */
+    DTQ_FAIL_SIGNAL,          /* exec handler killed by a signal the daemon did not send */
+    DTQ_FAIL_BAD_RESULT,      /* result was not JSON */
+    DTQ_FAIL_UNKNOWN_TYPE,    /* no handler for task_type */
+    DTQ_FAIL_INVALID_PAYLOAD, /* payload failed validation */
+    DTQ_FAIL_HANDLER_CRASHED, /* a pool process died or broke the protocol holding it */
+    DTQ_FAIL_POOL_UNAVAILABLE /* its pool had no process: deferred, never a failure */
 };
 
 int dtq_retry_is_retryable(enum dtq_failure_class c);

@@ -20,6 +20,7 @@
 #include "http.h"
 #include "keys.h"
 #include "leader.h"
+#include "pool.h"
 #include "lease.h"
 #include "log.h"
 #include "rcluster.h"
@@ -260,15 +261,22 @@ static void final_beat_done(void *arg) {
     event_base_loopbreak(w->ctx->base);
 }
 
-static void finish_stop(dtq_worker *w) {
-    if (w->state == DTQ_WORKER_STOPPED) return;
-    set_state(w, DTQ_WORKER_STOPPED);
-    dtq_info("drained; stopping");
+/* Every pool process has exited: the worker leaves. */
+static void pools_stopped(void *arg) {
+    dtq_worker *w = arg;
     if (dtq_ctx_is_up(w->ctx)) {
         worker_event(w, "WORKER_STOPPED");
         deregister(w);
     }
     dtq_heartbeat_set_status(w->heartbeat, "stopped", final_beat_done, w);
+}
+
+static void finish_stop(dtq_worker *w) {
+    if (w->state == DTQ_WORKER_STOPPED) return;
+    set_state(w, DTQ_WORKER_STOPPED);
+    dtq_info("drained; stopping");
+    /* nothing runs any more: the pools' processes get EOF and stop (kill_grace_ms) */
+    dtq_executor_stop_pools(w->executor, pools_stopped, w);
 }
 
 /* A drain ends when nothing runs, no outcome waits to be written, and no fetch or reap
@@ -340,6 +348,11 @@ static void reload(dtq_worker *w) {
         dtq_error("SIGHUP: new config refused, keeping the old one: %s", err);
         return;
     }
+    if (dtq_pools_check(cfg, err, sizeof(err)) != 0) {
+        dtq_error("SIGHUP: new config refused, keeping the old one: %s", err);
+        dtq_config_free(cfg);
+        return;
+    }
     reg = dtq_handler_registry_new(cfg, err, sizeof(err));
     if (!reg) {
         dtq_error("SIGHUP: new config refused, keeping the old one: %s", err);
@@ -395,7 +408,11 @@ static void reload(dtq_worker *w) {
     }
     dtq_consumer_reset(w->consumer);
     dtq_cron_pass_config_changed(w->cron);
-    dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);
+    if (cfg->npools)
+        dtq_info("SIGHUP: configuration reloaded (%d handler(s), %d pool(s))", cfg->nhandlers,
+                 cfg->npools);
+    else
+        dtq_info("SIGHUP: configuration reloaded (%d handler(s))", cfg->nhandlers);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg) {
@@ -438,13 +455,14 @@ static struct event *add_signal(dtq_worker *w, int sig) {
 
 dtq_worker *dtq_worker_new(dtq_config *cfg, char *err, size_t errlen) {
     dtq_worker *w;
-    dtq_handler_registry *reg = dtq_handler_registry_new(cfg, err, errlen);
+    dtq_handler_registry *reg;
     struct event_base *base;
     dtq_redis_url url;
     dtq_tls *tls = NULL;
     dtq_ctx *ctx;
     int64_t wd;
-    if (!reg) return NULL;
+    if (dtq_pools_check(cfg, err, errlen) != 0) return NULL;
+    if (!(reg = dtq_handler_registry_new(cfg, err, errlen))) return NULL;
     if (dtq_redis_url_parse(cfg->redis_url, &url, err, errlen) != DTQ_OK) {
         dtq_handler_registry_free(reg, 1);
         return NULL;

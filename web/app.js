@@ -331,7 +331,18 @@ function workerRow(w) {
     h('td.num', {}, fmtNum(w.tasks_processed)),
     h('td.num', {}, fmtNum(w.tasks_failed)),
     h('td.num', {}, fmtNum(w.tasks_retried)),
+    h('td', { dataset: { col: 'pools' } }, poolsCell(w.pools)),
     h('td', {}, w.version || ''));
+}
+
+// A worker's handler pools: "py 2/2", in red while a pool has fewer ready processes than
+// it wants (crashing, or starting).
+function poolsCell(pools) {
+  if (!pools) return '';
+  return Object.keys(pools).sort().map((name) => {
+    const p = pools[name];
+    return badge(name + ' ' + p.ready + '/' + p.wanted, p.ready < p.wanted ? 'failed' : 'succeeded');
+  });
 }
 
 function card(k, v, cls, href, extra) {
@@ -368,9 +379,9 @@ async function renderOverview(first) {
       : h('tr', {}, h('td', { colspan: 10 }, h('span.muted', {}, 'no queue yet')))));
   const wt = h('table', { id: 'workers' },
     h('thead', {}, h('tr', {}, ['worker', 'host', 'pid', 'status', 'heartbeat', 'running',
-      'processed', 'failed', 'retried', 'version'].map((t) => h('th', {}, t)))),
+      'processed', 'failed', 'retried', 'pools', 'version'].map((t) => h('th', {}, t)))),
     h('tbody', {}, o.workers.length ? o.workers.map(workerRow)
-      : h('tr', {}, h('td', { colspan: 10 }, h('span.muted', {}, 'no live worker')))));
+      : h('tr', {}, h('td', { colspan: 11 }, h('span.muted', {}, 'no live worker')))));
   const notes = [];
   if (o.queues_truncated) notes.push(h('p.notice', {}, 'Only the first ' + o.queues.length + ' queues are shown.'));
   if (o.unreachable && o.unreachable.length) { // Redis Cluster: a shard is down

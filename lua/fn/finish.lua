@@ -118,11 +118,13 @@ local function finish_one(c, ms, worker, args, b)
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + delay), tid)
     return 'retrying'
   elseif outcome == 'defer' then
-    -- Not run here (no handler for its type): back to the schedule at the same attempt, for
-    -- a worker that knows the type, while the grace since its enqueue lasts (Redis's clock,
-    -- so every worker agrees); after that, dead-lettered like the record's error says.
+    -- Not run here (no handler for its type, or its pool has no process): back to the
+    -- schedule at the same attempt, for a worker that can run it, while the grace since its
+    -- enqueue lasts (Redis's clock, so every worker agrees); after that, dead-lettered like
+    -- the record's error says. A grace of -1 never runs out (a pool that cannot start).
     local created = tonumber(redis.call('HGET', tkey, 'created_at'))
-    if created and ms < created + tonumber(args[b + 11]) then
+    local grace = tonumber(args[b + 11])
+    if grace < 0 or (created and ms < created + grace) then
       local delay = tonumber(args[b + 10])
       redis.call('HSET', tkey, 'status', 'pending', 'updated_at', fmt(ms), 'last_error', err,
                  'last_error_class', class)

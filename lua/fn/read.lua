@@ -94,7 +94,7 @@ local WORKER_NUMBERS = {pid = true, started_at = true, last_heartbeat = true,
                         active_tasks = true, concurrency = true, tasks_processed = true,
                         tasks_failed = true, tasks_retried = true}
 local WORKER_OWN = {worker_id = true, id = true, queues = true, heartbeat_age_ms = true,
-                    serves = true}
+                    serves = true, pools = true}
 local function worker_object(id, h, now)
   local o, queues = {id = id}, {}
   for f, v in pairs(h) do
@@ -116,6 +116,15 @@ local function worker_object(id, h, now)
       if is_name(q) then serves[#serves + 1] = q end
     end
     o.serves = arr(serves)
+  end
+  if h.pools then -- its [pool:*]: "NAME:ready/wanted ..." as {NAME = {ready, wanted}}
+    local pools = {}
+    for name, ready, wanted in h.pools:gmatch('(%S+):(%d+)/(%d+)') do
+      if valid_name(name, 64) then
+        pools[name] = {ready = tonumber(ready), wanted = tonumber(wanted)}
+      end
+    end
+    if next(pools) then o.pools = pools end
   end
   return o
 end

@@ -672,6 +672,7 @@ START_TEST(test_help_is_the_table) {
         {"limit set", "limit set", "usage: dtqctl limit set <target> [options]"},
         {"limit list", "limit list a b", "usage: dtqctl limit list [options]"},
         {"limit remove", "limit remove", "usage: dtqctl limit remove <target>"},
+        {"pool restart", "pool restart", "usage: dtqctl pool restart NAME"},
         {"workers", "workers x", "usage: dtqctl workers"},
         {"events", "events x", "usage: dtqctl events"},
         {"stats", "stats x", "usage: dtqctl stats"},
@@ -692,7 +693,8 @@ START_TEST(test_help_is_the_table) {
         if (strncmp(line, "  ", 2) || line[2] == ' ') continue;
         ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
         if (!strcmp(w1, "dlq") || !strcmp(w1, "functions") || !strcmp(w1, "scheduled") ||
-            !strcmp(w1, "queue") || !strcmp(w1, "cron") || !strcmp(w1, "limit"))
+            !strcmp(w1, "queue") || !strcmp(w1, "cron") || !strcmp(w1, "limit") ||
+            !strcmp(w1, "pool"))
             snprintf(verb, sizeof(verb), "%s %s", w1, w2);
         else
             snprintf(verb, sizeof(verb), "%s", w1);

@@ -66,6 +66,63 @@ START_TEST(test_queue_sections) {
 }
 END_TEST
 
+/* [pool:NAME]: defaults, every key, the command's checks, and each bound. */
+START_TEST(test_pool_sections) {
+    char err[512] = "";
+    dtq_config *cfg;
+    dtq_pool_conf changed;
+    write_ini("[pool:py]\ncommand = /usr/bin/python3 -m dtq serve app.tasks\n"
+              "[pool:js]\ncommand = /usr/bin/node serve.js\nprocesses = 4\ninflight = 16\n"
+              "max_tasks = 1000\nmax_rss_mb = 512\nstart_timeout_ms = 2000\n"
+              "kill_grace_ms = 0\ntypes = a b,c\nenv = A=1 B=2\nworkdir = /srv\n");
+    cfg = dtq_config_load(path, err, sizeof(err));
+    ck_assert_msg(cfg != NULL, "%s", err);
+    ck_assert_int_eq(cfg->npools, 2);
+    ck_assert_str_eq(cfg->pools[0].name, "py"); /* the file's order: routing follows it */
+    ck_assert_int_eq(cfg->pools[0].processes, 2);
+    ck_assert_int_eq(cfg->pools[0].inflight, 1);
+    ck_assert_int_eq(cfg->pools[0].max_tasks, 0);
+    ck_assert_int_eq(cfg->pools[0].max_rss_mb, 0);
+    ck_assert_int_eq(cfg->pools[0].start_timeout_ms, 10000);
+    ck_assert_int_eq(cfg->pools[0].kill_grace_ms, 5000);
+    ck_assert_ptr_null(cfg->pools[0].types);
+    ck_assert_int_eq(cfg->pools[1].processes, 4);
+    ck_assert_int_eq(cfg->pools[1].inflight, 16);
+    ck_assert_int_eq(cfg->pools[1].max_tasks, 1000);
+    ck_assert_int_eq(cfg->pools[1].max_rss_mb, 512);
+    ck_assert_int_eq(cfg->pools[1].start_timeout_ms, 2000);
+    ck_assert_int_eq(cfg->pools[1].kill_grace_ms, 0);
+    ck_assert_str_eq(cfg->pools[1].types, "a b,c");
+    ck_assert_str_eq(cfg->pools[1].env, "A=1 B=2");
+    ck_assert_str_eq(cfg->pools[1].workdir, "/srv");
+    ck_assert_ptr_eq(dtq_config_pool(cfg, "js"), &cfg->pools[1]);
+    ck_assert_ptr_null(dtq_config_pool(cfg, "rb"));
+    ck_assert(dtq_pool_conf_equal(&cfg->pools[1], &cfg->pools[1]));
+    changed = cfg->pools[1];
+    changed.processes = 3;
+    ck_assert(!dtq_pool_conf_equal(&cfg->pools[1], &changed));
+    changed = cfg->pools[1];
+    changed.env = (char *)"A=1"; /* only compared */
+    ck_assert(!dtq_pool_conf_equal(&cfg->pools[1], &changed));
+    dtq_config_free(cfg);
+    expect_error("[pool:py]\nprocesses = 2\n", "[pool:py] command", "needs command");
+    expect_error("[pool:py]\ncommand = python3 x.py\n", "[pool:py] command", "absolute");
+    expect_error("[pool:py]\ncommand = /bin/x \"open\n", "[pool:py] command", NULL);
+    expect_error("[pool:py]\ncommand = /bin/true\nprocesses = 0\n", "[pool:py] processes",
+                 "[1, 256]");
+    expect_error("[pool:py]\ncommand = /bin/true\ninflight = 2000\n", "[pool:py] inflight",
+                 "[1, 1024]");
+    expect_error("[pool:py]\ncommand = /bin/true\nstart_timeout_ms = 10\n",
+                 "[pool:py] start_timeout_ms", "[100, 600000]");
+    expect_error("[pool:py]\ncommand = /bin/true\nmax_rss_mb = -1\n", "[pool:py] max_rss_mb", NULL);
+    expect_error("[pool:py]\ncommand = /bin/true\ntypes = ok bad/type\n", "[pool:py] types",
+                 "'bad/type'");
+    expect_error("[pool:py]\ncommand = /bin/true\nexec = /bin/true\n", "[pool:py] exec",
+                 "unknown key");
+    expect_error("[pool:a:b]\ncommand = /bin/true\n", "pool name must match", NULL);
+}
+END_TEST
+
 START_TEST(test_defaults) {
     char err[256];
     dtq_config *cfg = dtq_config_load(NULL, err, sizeof(err));
@@ -700,6 +757,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_queue_sections);
+    tcase_add_test(tc, test_pool_sections);
     tcase_add_test(tc, test_file_and_handlers);
     tcase_add_test(tc, test_env_overrides);
     tcase_add_test(tc, test_errors);

@@ -21,6 +21,46 @@ static dtq_attempt_end ended(int status) {
     return e;
 }
 
+/* A pool's private statuses: a crash retries (class handler_crashed) while attempts
+ * remain, a refused payload is permanent (invalid_payload), and a pool with no process
+ * defers the task at the same attempt with no grace to run out (pool_unavailable). */
+START_TEST(test_pool_statuses) {
+    dtq_attempt_end e = ended(DTQ_HANDLER_FAIL_CRASHED);
+    dtq_outcome o;
+    e.error = "handler_crashed: pool py pid 7 killed by signal 9 (Killed)";
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_RETRY);
+    ck_assert_str_eq(o.error_class, "handler_crashed");
+    ck_assert_int_gt(o.delay_ms, 0);
+    dtq_outcome_deinit(&o);
+    e.attempt = 3; /* the last one */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    ck_assert_str_eq(o.error_class, "handler_crashed");
+    dtq_outcome_deinit(&o);
+    e = ended(DTQ_HANDLER_FAIL_INVALID);
+    e.error = "ValidationError: to";
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEAD_LETTER);
+    ck_assert_str_eq(o.error_class, "invalid_payload");
+    dtq_outcome_deinit(&o);
+    e = ended(DTQ_HANDLER_DEFER);
+    e.attempt = 3; /* even on the last attempt: it did not run */
+    e.error = "pool_unavailable: pool py";
+    dtq_outcome_decide(&e, &limits, 0.99, &o);
+    ck_assert_int_eq(o.kind, DTQ_OUTCOME_DEFER);
+    ck_assert_str_eq(o.error_class, "pool_unavailable");
+    ck_assert_int_eq(o.grace_ms, -1);
+    ck_assert_int_ge(o.delay_ms, DTQ_DEFER_DELAY_MS * 8 / 10);
+    ck_assert_int_le(o.delay_ms, DTQ_DEFER_DELAY_MS * 12 / 10);
+    dtq_outcome_deinit(&o);
+    e.timed_out = 1; /* a timeout while it waited in the backlog is a timeout */
+    dtq_outcome_decide(&e, &limits, 0.5, &o);
+    ck_assert_str_eq(o.error_class, "timeout");
+    dtq_outcome_deinit(&o);
+}
+END_TEST
+
 START_TEST(test_success_and_results) {
     dtq_attempt_end e = ended(DTQ_HANDLER_OK);
     dtq_outcome o;
@@ -357,6 +397,7 @@ int main(void) {
     tcase_add_test(tc, test_text_result);
     tcase_add_test(tc, test_ignored_result);
     tcase_add_test(tc, test_unknown_type_hand_back);
+    tcase_add_test(tc, test_pool_statuses);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
