@@ -96,6 +96,8 @@ struct proc {
     int64_t ready_ms; /* monotonic, when its hello came */
     int64_t log_window_ms;
     int log_lines, log_dropped;
+    int kill_armed; /* stopping: the kill after kill_grace_ms is set */
+    int exited;     /* reaped: what it wrote last is being read; it takes no task */
 };
 
 struct dtq_pool {
@@ -139,7 +141,8 @@ struct dtq_pools {
 static void reconcile(dtq_pool *p);
 static void reconcile_one(dtq_pool *p);
 static void pump(dtq_pool *p);
-static void proc_retire(proc *pr, enum restart_reason why);
+static void proc_retire(proc *pr, int why);
+static void arm_stop_kill(proc *pr);
 
 /* ----------------------------------------------------------------- small pieces */
 
@@ -453,6 +456,7 @@ static void on_answer(proc *pr, const cJSON *msg, int ok) {
     }
     ptask_free(t);
     after_answer(pr);
+    arm_stop_kill(pr);
     reconcile(pr->pool);
 }
 
@@ -640,8 +644,8 @@ static void close_pipes(int (*p)[2], int n) {
 }
 
 /* Starts one process of the pool's current generation; a failure to start it counts as
- * one (back-off). */
-static void proc_start(dtq_pool *p) {
+ * one (back-off) and returns -1. */
+static int proc_start(dtq_pool *p) {
     int pp[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}}; /* tasks, replies, out, err */
     int devnull, rc = 0, nbase = 0;
     char **env;
@@ -674,7 +678,7 @@ static void proc_start(dtq_pool *p) {
         close_pipes(pp, 4);
         pool_failure(p, NULL, R_START_FAILED, text);
         free(text);
-        return;
+        return -1;
     }
     close(pp[0][0]);
     close(pp[1][1]);
@@ -697,23 +701,28 @@ static void proc_start(dtq_pool *p) {
     pr->next = p->procs;
     p->procs = pr;
     dtq_info("pool %s: started process %d: %s", p->conf.name, (int)pid, p->conf.command);
+    return 0;
 }
 
-/* No new tasks; EOF on descriptor 3 once what was sent is written; the process answers
- * what it holds and exits. */
-static void proc_retire(proc *pr, enum restart_reason why) {
-    struct timeval tv;
+/* A stopping process gets kill_grace_ms to exit once it holds nothing (or, when the daemon
+ * stops, from then on): what it still holds ends by its timeout otherwise. */
+static void arm_stop_kill(proc *pr) {
+    struct timeval tv = ms_tv(pr->pool->conf.kill_grace_ms);
+    if (pr->state != P_STOPPING || pr->kill_armed || (pr->nheld && !pr->pool->ps->stopping)) return;
+    pr->kill_armed = 1;
+    evtimer_del(pr->timer_ev);
+    event_assign(pr->timer_ev, pr->pool->ps->base, -1, 0, stop_kill_cb, pr);
+    evtimer_add(pr->timer_ev, &tv);
+}
+
+/* No new tasks; EOF on descriptor 3 once what was sent is written. Callers reconcile. */
+static void proc_retire(proc *pr, int why) {
     if (pr->state == P_STOPPING || pr->state == P_DEAD) return;
-    if ((int)why >= 0) pr->pool->restarts[why]++;
+    if (why >= 0) pr->pool->restarts[why]++;
     pr->state = P_STOPPING;
-    if (pr->timer_ev) evtimer_del(pr->timer_ev);
+    evtimer_del(pr->timer_ev);
     flush_tasks(pr);
-    if (pr->pool->ps->stopping) {
-        tv = ms_tv(pr->pool->conf.kill_grace_ms);
-        event_assign(pr->timer_ev, pr->pool->ps->base, -1, 0, stop_kill_cb, pr);
-        evtimer_add(pr->timer_ev, &tv);
-    }
-    reconcile(pr->pool);
+    arm_stop_kill(pr);
 }
 
 static void proc_free(proc *pr) {
@@ -740,6 +749,7 @@ static void proc_free(proc *pr) {
 static void proc_reaped(proc *pr, int status) {
     dtq_pool *p = pr->pool;
     char how[96], *what;
+    pr->exited = 1;
     if (pr->replies.fd >= 0 && pr->state != P_DEAD) {
         read_replies(pr);
         close_in(&pr->replies);
@@ -773,7 +783,7 @@ static int proc_serves(const proc *pr, const char *type) {
 static proc *pick(dtq_pool *p, const char *type) {
     proc *best = NULL;
     for (proc *pr = p->procs; pr; pr = pr->next)
-        if (pr->state == P_READY && pr->nheld < pr->slots && proc_serves(pr, type) &&
+        if (pr->state == P_READY && !pr->exited && pr->nheld < pr->slots && proc_serves(pr, type) &&
             (!best || pr->nheld < best->nheld))
             best = pr;
     return best;
@@ -908,6 +918,7 @@ static void reconcile_one(dtq_pool *p) {
             if (pr->gen != p->gen && (pr->state == P_READY || pr->state == P_STARTING) &&
                 (!victim || pr->nheld < victim->nheld))
                 victim = pr;
+        if (!victim) break;
         proc_retire(victim, -1);
         old--;
     }
@@ -918,6 +929,7 @@ static void reconcile_one(dtq_pool *p) {
                 if (pr->gen == p->gen && (pr->state == P_READY || pr->state == P_STARTING) &&
                     (!victim || pr->nheld < victim->nheld))
                     victim = pr;
+            if (!victim) break;
             proc_retire(victim, -1);
         }
     }
@@ -929,10 +941,7 @@ static void reconcile_one(dtq_pool *p) {
             evtimer_add(p->start_ev, &tv);
             break;
         }
-        proc_start(p);
-        if (!p->procs || p->procs->gen != p->gen || p->procs->state != P_STARTING ||
-            p->next_start_ms > now)
-            break; /* it failed at once: back-off */
+        if (proc_start(p) != 0) continue; /* counted: the back-off decides the next try */
         cur++;
         cur_starting++;
         if (old) break;
@@ -1171,7 +1180,8 @@ void dtq_pool_cancel(dtq_handler_call *call, const char *reason) {
     dtq_pool *p = t->pool;
     struct timeval tv;
     t->call = NULL;
-    if (!t->pr) { /* still in the backlog */
+    if (t->grace_ev) return; /* cancelled already */
+    if (!t->pr) {            /* still in the backlog */
         ptask *prev = NULL;
         for (ptask **pp = &p->backlog; *pp; prev = *pp, pp = &(*pp)->next)
             if (*pp == t) {
@@ -1241,12 +1251,7 @@ void dtq_pools_stop(dtq_pools *ps, void (*done)(void *arg), void *arg) {
         evtimer_del(p->start_ev);
         for (proc *pr = p->procs; pr; pr = pr->next) {
             alive++;
-            if (pr->state == P_STOPPING) { /* retired before the stop: its grace starts now */
-                struct timeval tv = ms_tv(p->conf.kill_grace_ms);
-                evtimer_del(pr->timer_ev);
-                event_assign(pr->timer_ev, ps->base, -1, 0, stop_kill_cb, pr);
-                evtimer_add(pr->timer_ev, &tv);
-            }
+            arm_stop_kill(pr); /* retired before the stop: its grace starts now at the latest */
         }
         reconcile(p);
     }
