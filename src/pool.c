@@ -870,10 +870,12 @@ static void start_timer_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* What the pools' owner waits for: the start gate, and the end of the stop. */
 static void notify(dtq_pools *ps) {
-    if (!ps->was_settled && dtq_pools_settled(ps)) {
+    int settled = dtq_pools_settled(ps); /* a pool added by a reload unsettles them again */
+    if (settled && !ps->was_settled && ps->settled_fn) {
         ps->was_settled = 1;
-        if (ps->settled_fn) ps->settled_fn(ps->settled_arg);
+        ps->settled_fn(ps->settled_arg);
     }
+    ps->was_settled = settled;
     if (ps->stopping && ps->stopped_fn) {
         for (const dtq_pool *p = ps->pools; p; p = p->next)
             if (p->procs) return;

@@ -267,6 +267,16 @@ START_TEST(test_overview_depths_and_workers) {
     ck_assert_int_eq(th_json_int(o, "workers_gone"), 1);
     ck_assert_int_eq(th_json_int(o, "workers.0.queues.default.succeeded"), 2);
     ck_assert_int_eq(th_json_int(o, "workers.0.pid"), 4242);
+    ck_assert_ptr_null(cJSON_GetObjectItem(th_json_at(o, "workers.0"), "pools")); /* none */
+    cJSON_Delete(o);
+    /* its pools ("NAME:ready/wanted ..."): an object of numbers; a malformed entry is left out */
+    freeReplyObject(th_cmd(C, "HSET dtq:worker:w1 pools %s", "py:1/2 js:0/3 bad"));
+    o = th_read_json(C, NULL, "dtq_workers 0");
+    ck_assert_int_eq(th_json_int(o, "workers.0.pools.py.ready"), 1);
+    ck_assert_int_eq(th_json_int(o, "workers.0.pools.py.wanted"), 2);
+    ck_assert_int_eq(th_json_int(o, "workers.0.pools.js.ready"), 0);
+    ck_assert_int_eq(th_json_int(o, "workers.0.pools.js.wanted"), 3);
+    ck_assert_int_eq(cJSON_GetArraySize(th_json_at(o, "workers.0.pools")), 2);
     cJSON_Delete(o);
 }
 END_TEST
