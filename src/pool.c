@@ -136,6 +136,8 @@ struct dtq_pools {
     int was_settled;
     void (*stopped_fn)(void *arg);
     void *stopped_arg;
+    dtq_pool_progress_fn *progress_fn;
+    void *progress_arg;
 };
 
 static void reconcile(dtq_pool *p);
@@ -460,6 +462,29 @@ static void on_answer(proc *pr, const cJSON *msg, int ok) {
     reconcile(pr->pool);
 }
 
+/* A progress report of a task the process holds (one it no longer holds, or a cancelled
+ * one, is ignored: it may cross the answer or the cancel). */
+static void on_progress(proc *pr, const cJSON *msg) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(msg, "fraction");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "message");
+    dtq_pools *ps = pr->pool->ps;
+    ptask *t;
+    char text[201] = "";
+    double fraction = -1;
+    if (!cJSON_IsString(id) || !(t = held_find(pr, id->valuestring)) || !t->call) return;
+    if (cJSON_IsNumber(f) && f->valuedouble >= 0 && f->valuedouble <= 1) fraction = f->valuedouble;
+    if (cJSON_IsString(m)) {
+        size_t n = strlen(m->valuestring);
+        if (n > sizeof(text) - 1) n = sizeof(text) - 1;
+        while (n > 0 && ((unsigned char)m->valuestring[n] & 0xc0) == 0x80) n--; /* a char */
+        memcpy(text, m->valuestring, n);
+        text[n] = '\0';
+    }
+    if (ps->progress_fn)
+        ps->progress_fn(t->call, fraction, cJSON_IsString(m) ? text : NULL, ps->progress_arg);
+}
+
 /* One line from descriptor 4. */
 static void on_reply_line(proc *pr, const char *line, size_t n) {
     cJSON *msg;
@@ -482,7 +507,9 @@ static void on_reply_line(proc *pr, const char *line, size_t n) {
         on_answer(pr, msg, 1);
     else if (!strcmp(t->valuestring, "fail"))
         on_answer(pr, msg, 0);
-    /* progress: accepted and not kept yet (workflows store it); others: a newer peer's */
+    else if (!strcmp(t->valuestring, "progress"))
+        on_progress(pr, msg);
+    /* others: a newer peer's, ignored */
     cJSON_Delete(msg);
 }
 
@@ -1111,6 +1138,11 @@ int dtq_pools_settled(const dtq_pools *ps) {
     for (const dtq_pool *p = ps->pools; p; p = p->next)
         if (!p->removed && !p->settled) return 0;
     return 1;
+}
+
+void dtq_pools_on_progress(dtq_pools *ps, dtq_pool_progress_fn *fn, void *arg) {
+    ps->progress_fn = fn;
+    ps->progress_arg = arg;
 }
 
 void dtq_pools_on_settled(dtq_pools *ps, void (*fn)(void *arg), void *arg) {

@@ -240,6 +240,7 @@ START_TEST(test_what_the_process_gets) {
         "    send({'t': 'fail', 'id': m['id'], 'retryable': True, 'class': 'invalid_payload',\n"
         "          'error': 'ValidationError: to: field required'})\n"
         "else:\n"
+        "    send({'t': 'progress', 'id': m['id'], 'fraction': 0.5, 'message': 'half way'})\n"
         "    time.sleep(0.3)\n"
         "    send({'t': 'ok', 'id': m['id'], 'result': {\n"
         "        'payload': m['payload'], 'queue': m['queue'], 'attempt': m['attempt'],\n"
@@ -288,6 +289,22 @@ START_TEST(test_what_the_process_gets) {
         ck_assert_int_eq(cJSON_GetArraySize(fds), 6);
         for (int i = 0; i < 5; i++) ck_assert_int_eq(cJSON_GetArrayItem(fds, i)->valueint, i);
         cJSON_Delete(o);
+        freeReplyObject(r);
+    }
+    /* the progress report: kept in the task hash; a report for an attempt that is not
+     * running is refused (stale) */
+    {
+        char *prog = th_task_field(C, "g1", "progress");
+        redisReply *r;
+        ck_assert_ptr_nonnull(prog);
+        ck_assert_msg(strstr(prog, "\"fraction\":0.5") && strstr(prog, "\"message\":\"half way\""),
+                      "%s", prog);
+        free(prog);
+        r = th_cmd(C, "FCALL dtq_progress 0 w-gets g1 1 0.9 late");
+        ck_assert_str_eq(r->str, "stale");
+        freeReplyObject(r);
+        r = th_cmd(C, "FCALL dtq_progress 0 w-gets g1 1 2 bad");
+        ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
         freeReplyObject(r);
     }
     /* inflight 1 from the hello: g1 and g2 ran one after the other, never together */
