@@ -807,11 +807,15 @@ static int proc_serves(const proc *pr, const char *type) {
 }
 
 /* The ready process with a free slot that serves type and holds the fewest tasks. */
-static proc *pick(dtq_pool *p, const char *type) {
+/* The ready process with a free slot that serves t's type and holds the fewest tasks; never
+ * one that still holds a task of t's id (an attempt cancelled and not yet answered, or a
+ * task of another queue with the same id on a cluster): ids are unique among the tasks a
+ * process holds (sdk/PROTOCOL.md). */
+static proc *pick(dtq_pool *p, const ptask *t) {
     proc *best = NULL;
     for (proc *pr = p->procs; pr; pr = pr->next)
-        if (pr->state == P_READY && !pr->exited && pr->nheld < pr->slots && proc_serves(pr, type) &&
-            (!best || pr->nheld < best->nheld))
+        if (pr->state == P_READY && !pr->exited && pr->nheld < pr->slots &&
+            proc_serves(pr, t->type) && (!best || pr->nheld < best->nheld) && !held_find(pr, t->id))
             best = pr;
     return best;
 }
@@ -872,7 +876,7 @@ static void pump(dtq_pool *p) {
     ptask **pp = &p->backlog, *prev = NULL;
     while (*pp) {
         ptask *t = *pp;
-        proc *pr = pick(p, t->type);
+        proc *pr = pick(p, t);
         if (!pr && may_wait(p, t->type) && !p->ps->stopping) {
             prev = t;
             pp = &t->next;
@@ -1168,6 +1172,11 @@ static void pool_cancel_shutdown(dtq_handler_call *call) {
 void dtq_pool_run(dtq_pool *p, dtq_handler_call *call, int64_t deadline_ms) {
     ptask *t;
     proc *pr;
+    if (call->payload_len > DTQ_POOL_LINE_MAX - 4096) { /* the task line would pass the limit */
+        call->complete(call, DTQ_HANDLER_FAIL_INVALID, NULL, 0,
+                       "invalid_payload: the payload is larger than a pool's 16 MiB line");
+        return;
+    }
     if (call->payload_len) {
         cJSON *j = cJSON_ParseWithLength(call->payload, call->payload_len);
         cJSON_Delete(j);
@@ -1185,7 +1194,7 @@ void dtq_pool_run(dtq_pool *p, dtq_handler_call *call, int64_t deadline_ms) {
     t->deadline_ms = deadline_ms;
     call->handler_data = t;
     call->cancel = pool_cancel_shutdown;
-    if ((pr = pick(p, t->type)) != NULL) {
+    if ((pr = pick(p, t)) != NULL) {
         send_task(pr, t);
     } else if (may_wait(p, t->type) && !p->ps->stopping) {
         if (p->backlog_tail)

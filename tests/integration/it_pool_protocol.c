@@ -326,6 +326,34 @@ START_TEST(test_what_the_process_gets) {
 }
 END_TEST
 
+/* A timed-out attempt whose process does not answer the cancel keeps its slot until the
+ * kill; the retry (sooner than kill_grace_ms) never goes to a process still holding that
+ * task id: it waits, and the process that runs it has not seen the id. */
+START_TEST(test_no_id_twice_to_one_process) {
+    th_daemon d;
+    redisReply *r;
+    const char *on_task = "seen = globals().setdefault('seen', set())\n"
+                          "dup = m['id'] in seen\n"
+                          "seen.add(m['id'])\n"
+                          "if m['attempt'] > 1:\n"
+                          "    send({'t': 'ok', 'id': m['id'], 'result': {'dup': dup}})\n";
+    start(&d, "w-dup", 0, hello_ok, on_task, "kill_grace_ms = 1500\n");
+    th_enqueue(C, "default", "d1", "t1", "{}", "timeout_ms 300");
+    th_expect_status(C, "d1", "succeeded", 15000);
+    {
+        /* the retries that came before the kill timed out waiting: none reached it */
+        char *attempt = th_task_field(C, "d1", "attempt");
+        ck_assert_int_ge(atoi(attempt), 2);
+        free(attempt);
+    }
+    r = th_cmd(C, "GET dtq:result:d1");
+    ck_assert_str_eq(r->str, "{\"dup\":false}");
+    freeReplyObject(r);
+    ck_assert(th_wait_log(d.log, "did not answer a cancelled task within 1500 ms", 1, 1000));
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 static Suite *pool_protocol_suite(void) {
     Suite *s = suite_create("pool protocol");
     TCase *tc = tcase_create("protocol");
@@ -339,6 +367,7 @@ static Suite *pool_protocol_suite(void) {
     tcase_add_test(tc, test_hello_of_another_protocol);
     tcase_add_test(tc, test_no_hello_in_time);
     tcase_add_test(tc, test_what_the_process_gets);
+    tcase_add_test(tc, test_no_id_twice_to_one_process);
     suite_add_tcase(s, tc);
     return s;
 }
