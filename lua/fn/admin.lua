@@ -170,6 +170,7 @@ local function discard(keys, args)
   meta.discarded = true
   dlq_remove(h)
   redis.call('HSET', tkey, 'metadata', cjson.encode(meta), 'updated_at', fmt(ms), 'dlq_entry', '')
+  redis.call('HDEL', tkey, 'failed_by') -- discarded: its parent's success does not revive it
   redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
   audit('discard', args[1], args[2], ms, h.queue)
   return 'discarded'

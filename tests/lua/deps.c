@@ -307,7 +307,9 @@ START_TEST(test_requeued_parent_releases) {
     child("c", "pa,pb", "cancel");
     child("c2", "pa", "dead_letter");
     child("c3", "pa", "run");
+    child("c5", "pa", "dead_letter");
     end_with("pa", DEAD_, "", "dead_lettered");
+    th_expect_str(th_cmd(C, "FCALL dtq_discard 0 c5"), "discarded"); /* never revived */
     status_is("c", "cancelled");
     status_is("c2", "dead_lettered");
     status_is("c3", "queued");
@@ -332,6 +334,7 @@ START_TEST(test_requeued_parent_releases) {
     ck_assert_ptr_null(field("c", "failed_by"));
     status_is("c2", "queued");
     status_is("c3", "queued"); /* released once only */
+    status_is("c5", "dead_lettered");
     ck_assert_int_eq(kids_len(), 3);
 }
 END_TEST
