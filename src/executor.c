@@ -304,6 +304,8 @@ static void run_start(run *r) {
     r->call.task_type = t->task_type;
     r->call.payload = t->payload;
     r->call.payload_len = t->payload_len;
+    r->call.parent_results = t->parent_results;
+    r->call.parent_results_len = t->parent_results_len;
     r->call.attempt = t->attempt;
     r->call.max_attempts = t->max_attempts;
     r->call.timeout_ms = t->timeout_ms;

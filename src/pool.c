@@ -827,6 +827,25 @@ static int may_wait(const dtq_pool *p, const char *type) {
     return 0;
 }
 
+/* A JSON text as one value of a line: null when empty, and a pretty-printed one (a newline
+ * in it) printed again on one line; the caller checked that it parses (dtq_pool_run). */
+static void put_json_value(struct evbuffer *b, const char *text, size_t len) {
+    if (!len) {
+        evbuffer_add(b, "null", 4);
+    } else if (memchr(text, '\n', len) || memchr(text, '\r', len)) {
+        cJSON *j = cJSON_ParseWithLength(text, len);
+        char *one = j ? cJSON_PrintUnformatted(j) : NULL;
+        if (one)
+            evbuffer_add(b, one, strlen(one));
+        else
+            evbuffer_add(b, "null", 4);
+        cJSON_free(one);
+        cJSON_Delete(j);
+    } else {
+        evbuffer_add(b, text, len);
+    }
+}
+
 static void send_task(proc *pr, ptask *t) {
     dtq_handler_call *call = t->call;
     struct evbuffer *b = pr->outq;
@@ -843,18 +862,10 @@ static void send_task(proc *pr, ptask *t) {
     evbuffer_add_printf(
         b, ",\"attempt\":%lld,\"max_attempts\":%lld,\"deadline_ms\":%lld,\"payload\":",
         (long long)call->attempt, (long long)call->max_attempts, (long long)t->deadline_ms);
-    if (!call->payload_len) {
-        evbuffer_add(b, "null", 4);
-    } else if (memchr(call->payload, '\n', call->payload_len) ||
-               memchr(call->payload, '\r', call->payload_len)) {
-        /* a pretty-printed payload: one line of it (checked to parse in dtq_pool_run) */
-        cJSON *j = cJSON_ParseWithLength(call->payload, call->payload_len);
-        char *one = cJSON_PrintUnformatted(j);
-        evbuffer_add(b, one, strlen(one));
-        cJSON_free(one);
-        cJSON_Delete(j);
-    } else {
-        evbuffer_add(b, call->payload, call->payload_len);
+    put_json_value(b, call->payload, call->payload_len);
+    if (call->parent_results) {
+        evbuffer_add_printf(b, ",\"parent_results\":");
+        put_json_value(b, call->parent_results, call->parent_results_len);
     }
     evbuffer_add(b, "}\n", 2);
     flush_tasks(pr);

@@ -354,6 +354,56 @@ START_TEST(test_no_id_twice_to_one_process) {
 }
 END_TEST
 
+/* A task enqueued after others gets their results: a pool process in the task message's
+ * parent_results, an exec program in DTQ_PARENT_RESULTS. */
+START_TEST(test_parent_results_reach_handlers) {
+    th_daemon d;
+    redisReply *r;
+    char script_path[512], extra[1024];
+    FILE *f;
+    const char *on_task = "send({'t': 'ok', 'id': m['id'],\n"
+                          "      'result': {'n': m['payload'].get('n'),\n"
+                          "                 'parents': m.get('parent_results')}})\n";
+    th_path(&R, "env_results.sh", script_path, sizeof(script_path));
+    f = fopen(script_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\nprintf '%s' \"${DTQ_PARENT_RESULTS:-null}\"\n", f);
+    fclose(f);
+    ck_assert_int_eq(chmod(script_path, 0755), 0);
+    snprintf(extra, sizeof(extra), "[handler:envres]\nexec = %s\n", script_path);
+    start(&d, "w-pr", 0, hello_ok, on_task, extra);
+    th_enqueue(C, "default", "pa", "t1", "{\"n\":1}", NULL);
+    th_enqueue(C, "default", "pb", "t1", "{\"n\":2}", NULL);
+    th_enqueue(C, "default", "pc", "t1", "{\"n\":3}", "after pa,pb");
+    th_enqueue(C, "default", "pd", "envres", "{}", "after pa");
+    th_enqueue(C, "default", "pe", "envres", "{}", NULL); /* waited for nothing */
+    th_expect_status(C, "pc", "succeeded", 10000);
+    th_expect_status(C, "pd", "succeeded", 10000);
+    th_expect_status(C, "pe", "succeeded", 10000);
+    r = th_cmd(C, "GET dtq:result:pc");
+    {
+        cJSON *o = cJSON_Parse(r->str);
+        char *p;
+        ck_assert_ptr_nonnull(o);
+        p = cJSON_PrintUnformatted(cJSON_GetObjectItem(o, "parents"));
+        ck_assert_msg(
+            !strcmp(p, "{\"pa\":{\"n\":1,\"parents\":null},\"pb\":{\"n\":2,\"parents\":null}}") ||
+                !strcmp(p, "{\"pb\":{\"n\":2,\"parents\":null},\"pa\":{\"n\":1,\"parents\":null}}"),
+            "%s", p);
+        free(p);
+        cJSON_Delete(o);
+    }
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:result:pd");
+    ck_assert_str_eq(r->str, "{\"pa\":{\"n\":1,\"parents\":null}}");
+    freeReplyObject(r);
+    r = th_cmd(C, "GET dtq:result:pe");
+    ck_assert_int_eq(r->type, REDIS_REPLY_NIL); /* null: no variable, no result */
+    freeReplyObject(r);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 static Suite *pool_protocol_suite(void) {
     Suite *s = suite_create("pool protocol");
     TCase *tc = tcase_create("protocol");
@@ -368,6 +418,7 @@ static Suite *pool_protocol_suite(void) {
     tcase_add_test(tc, test_no_hello_in_time);
     tcase_add_test(tc, test_what_the_process_gets);
     tcase_add_test(tc, test_no_id_twice_to_one_process);
+    tcase_add_test(tc, test_parent_results_reach_handlers);
     suite_add_tcase(s, tc);
     return s;
 }
