@@ -57,6 +57,8 @@ struct dtq_consumer {
                      * poll timer; cluster layout: every lane is parked */
     int processing; /* inside a fetch callback: kicks are folded into one fetch at its end */
     struct event *poll_ev;
+    struct event *batch_ev; /* a few free slots wait this long for more (BATCH_WAIT_US) */
+    int batch_due;          /* batch_ev fired: fetch for the free slots there are */
     /* The cluster layout. */
     lane *lanes; /* by the router's node number */
     int nlanes;
@@ -72,6 +74,11 @@ struct dtq_consumer {
 };
 
 static void maybe_fetch(dtq_consumer *c);
+
+/* While tasks run, a fetch waits for a batch of free slots (an eighth of concurrency) or
+ * BATCH_WAIT_US, whichever comes first: handlers that answer one at a time (pool
+ * processes) would otherwise cost a fetch, a finish and their wake-ups per task. */
+#define BATCH_WAIT_US 2000
 
 static void arm_poll(dtq_consumer *c, int ms) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -352,6 +359,15 @@ static void cluster_fetch(dtq_consumer *c, int free_slots) {
     arm_poll(c, c->idle_ms);
 }
 
+static void batch_cb(evutil_socket_t fd, short what, void *arg) {
+    dtq_consumer *c = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    c->batch_due = 1;
+    maybe_fetch(c);
+    c->batch_due = 0;
+}
+
 static void maybe_fetch(dtq_consumer *c) {
     dtq_ctx *ctx = c->ctx;
     const dtq_config *cfg = ctx->cfg;
@@ -363,6 +379,11 @@ static void maybe_fetch(dtq_consumer *c) {
     if (dtq_finisher_refused(c->fin)) return; /* resumed by slots_freed once accepted */
     free_slots = dtq_executor_free_slots(c->ex);
     if (free_slots <= 0) return;
+    if (free_slots < cfg->concurrency / 8 && dtq_executor_running(c->ex) > 0 && !c->batch_due) {
+        struct timeval tv = {0, BATCH_WAIT_US};
+        if (!evtimer_pending(c->batch_ev, NULL)) evtimer_add(c->batch_ev, &tv);
+        return;
+    }
     if (dtq_ctx_cluster(ctx)) {
         cluster_fetch(c, free_slots);
         return;
@@ -388,6 +409,7 @@ dtq_consumer *dtq_consumer_new(dtq_ctx *ctx, dtq_executor *ex, const dtq_finishe
     c->ex = ex;
     c->fin = fin;
     c->poll_ev = evtimer_new(ctx->base, poll_cb, c);
+    c->batch_ev = evtimer_new(ctx->base, batch_cb, c);
     return c;
 }
 
@@ -420,6 +442,7 @@ int dtq_consumer_busy(const dtq_consumer *c) {
 void dtq_consumer_free(dtq_consumer *c) {
     if (!c) return;
     event_free(c->poll_ev);
+    event_free(c->batch_ev);
     free(c->lanes);
     free(c->ready);
     free(c->ready_q);

@@ -97,6 +97,8 @@ struct proc {
     int64_t log_window_ms;
     int log_lines, log_dropped;
     int kill_armed; /* stopping: the kill after kill_grace_ms is set */
+    struct event *flush_ev; /* the end of this loop pass: outq is written (schedule_flush) */
+    int flush_scheduled;
     int exited;     /* reaped: what it wrote last is being read; it takes no task */
 };
 
@@ -302,6 +304,23 @@ static void tasks_writable_cb(evutil_socket_t fd, short what, void *arg) {
     DTQ_UNUSED(fd);
     DTQ_UNUSED(what);
     flush_tasks(arg);
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
+    proc *pr = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    pr->flush_scheduled = 0;
+    flush_tasks(pr);
+}
+
+/* The lines queued in this pass of the loop go out in one write at its end: a fetch reply
+ * hands over its tasks one by one, and a write per task was a system call and a wake-up
+ * of the process per task. */
+static void schedule_flush(proc *pr) {
+    if (pr->flush_scheduled) return;
+    pr->flush_scheduled = 1;
+    event_active(pr->flush_ev, EV_TIMEOUT, 0);
 }
 
 /* ----------------------------------------------------------------- failures */
@@ -516,11 +535,15 @@ static void on_reply_line(proc *pr, const char *line, size_t n) {
 /* Reads what descriptor 4 has; 0 at its end. */
 static int read_replies(proc *pr) {
     pipe_in *in = &pr->replies;
+    char buf[65536];
     for (;;) {
-        int n = evbuffer_read(in->buf, in->fd, 65536);
+        /* read(2) rather than evbuffer_read, which asks FIONREAD first: a system call per
+         * answer saved */
+        ssize_t n = read(in->fd, buf, sizeof(buf));
         char *line;
         size_t len;
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) return 1;
+        if (n > 0) evbuffer_add(in->buf, buf, (size_t)n);
         while (pr->state != P_DEAD &&
                (line = evbuffer_readln(in->buf, &len, EVBUFFER_EOL_LF)) != NULL) {
             on_reply_line(pr, line, len);
@@ -532,6 +555,9 @@ static int read_replies(proc *pr) {
             return 0;
         }
         if (n <= 0) return 0; /* end of file or an error: a partial line is dropped */
+        /* a short read emptied the pipe: the next readiness brings more, and an extra read
+         * here would only answer EAGAIN */
+        if ((size_t)n < sizeof(buf)) return 1;
     }
 }
 
@@ -723,6 +749,7 @@ static int proc_start(dtq_pool *p) {
     pipe_in_init(pr, &pr->out, pp[2][0], out_cb);
     pipe_in_init(pr, &pr->err, pp[3][0], err_cb);
     pr->timer_ev = evtimer_new(p->ps->base, hello_timeout_cb, pr);
+    pr->flush_ev = event_new(p->ps->base, -1, 0, flush_cb, pr);
     evtimer_add(pr->timer_ev, &tv);
     pr->log_window_ms = dtq_monotonic_ms();
     pr->next = p->procs;
@@ -768,6 +795,7 @@ static void proc_free(proc *pr) {
     if (pr->err.buf) evbuffer_free(pr->err.buf);
     if (pr->outq) evbuffer_free(pr->outq);
     if (pr->timer_ev) event_free(pr->timer_ev);
+    if (pr->flush_ev) event_free(pr->flush_ev);
     free_types(pr->types, pr->ntypes);
     free(pr);
 }
@@ -868,7 +896,7 @@ static void send_task(proc *pr, ptask *t) {
         put_json_value(b, call->parent_results, call->parent_results_len);
     }
     evbuffer_add(b, "}\n", 2);
-    flush_tasks(pr);
+    schedule_flush(pr);
 }
 
 /* Defers a task the pool cannot run now: back to the schedule at the same attempt. */
@@ -1250,7 +1278,7 @@ void dtq_pool_cancel(dtq_handler_call *call, const char *reason) {
     evbuffer_add_printf(t->pr->outq, "{\"t\":\"cancel\",\"id\":");
     put_json_str(t->pr->outq, t->id);
     evbuffer_add_printf(t->pr->outq, ",\"reason\":\"%s\"}\n", reason);
-    flush_tasks(t->pr);
+    schedule_flush(t->pr);
     tv = ms_tv(p->conf.kill_grace_ms);
     t->grace_ev = evtimer_new(p->ps->base, grace_cb, t);
     evtimer_add(t->grace_ev, &tv);

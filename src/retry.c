@@ -38,10 +38,20 @@ int64_t dtq_retry_delay_ms(const dtq_retry_policy *p, int64_t attempt, double u)
     return delay > 0 ? (int64_t)delay : 0;
 }
 
+/* xorshift64* seeded once from getrandom: the draw runs for every ended attempt, and a
+ * system call per attempt was a measurable part of the daemon's time per task (jitter
+ * needs spread, not secrecy). Event loop thread only. */
 double dtq_retry_uniform(void) {
-    uint64_t r;
-    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r)) r = (uint64_t)random();
-    return (double)(r >> 11) / 9007199254740992.0; /* 53 bits -> [0,1) */
+    static uint64_t state;
+    while (!state) {
+        if (getrandom(&state, sizeof(state), 0) != (ssize_t)sizeof(state))
+            state = (uint64_t)random() << 32 ^ (uint64_t)random();
+        state |= !state; /* never 0: xorshift would stay there */
+    }
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return (double)((state * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0; /* [0,1) */
 }
 
 /* HANDLER_CRASHED: a pool process that died with the task says no more about the task
