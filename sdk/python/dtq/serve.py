@@ -160,15 +160,18 @@ class Context:
         self.deadline_ms: int | None = (
             int(dl) if isinstance(dl, (int, float)) and not isinstance(dl, bool) else None
         )
-        self.deadline: datetime | None = (
-            datetime.fromtimestamp(self.deadline_ms / 1000, tz=timezone.utc)
-            if self.deadline_ms is not None
-            else None
-        )
         self.cancelled = threading.Event()
         self.cancel_reason: str | None = None
         pr = msg.get("parent_results")
         self.parent_results: dict[str, Any] = pr if isinstance(pr, dict) else {}
+
+    @property
+    def deadline(self) -> datetime | None:
+        """The attempt's deadline as an aware UTC datetime (made when asked: most handlers
+        never ask, and a datetime per task was a measurable part of the SDK's time)."""
+        if self.deadline_ms is None:
+            return None
+        return datetime.fromtimestamp(self.deadline_ms / 1000, tz=timezone.utc)
 
     @property
     def is_cancelled(self) -> bool:
@@ -252,13 +255,14 @@ class _Writer:
     def send(self, msg: dict[str, Any]) -> None:
         self.items.put(("line", _dumps(msg)))
 
-    def answer(self, held: _Held, msg: dict[str, Any]) -> bool:
-        """Queues the answer of held; False when it was answered already."""
+    def answer(self, held: _Held, msg: dict[str, Any] | bytes) -> bool:
+        """Queues the answer of held (a message, or its line already encoded); False when
+        it was answered already."""
         with self.lock:
             if held.answered:
                 return False
             held.answered = True
-        self.items.put(("line", _dumps(msg)))
+        self.items.put(("line", msg if isinstance(msg, bytes) else _dumps(msg)))
         return True
 
     def progress(self, held: _Held, msg: dict[str, Any]) -> None:
@@ -441,7 +445,7 @@ class _Server:
             "error": f"CancelledError: the task was cancelled ({reason})",
         }
 
-    def answer(self, held: _Held, msg: dict[str, Any]) -> None:
+    def answer(self, held: _Held, msg: dict[str, Any] | bytes) -> None:
         if self.writer.answer(held, msg) and self.held.get(held.id) is held:
             del self.held[held.id]
 
@@ -478,7 +482,7 @@ class _Server:
                     raise result.exc
                 if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                     result = await self.run_async(held, None, (result,))
-            answer = self.ok(held.id, result)
+            answer: dict[str, Any] | bytes = self.ok(held.id, result)
         except asyncio.CancelledError as e:
             if held.ctx.cancel_reason is not None:
                 answer = self.cancelled_fail(held)
@@ -522,7 +526,9 @@ class _Server:
         return result
 
     @staticmethod
-    def ok(tid: str, result: Any) -> dict[str, Any]:
+    def ok(tid: str, result: Any) -> dict[str, Any] | bytes:
+        """The ok line of a result (encoded once, straight into the line), or the fail
+        message of a result that cannot be one."""
         try:
             text = json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as e:
@@ -536,7 +542,9 @@ class _Server:
                 raise ValueError(f"the result is {size} bytes, over the protocol's 16 MiB line")
             except ValueError as e:
                 return {"t": "fail", "id": tid, "retryable": False, "error": error_text(e)}
-        return {"t": "ok", "id": tid, "result": json.loads(text)}
+        return (
+            '{"t":"ok","id":' + json.dumps(tid, ensure_ascii=False) + ',"result":' + text + "}\n"
+        ).encode("utf-8", "surrogatepass")
 
 
 class _Raised:
