@@ -270,12 +270,16 @@ static double scrape_sum(int port, const char *prefix) {
 START_TEST(test_announced_types_succeed) {
     th_daemon d;
     const char *payload = "{\n  \"x\": [1, 2, \"three\"],\n  \"nested\": {\"k\": null}\n}";
+    char sections[2048], *body;
+    int port = th_free_port();
     cJSON *res, *want;
     th_load_library(C);
     th_enqueue(C, "default", "b1", "echo", "{\"n\":1}", NULL);
     th_enqueue(C, "default", "b2", "echo", payload, NULL);
     setenv("NOTIFY_SOCKET", "/nonexistent/notify", 1); /* the process must not get it */
-    start(&d, "w-basic", NULL, PY_POOL_TAG("py", "basic"));
+    snprintf(sections, sizeof(sections),
+             PY_POOL_TAG("py", "basic") "[http]\nlisten = 127.0.0.1:%d\n", port);
+    start(&d, "w-basic", NULL, sections);
     unsetenv("NOTIFY_SOCKET");
     th_expect_status(C, "b1", "succeeded", 20000);
     th_expect_status(C, "b2", "succeeded", 20000);
@@ -301,6 +305,22 @@ START_TEST(test_announced_types_succeed) {
     cJSON_Delete(res);
     ck_assert_msg(th_wait_until_cmd_str(C, "HGET dtq:worker:w-basic pools", "py:2/2", 10000),
                   "heartbeat pools field is not py:2/2");
+    {
+        /* the pool's series: 2 ready processes of 1 slot each, idle, up */
+        cJSON *fams;
+        ck_assert_int_eq(http_get(port, "/metrics", &body), 200);
+        fams = th_metrics_parse(&R, body);
+        ck_assert(th_metrics_value(fams, "dtq_pool_processes", "pool=py,state=ready") == 2);
+        ck_assert(th_metrics_value(fams, "dtq_pool_processes", "pool=py,state=starting") == 0);
+        ck_assert(th_metrics_value(fams, "dtq_pool_slots", "pool=py") == 2);
+        ck_assert(th_metrics_value(fams, "dtq_pool_busy_slots", "pool=py") == 0);
+        ck_assert(th_metrics_value(fams, "dtq_pool_backlog", "pool=py") == 0);
+        ck_assert(th_metrics_value(fams, "dtq_pool_up", "pool=py") == 1);
+        cJSON_Delete(fams);
+        free(body);
+        ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
+        free(body);
+    }
     {
         /* the dtqctl view of the task: succeeded, the same result */
         char *out;
@@ -488,6 +508,9 @@ START_TEST(test_crash_loop_backs_off) {
     }
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
     ck_assert_int_ge(th_count_in_file(d.log, "pool bad"), 2);
+    /* put back because the pool is down, not because the type is unknown */
+    ck_assert_msg(th_count_in_file(d.log, "task type unknown here") == 0,
+                  "a task of the pool's `types` was logged as of an unknown type");
 
     /* a working command, by SIGHUP: the waiting tasks run, at attempt 1 */
     snprintf(sections, sizeof(sections),
@@ -502,6 +525,9 @@ START_TEST(test_crash_loop_backs_off) {
         cJSON_Delete(res);
     }
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:dead-letter")), 0);
+    ck_assert_int_eq(http_get(port, "/readyz", &body), 200);
+    free(body);
+    ck_assert(scrape_sum(port, "dtq_pool_up{pool=\"bad\"") == 1);
     ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 15000), 0);
 }
 END_TEST
@@ -831,6 +857,61 @@ START_TEST(test_routing) {
 }
 END_TEST
 
+/* ----------------------------------------------------------------- cancel, rate limit */
+
+/* An admin's cancel of a running task: it ends cancelled at once; the process, deaf to the
+ * cancel, is killed kill_grace_ms later and replaced. */
+START_TEST(test_cancel_running) {
+    th_daemon d;
+    int victim, kids1[1];
+    char *out;
+    start(&d, "w-cancel", NULL, PY_POOL("py") "processes = 1\nkill_grace_ms = 500\n");
+    wait_kids(&d, "python3", 1, kids1);
+    victim = kids1[0];
+    th_enqueue(C, "default", "x1", "deaf", "{\"sleep_s\":60}", "max_attempts 3");
+    th_expect_status(C, "x1", "running", 20000);
+    th_sleep_ms(300); /* in the process by now */
+    ck_assert_int_eq(th_ctl(&R, &out, "cancel x1"), 0);
+    free(out);
+    th_expect_status(C, "x1", "cancelled", 10000);
+    th_assert_field(C, "x1", "attempt", "1");
+    ck_assert_msg(th_wait_until(pid_gone_pred, &victim, 10000),
+                  "process %d, deaf to the cancel, still runs", victim);
+    th_enqueue(C, "default", "x2", "pid", "{}", NULL);
+    th_expect_status(C, "x2", "succeeded", 20000);
+    ck_assert_int_ne(result_pid("x2"), victim);
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 15000), 0);
+}
+END_TEST
+
+/* 250 lines at once: at most 100 reach the log, then one line says how many were dropped:
+ * once the 10 s window is over, or at the latest when the process stops. */
+START_TEST(test_output_rate_limit) {
+    th_daemon d;
+    char want[160];
+    int pid, logged, rc;
+    start(&d, "w-spam", NULL, PY_POOL("py") "processes = 1\n");
+    th_enqueue(C, "default", "o1", "spam", "{\"lines\":250}", NULL);
+    th_expect_status(C, "o1", "succeeded", 20000);
+    pid = result_pid("o1");
+    th_wait_log(d.log, "spam-line 249", 1, 1000); /* (dropped: never comes) */
+    logged = th_count_in_file(d.log, "spam-line ");
+    printf("rate limit: %d of 250 lines logged\n", logged);
+    ck_assert_int_le(logged, 100);
+    ck_assert_int_ge(logged, 50);
+    snprintf(want, sizeof(want), "pool py[pid %d]: %d line(s) of output dropped (rate limit)", pid,
+             250 - logged);
+    if (!th_wait_log(d.log, want, 1, 12000)) {
+        rc = th_daemon_stop(&d, SIGTERM, 15000);
+        ck_assert_msg(th_count_in_file(d.log, want) == 1,
+                      "no \"%s\" in the log, 12 s after the output nor after the stop", want);
+        ck_assert_int_eq(rc, 0);
+        return;
+    }
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 15000), 0);
+}
+END_TEST
+
 /* ----------------------------------------------------------------- 14. chaos */
 
 #define CHAOS_TASKS 300
@@ -933,6 +1014,8 @@ int main(void) {
     tcase_add_test(tc, test_async_inflight);
     tcase_add_test(tc, test_rolling_restart);
     tcase_add_test(tc, test_sigterm_drains_and_reaps);
+    tcase_add_test(tc, test_cancel_running);
+    tcase_add_test(tc, test_output_rate_limit);
     suite_add_tcase(s, tc);
     tc = tcase_create("chaos");
     tcase_add_checked_fixture(tc, setup, teardown);
