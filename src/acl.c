@@ -55,7 +55,8 @@ static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NU
 static const char *const worker[] = {
     "+fcall|<ns>_layout", "+fcall|<ns>_fetch", "+fcall|<ns>_reap", "+fcall|<ns>_recover", "+fcall|<ns>_deregister",
     "+fcall|<ns>_finish",
-    "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_sched_claim",
+    "+fcall|<ns>_handback", "+fcall|<ns>_worker_event", "+fcall|<ns>_progress",
+    "+fcall|<ns>_sched_claim",
     "+fcall|<ns>_sched_promote", "+fcall|<ns>_lock_refresh", "+fcall|<ns>_lock_release",
     "+fcall_ro|<ns>_version", "+fcall_ro|<ns>_cron_due", "+fcall|<ns>_cron_fire",
     "+fcall|<ns>_cron_set", "+fcall|<ns>_cron_sync", "+fcall|<ns>_queue_mode", "+mget",

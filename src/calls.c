@@ -69,6 +69,19 @@ void dtq_call_worker_event(dtq_argv *a, const char *fn, const char *worker_id, c
     dtq_argv_adds(a, type);
 }
 
+void dtq_call_progress(dtq_argv *a, const char *fn, const char *worker_id, const char *task_id,
+                       int64_t attempt, double fraction, const char *message) {
+    head(a, fn, 0);
+    dtq_argv_adds(a, worker_id);
+    dtq_argv_adds(a, task_id);
+    dtq_argv_addll(a, (long long)attempt);
+    if (fraction >= 0)
+        dtq_argv_addf(a, "%.6g", fraction);
+    else
+        dtq_argv_adds(a, "");
+    dtq_argv_adds(a, message ? message : "");
+}
+
 void dtq_call_finish(dtq_argv *a, const char *fn, const char *worker_id, int nrecords) {
     head(a, fn, 0);
     dtq_argv_adds(a, worker_id);

@@ -35,6 +35,10 @@ void dtq_call_recover(dtq_argv *a, const char *fn, const dtq_streams *st, const 
 /* <ns>_deregister: every served stream; worker_id. */
 void dtq_call_deregister(dtq_argv *a, const char *fn, const dtq_streams *st, const char *worker_id);
 
+/* <ns>_progress: no keys; worker_id, task_id, attempt, fraction ("" when < 0), message. */
+void dtq_call_progress(dtq_argv *a, const char *fn, const char *worker_id, const char *task_id,
+                       int64_t attempt, double fraction, const char *message);
+
 /* <ns>_worker_event: no keys; worker_id, the event type (WORKER_STARTED, ...). */
 void dtq_call_worker_event(dtq_argv *a, const char *fn, const char *worker_id, const char *type);
 

@@ -220,6 +220,116 @@ dtq_cluster_redirect_kind dtq_cluster_redirect_parse(const char *err, dtq_cluste
     return out->kind;
 }
 
+/* ----------------------------------------------------------------- the router core */
+
+#define TRYAGAIN_PAUSE_MIN_MS 50
+#define TRYAGAIN_PAUSE_MAX_MS 500
+
+void dtq_route_start(dtq_route *rt, int64_t tryagain_window_ms) {
+    memset(rt, 0, sizeof(*rt));
+    rt->tryagain_window_ms = tryagain_window_ms > 0 ? tryagain_window_ms : 0;
+    rt->pause_ms = TRYAGAIN_PAUSE_MIN_MS;
+}
+
+static dtq_route_action step_to(dtq_route *rt, dtq_route_step *out, dtq_route_action a) {
+    out->action = a;
+    /* a re-read is for the one reply it was asked for */
+    rt->reread = a == DTQ_ROUTE_REREAD;
+    return a;
+}
+
+dtq_route_action dtq_route_decide(dtq_route *rt, const dtq_cluster_map *m, const char *host,
+                                  int port, const redisReply *reply, int64_t now_ms,
+                                  dtq_route_step *out) {
+    dtq_cluster_redirect d;
+    dtq_cluster_redirect_kind kind;
+    const char *to;
+    memset(out, 0, sizeof(*out));
+    out->slot = -1;
+    if (!reply || reply->type != REDIS_REPLY_ERROR) return step_to(rt, out, DTQ_ROUTE_DONE);
+    switch (dtq_reply_class_of(reply->str)) {
+    case DTQ_REPLY_CLUSTERDOWN: out->reread = 1; return step_to(rt, out, DTQ_ROUTE_DONE);
+    case DTQ_REPLY_TRYAGAIN:
+        if (!rt->tryagain_until) rt->tryagain_until = now_ms + rt->tryagain_window_ms;
+        if (now_ms + rt->pause_ms >= rt->tryagain_until) return step_to(rt, out, DTQ_ROUTE_DONE);
+        snprintf(out->host, sizeof(out->host), "%s", host);
+        out->port = port;
+        out->asking = rt->asking;
+        out->pause_ms = rt->pause_ms;
+        rt->pause_ms =
+            rt->pause_ms * 2 > TRYAGAIN_PAUSE_MAX_MS ? TRYAGAIN_PAUSE_MAX_MS : rt->pause_ms * 2;
+        return step_to(rt, out, DTQ_ROUTE_RESEND);
+    case DTQ_REPLY_MOVED:
+    case DTQ_REPLY_ASK: break;
+    default: return step_to(rt, out, DTQ_ROUTE_DONE);
+    }
+    kind = dtq_cluster_redirect_parse(reply->str, &d);
+    if (kind != DTQ_REDIRECT_MOVED && kind != DTQ_REDIRECT_ASK) /* malformed: the caller's */
+        return step_to(rt, out, DTQ_ROUTE_DONE);
+    if (rt->redirects >= DTQ_CLUSTER_MAX_REDIRECTS) {
+        snprintf(out->why, sizeof(out->why),
+                 "more than %d cluster redirections for slot %d (the last: %.300s)",
+                 DTQ_CLUSTER_MAX_REDIRECTS, d.slot, reply->str);
+        return step_to(rt, out, DTQ_ROUTE_GIVE_UP);
+    }
+    to = d.host[0] ? d.host : host;
+    /* only to a node of the cluster's own map: not the command, nor the AUTH of a new
+     * link, to any address a reply names; the map is read once for one it does not hold */
+    if (!dtq_cluster_redirect_allowed(m, to, d.port)) {
+        if (!rt->reread) return step_to(rt, out, DTQ_ROUTE_REREAD);
+        snprintf(out->why, sizeof(out->why),
+                 "cluster redirection to %.*s:%d, not a node of the cluster's slot map; not "
+                 "followed",
+                 DTQ_CLUSTER_HOST_MAX, to, d.port);
+        return step_to(rt, out, DTQ_ROUTE_GIVE_UP);
+    }
+    rt->redirects++;
+    snprintf(out->host, sizeof(out->host), "%s", to);
+    out->port = d.port;
+    out->followed = kind;
+    out->slot = d.slot;
+    out->moved = kind == DTQ_REDIRECT_MOVED;
+    out->reread = out->moved && !rt->reread; /* unless the map was just read for this reply */
+    /* ASKING before this send only: ASK is one command's detour, and the map stays */
+    rt->asking = out->asking = kind == DTQ_REDIRECT_ASK;
+    return step_to(rt, out, DTQ_ROUTE_RESEND);
+}
+
+int dtq_cluster_map_move(dtq_cluster_map *m, uint16_t slot, const char *host, int port) {
+    int k;
+    if (!m || slot >= DTQ_CLUSTER_SLOTS || (k = dtq_cluster_map_find(m, host, port)) < 0) return 0;
+    m->owner[slot] = (int16_t)k;
+    return 1;
+}
+
+redisReply *dtq_cluster_error_reply(const char *text) {
+    redisReader *rd = redisReaderCreate();
+    size_t n = strlen(text);
+    char *line = dtq_xmalloc(n + 3);
+    void *r = NULL;
+    if (!rd) abort();
+    line[0] = '-';
+    for (size_t i = 0; i < n; i++) /* one line: no CR or LF inside */
+        line[i + 1] = text[i] == '\r' || text[i] == '\n' ? ' ' : text[i];
+    memcpy(line + n + 1, "\r\n", 2);
+    redisReaderFeed(rd, line, n + 3);
+    if (redisReaderGetReply(rd, &r) != REDIS_OK || !r) abort();
+    redisReaderFree(rd);
+    free(line);
+    return r;
+}
+
+int dtq_cluster_keyless_node(const dtq_cluster_map *m, int last, int (*up)(void *arg, int node),
+                             void *arg) {
+    if (!m || !m->nprimaries) return -1;
+    if (last >= 0 && up && up(arg, last))
+        for (int k = 0; k < m->nprimaries; k++)
+            if (m->primaries[k] == last) return last;
+    for (int k = 0; up && k < m->nprimaries; k++)
+        if (up(arg, m->primaries[k])) return m->primaries[k];
+    return m->primaries[0];
+}
+
 /* ----------------------------------------------------------------- routing */
 
 static int arg_is(int argc, const char **argv, const size_t *lens, int i, const char *word) {

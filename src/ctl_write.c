@@ -26,7 +26,9 @@ static const flag_opt task_opts[] = {{"--priority", "priority"},
                                      {"--limit-key", "limit_key"},
                                      /* enqueue only: */
                                      {"--idempotency-key", "idempotency_key"},
-                                     {"--id", "task_id"}};
+                                     {"--id", "task_id"},
+                                     {"--after", "after"},
+                                     {"--on-failure", "on_failure"}};
 #define NBULK_OPTS 6 /* enqueue-bulk takes the first six */
 #define NTASK_OPTS (sizeof(task_opts) / sizeof(task_opts[0]))
 

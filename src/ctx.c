@@ -87,6 +87,7 @@ dtq_ctx *dtq_ctx_new(dtq_config *cfg, dtq_handler_registry *reg, struct event_ba
     ctx->fn.finish = dtq_keys_function(ns, "finish");
     ctx->fn.handback = dtq_keys_function(ns, "handback");
     ctx->fn.worker_event = dtq_keys_function(ns, "worker_event");
+    ctx->fn.progress = dtq_keys_function(ns, "progress");
     ctx->fn.sched_claim = dtq_keys_function(ns, "sched_claim");
     ctx->fn.sched_promote = dtq_keys_function(ns, "sched_promote");
     ctx->fn.lock_refresh = dtq_keys_function(ns, "lock_refresh");
@@ -130,6 +131,7 @@ void dtq_ctx_free(dtq_ctx *ctx) {
     free(f->finish);
     free(f->handback);
     free(f->worker_event);
+    free(f->progress);
     free(f->sched_claim);
     free(f->cron_due);
     free(f->cron_fire);

@@ -72,7 +72,7 @@ typedef struct dtq_hooks {
 
 /* Function names "<ns>_<name>", built once (the namespace never changes on reload). */
 typedef struct dtq_functions {
-    char *fetch, *reap, *recover, *deregister, *finish, *handback, *worker_event;
+    char *fetch, *reap, *recover, *deregister, *finish, *handback, *worker_event, *progress;
     char *sched_claim, *sched_promote, *lock_refresh, *lock_release;
     char *cron_due, *cron_fire, *cron_set, *cron_sync;
 } dtq_functions;

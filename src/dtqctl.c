@@ -135,6 +135,7 @@ static const ctl_verb verbs[] = {
      .opts = "[--priority N] [--delay-ms N]\n"
              "[--max-attempts N] [--timeout-ms N] [--ttl-seconds N]\n"
              "[--limit-key K] [--idempotency-key K] [--id ID]\n"
+             "[--after ID[,ID...] [--on-failure cancel|run|dead_letter]]\n"
              "[--wait [--timeout S]] [--wait-replicas N]",
      .min = 3, .max = ANY, .run = ctl_enqueue, .connects = 1},
     {.name = "enqueue-bulk", .args = "<queue> <task_type>",

@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "calls.h"
 #include "handler_exec.h"
 #include "pool.h"
+#include "scope.h"
 #include "spawn.h"
 #include "log.h"
 #include "metrics.h"
@@ -50,7 +52,16 @@ typedef struct run {
     char *config;           /* the handler's target, owned: a reload may free the registry */
     dtq_metrics_cell *cell; /* the task's (queue, task_type) metrics, found at claim */
     int64_t started_us;     /* monotonic, when the handler was called; 0: never called */
+    /* progress reports (pools): at most one <ns>_progress per PROGRESS_EVERY_MS, the last
+     * report of an interval sent at its end */
+    int64_t progress_sent_ms;
+    double progress_fraction;
+    char *progress_message;
+    int progress_waiting; /* a report waits for progress_ev */
+    struct event *progress_ev;
 } run;
+
+#define PROGRESS_EVERY_MS 1000
 
 struct dtq_executor {
     dtq_ctx *ctx;
@@ -91,6 +102,8 @@ static void run_unlink(run *r) {
 
 static void run_free(run *r) {
     if (r->timeout_ev) event_free(r->timeout_ev);
+    if (r->progress_ev) event_free(r->progress_ev);
+    free(r->progress_message);
     dtq_task_free(r->task);
     free(r->result);
     free(r->error);
@@ -291,6 +304,8 @@ static void run_start(run *r) {
     r->call.task_type = t->task_type;
     r->call.payload = t->payload;
     r->call.payload_len = t->payload_len;
+    r->call.parent_results = t->parent_results;
+    r->call.parent_results_len = t->parent_results_len;
     r->call.attempt = t->attempt;
     r->call.max_attempts = t->max_attempts;
     r->call.timeout_ms = t->timeout_ms;
@@ -338,6 +353,50 @@ void dtq_executor_run(dtq_executor *ex, dtq_task *t) {
         return;
     }
     run_start(r);
+}
+
+/* Sends the run's last progress report: <ns>_progress in its queue's scope. */
+static void progress_send(run *r) {
+    dtq_ctx *ctx = r->ex->ctx;
+    dtq_argv a;
+    char *tag = dtq_scope_tag(ctx->cfg->ns, dtq_ctx_cluster(ctx), r->task->queue);
+    r->progress_waiting = 0;
+    r->progress_sent_ms = dtq_monotonic_ms();
+    dtq_call_progress(&a, ctx->fn.progress, ctx->cfg->worker_id, r->task->id, r->task->attempt,
+                      r->progress_fraction, r->progress_message);
+    dtq_scope_tag_call(&a, tag);
+    dtq_ctx_command(ctx, NULL, NULL, &a); /* a lost report is not worth a retry */
+    dtq_argv_deinit(&a);
+    free(tag);
+}
+
+static void progress_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    run *r = arg;
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    if (r->progress_waiting && run_live(r)) progress_send(r);
+}
+
+/* A pool process's progress report: kept as the run's last, sent at once or when the
+ * interval since the last one sent has passed. */
+static void on_progress(dtq_handler_call *call, double fraction, const char *message, void *arg) {
+    run *r = call->daemon_private;
+    int64_t now = dtq_monotonic_ms(), wait = r->progress_sent_ms + PROGRESS_EVERY_MS - now;
+    DTQ_UNUSED(arg);
+    if (!run_live(r)) return;
+    r->progress_fraction = fraction;
+    free(r->progress_message);
+    r->progress_message = message ? dtq_xstrdup(message) : NULL;
+    if (!r->progress_sent_ms || wait <= 0) {
+        progress_send(r);
+        return;
+    }
+    if (!r->progress_waiting) {
+        struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000)};
+        if (!r->progress_ev) r->progress_ev = evtimer_new(r->ex->ctx->base, progress_timer_cb, r);
+        evtimer_add(r->progress_ev, &tv);
+        r->progress_waiting = 1;
+    }
 }
 
 /* The pools have announced their types: the runs that waited start, oldest first. */
@@ -437,6 +496,7 @@ dtq_executor *dtq_executor_new(dtq_ctx *ctx, dtq_finisher *fin) {
     ex->pools = dtq_pools_new(ctx->base, ex->spawner);
     ctx->pools = ex->pools;
     dtq_pools_on_settled(ex->pools, pools_settled, ex);
+    dtq_pools_on_progress(ex->pools, on_progress, ex);
     dtq_pools_configure(ex->pools, ctx->cfg);
     return ex;
 }

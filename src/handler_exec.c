@@ -49,10 +49,12 @@ struct dtq_exec {
 
 /* ----------------------------------------------------------------- spec */
 
-/* The task variables child_env() puts first, by name. */
-#define DTQ_EXEC_TASK_VARS 5
+/* The task variables child_env() puts first, by name; the last only for a task that
+ * waited for others (their results). */
+#define DTQ_EXEC_TASK_VARS 6
 static const char *const task_vars[DTQ_EXEC_TASK_VARS] = {
-    "DTQ_TASK_ID=", "DTQ_TASK_TYPE=", "DTQ_QUEUE=", "DTQ_ATTEMPT=", "DTQ_MAX_ATTEMPTS="};
+    "DTQ_TASK_ID=", "DTQ_TASK_TYPE=",    "DTQ_QUEUE=",
+    "DTQ_ATTEMPT=", "DTQ_MAX_ATTEMPTS=", "DTQ_PARENT_RESULTS="};
 
 dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen) {
     dtq_exec_spec *spec = dtq_xcalloc(1, sizeof(*spec));
@@ -256,10 +258,11 @@ static void job_cancel(dtq_handler_call *call) {
 }
 
 /* The child's environment: the task's DTQ_ variables, then the spec's base_env (which
- * names none of them). */
-static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call) {
+ * names none of them). Returns how many of the first entries are the task's (to free). */
+static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call, int *own) {
     size_t n = 0;
     char **env;
+    int k = 5;
     while (spec->prog.base_env[n]) n++;
     env = dtq_xcalloc(n + DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
     env[0] = dtq_xasprintf("%s%s", task_vars[0], call->task_id);
@@ -267,13 +270,18 @@ static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call)
     env[2] = dtq_xasprintf("%s%s", task_vars[2], call->queue);
     env[3] = dtq_xasprintf("%s%lld", task_vars[3], call->attempt);
     env[4] = dtq_xasprintf("%s%lld", task_vars[4], call->max_attempts);
-    memcpy(env + DTQ_EXEC_TASK_VARS, spec->prog.base_env, (n + 1) * sizeof(char *));
+    if (call->parent_results) /* at most 64 KiB (the Functions' bound): an argument's limit is 128
+                               */
+        env[k++] = dtq_xasprintf("%s%.*s", task_vars[5], (int)call->parent_results_len,
+                                 call->parent_results);
+    memcpy(env + k, spec->prog.base_env, (n + 1) * sizeof(char *));
+    *own = k;
     return env;
 }
 
 /* Frees what child_env() allocated: its own variables, not the spec's. */
-static void free_child_env(char **env) {
-    for (int i = 0; i < DTQ_EXEC_TASK_VARS; i++) free(env[i]);
+static void free_child_env(char **env, int own) {
+    for (int i = 0; i < own; i++) free(env[i]);
     free(env);
 }
 
@@ -307,7 +315,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     job *j;
     pid_t pid;
     size_t written = 0;
-    int rc;
+    int rc, own;
     if (make_pipes(p, msg, sizeof(msg)) != 0) {
         call->complete(call, DTQ_HANDLER_RETRY, NULL, 0, msg);
         return;
@@ -323,10 +331,10 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
         p[0][1] = -1;
         written = call->payload_len;
     }
-    env = child_env(spec, call);
+    env = child_env(spec, call, &own);
     rc = dtq_spawn(ex->spawner, spec->prog.argv, env, spec->prog.workdir,
                    (const int[3]){p[0][0], p[1][1], p[2][1]}, 3, &pid);
-    free_child_env(env);
+    free_child_env(env, own);
     close(p[0][0]);
     close(p[1][1]);
     close(p[2][1]);

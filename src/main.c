@@ -9,6 +9,7 @@
 #include "config.h"
 #include "registry.h"
 #include "log.h"
+#include "pool.h"
 #include "tls.h"
 #include "util.h"
 #include "worker.h"
@@ -57,8 +58,9 @@ int main(int argc, char **argv) {
     dtq_log_format_from_string(cfg->log_format, &fmt);
     dtq_log_setup(lvl, fmt);
     if (check) {
-        dtq_handler_registry *reg = dtq_handler_registry_new(cfg, err, sizeof(err));
-        if (!reg) {
+        dtq_handler_registry *reg = NULL;
+        if (dtq_pools_check(cfg, err, sizeof(err)) != 0 ||
+            !(reg = dtq_handler_registry_new(cfg, err, sizeof(err)))) {
             fprintf(stderr, "dtq-worker: config error: %s: %s\n", path ? path : "(defaults)", err);
             dtq_config_free(cfg);
             return DTQ_EX_CONFIG;

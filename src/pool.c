@@ -136,6 +136,8 @@ struct dtq_pools {
     int was_settled;
     void (*stopped_fn)(void *arg);
     void *stopped_arg;
+    dtq_pool_progress_fn *progress_fn;
+    void *progress_arg;
 };
 
 static void reconcile(dtq_pool *p);
@@ -460,6 +462,29 @@ static void on_answer(proc *pr, const cJSON *msg, int ok) {
     reconcile(pr->pool);
 }
 
+/* A progress report of a task the process holds (one it no longer holds, or a cancelled
+ * one, is ignored: it may cross the answer or the cancel). */
+static void on_progress(proc *pr, const cJSON *msg) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(msg, "fraction");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "message");
+    dtq_pools *ps = pr->pool->ps;
+    ptask *t;
+    char text[201] = "";
+    double fraction = -1;
+    if (!cJSON_IsString(id) || !(t = held_find(pr, id->valuestring)) || !t->call) return;
+    if (cJSON_IsNumber(f) && f->valuedouble >= 0 && f->valuedouble <= 1) fraction = f->valuedouble;
+    if (cJSON_IsString(m)) {
+        size_t n = strlen(m->valuestring);
+        if (n > sizeof(text) - 1) n = sizeof(text) - 1;
+        while (n > 0 && ((unsigned char)m->valuestring[n] & 0xc0) == 0x80) n--; /* a char */
+        memcpy(text, m->valuestring, n);
+        text[n] = '\0';
+    }
+    if (ps->progress_fn)
+        ps->progress_fn(t->call, fraction, cJSON_IsString(m) ? text : NULL, ps->progress_arg);
+}
+
 /* One line from descriptor 4. */
 static void on_reply_line(proc *pr, const char *line, size_t n) {
     cJSON *msg;
@@ -482,7 +507,9 @@ static void on_reply_line(proc *pr, const char *line, size_t n) {
         on_answer(pr, msg, 1);
     else if (!strcmp(t->valuestring, "fail"))
         on_answer(pr, msg, 0);
-    /* progress: accepted and not kept yet (workflows store it); others: a newer peer's */
+    else if (!strcmp(t->valuestring, "progress"))
+        on_progress(pr, msg);
+    /* others: a newer peer's, ignored */
     cJSON_Delete(msg);
 }
 
@@ -780,11 +807,15 @@ static int proc_serves(const proc *pr, const char *type) {
 }
 
 /* The ready process with a free slot that serves type and holds the fewest tasks. */
-static proc *pick(dtq_pool *p, const char *type) {
+/* The ready process with a free slot that serves t's type and holds the fewest tasks; never
+ * one that still holds a task of t's id (an attempt cancelled and not yet answered, or a
+ * task of another queue with the same id on a cluster): ids are unique among the tasks a
+ * process holds (sdk/PROTOCOL.md). */
+static proc *pick(dtq_pool *p, const ptask *t) {
     proc *best = NULL;
     for (proc *pr = p->procs; pr; pr = pr->next)
-        if (pr->state == P_READY && !pr->exited && pr->nheld < pr->slots && proc_serves(pr, type) &&
-            (!best || pr->nheld < best->nheld))
+        if (pr->state == P_READY && !pr->exited && pr->nheld < pr->slots &&
+            proc_serves(pr, t->type) && (!best || pr->nheld < best->nheld) && !held_find(pr, t->id))
             best = pr;
     return best;
 }
@@ -794,6 +825,25 @@ static int may_wait(const dtq_pool *p, const char *type) {
     for (const proc *pr = p->procs; pr; pr = pr->next)
         if (pr->state == P_STARTING || (pr->state == P_READY && proc_serves(pr, type))) return 1;
     return 0;
+}
+
+/* A JSON text as one value of a line: null when empty, and a pretty-printed one (a newline
+ * in it) printed again on one line; the caller checked that it parses (dtq_pool_run). */
+static void put_json_value(struct evbuffer *b, const char *text, size_t len) {
+    if (!len) {
+        evbuffer_add(b, "null", 4);
+    } else if (memchr(text, '\n', len) || memchr(text, '\r', len)) {
+        cJSON *j = cJSON_ParseWithLength(text, len);
+        char *one = j ? cJSON_PrintUnformatted(j) : NULL;
+        if (one)
+            evbuffer_add(b, one, strlen(one));
+        else
+            evbuffer_add(b, "null", 4);
+        cJSON_free(one);
+        cJSON_Delete(j);
+    } else {
+        evbuffer_add(b, text, len);
+    }
 }
 
 static void send_task(proc *pr, ptask *t) {
@@ -812,18 +862,10 @@ static void send_task(proc *pr, ptask *t) {
     evbuffer_add_printf(
         b, ",\"attempt\":%lld,\"max_attempts\":%lld,\"deadline_ms\":%lld,\"payload\":",
         (long long)call->attempt, (long long)call->max_attempts, (long long)t->deadline_ms);
-    if (!call->payload_len) {
-        evbuffer_add(b, "null", 4);
-    } else if (memchr(call->payload, '\n', call->payload_len) ||
-               memchr(call->payload, '\r', call->payload_len)) {
-        /* a pretty-printed payload: one line of it (checked to parse in dtq_pool_run) */
-        cJSON *j = cJSON_ParseWithLength(call->payload, call->payload_len);
-        char *one = cJSON_PrintUnformatted(j);
-        evbuffer_add(b, one, strlen(one));
-        cJSON_free(one);
-        cJSON_Delete(j);
-    } else {
-        evbuffer_add(b, call->payload, call->payload_len);
+    put_json_value(b, call->payload, call->payload_len);
+    if (call->parent_results) {
+        evbuffer_add_printf(b, ",\"parent_results\":");
+        put_json_value(b, call->parent_results, call->parent_results_len);
     }
     evbuffer_add(b, "}\n", 2);
     flush_tasks(pr);
@@ -845,7 +887,7 @@ static void pump(dtq_pool *p) {
     ptask **pp = &p->backlog, *prev = NULL;
     while (*pp) {
         ptask *t = *pp;
-        proc *pr = pick(p, t->type);
+        proc *pr = pick(p, t);
         if (!pr && may_wait(p, t->type) && !p->ps->stopping) {
             prev = t;
             pp = &t->next;
@@ -1113,6 +1155,11 @@ int dtq_pools_settled(const dtq_pools *ps) {
     return 1;
 }
 
+void dtq_pools_on_progress(dtq_pools *ps, dtq_pool_progress_fn *fn, void *arg) {
+    ps->progress_fn = fn;
+    ps->progress_arg = arg;
+}
+
 void dtq_pools_on_settled(dtq_pools *ps, void (*fn)(void *arg), void *arg) {
     ps->settled_fn = fn;
     ps->settled_arg = arg;
@@ -1136,6 +1183,11 @@ static void pool_cancel_shutdown(dtq_handler_call *call) {
 void dtq_pool_run(dtq_pool *p, dtq_handler_call *call, int64_t deadline_ms) {
     ptask *t;
     proc *pr;
+    if (call->payload_len > DTQ_POOL_LINE_MAX - 4096) { /* the task line would pass the limit */
+        call->complete(call, DTQ_HANDLER_FAIL_INVALID, NULL, 0,
+                       "invalid_payload: the payload is larger than a pool's 16 MiB line");
+        return;
+    }
     if (call->payload_len) {
         cJSON *j = cJSON_ParseWithLength(call->payload, call->payload_len);
         cJSON_Delete(j);
@@ -1153,7 +1205,7 @@ void dtq_pool_run(dtq_pool *p, dtq_handler_call *call, int64_t deadline_ms) {
     t->deadline_ms = deadline_ms;
     call->handler_data = t;
     call->cancel = pool_cancel_shutdown;
-    if ((pr = pick(p, t->type)) != NULL) {
+    if ((pr = pick(p, t)) != NULL) {
         send_task(pr, t);
     } else if (may_wait(p, t->type) && !p->ps->stopping) {
         if (p->backlog_tail)

@@ -56,6 +56,12 @@ void dtq_pool_run(dtq_pool *p, dtq_handler_call *call, int64_t deadline_ms);
  * Nothing more is reported for call. */
 void dtq_pool_cancel(dtq_handler_call *call, const char *reason);
 
+/* A process reported progress on the task of call: fraction in [0, 1] or -1 for none, a
+ * message (NULL for none, at most 200 bytes). */
+typedef void dtq_pool_progress_fn(dtq_handler_call *call, double fraction, const char *message,
+                                  void *arg);
+void dtq_pools_on_progress(dtq_pools *ps, dtq_pool_progress_fn *fn, void *arg);
+
 /* A child exited (waitpid's pid and status). Returns 1 when it was a pool process. */
 int dtq_pools_reaped(dtq_pools *ps, pid_t pid, int status);
 

@@ -35,12 +35,15 @@ typedef struct req {
     int argc;
     char **argv;
     size_t *lens;
-    int slot;      /* -1: keyless */
-    int redirects; /* followed so far */
-    int asking;    /* the next send is preceded by ASKING (an ASK redirection) */
-    int pinned;    /* sent to a named node (a redirection): not moved by a map read */
-    int node;      /* the node it is sent to or waits for */
-    int64_t since; /* when it started waiting for its node's link */
+    int slot;           /* -1: keyless */
+    dtq_route rt;       /* its way through the cluster (cluster.c decides each step) */
+    int asking;         /* the next send is preceded by ASKING (an ASK redirection) */
+    int pinned;         /* sent to a named node (a redirection): not moved by a map read */
+    int node;           /* the node it is sent to, waits for, or that answered */
+    int64_t since;      /* when it started waiting for its node's link, or for a map read */
+    int64_t resend_at;  /* TRYAGAIN: sent again from then (in rc->later) */
+    redisReply *parked; /* a redirection to decide on again after a map read (in rc->await) */
+    long long after;    /* ... after the map read numbered above this one */
     struct req *next;
 } req;
 
@@ -81,7 +84,12 @@ struct dtq_rcluster {
     int refresh_next;   /* the node to ask first next time (round robin) */
     int refresh_streak; /* map reads failed in a row */
     int64_t refresh_backoff_ms;
-    int64_t refresh_at; /* monotonic: not before */
+    int64_t refresh_at;             /* monotonic: not before */
+    long long refresh_seq;          /* map reads sent so far */
+    long long refresh_inflight_seq; /* the number of the one in flight */
+    req *await, *await_tail; /* redirections to an address the map lacks: for the next read */
+    req *later, *later_tail; /* TRYAGAIN: to send again at their resend_at */
+    int last;                /* the node of the previous command (keyless rule), -1 for none */
     struct event *tick_ev;
     struct event *free_ev;
     int dispatching;
@@ -103,6 +111,7 @@ static req *req_new(dtq_rcluster *rc, redisCallbackFn *cb, void *priv, int slot,
     q->priv = priv;
     q->slot = slot;
     q->node = -1;
+    dtq_route_start(&q->rt, rc->max_wait_ms);
     q->argc = argc;
     q->argv = dtq_xcalloc((size_t)argc, sizeof(*q->argv));
     q->lens = dtq_xcalloc((size_t)argc, sizeof(*q->lens));
@@ -117,6 +126,7 @@ static req *req_new(dtq_rcluster *rc, redisCallbackFn *cb, void *priv, int slot,
 }
 
 static void req_free(req *q) {
+    if (q->parked) freeReplyObject(q->parked);
     for (int i = 0; i < q->argc; i++) free(q->argv[i]);
     free(q->argv);
     free(q->lens);
@@ -266,22 +276,31 @@ static void node_state(dtq_rconn *conn, int up, void *arg) {
 
 /* ----------------------------------------------------------------- routing */
 
-/* The node for a slot by the map (-1: keyless: the first primary whose link is up, else the
- * first primary); -1 when none. */
+/* A node of the map (an index into its nodes) is "up" for the keyless rule when its link
+ * is. */
+static int map_node_up(void *arg, int map_node) {
+    dtq_rcluster *rc = arg;
+    const dtq_redis_endpoint *e = &rc->map->nodes[map_node];
+    for (int i = 0; i < rc->nnodes; i++)
+        if (rc->nodes[i]->port == e->port && !strcmp(rc->nodes[i]->host, e->host))
+            return rc->nodes[i]->up;
+    return 0;
+}
+
+/* The node for a slot by the map (-1: keyless: cluster.c's rule, dtq_cluster_keyless_node,
+ * with the node of the previous command); -1 when none. */
 static int node_for(dtq_rcluster *rc, int slot) {
-    const dtq_redis_endpoint *e;
+    const dtq_redis_endpoint *e = NULL;
     if (!rc->map) return -1;
     if (slot < 0) {
-        int first = -1;
-        for (int k = 0; k < rc->map->nprimaries; k++) {
-            e = &rc->map->nodes[rc->map->primaries[k]];
-            int i = node_add(rc, e->host, e->port);
-            if (first < 0) first = i;
-            if (rc->nodes[i]->up) return i;
-        }
-        return first;
+        int last = rc->last >= 0 ? dtq_cluster_map_find(rc->map, rc->nodes[rc->last]->host,
+                                                        rc->nodes[rc->last]->port)
+                                 : -1,
+            k = dtq_cluster_keyless_node(rc->map, last, map_node_up, rc);
+        if (k >= 0) e = &rc->map->nodes[k];
+    } else {
+        e = dtq_cluster_map_primary(rc->map, (uint16_t)slot);
     }
-    e = dtq_cluster_map_primary(rc->map, (uint16_t)slot);
     return e ? node_add(rc, e->host, e->port) : -1;
 }
 
@@ -316,11 +335,82 @@ static void dispatch_req(dtq_rcluster *rc, req *q) {
                                     q->lens) == DTQ_OK) {
             q->asking = 0;
             n->inflight++;
+            rc->last = q->node;
             return;
         }
     }
     if (!q->since) q->since = dtq_monotonic_ms();
     req_append(&n->wait, &n->wait_tail, q);
+}
+
+/* Carries out the step cluster.c's dtq_route_decide gave for reply (from q->node): the
+ * router's one place for what a reply means (cluster.h). A GIVE_UP is answered as an error
+ * reply; a REREAD waits in rc->await for the next map read (dispatch_awaiting), at most
+ * max_wait_ms (then decided on the map as it is); a TRYAGAIN's resend waits in rc->later. */
+static void follow(dtq_rcluster *rc, req *q, redisReply *reply) {
+    dtq_route_step st;
+    node *n = rc->nodes[q->node];
+    dtq_route_action act =
+        dtq_route_decide(&q->rt, rc->map, n->host, n->port, reply, dtq_monotonic_ms(), &st);
+    if (st.moved) dtq_cluster_map_move(rc->map, (uint16_t)st.slot, st.host, st.port);
+    if (st.reread) want_refresh(rc);
+    switch (act) {
+    case DTQ_ROUTE_DONE: req_done(q, reply); return;
+    case DTQ_ROUTE_GIVE_UP: {
+        redisReply *e = dtq_cluster_error_reply(st.why);
+        dtq_warn("redis %s: %s", rc->name, st.why);
+        req_done(q, e);
+        freeReplyObject(e);
+        return;
+    }
+    case DTQ_ROUTE_REREAD:
+        if (reply != q->parked) q->parked = dtq_cluster_error_reply(reply->str);
+        q->since = dtq_monotonic_ms();
+        q->after = rc->refresh_seq; /* a read already in flight may predate the redirection */
+        req_append(&rc->await, &rc->await_tail, q);
+        want_refresh(rc);
+        return;
+    case DTQ_ROUTE_RESEND: break;
+    }
+    if (st.followed == DTQ_REDIRECT_MOVED) rc->stats.moved++;
+    if (st.followed == DTQ_REDIRECT_ASK) rc->stats.ask++;
+    q->node = node_add(rc, st.host, st.port);
+    q->asking = st.asking;
+    q->pinned = 1;
+    q->since = 0;
+    if (st.pause_ms > 0) {
+        q->resend_at = dtq_monotonic_ms() + st.pause_ms;
+        req_append(&rc->later, &rc->later_tail, q);
+        return;
+    }
+    dispatch_req(rc, q);
+}
+
+/* The redirections waiting for a map read are decided on again: those parked before read
+ * number seq was sent (all when seq < 0: they waited too long, the map is as it is). */
+static void dispatch_awaiting(dtq_rcluster *rc, long long seq, int64_t now) {
+    req *q = rc->await, *keep = NULL, *keep_tail = NULL, *go = NULL, *go_tail = NULL;
+    rc->await = rc->await_tail = NULL;
+    while (q) {
+        req *next = q->next;
+        if ((seq >= 0 && seq > q->after) || (seq < 0 && now - q->since >= rc->max_wait_ms))
+            req_append(&go, &go_tail, q);
+        else
+            req_append(&keep, &keep_tail, q);
+        q = next;
+    }
+    rc->await = keep;
+    rc->await_tail = keep_tail;
+    if (keep) rc->refresh_wanted = 1;
+    while (go) {
+        req *next = go->next;
+        redisReply *r = go->parked;
+        go->next = NULL;
+        go->parked = NULL;
+        follow(rc, go, r);
+        if (r) freeReplyObject(r);
+        go = next;
+    }
 }
 
 /* A reply (or NULL: the link died) to one of the caller's commands. */
@@ -329,56 +419,13 @@ static void on_reply(redisAsyncContext *ctx, void *reply_, void *priv) {
     dtq_rcluster *rc = q->rc;
     redisReply *reply = reply_;
     node *n = rc->nodes[q->node];
-    dtq_cluster_redirect d;
-    dtq_cluster_redirect_kind kind;
     DTQ_UNUSED(ctx);
     enter(rc);
     if (n->inflight > 0) n->inflight--;
-    if (!reply || rc->stopping || reply->type != REDIS_REPLY_ERROR) {
+    if (!reply || rc->stopping)
         req_done(q, reply);
-        goto out;
-    }
-    kind = dtq_cluster_redirect_parse(reply->str, &d);
-    if ((kind != DTQ_REDIRECT_MOVED && kind != DTQ_REDIRECT_ASK) ||
-        q->redirects >= DTQ_CLUSTER_MAX_REDIRECTS) {
-        if (kind == DTQ_REDIRECT_MOVED || kind == DTQ_REDIRECT_ASK)
-            dtq_warn("redis %s: more than %d cluster redirections for slot %d (the last: %s)",
-                     rc->name, DTQ_CLUSTER_MAX_REDIRECTS, q->slot, reply->str);
-        req_done(q, reply);
-        goto out;
-    }
-    /* only to a node of the cluster's own map (the command, and the AUTH of a new link, go
-     * there): a node the map does not name has the map read again, and this command gets
-     * the redirection as its answer (its caller retries as after any refusal) */
-    if (!dtq_cluster_redirect_allowed(rc->map, d.host[0] ? d.host : n->host, d.port)) {
-        dtq_warn("redis %s: cluster redirection to %s:%d, not a node of the cluster's slot map; "
-                 "not followed (the map is read again)",
-                 rc->name, d.host[0] ? d.host : n->host, d.port);
-        want_refresh(rc);
-        req_done(q, reply);
-        goto out;
-    }
-    /* the command did not run: send it where the redirection says */
-    q->redirects++;
-    q->since = 0;
-    {
-        int target = node_add(rc, d.host[0] ? d.host : n->host, d.port);
-        if (kind == DTQ_REDIRECT_MOVED) {
-            int k;
-            rc->stats.moved++;
-            if (rc->map &&
-                (k = dtq_cluster_map_find(rc->map, rc->nodes[target]->host, d.port)) >= 0)
-                rc->map->owner[d.slot] = (int16_t)k; /* until the map read says more */
-            want_refresh(rc);
-        } else {
-            rc->stats.ask++;
-            q->asking = 1;
-        }
-        q->pinned = 1;
-        q->node = target;
-        dispatch_req(rc, q);
-    }
-out:
+    else
+        follow(rc, q, reply);
     leave(rc);
 }
 
@@ -491,7 +538,10 @@ static void on_slots(redisAsyncContext *ctx, void *reply_, void *priv) {
             rc->refresh_backoff_ms = REFRESH_BACKOFF_MAX_MS;
         rc->refresh_at = dtq_monotonic_ms() + rc->refresh_backoff_ms;
     }
+    /* the redirections that waited for this read (read or not: decided on the map now) */
+    dispatch_awaiting(rc, rc->refresh_inflight_seq, dtq_monotonic_ms());
     set_state(rc);
+    refresh_maybe(rc);
     leave(rc);
 }
 
@@ -509,6 +559,7 @@ static void refresh_maybe(dtq_rcluster *rc) {
         if (dtq_rconn_command(n->conn, on_slots, n, 2, argv, NULL) != DTQ_OK) continue;
         n->inflight++;
         rc->refresh_inflight = 1;
+        rc->refresh_inflight_seq = ++rc->refresh_seq;
         rc->refresh_next = (i + 1) % rc->nnodes;
         return;
     }
@@ -550,6 +601,29 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
             late = next;
         }
     }
+    /* TRYAGAIN's resends that are due, in order */
+    {
+        req *q = rc->later, *keep = NULL, *keep_tail = NULL, *due = NULL, *due_tail = NULL;
+        rc->later = rc->later_tail = NULL;
+        while (q) {
+            req *next = q->next;
+            if (now >= q->resend_at)
+                req_append(&due, &due_tail, q);
+            else
+                req_append(&keep, &keep_tail, q);
+            q = next;
+        }
+        rc->later = keep;
+        rc->later_tail = keep_tail;
+        while (due) {
+            req *next = due->next;
+            due->next = NULL;
+            dispatch_req(rc, due);
+            due = next;
+        }
+    }
+    /* redirections that waited max_wait_ms for a map read: decided on the map as it is */
+    dispatch_awaiting(rc, -1, now);
     refresh_maybe(rc);
     leave(rc);
 }
@@ -569,6 +643,7 @@ dtq_rcluster *dtq_rcluster_new(struct event_base *base, const dtq_redis_url *url
     rc->name = dtq_xstrdup(name);
     rc->fn = fn;
     rc->arg = arg;
+    rc->last = -1;
     for (int i = 0; i < url->nseeds; i++) node_add(rc, url->seeds[i].host, url->seeds[i].port);
     rc->tick_ev = event_new(base, -1, EV_PERSIST, tick_cb, rc);
     return rc;
@@ -693,6 +768,15 @@ static void destroy(dtq_rcluster *rc) {
             q = next;
         }
     }
+    for (int k = 0; k < 2; k++) {
+        req *q = k ? rc->later : rc->await;
+        while (q) {
+            req *next = q->next;
+            req_done(q, NULL);
+            q = next;
+        }
+    }
+    rc->await = rc->await_tail = rc->later = rc->later_tail = NULL;
     for (int i = 0; i < rc->nnodes; i++) {
         free(rc->nodes[i]->host);
         free(rc->nodes[i]);

@@ -1,5 +1,6 @@
 /* rcluster.h: the event-driven Redis Cluster router, for the daemon and dtq-web (dtqctl's
- * blocking one is rsync.c; both follow the same rules and use cluster.c's pure parts).
+ * blocking one is rsync.c; both drive the same router core, cluster.c's dtq_route_decide
+ * and dtq_cluster_keyless_node, and carry out what it says).
  *
  * One dtq_rconn (rconn.h: connect, TLS, handshake, liveness, reconnect with backoff) per
  * node, on the caller's event base, all with the URL's credentials and TLS, and the TLS and
@@ -11,8 +12,9 @@
  * Routing: a command goes to the primary of its key's slot (dtq_cluster_key_index finds the
  * key: FCALL/EVAL* their first key when numkeys > 0, XREAD[GROUP] the first stream, a plain
  * command argv[1]); dtq_rcluster_command_at names the key, _slot the slot. A command
- * without a key goes to the first primary of the map whose link is up (the map's order),
- * else to the first primary. A command for a node whose link is not up yet (connecting,
+ * without a key goes by cluster.c's keyless rule: the node of the previous command while it
+ * is a primary with its link up, else the first primary of the map whose link is up (the
+ * map's order), else the first primary. A command for a node whose link is not up yet (connecting,
  * reconnecting) waits for it, in order, at most max_wait_ms (dtq_rcluster_set_max_wait;
  * default 5000); a map read meanwhile moves it to its slot's new owner; past the wait its
  * callback gets NULL (it was never sent).
@@ -22,16 +24,25 @@
  * died with the command in flight (it may have run: it is never resent), when it could not
  * be sent within max_wait_ms, or when the router is freed.
  *
- * Redirections are followed before the caller's callback, at most
- * DTQ_CLUSTER_MAX_REDIRECTS (5) per command, after which the caller gets the last
- * redirection's error reply:
+ * Each reply goes through cluster.c's dtq_route_decide (cluster.h) before the caller's
+ * callback:
  *  - MOVED slot host:port: the slot's owner is set in the map at once, a map read is asked
  *    for (one in flight at a time; commands sent meanwhile go by the map as it is and may
  *    be redirected again), and the command is sent to the node named;
  *  - ASK slot host:port: ASKING and then the command on the named node's link, once; the map
- *    is unchanged. An empty host is the node that answered.
- * A MOVED or ASK reply means the command did not run, so resending is safe. Other errors
- * (CLUSTERDOWN, TRYAGAIN, CROSSSLOT, ...) are the caller's.
+ *    is unchanged. An empty host is the node that answered;
+ *  - a redirection to an address not in the map: the command waits for the next map read
+ *    (at most max_wait_ms), is followed if the map names the address then, else answered
+ *    with an error reply "cluster redirection to h:p, not a node of the cluster's slot map;
+ *    not followed" (no command and no AUTH go there);
+ *  - at most DTQ_CLUSTER_MAX_REDIRECTS (5) followed per command, then an error reply "more
+ *    than 5 cluster redirections for slot N (the last: ...)";
+ *  - TRYAGAIN: sent again to the node that answered (ASKING again after an ASK) after
+ *    pauses of 50 ms doubling to 500 ms (the tick's 100 ms grain), for max_wait_ms from the
+ *    first; then the TRYAGAIN is the answer;
+ *  - CLUSTERDOWN: the caller's, and a map read is asked for.
+ * A MOVED, ASK or TRYAGAIN reply means the command did not run, so resending is safe. Other
+ * errors (CROSSSLOT, a Function's refusal, ...) are the caller's.
  *
  * Failures: a node's link lost (or not up within connect_timeout_ms) marks the node down
  * and asks for a map read from another node with an up link (or, with none, from every

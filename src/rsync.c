@@ -17,7 +17,6 @@
 
 #include "cluster.h"
 #include "redis_proto.h"
-#include "reply_class.h"
 #include "tls.h"
 #include "util.h"
 
@@ -517,20 +516,33 @@ static int refresh_map(dtq_rsync *c, int skip, char *why, size_t whylen) {
     return DTQ_ERR;
 }
 
-/* The node for slot (-1: any node: the last one used, else the first primary of the map);
- * -1 when the map has no primary for it. */
+static int node_open_up(void *arg, int map_node);
+
+/* The node for slot (-1: keyless: cluster.c's rule, dtq_cluster_keyless_node, with the node
+ * of the previous command); -1 when the map has no primary for it. */
 static int node_for(dtq_rsync *c, int slot) {
-    const dtq_redis_endpoint *e;
+    const dtq_redis_endpoint *e = NULL;
+    if (!c->map) return -1;
     if (slot < 0) {
-        if (c->last >= 0) return c->last;
-        if (c->map && c->map->nprimaries) {
-            e = &c->map->nodes[c->map->primaries[0]];
-            return node_add(c, e->host, e->port);
-        }
-        return c->nnodes ? 0 : -1;
+        int last = c->last >= 0 ? dtq_cluster_map_find(c->map, c->nodes[c->last].host,
+                                                       c->nodes[c->last].port)
+                                : -1,
+            k = dtq_cluster_keyless_node(c->map, last, node_open_up, c);
+        if (k >= 0) e = &c->map->nodes[k];
+    } else {
+        e = dtq_cluster_map_primary(c->map, (uint16_t)slot);
     }
-    e = c->map ? dtq_cluster_map_primary(c->map, (uint16_t)slot) : NULL;
     return e ? node_add(c, e->host, e->port) : -1;
+}
+
+/* A node of the map "up" for the keyless rule: its link is open. */
+static int node_open_up(void *arg, int map_node) {
+    dtq_rsync *c = arg;
+    const dtq_redis_endpoint *e = &c->map->nodes[map_node];
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i].port == e->port && !strcmp(c->nodes[i].host, e->host))
+            return c->nodes[i].link.fd >= 0;
+    return 0;
 }
 
 /* A command's deadline: reply_timeout_ms from now (none when 0). */
@@ -566,26 +578,27 @@ fail:
     return NULL;
 }
 
-/* Sends a command to the node of slot (-1: any), following MOVED (a new map, then the node
- * named) and ASK (ASKING and the command at the node named, once, the map unchanged), at
- * most DTQ_CLUSTER_MAX_REDIRECTS times. TRYAGAIN (a slot being moved: the command did not
- * run) is sent again, after pauses from 50 ms doubling to 500 ms, until reply_timeout_ms
- * (10 s when none) from the first one has passed; then it is the answer. A node that cannot be
- * reached before the command is sent: a new map from another node and one more try. A link lost
- * after the command was sent: NULL (the command may have run; it is not sent twice), the map
- * refreshed for the next command. */
+/* Sends a command to the node of slot (-1: keyless) and does what cluster.c's
+ * dtq_route_decide says of each reply (the redirections, TRYAGAIN, the cap, the map
+ * reads; cluster.h): this router only carries it out, the map read at once where the
+ * decision asks for one (a blocking client has no background). TRYAGAIN's window is the
+ * command's reply timeout (10 s when none). A GIVE_UP is answered as an error reply. A node
+ * that cannot be reached before the command is sent: a new map from another node and one
+ * more try. A link lost after the command was sent: NULL (the command may have run; it is
+ * not sent twice), the map refreshed for the next command. */
 static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, const size_t *lens,
                          char *why, size_t whylen) {
-    int target = node_for(c, slot), asking = 0, redirects = 0, retried = 0;
-    int64_t tryagain_until = 0, pause_ms = 50;
+    int target = node_for(c, slot), retried = 0, asking = 0;
+    dtq_route rt;
+    dtq_route_start(&rt, c->reply_timeout_ms > 0 ? c->reply_timeout_ms : 10000);
     c->timed_out = 0;
     for (;;) {
-        dtq_cluster_redirect d;
-        dtq_cluster_redirect_kind kind;
+        dtq_route_step st;
+        dtq_route_action act;
         redisReply *r;
+        char ignored[200];
         int sent;
         if (target < 0) {
-            char ignored[200];
             if (!retried && refresh_map(c, -1, ignored, sizeof(ignored)) == DTQ_OK) {
                 retried = 1;
                 target = node_for(c, slot);
@@ -597,7 +610,6 @@ static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, co
         r = node_call(c, target, asking, argc, argv, lens, &sent, why, whylen);
         asking = 0;
         if (!r) {
-            char ignored[200];
             c->stats.node_failures++;
             link_close(&c->nodes[target].link);
             if (c->last == target) c->last = -1;
@@ -608,49 +620,19 @@ static redisReply *route(dtq_rsync *c, int slot, int argc, const char **argv, co
             continue;
         }
         c->last = target;
-        if (r->type != REDIS_REPLY_ERROR) return r;
-        if (dtq_reply_class_of(r->str) == DTQ_REPLY_TRYAGAIN) {
-            int64_t now = dtq_monotonic_ms();
-            if (!tryagain_until)
-                tryagain_until = now + (c->reply_timeout_ms > 0 ? c->reply_timeout_ms : 10000);
-            if (now + pause_ms >= tryagain_until) return r;
-            freeReplyObject(r);
-            usleep((useconds_t)(pause_ms * 1000));
-            pause_ms = pause_ms * 2 > 500 ? 500 : pause_ms * 2;
-            continue;
-        }
-        kind = dtq_cluster_redirect_parse(r->str, &d);
-        if (kind != DTQ_REDIRECT_MOVED && kind != DTQ_REDIRECT_ASK) return r;
-        if (++redirects > DTQ_CLUSTER_MAX_REDIRECTS) {
-            snprintf(why, whylen, "more than %d cluster redirections for slot %d (the last: %s)",
-                     DTQ_CLUSTER_MAX_REDIRECTS, slot, r->str);
-            freeReplyObject(r);
-            return NULL;
-        }
+        while ((act = dtq_route_decide(&rt, c->map, c->nodes[target].host, c->nodes[target].port, r,
+                                       dtq_monotonic_ms(), &st)) == DTQ_ROUTE_REREAD)
+            refresh_map(c, -1, ignored, sizeof(ignored)); /* a node new to us? */
+        if (st.moved) dtq_cluster_map_move(c->map, (uint16_t)st.slot, st.host, st.port);
+        if (st.reread) refresh_map(c, -1, ignored, sizeof(ignored));
+        if (act == DTQ_ROUTE_DONE) return r;
         freeReplyObject(r);
-        {
-            char host[DTQ_CLUSTER_HOST_MAX + 1], ignored[200];
-            snprintf(host, sizeof(host), "%s", d.host[0] ? d.host : c->nodes[target].host);
-            if (kind == DTQ_REDIRECT_MOVED) {
-                c->stats.moved++;
-                refresh_map(c, -1, ignored, sizeof(ignored));
-            } else {
-                c->stats.ask++;
-                asking = 1;
-                if (!dtq_cluster_redirect_allowed(c->map, host, d.port))
-                    refresh_map(c, -1, ignored, sizeof(ignored)); /* a node new to us? */
-            }
-            /* only to a node of the cluster's own map: not the command, nor the AUTH of
-             * the next link, to any address a reply names */
-            if (!dtq_cluster_redirect_allowed(c->map, host, d.port)) {
-                snprintf(why, whylen,
-                         "cluster redirection to %s:%d, not a node of the cluster's slot map; "
-                         "not followed",
-                         host, d.port);
-                return NULL;
-            }
-            target = node_add(c, host, d.port);
-        }
+        if (act == DTQ_ROUTE_GIVE_UP) return dtq_cluster_error_reply(st.why);
+        if (st.followed == DTQ_REDIRECT_MOVED) c->stats.moved++;
+        if (st.followed == DTQ_REDIRECT_ASK) c->stats.ask++;
+        if (st.pause_ms > 0) usleep((useconds_t)(st.pause_ms * 1000));
+        target = node_add(c, st.host, st.port);
+        asking = st.asking;
     }
 }
 

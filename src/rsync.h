@@ -20,20 +20,27 @@
  *    their first key when numkeys > 0, XREAD[GROUP] the first stream, the plain commands
  *    argv[1]); dtq_rsync_command_at names it; dtq_rsync_command_slot names the slot. A
  *    command without a key (FCALL with numkeys 0, WAIT, SUBSCRIBE, PING, FUNCTION ...)
- *    goes to the node of the previous command (so WAIT counts the replicas of the write
- *    before it, and a subscriber reads where it subscribed), else to a primary;
- *  - "MOVED slot host:port": the map is read again and the command sent to the node
- *    named; "ASK slot host:port": ASKING then the command at the node named, once, the map
- *    unchanged; an empty host is the node that answered; at most
- *    DTQ_CLUSTER_MAX_REDIRECTS (5) redirections for one command, then NULL ("more than 5
- *    cluster redirections ...");
+ *    goes by cluster.c's keyless rule (dtq_cluster_keyless_node): the node of the previous
+ *    command while it is a primary with its link open (so WAIT counts the replicas of the
+ *    write before it, and a subscriber reads where it subscribed), else a primary;
+ *  - each reply goes through cluster.c's router core (dtq_route_decide, cluster.h), the
+ *    rules of both routers: "MOVED slot host:port": the slot's owner set in the map, the
+ *    map read again and the command sent to the node named; "ASK slot host:port": ASKING
+ *    then the command at the node named, once, the map unchanged; an empty host is the node
+ *    that answered; a redirection to an address not in the map: the map read again once,
+ *    then refused (an error reply "cluster redirection to h:p, not a node of the cluster's
+ *    slot map; not followed"); at most DTQ_CLUSTER_MAX_REDIRECTS (5) redirections for one
+ *    command, then an error reply "more than 5 cluster redirections for slot N (the last:
+ *    ...)"; TRYAGAIN sent again after pauses (50 ms doubling to 500 ms) until the reply
+ *    timeout (10 s when none) from the first, then it is the answer; CLUSTERDOWN answered,
+ *    the map read again;
  *  - a node that cannot be reached (connect refused, TLS, handshake, or an idle link found
  *    closed before anything is written): the map is read again from another node (those
  *    with a link first) and the command tried once more at the slot's owner then. A link
  *    lost AFTER the command was written: NULL with why and no second try (the command may
  *    have run: dtqctl's writes are not all idempotent); the map is read again, the link
  *    reopened by the next command, and the client stays usable.
- * Other error replies (CLUSTERDOWN, TRYAGAIN, CROSSSLOT) are returned as replies. */
+ * Other error replies (CROSSSLOT, a Function's refusal, ...) are returned as replies. */
 #ifndef DTQ_RSYNC_H
 #define DTQ_RSYNC_H
 

@@ -42,7 +42,8 @@ static int as_int(const redisReply *r, int64_t min, int64_t max, int64_t *out) {
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
     dtq_task *t;
     if (!r || r->type != REDIS_REPLY_ARRAY ||
-        (r->elements != CLAIM_FIELDS && r->elements != CLAIM_FIELDS + 1)) {
+        (r->elements != CLAIM_FIELDS && r->elements != CLAIM_FIELDS + 1 &&
+         r->elements != CLAIM_FIELDS + 2)) {
         snprintf(err, errlen, "claimed task is not an array of %d", CLAIM_FIELDS);
         return NULL;
     }
@@ -59,7 +60,7 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
         dtq_task_free(t);
         return NULL;
     }
-    if (r->elements == CLAIM_FIELDS + 1) {
+    if (r->elements > CLAIM_FIELDS) {
         int64_t lean;
         if (as_int(r->element[CLAIM_FIELDS], 0, 1, &lean)) {
             snprintf(err, errlen, "claimed task has a lean flag that is not 0 or 1");
@@ -67,6 +68,13 @@ dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen) {
             return NULL;
         }
         t->lean = (int)lean;
+    }
+    if (r->elements == CLAIM_FIELDS + 2 &&
+        (r->element[CLAIM_FIELDS + 1]->type != REDIS_REPLY_STRING ||
+         as_string(r->element[CLAIM_FIELDS + 1], &t->parent_results, &t->parent_results_len))) {
+        snprintf(err, errlen, "claimed task has parent_results that are not a string");
+        dtq_task_free(t);
+        return NULL;
     }
     return t;
 }
@@ -210,6 +218,7 @@ void dtq_task_free(dtq_task *t) {
     free(t->queue);
     free(t->task_type);
     free(t->payload);
+    free(t->parent_results);
     free(t);
 }
 

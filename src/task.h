@@ -20,13 +20,16 @@ typedef struct dtq_task {
     int64_t max_attempts; /* as resolved at claim, the value every later decision uses */
     int64_t timeout_ms;   /* as resolved at claim */
     int lean;             /* a lean task (reference 4.3): its entry alone, no task hash */
+    char *parent_results; /* a released waiter's: its parents' results (a JSON object), or NULL */
+    size_t parent_results_len;
 } dtq_task;
 
 /* The bound of attempt and timeout_ms (2^53, the Functions' integers). */
 #define DTQ_TASK_INT_MAX ((int64_t)1 << 53)
 
 /* Decodes one claimed-task array; NULL (with err filled) when it is malformed: not an array
- * of 9 (or of 10, the last 1 for a lean task), a field of the wrong type, or attempt, max_attempts
+ * of 9 (or of 10, the last 1 for a lean task, or of 11, a released waiter's: 0 and its
+ * parent_results), a field of the wrong type, or attempt, max_attempts
  * or timeout_ms outside the Functions' bounds ([1, 2^53], [1, DTQ_MAX_ATTEMPTS], [1, 2^53]). The
  * reply is borrowed; the task is caller-owned (dtq_task_free). */
 dtq_task *dtq_task_from_reply(const redisReply *r, char *err, size_t errlen);

@@ -84,7 +84,8 @@ static int write_bounces(dtq_tasklog *tl, int64_t now_ms, int flush) {
                              DTQ_LOG_STR("worker", tl->ctx->cfg->worker_id)};
         dtq_log_fields(DTQ_LOG_INFO,
                        "tasks of a type unknown here handed back without using an attempt "
-                       "(unknown_task_type = hand_back)",
+                       "(unknown_task_type = hand_back), or deferred while their pool had no "
+                       "process running",
                        f, sizeof(f) / sizeof(f[0]));
     }
     for (int i = 0; i < DTQ_TASKLOG_BOUNCE_TYPES; i++)
@@ -256,8 +257,11 @@ static void one(dtq_tasklog *tl, const dtq_finish_record *rec, const char *word)
             return;
         }
         level = DTQ_LOG_INFO;
-        msg = "task type unknown here; handed back without using an attempt "
-              "(unknown_task_type = hand_back); more of its type are counted for a minute";
+        msg = !strcmp(cls, "pool_unavailable")
+                  ? "task's pool has no process running; deferred without using an attempt; "
+                    "more of its type are counted for a minute"
+                  : "task type unknown here; handed back without using an attempt "
+                    "(unknown_task_type = hand_back); more of its type are counted for a minute";
         key = -1; /* the bounce gate above is its limit */
         break;
     default: /* DTQ_MO_STALE */

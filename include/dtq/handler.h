@@ -50,6 +50,12 @@ struct dtq_handler_call {
                      const char *error);
 
     void *daemon_private; /* the daemon's; do not touch */
+
+    /* A task that waited for others (enqueue option `after`): their results, a JSON object
+     * of task id -> result (null for one without); NULL otherwise. Borrowed like payload.
+     * Added after the fields above, so a plugin built against an older header still works. */
+    const char *parent_results;
+    size_t parent_results_len;
 };
 
 /* The type of a handler entry point (plugin `symbol`). */

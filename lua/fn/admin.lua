@@ -15,9 +15,11 @@ local audit, emit, emit_task =
 local add_entry, qlen_add, queue_known, stream_key =
   streams.add_entry, streams.qlen_add, streams.queue_known, streams.stream_key
 local dead_letter_poisoned, finish_terminal, idem_set, quarantine, read_task, task_poison,
-      task_queue =
+      task_queue, waiters_key =
   task.dead_letter_poisoned, task.finish_terminal, task.idem_set, task.quarantine,
-  task.read_task, task.task_poison, task.task_queue
+  task.read_task, task.task_poison, task.task_queue, task.waiters_key
+local DEPS =
+  deps.DEPS
 local LIM =
   limits.LIM
 local LEAN =
@@ -31,7 +33,9 @@ end
 
 --[[ Returns 'queued'; the status a poisoned task was dead-lettered in again (task_poison(),
 nothing requeued); or nil, the error reply and, when the task key holds another type, the
-reason (nothing written). ]]
+reason (nothing written). A task a dependency's failure ended (lib/deps.lua) is revived
+instead: waiting for its parents as they stand, released ('queued') when they are done, or
+ended again ('cancelled', 'dead_lettered', 'failed') when one of them is still failed. ]]
 local function requeue_one(c, tid, ms)
   local tkey = k('task', tid)
   local h, bad = read_task(tkey, tid)
@@ -45,6 +49,8 @@ local function requeue_one(c, tid, ms)
     if h.dlq_entry and h.dlq_entry:find('^%d+%-%d+$') then dlq_remove(h) end
     return dead_letter_poisoned(c, tkey, h, ms, why, '')
   end
+  redis.call('PERSIST', waiters_key(tid)) -- its waiters, kept for its success
+  if DEPS.ended_by_dependency(h) then return DEPS.revive(c, ms, tkey, h) end
   local ok, meta = pcall(cjson.decode, h.metadata or '{}')
   if not ok or type(meta) ~= 'table' then meta = {} end
   meta.previous_attempts = tonumber(h.attempt) or 1
@@ -130,7 +136,7 @@ local function requeue_dlq(keys, args)
       if not class or f.last_error_class == class then
         local r, err, bad
         if f.task_id then r, err, bad = requeue_one(c, f.task_id, ms) end
-        if r == 'queued' then
+        if r == 'queued' or r == 'waiting' then
           done, used = done + 1, used + 1
           audit('requeue_dlq', f.task_id, args[2], ms, task_queue(f.task_id))
         else
@@ -164,6 +170,7 @@ local function discard(keys, args)
   meta.discarded = true
   dlq_remove(h)
   redis.call('HSET', tkey, 'metadata', cjson.encode(meta), 'updated_at', fmt(ms), 'dlq_entry', '')
+  redis.call('HDEL', tkey, 'failed_by') -- discarded: its parent's success does not revive it
   redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
   audit('discard', args[1], args[2], ms, h.queue)
   return 'discarded'
@@ -221,7 +228,8 @@ local function cancel(keys, args)
   local c = load_config()
   local ms = now_ms()
   local reply
-  if h.status == 'queued' or h.status == 'pending' or h.status == 'retrying' then
+  if h.status == 'queued' or h.status == 'pending' or h.status == 'retrying' or
+      h.status == 'waiting' then
     redis.call('ZREM', k('retry', 'schedule'), args[1])
     finish_terminal(c, tkey, h, 'cancelled', ms)
     emit(c, ms, 'TASK_CANCELLED', h, '')

@@ -13,8 +13,10 @@ local free_task_id, next_seq, seq_incr =
   ids.free_task_id, ids.next_seq, ids.seq_incr
 local qlen_add, qlen_resync, queue_known =
   streams.qlen_add, streams.qlen_resync, streams.queue_known
-local ENQUEUE_LIMITS, create_task, payload_refusal =
-  task.ENQUEUE_LIMITS, task.create_task, task.payload_refusal
+local ENQUEUE_LIMITS, create_task, payload_refusal, read_task =
+  task.ENQUEUE_LIMITS, task.create_task, task.payload_refusal, task.read_task
+local DEPS =
+  deps.DEPS
 local LEAN =
   lean.LEAN
 
@@ -41,9 +43,23 @@ local function enqueue_options(c, args, first, per_task)
     elseif per_task and name == 'task_id' then
       if not is_task_id(v) then return nil, 'task_id must match ' .. ID_RULE end
       o.task_id = v
+    elseif per_task and name == 'after' then
+      local ids, why = DEPS.parse_after(v)
+      if not ids then return nil, why end
+      o.after = ids
+    elseif per_task and name == 'on_failure' then
+      if not DEPS.ON_FAILURE[v] then return nil, 'on_failure must be cancel, run or dead_letter' end
+      o.on_failure = v
     else
       return nil, 'unknown option ' .. name
     end
+  end
+  if o.on_failure and not o.after then return nil, 'on_failure needs after' end
+  if o.after and o.delay_ms and o.delay_ms > 0 then
+    -- a waiting task starts when its parents are done: a delay would need the schedule
+    -- to count from its release (enqueue it from the last parent's handler instead)
+    return nil, 'delay_ms is refused with after (a waiting task is queued when its ' ..
+                'parents are done)'
   end
   return o
 end
@@ -55,7 +71,9 @@ end
 
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
 Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
-task_id, limit_key. Replies {task_id, 'created'|'duplicate'}. ]]
+task_id, limit_key, after, on_failure. Replies {task_id, 'created'|'duplicate'}. A task
+`after` others is written waiting and wired to them (lib/deps.lua): it may be released,
+or ended, in this very call when its parents are done already. ]]
 local function enqueue(keys, args)
   local queue, ttype, payload = args[1], args[2], args[3]
   if not is_name(queue) then
@@ -78,9 +96,10 @@ local function enqueue(keys, args)
   -- number (the XLEN sum heals it).
   if depth >= c.max_queue_depth then depth = qlen_resync(queue) end
   lean = lean and not (o.delay_ms and o.delay_ms > 0) -- a delayed task is a full one
-  if lean and (o.idempotency_key or o.task_id) then
-    return opt_error((o.task_id and 'task_id' or 'idempotency_key') .. ' is refused on lean ' ..
-                     'queue ' .. queue .. ' (a lean task keeps no record by id)')
+  if lean and (o.idempotency_key or o.task_id or o.after) then
+    local what = o.after and 'after' or o.task_id and 'task_id' or 'idempotency_key'
+    return opt_error(what .. ' is refused on lean queue ' .. queue ..
+                     ' (a lean task keeps no record by id)')
   end
 
   local ikey
@@ -100,6 +119,10 @@ local function enqueue(keys, args)
   if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
     return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
   end
+  if o.after then
+    local refusal = DEPS.refusal(o.after)
+    if refusal then return refusal end
+  end
   if depth >= c.max_queue_depth then return queue_full(c, queue, depth) end
 
   local ms = now_ms()
@@ -117,6 +140,12 @@ local function enqueue(keys, args)
   if ikey then
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
+  end
+  if o.after then
+    tkey = tkey or k('task', tid)
+    redis.call('HSET', tkey, 'after', table.concat(o.after, ','), 'on_failure',
+               o.on_failure or 'cancel', 'deps_pending', fmt(#o.after))
+    DEPS.wire(load_config(), ms, tkey, read_task(tkey, tid))
   end
   return {tid, 'created'}
 end

@@ -14,10 +14,10 @@ local emit, emit_task, event_wanted =
   events.emit, events.emit_task, events.event_wanted
 local ack, add_entry, delete_acked, qlen_add, stream_queue =
   streams.ack, streams.add_entry, streams.delete_acked, streams.qlen_add, streams.stream_queue
-local dead_letter, finish_terminal, history_add, idem_set, in_cancelled, quarantine, read_task,
-      wrong_type =
+local dead_letter, finish_terminal, history_add, idem_set, in_cancelled, note_ended, quarantine,
+      read_task, waiters_key, wrong_type =
   task.dead_letter, task.finish_terminal, task.history_add, task.idem_set, task.in_cancelled,
-  task.quarantine, task.read_task, task.wrong_type
+  task.note_ended, task.quarantine, task.read_task, task.waiters_key, task.wrong_type
 local decode_policy =
   policy.decode_policy
 local LIM =
@@ -54,8 +54,9 @@ end
 -- task_poison settles it. Reading and checking all of it here cost ~15% of the Redis time.
 -- limit_slots is read only when the task's queue has limits: a claim takes slots only then,
 -- and the slots of a limit removed since are healed when the limit comes back (heal).
+-- has_waiters: whether a task waits for this one (lib/deps.lua), which a success releases.
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
-                       'task_type', 'attempt'}
+                       'task_type', 'attempt', 'has_waiters'}
 
 -- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
 -- FINISH_FIELDS (a success publishes its event from the values themselves).
@@ -105,6 +106,7 @@ local function finish_one(c, ms, worker, args, b)
     emit_task(c, ms, 'TASK_SUCCEEDED', tid, v[5], v[6], v[7], worker)
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
     if v[3] then idem_set(finish_hash(tid, v), 'completed', ms) end
+    if v[8] then note_ended(c, ms, tid, 'succeeded') end -- its waiters: at the call's end
     return 'succeeded'
   end
   local h = finish_hash(tid, v)
@@ -174,6 +176,9 @@ local function finish_lean(c, ms, worker, args, b, m, acks)
         if redis.call('HGET', tkey, 'status') == 'running' then
           redis.call('HSET', tkey, 'status', 'succeeded', 'finished_at', fmt(ms))
           redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
+          if redis.call('EXISTS', waiters_key(tid)) == 1 then
+            note_ended(c, ms, tid, 'succeeded')
+          end
         end
       end
       if tid and wanted then

@@ -297,7 +297,9 @@ end
 holds them, strings), its due time (schedule or claimed set), its result, its dead-letter
 entry, and its events from
 <prefix>:stream:events, searched from the newest back to its creation, at most events_max
-entries (0-10000, default 10000). NOT_FOUND when there is no task hash. ]]
+entries (0-10000, default 10000); for a task with `after`, deps: its parents and their
+statuses, deps_pending, on_failure, failed_by and the parent_results decoded. NOT_FOUND
+when there is no task hash. ]]
 local function task_view(keys, args)
   local tid = args[1]
   if not valid_name(tid, 256) then
@@ -389,6 +391,19 @@ local function task_view(keys, args)
     end
   end
   o.attempts = arr(attempts)
+  -- dependencies (docs/reference.md 4.4): the parents and where each stands
+  if type(h.after) == 'string' then
+    local parents = {}
+    for pid in h.after:gmatch('[^,]+') do
+      local st = redis.pcall('HGET', k('task', pid), 'status')
+      parents[#parents + 1] = {id = pid, status = type(st) == 'string' and st or cjson.null}
+    end
+    o.deps = {parents = arr(parents), pending = int_of(h.deps_pending),
+              on_failure = h.on_failure or 'cancel', failed_by = h.failed_by or cjson.null,
+              parent_results = type(h.parent_results) == 'string' and
+                               json_decode(h.parent_results) or cjson.null,
+              parent_results_truncated = h.parent_results_truncated == '1'}
+  end
   o.events_complete = not events_stream or not full or
                       (cursor ~= nil and id_ms(cursor) < created)
   return json_encode(o, raws)

@@ -9,6 +9,9 @@ registers <ns>_<name>; each call makes call.ctx afresh, the one place per-call s
   limit_state   what the call read or wrote of the limits' state (lib/limits.lua)
   lean_modes    the queues' modes read so far (LEAN.on), by queue
   lean_policy   the policy a finish call's lean section carries
+  ended         the ends of tasks that have waiters, flat (task id, status), with ended_c
+                and ended_ms the config and clock of the call: settled once the Function has run (M.settle, set
+                by lib/deps.lua: task dependencies)
 The tables among them (limits, limit_state, lean_modes) are made by the first use
 (call.sub): a call is one table until it needs more, which the garbage collector notices
 (bench/fn_cost.sh CALLGRIND=1: four tables a call cost a single enqueue 3% more). Then the
@@ -16,7 +19,7 @@ scope is set from the call's keys (scope.enter) before the Function runs. ]]
 local SCOPE =
   scope.SCOPE
 
-local M = {ctx = nil}
+local M = {ctx = nil, settle = nil}
 
 -- The call's table `name` of call.ctx, made by its first use.
 function M.sub(name)
@@ -52,7 +55,10 @@ function M.reg(name, fn, ro)
                                  'this node: try again once the move is over')
       end
     end
-    return fn(keys, args)
+    local r = fn(keys, args)
+    -- the waiters of the tasks the call ended: released, ended or revived, in this call
+    if M.ctx.ended then M.settle() end
+    return r
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}
   if ro then spec.flags = {'no-writes'} end

@@ -70,7 +70,7 @@ end
 --[[ The claim: queued (or adopted) -> running at the attempt it runs, with the resolved
 limits and the carrier entry. Returns the claimed-task array the daemon decodes
 (src/task.c): stream, entry_id, task_id, queue, task_type, payload, attempt,
-max_attempts, timeout_ms.
+max_attempts, timeout_ms; for a released waiter also 0 (not lean) and its parent_results.
 Only what no reader can derive is written (each field of the hash costs its write a scan
 and a reallocation): status, worker_id, started_at, carrier (and attempt for an adoption).
 Not updated_at: started_at is the time of this change, and readers take the latest of the
@@ -105,6 +105,10 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
   end
   h.attempt = attempt
   emit(c, ms, 'TASK_STARTED', h, worker)
+  if h.parent_results then -- a released waiter: its parents' results go to its handler
+    return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to, 0,
+            h.parent_results}
+  end
   return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to}
 end
 

@@ -32,7 +32,8 @@ local function read_task(tkey, tid)
   return h
 end
 
-local TASK_STATUSES = {pending = true, queued = true, running = true, retrying = true}
+local TASK_STATUSES = {pending = true, queued = true, running = true, retrying = true,
+                       waiting = true}
 -- Why h[name] is not an integer in [lo, hi] (or missing though required), or nil.
 local function int_field_error(h, name, lo, hi, required)
   local v = h[name]
@@ -130,8 +131,30 @@ local function history_add(tkey, old, attempt, ms, class, err, worker)
   redis.call('HSET', tkey, 'history', history_json(old, attempt, ms, class, err, worker))
 end
 
+--[[ Dependencies (lib/deps.lua, docs/reference.md 4.4). <prefix>:waiters:<id> is the set
+of the tasks that wait for task <id> (`after`): this is the one place its name is spelled.
+Every end of a task that has waiters is noted in the call's context (ended: task id, then
+status, flat; ended_c the config of the call), and the call's wrapper (call.reg) hands the
+list to the dependency code once the Function has run (deps.settle): the waiters are
+released, ended or revived there, in the same atomic call, after the events of the ends
+that caused it. finish_terminal (and so dead_letter) is the funnel of every terminal
+transition but a success; the two success paths of <ns>_finish note theirs themselves. ]]
+local function waiters_key(tid) return k('waiters', tid) end
+
+local function note_ended(c, ms, tid, status)
+  local cx = call.ctx
+  local list = cx.ended
+  if not list then
+    list = {}
+    cx.ended, cx.ended_c, cx.ended_ms = list, c, ms
+  end
+  list[#list + 1], list[#list + 2] = tid, status
+end
+
 -- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
 -- (No updated_at: finished_at is the time of the change; readers take the latest.)
+-- The funnel of every terminal transition but a success: a task that has waiters is noted
+-- (note_ended) for their settling at the end of the call.
 local function finish_terminal(c, tkey, h, status, ms, extra)
   local args = {'status', status, 'finished_at', fmt(ms)}
   for f, v in pairs(extra or {}) do
@@ -142,6 +165,8 @@ local function finish_terminal(c, tkey, h, status, ms, extra)
   redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
   h.status = status
   idem_set(h, status == 'succeeded' and 'completed' or 'failed', ms)
+  local tid = h.id or tkey:sub(#k('task', '') + 1)
+  if redis.call('EXISTS', waiters_key(tid)) == 1 then note_ended(c, ms, tid, status) end
 end
 
 -- Permanent failure: dead_lettered + DLQ entry, or failed when the DLQ is disabled. The
@@ -196,6 +221,8 @@ local CREATED_FIELDS = 10
 
 -- Writes a new task: its hash, then its stream entry (or its schedule entry when delayed).
 -- Returns 1 when it wrote a stream entry, else 0: the caller adds it to the queue's counter.
+-- A task with `o.after` (parents: lib/deps.lua) is written `waiting`, in no stream and no
+-- schedule; the caller wires it to its parents.
 local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
   local delayed = o.delay_ms and o.delay_ms > 0
   local now = fmt(ms)
@@ -203,7 +230,8 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
   -- The fields every task has, without an argument table (a Lua table per task cost 7,000
   -- of a bulk enqueue's 72,000 instructions per task); the optional ones after, if any.
   redis.call('HSET', tkey, 'id', tid, 'queue', queue, 'task_type', ttype, 'payload', payload,
-             'status', delayed and 'pending' or 'queued', 'attempt', '1', 'priority',
+             'status', o.after and 'waiting' or delayed and 'pending' or 'queued', 'attempt',
+             '1', 'priority',
              fmt(o.priority), 'created_at', now, 'metadata', '{}',
              'cancel_requested', '0')
   if o.max_attempts or o.timeout_ms or o.ttl_seconds or o.idempotency_key or o.limit_key then
@@ -213,6 +241,7 @@ local function create_task(c, ms, tid, queue, ttype, payload, o, tkey)
       'ttl_seconds', o.ttl_seconds and fmt(o.ttl_seconds),
       'idempotency_key', o.idempotency_key, 'limit_key', o.limit_key)))
   end
+  if o.after then return 0 end
   if delayed then
     redis.call('ZADD', k('retry', 'schedule'), fmt(ms + o.delay_ms), tid)
     return 0
@@ -233,5 +262,6 @@ return {CREATED_FIELDS = CREATED_FIELDS, ENQUEUE_LIMITS = ENQUEUE_LIMITS, HISTOR
         create_task = create_task, dead_letter = dead_letter,
         dead_letter_poisoned = dead_letter_poisoned, finish_terminal = finish_terminal,
         history_add = history_add, idem_set = idem_set, in_cancelled = in_cancelled,
+        note_ended = note_ended, waiters_key = waiters_key,
         payload_refusal = payload_refusal, quarantine = quarantine, read_task = read_task,
         task_poison = task_poison, task_queue = task_queue, wrong_type = wrong_type}

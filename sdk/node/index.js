@@ -288,6 +288,9 @@ function serve(options = {}) {
         attempt: msg.attempt,
         maxAttempts: msg.max_attempts,
         deadline: this.deadline === null ? null : new Date(this.deadline),
+        // a task enqueued `after` others: their results by task id (null for none)
+        parentResults: msg.parent_results && typeof msg.parent_results === 'object'
+          ? msg.parent_results : {},
         signal: this.controller.signal,
         progress: (fraction, message) => this.progress(fraction, message),
       });

@@ -156,6 +156,34 @@ START_TEST(test_refusals_and_usage) {
 }
 END_TEST
 
+/* enqueue --after/--on-failure: the task waits for its parents (queue held: no daemon
+ * serves it), and a parent's cancel lets it run (on_failure run); a parent that does not
+ * exist is refused. */
+START_TEST(test_enqueue_after) {
+    char *out;
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --id dp1"), 0);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --id dc1 --after dp1 --on-failure run"),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "dc1 created"));
+    free(out);
+    th_assert_field(C, "dc1", "status", "waiting");
+    th_assert_field(C, "dc1", "after", "dp1");
+    th_assert_field(C, "dc1", "on_failure", "run");
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --after dp1,nope"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "NOT_FOUND task nope"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --after dp1 --on-failure maybe"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "on_failure must be cancel, run or dead_letter"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --after"), 2);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "cancel dp1"), 0);
+    free(out);
+    th_assert_field(C, "dc1", "status", "queued");
+}
+END_TEST
+
 START_TEST(test_dlq_queues_workers) {
     char *out;
     ck_assert_int_eq(
@@ -1272,6 +1300,7 @@ int main(void) {
     tc = themed_case(s, "tasks"); /* enqueue, show, wait, events */
     tcase_add_test(tc, test_enqueue_wait_and_show);
     tcase_add_test(tc, test_enqueue_bulk_from_stdin);
+    tcase_add_test(tc, test_enqueue_after);
     tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
     tcase_add_test(tc, test_show_renders_task_view);
     tcase_add_test(tc, test_show_times_due_and_errors);

@@ -68,7 +68,7 @@ END_TEST
 START_TEST(test_internal_functions_worker_only) {
     static const char *internal[] = {"fetch",        "reap",         "recover",     "finish",
                                      "handback",     "worker_event", "sched_claim", "sched_promote",
-                                     "lock_refresh", "lock_release"};
+                                     "lock_refresh", "lock_release", "progress"};
     for (const char *const *r = dtq_acl_roles; *r; r++) {
         char *t = tokens(*r, "dtq", "dtq");
         for (size_t i = 0; i < sizeof(internal) / sizeof(internal[0]); i++) {

@@ -1,7 +1,7 @@
 /* check_cluster.c: cluster.c: the CRC16 and a key's hash slot (hash tags), the slot map
- * built from hand-made CLUSTER SLOTS replies, the MOVED / ASK errors, and where a
- * command's routing key is. (The integration suite it_rcluster.c checks the slots against
- * a real cluster's CLUSTER KEYSLOT.) */
+ * built from hand-made CLUSTER SLOTS replies, the MOVED / ASK errors, where a command's
+ * routing key is, and the router core: dtq_route_decide's every branch, the keyless rule. (The
+ * integration suite it_rcluster.c checks the slots against a real cluster's CLUSTER KEYSLOT.) */
 #include <check.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -343,6 +343,257 @@ START_TEST(test_key_index) {
 }
 END_TEST
 
+/* ---- the router core: dtq_route_decide, one test per branch */
+
+/* Two shards: 10.0.0.1:7000 (slots 0..8191, replica 10.0.0.3:7002) and 10.0.0.2:7001
+ * (8192..16383); with a third primary 10.0.0.9:7009 holding 16000..16383 when `grown`. */
+static dtq_cluster_map *route_map(int grown) {
+    char why[256];
+    redisReply *r = grown ? r_arr(3,
+                                  r_arr(4, r_int(0), r_int(8191), node("10.0.0.1", 7000, "a"),
+                                        node("10.0.0.3", 7002, "c")),
+                                  r_arr(3, r_int(8192), r_int(15999), node("10.0.0.2", 7001, "b")),
+                                  r_arr(3, r_int(16000), r_int(16383), node("10.0.0.9", 7009, "z")))
+                          : r_arr(2,
+                                  r_arr(4, r_int(0), r_int(8191), node("10.0.0.1", 7000, "a"),
+                                        node("10.0.0.3", 7002, "c")),
+                                  r_arr(3, r_int(8192), r_int(16383), node("10.0.0.2", 7001, "b")));
+    dtq_cluster_map *m = dtq_cluster_map_from_slots(r, "seed", why, sizeof(why));
+    ck_assert_msg(m != NULL, "%s", why);
+    freeReplyObject(r);
+    return m;
+}
+
+/* The step for the error reply text (NULL: a status reply "OK"), from 10.0.0.1:7000. */
+static dtq_route_action decide(dtq_route *rt, const dtq_cluster_map *m, const char *err,
+                               int64_t now, dtq_route_step *st) {
+    redisReply *r = err ? r_err(err) : r_str("OK");
+    dtq_route_action a;
+    if (!err) r->type = REDIS_REPLY_STATUS;
+    a = dtq_route_decide(rt, m, "10.0.0.1", 7000, r, now, st);
+    ck_assert_int_eq(a, st->action);
+    freeReplyObject(r);
+    return a;
+}
+
+START_TEST(test_route_done) {
+    dtq_cluster_map *m = route_map(0);
+    dtq_route rt;
+    dtq_route_step st;
+    redisReply *arr = r_arr(1, r_int(1));
+    dtq_route_start(&rt, 1000);
+    /* a success, of any type */
+    ck_assert_int_eq(decide(&rt, m, NULL, 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(st.reread, 0);
+    ck_assert_int_eq(dtq_route_decide(&rt, m, "10.0.0.1", 7000, arr, 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(dtq_route_decide(&rt, m, "10.0.0.1", 7000, NULL, 0, &st), DTQ_ROUTE_DONE);
+    /* an error that is not a redirection: the caller's */
+    ck_assert_int_eq(
+        decide(&rt, m, "CROSSSLOT Keys in request don't hash to the same slot", 0, &st),
+        DTQ_ROUTE_DONE);
+    ck_assert_int_eq(st.reread, 0);
+    ck_assert_int_eq(decide(&rt, m, "NOT_FOUND queue q", 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(decide(&rt, m, "MOVEDX 1 10.0.0.2:7001", 0, &st), DTQ_ROUTE_DONE);
+    /* a malformed redirection: the caller's too, never followed */
+    ck_assert_int_eq(decide(&rt, m, "MOVED", 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(decide(&rt, m, "MOVED 16384 10.0.0.2:7001", 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(decide(&rt, m, "ASK 1 10.0.0.2", 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(decide(&rt, m, "MOVED 1 10.0.0.2:7001 extra", 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(rt.redirects, 0);
+    /* CLUSTERDOWN: the caller's, and the map is read again */
+    ck_assert_int_eq(decide(&rt, m, "CLUSTERDOWN Hash slot not served", 0, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(st.reread, 1);
+    freeReplyObject(arr);
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
+START_TEST(test_route_moved_known) {
+    dtq_cluster_map *m = route_map(0);
+    dtq_route rt;
+    dtq_route_step st;
+    dtq_route_start(&rt, 1000);
+    ck_assert_int_eq(decide(&rt, m, "MOVED 3999 10.0.0.2:7001", 0, &st), DTQ_ROUTE_RESEND);
+    ck_assert_str_eq(st.host, "10.0.0.2");
+    ck_assert_int_eq(st.port, 7001);
+    ck_assert_int_eq(st.asking, 0);
+    ck_assert_int_eq(st.pause_ms, 0);
+    ck_assert_int_eq(st.followed, DTQ_REDIRECT_MOVED);
+    ck_assert_int_eq(st.moved, 1); /* the owner patched ... */
+    ck_assert_int_eq(st.slot, 3999);
+    ck_assert_int_eq(st.reread, 1); /* ... and the map read again */
+    ck_assert_int_eq(rt.redirects, 1);
+    ck_assert_int_eq(dtq_cluster_map_primary(m, 3999)->port, 7000);
+    ck_assert(dtq_cluster_map_move(m, (uint16_t)st.slot, st.host, st.port));
+    ck_assert_int_eq(dtq_cluster_map_primary(m, 3999)->port, 7001);
+    ck_assert_int_eq(dtq_cluster_map_primary(m, 3998)->port, 7000);
+    ck_assert(!dtq_cluster_map_move(m, 1, "10.0.0.8", 7001)); /* not a node of the map */
+    ck_assert(!dtq_cluster_map_move(NULL, 1, "10.0.0.2", 7001));
+    ck_assert_int_eq(dtq_cluster_map_primary(m, 1)->port, 7000);
+    /* an empty host: the node that answered */
+    ck_assert_int_eq(decide(&rt, m, "MOVED 5 :7000", 0, &st), DTQ_ROUTE_RESEND);
+    ck_assert_str_eq(st.host, "10.0.0.1");
+    ck_assert_int_eq(st.port, 7000);
+    /* to a replica of the map (a failover under way): a node of the map, followed */
+    ck_assert_int_eq(decide(&rt, m, "MOVED 5 10.0.0.3:7002", 0, &st), DTQ_ROUTE_RESEND);
+    ck_assert_int_eq(rt.redirects, 3);
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
+START_TEST(test_route_moved_unknown) {
+    dtq_cluster_map *m = route_map(0), *grown = route_map(1);
+    dtq_route rt;
+    dtq_route_step st;
+    /* before the map is read again: read it */
+    dtq_route_start(&rt, 1000);
+    ck_assert_int_eq(decide(&rt, m, "MOVED 16100 10.0.0.9:7009", 0, &st), DTQ_ROUTE_REREAD);
+    ck_assert_int_eq(rt.redirects, 0);
+    /* the new map names it: followed, the owner patched, no second read */
+    ck_assert_int_eq(decide(&rt, grown, "MOVED 16100 10.0.0.9:7009", 0, &st), DTQ_ROUTE_RESEND);
+    ck_assert_str_eq(st.host, "10.0.0.9");
+    ck_assert_int_eq(st.port, 7009);
+    ck_assert_int_eq(st.moved, 1);
+    ck_assert_int_eq(st.reread, 0);
+    ck_assert_int_eq(rt.redirects, 1);
+    /* the next unknown address of the same command is read for again (once per reply) */
+    ck_assert_int_eq(decide(&rt, grown, "MOVED 1 10.6.6.6:6379", 0, &st), DTQ_ROUTE_REREAD);
+    /* still not in the map: refused, nothing sent there (no command, no AUTH) */
+    ck_assert_int_eq(decide(&rt, grown, "MOVED 1 10.6.6.6:6379", 0, &st), DTQ_ROUTE_GIVE_UP);
+    ck_assert_str_eq(st.why, "cluster redirection to 10.6.6.6:6379, not a node of the cluster's "
+                             "slot map; not followed");
+    ck_assert_int_eq(st.host[0], '\0');
+    ck_assert_int_eq(rt.redirects, 1);
+    /* no map at all: read, then refused */
+    dtq_route_start(&rt, 1000);
+    ck_assert_int_eq(decide(&rt, NULL, "MOVED 1 10.0.0.2:7001", 0, &st), DTQ_ROUTE_REREAD);
+    ck_assert_int_eq(decide(&rt, NULL, "MOVED 1 10.0.0.2:7001", 0, &st), DTQ_ROUTE_GIVE_UP);
+    dtq_cluster_map_free(m);
+    dtq_cluster_map_free(grown);
+}
+END_TEST
+
+START_TEST(test_route_ask) {
+    dtq_cluster_map *m = route_map(0);
+    dtq_route rt;
+    dtq_route_step st;
+    dtq_route_start(&rt, 1000);
+    ck_assert_int_eq(decide(&rt, m, "ASK 3999 10.0.0.2:7001", 0, &st), DTQ_ROUTE_RESEND);
+    ck_assert_str_eq(st.host, "10.0.0.2");
+    ck_assert_int_eq(st.port, 7001);
+    ck_assert_int_eq(st.asking, 1);
+    ck_assert_int_eq(st.followed, DTQ_REDIRECT_ASK);
+    ck_assert_int_eq(st.moved, 0); /* the map unchanged, not read */
+    ck_assert_int_eq(st.reread, 0);
+    ck_assert_int_eq(rt.redirects, 1);
+    /* the target sends it back (MOVED): no ASKING on that send */
+    ck_assert_int_eq(decide(&rt, m, "MOVED 3999 10.0.0.1:7000", 0, &st), DTQ_ROUTE_RESEND);
+    ck_assert_int_eq(st.asking, 0);
+    /* ASK to an unknown address: read, then refused */
+    ck_assert_int_eq(decide(&rt, m, "ASK 3999 10.6.6.6:7001", 0, &st), DTQ_ROUTE_REREAD);
+    ck_assert_int_eq(decide(&rt, m, "ASK 3999 10.6.6.6:7001", 0, &st), DTQ_ROUTE_GIVE_UP);
+    ck_assert_ptr_nonnull(strstr(st.why, "10.6.6.6:7001, not a node of the cluster's slot map"));
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
+START_TEST(test_route_tryagain) {
+    dtq_cluster_map *m = route_map(0);
+    dtq_route rt;
+    dtq_route_step st;
+    int64_t now = 1000000, pauses[] = {50, 100, 200, 400, 500, 500};
+    dtq_route_start(&rt, 2000);
+    /* sent again to the node that answered, after pauses doubling to 500 ms, until the
+     * window from the first TRYAGAIN has passed */
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(
+            decide(&rt, m, "TRYAGAIN Multiple keys request during rehashing", now, &st),
+            DTQ_ROUTE_RESEND);
+        ck_assert_str_eq(st.host, "10.0.0.1");
+        ck_assert_int_eq(st.port, 7000);
+        ck_assert_int_eq(st.asking, 0);
+        ck_assert_int_eq(st.pause_ms, pauses[i]);
+        ck_assert_int_eq(st.followed, DTQ_REDIRECT_NONE);
+        now += st.pause_ms;
+    }
+    /* 1750 ms gone: the next pause would pass the window: the TRYAGAIN is the answer */
+    ck_assert_int_eq(decide(&rt, m, "TRYAGAIN x", now, &st), DTQ_ROUTE_DONE);
+    ck_assert_int_eq(rt.redirects, 0); /* not a redirection */
+    /* after an ASK, the importing node hears ASKING again with each resend */
+    dtq_route_start(&rt, 2000);
+    ck_assert_int_eq(decide(&rt, m, "ASK 3999 10.0.0.2:7001", now, &st), DTQ_ROUTE_RESEND);
+    {
+        redisReply *t = r_err("TRYAGAIN x");
+        ck_assert_int_eq(dtq_route_decide(&rt, m, "10.0.0.2", 7001, t, now, &st), DTQ_ROUTE_RESEND);
+        freeReplyObject(t);
+    }
+    ck_assert_str_eq(st.host, "10.0.0.2");
+    ck_assert_int_eq(st.port, 7001);
+    ck_assert_int_eq(st.asking, 1);
+    /* no window: the first TRYAGAIN is the answer */
+    dtq_route_start(&rt, 0);
+    ck_assert_int_eq(decide(&rt, m, "TRYAGAIN x", now, &st), DTQ_ROUTE_DONE);
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
+START_TEST(test_route_cap) {
+    dtq_cluster_map *m = route_map(0);
+    dtq_route rt;
+    dtq_route_step st;
+    dtq_route_start(&rt, 1000);
+    for (int i = 0; i < DTQ_CLUSTER_MAX_REDIRECTS; i++)
+        ck_assert_int_eq(
+            decide(&rt, m, i % 2 ? "MOVED 7 10.0.0.1:7000" : "ASK 7 10.0.0.2:7001", 0, &st),
+            DTQ_ROUTE_RESEND);
+    ck_assert_int_eq(rt.redirects, DTQ_CLUSTER_MAX_REDIRECTS);
+    /* one more: given up, the answer naming the count and the last redirection */
+    ck_assert_int_eq(decide(&rt, m, "ASK 7 10.0.0.2:7001", 0, &st), DTQ_ROUTE_GIVE_UP);
+    ck_assert_str_eq(st.why,
+                     "more than 5 cluster redirections for slot 7 (the last: ASK 7 10.0.0.2:7001)");
+    /* the cap before the address: no map read for a command that is over it */
+    ck_assert_int_eq(decide(&rt, m, "MOVED 7 10.6.6.6:1", 0, &st), DTQ_ROUTE_GIVE_UP);
+    /* the answer is an error reply of that text */
+    {
+        redisReply *e = dtq_cluster_error_reply("more than 5 cluster\r\nredirections");
+        ck_assert_int_eq(e->type, REDIS_REPLY_ERROR);
+        ck_assert_str_eq(e->str, "more than 5 cluster  redirections");
+        freeReplyObject(e);
+    }
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
+/* ---- the keyless rule */
+
+static int up_mask;
+static int node_up(void *arg, int i) {
+    (void)arg;
+    return (up_mask >> i) & 1;
+}
+
+START_TEST(test_keyless_node) {
+    dtq_cluster_map *m = route_map(0); /* nodes: 0 10.0.0.1 (primary), 1 .3 (replica), 2 .2 */
+    int a = dtq_cluster_map_find(m, "10.0.0.1", 7000),
+        r = dtq_cluster_map_find(m, "10.0.0.3", 7002),
+        b = dtq_cluster_map_find(m, "10.0.0.2", 7001);
+    up_mask = (1 << a) | (1 << r) | (1 << b);
+    /* the node of the previous command, while a primary with its link up */
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, b, node_up, NULL), b);
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, a, node_up, NULL), a);
+    /* a replica never: the first primary whose link is up */
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, r, node_up, NULL), a);
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, -1, node_up, NULL), a);
+    up_mask = 1 << b; /* the previous node's link is down */
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, a, node_up, NULL), b);
+    up_mask = 0; /* no link up: the first primary */
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, b, node_up, NULL), a);
+    ck_assert_int_eq(dtq_cluster_keyless_node(m, b, NULL, NULL), a);
+    ck_assert_int_eq(dtq_cluster_keyless_node(NULL, -1, NULL, NULL), -1);
+    dtq_cluster_map_free(m);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cluster");
     TCase *tc = tcase_create("core");
@@ -354,6 +605,13 @@ int main(void) {
     tcase_add_test(tc, test_map_bad);
     tcase_add_test(tc, test_redirect);
     tcase_add_test(tc, test_key_index);
+    tcase_add_test(tc, test_route_done);
+    tcase_add_test(tc, test_route_moved_known);
+    tcase_add_test(tc, test_route_moved_unknown);
+    tcase_add_test(tc, test_route_ask);
+    tcase_add_test(tc, test_route_tryagain);
+    tcase_add_test(tc, test_route_cap);
+    tcase_add_test(tc, test_keyless_node);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }

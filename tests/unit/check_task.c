@@ -213,6 +213,21 @@ START_TEST(test_task_from_reply) {
     ck_assert_ptr_nonnull(strstr(err, "wrong type"));
     freeReplyObject(r);
     ck_assert_ptr_null(dtq_task_from_reply(NULL, err, sizeof(err)));
+    /* a released waiter's claim: 0 (not lean) and its parents' results */
+    r = resp("*11\r\n$1\r\ns\r\n$3\r\n1-1\r\n$2\r\nc1\r\n$1\r\nq\r\n$1\r\nx\r\n"
+             "$2\r\n{}\r\n:1\r\n:3\r\n:500\r\n:0\r\n$12\r\n{\"p1\":[1,2]}\r\n");
+    t = dtq_task_from_reply(r, err, sizeof(err));
+    ck_assert_msg(t != NULL, "%s", err);
+    ck_assert_int_eq(t->lean, 0);
+    ck_assert_str_eq(t->parent_results, "{\"p1\":[1,2]}");
+    ck_assert_int_eq(t->parent_results_len, 12);
+    dtq_task_free(t);
+    freeReplyObject(r);
+    r = resp("*11\r\n$1\r\ns\r\n$3\r\n1-1\r\n$2\r\nc1\r\n$1\r\nq\r\n$1\r\nx\r\n"
+             "$2\r\n{}\r\n:1\r\n:3\r\n:500\r\n:0\r\n:7\r\n"); /* not a string */
+    ck_assert_ptr_null(dtq_task_from_reply(r, err, sizeof(err)));
+    ck_assert_ptr_nonnull(strstr(err, "parent_results"));
+    freeReplyObject(r);
     ck_assert(dtq_task_status_is_terminal("dead_lettered"));
     ck_assert(!dtq_task_status_is_terminal("retrying"));
 }

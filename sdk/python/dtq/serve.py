@@ -143,7 +143,9 @@ class Context:
     attempt times out, or ``None`` when the daemon sent none) and ``deadline_ms`` (the same
     as epoch milliseconds), ``cancelled`` (a :class:`threading.Event`, set on the daemon's
     ``cancel``; a plain handler polls :attr:`is_cancelled` or waits on it) and
-    ``cancel_reason`` (``timeout``, ``cancelled`` or ``shutdown``, once cancelled).
+    ``cancel_reason`` (``timeout``, ``cancelled`` or ``shutdown``, once cancelled), and
+    ``parent_results`` (for a task enqueued ``after`` others: a dict of their task ids to
+    their results, ``None`` for one without; an empty dict otherwise).
     """
 
     def __init__(self, server: _Server, held: _Held, msg: dict[str, Any]) -> None:
@@ -165,6 +167,8 @@ class Context:
         )
         self.cancelled = threading.Event()
         self.cancel_reason: str | None = None
+        pr = msg.get("parent_results")
+        self.parent_results: dict[str, Any] = pr if isinstance(pr, dict) else {}
 
     @property
     def is_cancelled(self) -> bool:
