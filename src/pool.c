@@ -96,10 +96,11 @@ struct proc {
     int64_t ready_ms; /* monotonic, when its hello came */
     int64_t log_window_ms;
     int log_lines, log_dropped;
-    int kill_armed; /* stopping: the kill after kill_grace_ms is set */
-    struct event *flush_ev; /* the end of this loop pass: outq is written (schedule_flush) */
+    int kill_armed;          /* stopping: the kill after kill_grace_ms is set */
+    struct event *output_ev; /* the end of an output window with lines dropped */
+    struct event *flush_ev;  /* the end of this loop pass: outq is written (schedule_flush) */
     int flush_scheduled;
-    int exited;     /* reaped: what it wrote last is being read; it takes no task */
+    int exited; /* reaped: what it wrote last is being read; it takes no task */
 };
 
 struct dtq_pool {
@@ -333,7 +334,12 @@ static void proc_kill(proc *pr) {
  * or did not answer a cancel) and sets the back-off. */
 static void pool_failure(dtq_pool *p, proc *pr, enum restart_reason why, const char *text) {
     int64_t now = dtq_monotonic_ms(), delay = 0;
-    if (pr && pr->ready_ms && now - pr->ready_ms >= HEALTHY_AFTER_MS) p->failures = 0;
+    int starting = 0;
+    /* One that worked (answered a task, or was ready a while) ends the run of failures:
+     * a process killed from outside now and then is no crash loop; one that dies on every
+     * task (a poison payload) before answering any still backs off. */
+    if (pr && pr->ready_ms && (pr->done > 0 || now - pr->ready_ms >= HEALTHY_AFTER_MS))
+        p->failures = 0;
     p->failures++;
     p->restarts[why]++;
     if (p->failures > 1) {
@@ -346,7 +352,10 @@ static void pool_failure(dtq_pool *p, proc *pr, enum restart_reason why, const c
     if (!p->ps->stopping && !p->removed)
         dtq_error("pool %s: %s; starting another in %lld ms (%d failure(s) in a row)", p->conf.name,
                   text, (long long)delay, p->failures);
-    p->settled = 1;
+    /* The start gate opens on a failure only when no other process of the pool may still
+     * announce its types: else a sibling's hello, coming, would have found them unknown. */
+    for (const proc *o = p->procs; o; o = o->next) starting += o != pr && o->state == P_STARTING;
+    if (!starting) p->settled = 1;
 }
 
 /* A process that broke its contract (protocol error, no hello in time, no answer to a
@@ -587,19 +596,32 @@ static void replies_cb(evutil_socket_t fd, short what, void *arg) {
 /* ----------------------------------------------------------------- output */
 
 /* Logs one line of the program's stdout (info) or stderr (warning), attributed. */
+/* The lines of the window that were not logged, said once; a new window starts. */
+static void output_window_end(proc *pr, int64_t now) {
+    if (pr->log_dropped)
+        dtq_warn("pool %s[pid %d]: %d line(s) of output dropped (rate limit)", pr->pool->conf.name,
+                 (int)pr->pid, pr->log_dropped);
+    pr->log_window_ms = now;
+    pr->log_lines = 0;
+    pr->log_dropped = 0;
+}
+
+static void output_window_cb(evutil_socket_t fd, short what, void *arg) {
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    output_window_end(arg, dtq_monotonic_ms());
+}
+
 static void log_output(proc *pr, int is_err, const char *line, size_t n) {
     int64_t now = dtq_monotonic_ms();
     char task[160] = "";
-    if (now - pr->log_window_ms >= OUTPUT_WINDOW_MS) {
-        if (pr->log_dropped)
-            dtq_warn("pool %s[pid %d]: %d line(s) of output dropped (rate limit)",
-                     pr->pool->conf.name, (int)pr->pid, pr->log_dropped);
-        pr->log_window_ms = now;
-        pr->log_lines = 0;
-        pr->log_dropped = 0;
-    }
+    if (now - pr->log_window_ms >= OUTPUT_WINDOW_MS) output_window_end(pr, now);
     if (++pr->log_lines > OUTPUT_LINES) {
-        pr->log_dropped++;
+        /* the first dropped line sets the notice for the window's end, quiet or not */
+        if (!pr->log_dropped++) {
+            struct timeval tv = ms_tv(pr->log_window_ms + OUTPUT_WINDOW_MS - now);
+            evtimer_add(pr->output_ev, &tv);
+        }
         return;
     }
     if (pr->nheld == 1) snprintf(task, sizeof(task), " task %s", pr->held->id);
@@ -750,6 +772,7 @@ static int proc_start(dtq_pool *p) {
     pipe_in_init(pr, &pr->err, pp[3][0], err_cb);
     pr->timer_ev = evtimer_new(p->ps->base, hello_timeout_cb, pr);
     pr->flush_ev = event_new(p->ps->base, -1, 0, flush_cb, pr);
+    pr->output_ev = evtimer_new(p->ps->base, output_window_cb, pr);
     evtimer_add(pr->timer_ev, &tv);
     pr->log_window_ms = dtq_monotonic_ms();
     pr->next = p->procs;
@@ -796,6 +819,7 @@ static void proc_free(proc *pr) {
     if (pr->outq) evbuffer_free(pr->outq);
     if (pr->timer_ev) event_free(pr->timer_ev);
     if (pr->flush_ev) event_free(pr->flush_ev);
+    if (pr->output_ev) event_free(pr->output_ev);
     free_types(pr->types, pr->ntypes);
     free(pr);
 }
@@ -811,6 +835,7 @@ static void proc_reaped(proc *pr, int status) {
     }
     read_output(pr, &pr->out, 1);
     read_output(pr, &pr->err, 1);
+    output_window_end(pr, dtq_monotonic_ms()); /* what it printed last and was not logged */
     describe_status(status, how, sizeof(how));
     if (pr->state != P_DEAD && !(pr->state == P_STOPPING && !pr->nheld)) {
         enum restart_reason why = pr->state == P_STARTING ? R_START_FAILED : R_CRASHED;
