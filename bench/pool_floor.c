@@ -39,8 +39,8 @@ int main(int argc, char **argv) {
             char *nl = memchr(in + start, '\n', have - start), *id, *end;
             if (!nl) break;
             *nl = '\0';
-            if (!strncmp(in + start, "{\"t\":\"task\"", 11) && (id = strstr(in + start, "\"id\":\"")) &&
-                (end = strchr(id + 6, '"'))) {
+            if (!strncmp(in + start, "{\"t\":\"task\"", 11) &&
+                (id = strstr(in + start, "\"id\":\"")) && (end = strchr(id + 6, '"'))) {
                 size_t len = (size_t)(end - (id + 6));
                 if (o + len + 64 > sizeof(out)) {
                     put(4, out, o);

@@ -392,8 +392,9 @@ int ctl_workers(ctl *x, const ctl_verb *v, int argc, char **argv) {
                str_of(w, "id", "?"), str_of(w, "hostname", "?"), pid, active,
                cJSON_IsNumber(age) ? age->valuedouble / 1000.0 : -1.0, str_of(w, "status", "?"));
         /* its pools, ready/wanted: "py 2/2 js 0/2" */
-        cJSON_ArrayForEach(pool, member(w, "pools"))
+        cJSON_ArrayForEach(pool, member(w, "pools")) {
             printf(" %s %lld/%lld", pool->string, num_of(pool, "ready"), num_of(pool, "wanted"));
+        }
         printf("\n");
     }
     if (arr) {
