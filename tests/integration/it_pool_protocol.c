@@ -338,7 +338,8 @@ START_TEST(test_no_id_twice_to_one_process) {
                           "if m['attempt'] > 1:\n"
                           "    send({'t': 'ok', 'id': m['id'], 'result': {'dup': dup}})\n";
     start(&d, "w-dup", 0, hello_ok, on_task, "kill_grace_ms = 1500\n");
-    th_enqueue(C, "default", "d1", "t1", "{}", "timeout_ms 300");
+    /* attempts enough to outlast the kill and a slow start of the replacement */
+    th_enqueue(C, "default", "d1", "t1", "{}", "timeout_ms 300 max_attempts 20");
     th_expect_status(C, "d1", "succeeded", 15000);
     {
         /* the retries that came before the kill timed out waiting: none reached it */

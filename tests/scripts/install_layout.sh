@@ -2,7 +2,8 @@
 # The install layout under the default prefix and under /usr: every path the units name
 # (Documentation=, the configuration directory, the binaries) is where the install puts
 # things, the example and the ready configuration land in /etc/dtq as the README says (a
-# second install keeps an edited worker.ini), and dtqctl's completion is installed.
+# second install keeps an edited worker.ini), dtqctl's completion is installed, and the
+# SDKs land where python3 and node look (issue 28).
 # Usage: tests/scripts/install_layout.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -32,6 +33,26 @@ for prefix in default /usr; do
     [ -f "$d${bindir%/bin}/share/doc/dtq/examples/dtq-alerts.yml" ] ||
         fail "$prefix: no alert rules in ${bindir%/bin}/share/doc/dtq/examples"
     checks=$((checks + 5))
+    # the Python SDK in a directory python3 searches with no PYTHONPATH, and nothing else of sdk/
+    p=${bindir%/bin}
+    inits=$(cd "$d" && find ".$p/lib" -path '*/dtq/__init__.py' | sed 's|^\.||')
+    if [ -z "$inits" ] || [ "$(wc -l <<<"$inits")" -ne 1 ]; then fail "$prefix: Python SDK installed as: '$inits'"; fi
+    /usr/bin/python3 -c 'import site, sys; sys.exit(sys.argv[1] not in site.getsitepackages())' "$(dirname "$(dirname "$inits")")" ||
+        fail "$prefix: $inits is not in a directory python3 searches"
+    got=$(cd / && PYTHONPATH=$d$(dirname "$(dirname "$inits")") /usr/bin/python3 -c 'import dtq; print(dtq.PROTOCOL)')
+    [ "$got" = 1 ] || fail "$prefix: the installed Python SDK answers protocol '$got'"
+    [ -z "$(find "$d" -path '*/dtq/*' \( -name '__pycache__' -o -name 'test*' \))" ] ||
+        fail "$prefix: byte code or tests of the SDK installed"
+    # the Node SDK in share/nodejs (Debian's node) and lib/node (upstream's), one copy
+    [ -f "$d$p/share/nodejs/dtq/index.js" ] || fail "$prefix: no $p/share/nodejs/dtq/index.js"
+    [ "$(readlink -f "$d$p/lib/node/dtq")" = "$d$p/share/nodejs/dtq" ] ||
+        fail "$prefix: $p/lib/node/dtq does not lead to $p/share/nodejs/dtq"
+    for root in share/nodejs lib/node; do
+        got=$(cd / && NODE_PATH=$d$p/$root /usr/bin/node -e 'process.stdout.write(String(require("dtq").PROTOCOL))')
+        [ "$got" = 1 ] || fail "$prefix: node with NODE_PATH=$p/$root requires protocol '$got'"
+    done
+    [ -f "$d$p/share/doc/dtq/sdk/PROTOCOL.md" ] || fail "$prefix: no $p/share/doc/dtq/sdk/PROTOCOL.md"
+    checks=$((checks + 8))
     units=$(find "$d" -path '*/lib/systemd/system/*.service' | sort)
     [ "$(echo "$units" | wc -l)" -eq 3 ] || fail "$prefix: expected 3 units, got: $units"
     # one user per instance: an instance's handlers cannot reach another instance's daemon
