@@ -24,8 +24,9 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
     "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
     "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics", "+fcall_ro|<ns>_cron_list", \
-    "+fcall_ro|<ns>_limit_list", "+fcall_ro|<ns>_served"
-#define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount"
+    "+fcall_ro|<ns>_limit_list", "+fcall_ro|<ns>_served", "+fcall_ro|<ns>_batch_show"
+#define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount", \
+    "+scard", "+srandmember"
 
 /* <ns>_enqueue and the commands it runs; <ns>_layout, which dtqctl calls before its first
  * write. The layout marker is read-only (%R~): a producer that could SET it would stop
@@ -36,12 +37,19 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
  * producer cannot read another producer's tasks with the HMGET it holds for <p>:config. */
 static const char *const producer[] = {
     "+fcall|<ns>_enqueue", "+fcall|<ns>_enqueue_bulk", "+fcall|<ns>_layout", "+fcall_ro|<ns>_served",
+    "+fcall|<ns>_batch", "+fcall|<ns>_chain", "+fcall_ro|<ns>_batch_show",
     "+time", "+hmget", "+get", "+mget", "+exists", "+xlen", "+incr", "+incrby", "+hset", "+sadd",
     "+set", "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat", "+smembers",
     "%R~<p>:config", "%R~<p>:queue:*:mode", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "%R~<p>:workers", "%R~<p>:worker:*",
     "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
-    "%R~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
+    "%R~<p>:layout", "~<p>:queue:*:length", "&<p>:events",
+    /* batches and chains: the batches, the waiters sets of a chain's links, and what a
+     * batch complete at its close runs (its callbacks enqueued, its retention). Not `after`
+     * naming an existing task: that reads the task's status, and task hashes are
+     * write-only here (the enqueue answers NOPERM; reference 16) */
+    "~<p>:waiters:*", "~<p>:batch:*", "~<p>:batches", "+scard", "+hincrby", "+hgetall",
+    "+hexists", "+srandmember", "+expire", NULL};
 
 /* A plain XADD into the priority streams, nothing else. */
 static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NULL};
@@ -66,6 +74,7 @@ static const char *const worker[] = {
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+incrby", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
     "+scard", "+smembers", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
+    "+hincrby", "+hexists", /* batches: a member's end counted (lib/batch.lua) */
     /* limits (fetch, reap and finish under a limit): GCRA state, slot sets, their healing */
     "+zrange", "+zscore", "+zremrangebyscore",
     "~<p>:*", "&<p>:events", NULL};
@@ -82,6 +91,7 @@ static const char *const admin[] = {
     "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_limit_set", "+fcall|<ns>_limit_remove",
     "+fcall|<ns>_queue_mode", "+fcall|<ns>_pool_restart", "+mget",
+    "+fcall|<ns>_batch", "+fcall|<ns>_chain", "+hincrby", "+hexists", "+srandmember", "+zadd",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load", "+fcall|<ns>_layout",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",

@@ -1,8 +1,7 @@
 -- lua/fn/enqueue.lua
 -- FCALL <ns>_enqueue and <ns>_enqueue_bulk.
-local fmt, ID_RULE, is_name, is_task_id, NAME_RULE, now_ms, opt_error, parse_int =
-  util.fmt, util.ID_RULE, util.is_name, util.is_task_id, util.NAME_RULE, util.now_ms,
-  util.opt_error, util.parse_int
+local fmt, is_name, NAME_RULE, now_ms, opt_error, parse_int =
+  util.fmt, util.is_name, util.NAME_RULE, util.now_ms, util.opt_error, util.parse_int
 local SCOPE, k =
   scope.SCOPE, scope.k
 local reg =
@@ -13,65 +12,20 @@ local free_task_id, next_seq, seq_incr =
   ids.free_task_id, ids.next_seq, ids.seq_incr
 local qlen_add, qlen_resync, queue_known =
   streams.qlen_add, streams.qlen_resync, streams.queue_known
-local ENQUEUE_LIMITS, create_task, payload_refusal, read_task =
-  task.ENQUEUE_LIMITS, task.create_task, task.payload_refusal, task.read_task
+local create_task, payload_refusal, read_task =
+  task.create_task, task.payload_refusal, task.read_task
 local DEPS =
   deps.DEPS
+local enqueue_options, queue_full =
+  options.enqueue_options, options.queue_full
+local BATCH =
+  batch.BATCH
 local LEAN =
   lean.LEAN
 
--- Enqueue options from args[first..]: a table, or nil and the INVALID_ARGUMENT message.
--- `per_task` allows the options that name one task (idempotency_key, task_id).
-local function enqueue_options(c, args, first, per_task)
-  local o = {priority = c.default_priority}
-  if (#args - first + 1) % 2 ~= 0 then return nil, 'options come in name value pairs' end
-  for i = first, #args, 2 do
-    local name, v = args[i], args[i + 1]
-    local lim = ENQUEUE_LIMITS[name]
-    if lim then
-      local n = parse_int(v, lim[1], lim[2])
-      if not n then
-        return nil, name .. ' must be an integer in [' .. fmt(lim[1]) .. ', ' .. fmt(lim[2]) .. ']'
-      end
-      o[name] = n
-    elseif name == 'limit_key' then
-      if not is_name(v) then return nil, 'limit_key must match ' .. NAME_RULE end
-      o.limit_key = v
-    elseif per_task and name == 'idempotency_key' then
-      if #v < 1 or #v > 256 then return nil, 'idempotency_key must be 1-256 bytes' end
-      o.idempotency_key = v
-    elseif per_task and name == 'task_id' then
-      if not is_task_id(v) then return nil, 'task_id must match ' .. ID_RULE end
-      o.task_id = v
-    elseif per_task and name == 'after' then
-      local ids, why = DEPS.parse_after(v)
-      if not ids then return nil, why end
-      o.after = ids
-    elseif per_task and name == 'on_failure' then
-      if not DEPS.ON_FAILURE[v] then return nil, 'on_failure must be cancel, run or dead_letter' end
-      o.on_failure = v
-    else
-      return nil, 'unknown option ' .. name
-    end
-  end
-  if o.on_failure and not o.after then return nil, 'on_failure needs after' end
-  if o.after and o.delay_ms and o.delay_ms > 0 then
-    -- a waiting task starts when its parents are done: a delay would need the schedule
-    -- to count from its release (enqueue it from the last parent's handler instead)
-    return nil, 'delay_ms is refused with after (a waiting task is queued when its ' ..
-                'parents are done)'
-  end
-  return o
-end
-
-local function queue_full(c, queue, depth)
-  return redis.error_reply('QUEUE_FULL queue ' .. queue .. ' holds ' .. fmt(depth) ..
-                           ' entries, max_queue_depth is ' .. fmt(c.max_queue_depth))
-end
-
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
 Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
-task_id, limit_key, after, on_failure. Replies {task_id, 'created'|'duplicate'}. A task
+task_id, limit_key, after, on_failure, batch (lib/batch.lua: the task joins that batch). Replies {task_id, 'created'|'duplicate'}. A task
 `after` others is written waiting and wired to them (lib/deps.lua): it may be released,
 or ended, in this very call when its parents are done already. ]]
 local function enqueue(keys, args)
@@ -96,8 +50,9 @@ local function enqueue(keys, args)
   -- number (the XLEN sum heals it).
   if depth >= c.max_queue_depth then depth = qlen_resync(queue) end
   lean = lean and not (o.delay_ms and o.delay_ms > 0) -- a delayed task is a full one
-  if lean and (o.idempotency_key or o.task_id or o.after) then
-    local what = o.after and 'after' or o.task_id and 'task_id' or 'idempotency_key'
+  if lean and (o.idempotency_key or o.task_id or o.after or o.batch) then
+    local what = o.after and 'after' or o.batch and 'batch' or o.task_id and 'task_id' or
+                 'idempotency_key'
     return opt_error(what .. ' is refused on lean queue ' .. queue ..
                      ' (a lean task keeps no record by id)')
   end
@@ -123,6 +78,10 @@ local function enqueue(keys, args)
     local refusal = DEPS.refusal(o.after)
     if refusal then return refusal end
   end
+  if o.batch then
+    local refusal = BATCH.join_refusal(o.batch, 1)
+    if refusal then return refusal end
+  end
   if depth >= c.max_queue_depth then return queue_full(c, queue, depth) end
 
   local ms = now_ms()
@@ -140,6 +99,10 @@ local function enqueue(keys, args)
   if ikey then
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
+  end
+  if o.batch then -- before the wiring, which may end it at once (a parent that failed)
+    tkey = tkey or k('task', tid)
+    BATCH.join(o.batch, tkey)
   end
   if o.after then
     tkey = tkey or k('task', tid)

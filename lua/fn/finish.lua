@@ -18,6 +18,8 @@ local dead_letter, finish_terminal, history_add, idem_set, in_cancelled, note_en
       read_task, waiters_key, wrong_type =
   task.dead_letter, task.finish_terminal, task.history_add, task.idem_set, task.in_cancelled,
   task.note_ended, task.quarantine, task.read_task, task.waiters_key, task.wrong_type
+local note_batch =
+  task.note_batch
 local decode_policy =
   policy.decode_policy
 local LIM =
@@ -54,16 +56,17 @@ end
 -- task_poison settles it. Reading and checking all of it here cost ~15% of the Redis time.
 -- limit_slots is read only when the task's queue has limits: a claim takes slots only then,
 -- and the slots of a limit removed since are healed when the limit comes back (heal).
--- has_waiters: whether a task waits for this one (lib/deps.lua), which a success releases.
+-- has_waiters: whether a task waits for this one (lib/deps.lua), which a success releases;
+-- batch: the batch it is a member of (lib/batch.lua), which counts its end.
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
-                       'task_type', 'attempt', 'has_waiters'}
+                       'task_type', 'attempt', 'has_waiters', 'batch'}
 
 -- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
 -- FINISH_FIELDS (a success publishes its event from the values themselves).
 local function finish_hash(tid, v)
   return {id = tid, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
           idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
-          task_type = v[6] or nil, attempt = v[7] or nil}
+          task_type = v[6] or nil, attempt = v[7] or nil, batch = v[9]}
 end
 
 -- Applies the finish record at args[b + 1 ..]; returns the task's new status, 'stale',
@@ -107,6 +110,7 @@ local function finish_one(c, ms, worker, args, b)
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
     if v[3] then idem_set(finish_hash(tid, v), 'completed', ms) end
     if v[8] then note_ended(c, ms, tid, 'succeeded') end -- its waiters: at the call's end
+    if v[9] then note_batch(ms, tkey, tid, 'succeeded', v[9]) end -- its batch: too
     return 'succeeded'
   end
   local h = finish_hash(tid, v)

@@ -12,6 +12,9 @@ registers <ns>_<name>; each call makes call.ctx afresh, the one place per-call s
   ended         the ends of tasks that have waiters, flat (task id, status), with ended_c
                 and ended_ms the config and clock of the call: settled once the Function has run (M.settle, set
                 by lib/deps.lua: task dependencies)
+  batch_ends    the ends of batch members, flat (batch id, task id, status), with batch_ms:
+                counted once the dependencies are settled (M.settle_batches, set by
+                lib/batch.lua)
 The tables among them (limits, limit_state, lean_modes) are made by the first use
 (call.sub): a call is one table until it needs more, which the garbage collector notices
 (bench/fn_cost.sh CALLGRIND=1: four tables a call cost a single enqueue 3% more). Then the
@@ -19,7 +22,7 @@ scope is set from the call's keys (scope.enter) before the Function runs. ]]
 local SCOPE =
   scope.SCOPE
 
-local M = {ctx = nil, settle = nil}
+local M = {ctx = nil, settle = nil, settle_batches = nil}
 
 -- The call's table `name` of call.ctx, made by its first use.
 function M.sub(name)
@@ -58,6 +61,9 @@ function M.reg(name, fn, ro)
     local r = fn(keys, args)
     -- the waiters of the tasks the call ended: released, ended or revived, in this call
     if M.ctx.ended then M.settle() end
+    -- then the batches whose members ended (those the settling ended too): counted, and
+    -- their callbacks enqueued (lib/batch.lua)
+    if M.ctx.batch_ends then M.settle_batches() end
     return r
   end
   local spec = {function_name = NS .. '_' .. name, callback = wrapped}

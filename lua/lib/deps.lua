@@ -57,10 +57,13 @@ function DEPS.parse_after(v)
   return ids
 end
 
--- The status of task `tid`, nil when there is no such hash (or a key of another type).
+-- The status of task `tid`, nil when there is no such hash (or a key of another type); and
+-- the error reply when the read was refused (the caller may not read task hashes: the
+-- producer role).
 local function status_of(tid)
   local s = redis.pcall('HGET', k('task', tid), 'status')
   if type(s) == 'string' then return s end
+  if type(s) == 'table' and s.err and s.err:sub(1, 9) ~= 'WRONGTYPE' then return nil, s end
   return nil
 end
 
@@ -68,7 +71,13 @@ end
 -- exist (NOT_FOUND), or one that has WAITERS_MAX waiters already.
 function DEPS.refusal(ids)
   for _, pid in ipairs(ids) do
-    if not status_of(pid) then
+    local st, denied = status_of(pid)
+    if denied then
+      return redis.error_reply('NOPERM after needs to read the status of task ' .. pid ..
+                               ': this user may not read task hashes (the producer role ' ..
+                               'cannot; enqueue with after as a user that can)')
+    end
+    if not st then
       local why = 'NOT_FOUND task ' .. pid .. ' (named by after) does not exist'
       if SCOPE.cluster then
         why = why .. ' in the slot of queue ' .. tostring(SCOPE.queue) .. ' (cluster ' ..
@@ -164,6 +173,18 @@ local function note_failed(tkey, h, pid, st)
   m[pid] = st
   h.deps_failed = cjson.encode(m)
   redis.call('HSET', tkey, 'deps_failed', h.deps_failed)
+end
+
+--[[ Task tkey (written waiting, `after` = pid alone) waits for pid, a task this very call
+wrote and has not ended (a chain's link): wired without reading pid's hash, which the
+caller may not be allowed to read (the producer role). ]]
+function DEPS.wire_fresh(c, ms, tkey, h, pid)
+  redis.call('SADD', waiters_key(pid), h.id)
+  redis.call('HSET', k('task', pid), 'has_waiters', '1')
+  redis.call('HSET', tkey, 'status', 'waiting', 'deps_pending', '1')
+  h.status = 'waiting'
+  emit(c, ms, 'TASK_WAITING', h, '', {deps_pending = 1})
+  return 'waiting'
 end
 
 --[[ Wires task h (status waiting, `after` set) to its parents, as they stand now: a parent

@@ -151,6 +151,25 @@ local function note_ended(c, ms, tid, status)
   list[#list + 1], list[#list + 2] = tid, status
 end
 
+-- The end of a batch's member (lib/batch.lua), noted in the call's context (batch_ends:
+-- batch id, task id, status, flat; batch_ms the call's clock) for its counting at the end
+-- of the call. `bid` is the hash's batch field, false when the caller read it and it is
+-- not set, nil when the caller did not read it (asked here).
+local function note_batch(ms, tkey, tid, status, bid)
+  if bid == nil then
+    bid = redis.pcall('HGET', tkey, 'batch')
+    if type(bid) ~= 'string' then return end
+  end
+  if not bid then return end
+  local cx = call.ctx
+  local list = cx.batch_ends
+  if not list then
+    list = {}
+    cx.batch_ends, cx.batch_ms = list, ms
+  end
+  list[#list + 1], list[#list + 2], list[#list + 3] = bid, tid, status
+end
+
 -- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
 -- (No updated_at: finished_at is the time of the change; readers take the latest.)
 -- The funnel of every terminal transition but a success: a task that has waiters is noted
@@ -167,6 +186,7 @@ local function finish_terminal(c, tkey, h, status, ms, extra)
   idem_set(h, status == 'succeeded' and 'completed' or 'failed', ms)
   local tid = h.id or tkey:sub(#k('task', '') + 1)
   if redis.call('EXISTS', waiters_key(tid)) == 1 then note_ended(c, ms, tid, status) end
+  note_batch(ms, tkey, tid, status, h.batch)
 end
 
 -- Permanent failure: dead_lettered + DLQ entry, or failed when the DLQ is disabled. The
@@ -262,6 +282,6 @@ return {CREATED_FIELDS = CREATED_FIELDS, ENQUEUE_LIMITS = ENQUEUE_LIMITS, HISTOR
         create_task = create_task, dead_letter = dead_letter,
         dead_letter_poisoned = dead_letter_poisoned, finish_terminal = finish_terminal,
         history_add = history_add, idem_set = idem_set, in_cancelled = in_cancelled,
-        note_ended = note_ended, waiters_key = waiters_key,
+        note_batch = note_batch, note_ended = note_ended, waiters_key = waiters_key,
         payload_refusal = payload_refusal, quarantine = quarantine, read_task = read_task,
         task_poison = task_poison, task_queue = task_queue, wrong_type = wrong_type}

@@ -297,14 +297,17 @@ START_TEST(test_acl_output_and_hash_tag) {
     char *slash;
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "DTQ_REDIS_URL=redis://127.0.0.1:1", "acl producer"),
                      0);
-    ck_assert_str_eq(out,
-                     "resetkeys resetchannels clearselectors -@all +fcall|dtq_enqueue "
-                     "+fcall|dtq_enqueue_bulk +fcall|dtq_layout +fcall_ro|dtq_served +time +hmget "
-                     "+get +mget +exists +xlen +incr +incrby +hset +sadd +set +zadd +xadd +publish "
-                     "+pubsub|numsub +pubsub|numpat +smembers %R~dtq:config %R~dtq:queue:*:mode "
-                     "%W~dtq:task:* %W~dtq:stream:*:p[0-9] %W~dtq:stream:events %R~dtq:workers "
-                     "%R~dtq:worker:* ~dtq:idempotency:* %W~dtq:queues ~dtq:seq "
-                     "%W~dtq:retry:schedule %R~dtq:layout ~dtq:queue:*:length &dtq:events\n");
+    ck_assert_str_eq(
+        out, "resetkeys resetchannels clearselectors -@all +fcall|dtq_enqueue "
+             "+fcall|dtq_enqueue_bulk +fcall|dtq_layout +fcall_ro|dtq_served +fcall|dtq_batch "
+             "+fcall|dtq_chain +fcall_ro|dtq_batch_show +time +hmget "
+             "+get +mget +exists +xlen +incr +incrby +hset +sadd +set +zadd +xadd +publish "
+             "+pubsub|numsub +pubsub|numpat +smembers %R~dtq:config %R~dtq:queue:*:mode "
+             "%W~dtq:task:* %W~dtq:stream:*:p[0-9] %W~dtq:stream:events %R~dtq:workers "
+             "%R~dtq:worker:* ~dtq:idempotency:* %W~dtq:queues ~dtq:seq "
+             "%W~dtq:retry:schedule %R~dtq:layout ~dtq:queue:*:length &dtq:events "
+             "~dtq:waiters:* ~dtq:batch:* ~dtq:batches +scard +hincrby +hgetall +hexists "
+             "+srandmember +expire\n");
     free(out);
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "-n jobs acl producer-raw"), 0);
     ck_assert_str_eq(
@@ -388,6 +391,30 @@ START_TEST(test_producer) {
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:events")), 4); /* TASK_QUEUED x4 */
     assert_no_denials("prod");
+
+    /* batches and chains (a batch complete at its close enqueues its callback at once) */
+    r = redisCommand(p, "FCALL dtq_batch 0 create default 2 echo {} echo {} batch_id pb open 1 "
+                        "on_complete done");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    r = redisCommand(p, "FCALL dtq_enqueue 0 default echo {} batch pb");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    th_expect_str(redisCommand(p, "FCALL dtq_batch 0 close pb"), "closed");
+    r = redisCommand(p, "FCALL_RO dtq_batch_show 0 pb");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+    r = redisCommand(p, "FCALL dtq_chain 0 default 3 echo {} echo {} echo {}");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    th_assert_field(C, r->element[2]->str, "status", "waiting");
+    freeReplyObject(r);
+    assert_no_denials("prod");
+    /* after naming an existing task reads its status: refused, precisely, nothing written */
+    r = redisCommand(p, "FCALL dtq_enqueue 0 default echo {} after p-ctl");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    ck_assert_ptr_nonnull(strstr(r->str, "NOPERM after needs to read the status of task p-ctl"));
+    freeReplyObject(r);
+    freeReplyObject(th_cmd(C, "ACL LOG RESET"));
 
     /* refused, changing nothing */
     internal_functions_refused(p);
