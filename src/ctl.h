@@ -167,6 +167,9 @@ ctl_run_fn ctl_scheduled_list, ctl_scheduled_act, ctl_queue_clear, ctl_queue_rem
 
 /* Periodic tasks (ctl_cron.c): cron add, list, and remove | pause | resume | run. */
 ctl_run_fn ctl_cron_add, ctl_cron_list, ctl_cron_act;
+/* Workflows (ctl_flow.c): batch create | add | close | show (<ns>_batch, <ns>_batch_show) and
+ * chain (<ns>_chain). */
+ctl_run_fn ctl_batch, ctl_chain;
 /* Rate and concurrency limits (ctl_limit.c): limit set, list and remove (<ns>_limit_set,
  * <ns>_limit_list, <ns>_limit_remove). */
 ctl_run_fn ctl_limit_set, ctl_limit_list, ctl_limit_remove;

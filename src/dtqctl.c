@@ -144,6 +144,29 @@ static const ctl_verb verbs[] = {
              "[--limit-key K]",
      .help = "one JSON payload per line of stdin",
      .min = 2, .max = ANY, .run = ctl_enqueue_bulk, .connects = 1},
+    {.name = "chain", .args = "<queue>",
+     .opts = "[--after ID[,ID...]] [--on-failure cancel|run|dead_letter]\n"
+             "[--priority N] [--max-attempts N] [--timeout-ms N]\n"
+             "[--ttl-seconds N] [--limit-key K]",
+     .help = "tasks from stdin ('<task_type> <payload>' per line),\neach after the one before",
+     .min = 1, .max = ANY, .run = ctl_chain, .connects = 1},
+    {.name = "batch", .sub = "create", .args = "<queue>",
+     .opts = "[--id ID] [--on-success TYPE [--on-success-payload JSON]]\n"
+             "[--on-complete TYPE [--on-complete-payload JSON]]\n"
+             "[--open] [--description TEXT] [--priority N] [--delay-ms N]\n"
+             "[--max-attempts N] [--timeout-ms N] [--ttl-seconds N] [--limit-key K]",
+     .help = "a batch of the tasks of stdin ('<task_type> <payload>'\nper line); the callbacks go to <queue>",
+     .min = 1, .max = ANY, .run = ctl_batch, .connects = 1},
+    {.name = "batch", .sub = "add", .args = "<batch_id> <queue>",
+     .opts = "[--priority N] [--delay-ms N] [--max-attempts N]\n[--timeout-ms N] [--ttl-seconds N] [--limit-key K]",
+     .help = "more members, from stdin, to a batch not yet complete",
+     .min = 2, .max = ANY, .run = ctl_batch, .connects = 1},
+    {.name = "batch", .sub = "close", .args = "<batch_id>", .opts = "[--queue Q]",
+     .help = "no more members: complete once none is pending",
+     .min = 1, .max = 3, .run = ctl_batch, .connects = 1},
+    {.name = "batch", .sub = "show", .args = "<batch_id>", .opts = "[--queue Q] [--json]",
+     .help = "counts, callbacks and failed members (Q: the\nbatch's queue, needed on a cluster)",
+     .min = 1, .max = 4, .run = ctl_batch, .connects = 1},
     {.name = "show", .args = "<id>", .opts = "[--queue Q]",
      .help = "the task hash and its result (Q: the task's\nqueue, needed on a cluster)",
      .min = 1, .max = 3, .run = ctl_show, .connects = 1},

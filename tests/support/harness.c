@@ -618,8 +618,8 @@ int th_run_dtqctl(const th_redis *r, char **out, const char *env, const char *ar
     int status;
     th_path(r, "ctl.out", path, sizeof(path));
     snprintf(cmd, sizeof(cmd),
-             "env -u DTQ_REDIS_URL -u DTQ_REDIS_NAMESPACE -u DTQ_REDIS_CLUSTER_HASH_TAG %s %s %s "
-             ">%s 2>&1 </dev/null",
+             "env -u DTQ_REDIS_URL -u DTQ_REDIS_NAMESPACE -u DTQ_REDIS_CLUSTER_HASH_TAG </dev/null "
+             "%s %s %s >%s 2>&1", /* stdin: /dev/null unless args redirect it ("< file") */
              env, DTQCTL_BIN, args, path);
     status = system(cmd);
     *out = th_read_file(path);
