@@ -672,6 +672,11 @@ START_TEST(test_help_is_the_table) {
         {"enqueue", "enqueue q", "usage: dtqctl enqueue <queue> <task_type> <payload> [options]"},
         {"enqueue-bulk", "enqueue-bulk q",
          "usage: dtqctl enqueue-bulk <queue> <task_type> [options]"},
+        {"chain", "chain", "usage: dtqctl chain <queue> [options]"},
+        {"batch create", "batch create", "usage: dtqctl batch create <queue> [options]"},
+        {"batch add", "batch add x", "usage: dtqctl batch add <batch_id> <queue> [options]"},
+        {"batch close", "batch close", "usage: dtqctl batch close <batch_id> [options]"},
+        {"batch show", "batch show", "usage: dtqctl batch show <batch_id> [options]"},
         {"show", "show", "usage: dtqctl show <id> [options]"},
         {"cancel", "cancel a b", "usage: dtqctl cancel <id> [options]"},
         {"dlq list", NULL, NULL},
@@ -722,7 +727,7 @@ START_TEST(test_help_is_the_table) {
         ck_assert_int_ge(sscanf(line, "%31s %31s", w1, w2), 1);
         if (!strcmp(w1, "dlq") || !strcmp(w1, "functions") || !strcmp(w1, "scheduled") ||
             !strcmp(w1, "queue") || !strcmp(w1, "cron") || !strcmp(w1, "limit") ||
-            !strcmp(w1, "pool"))
+            !strcmp(w1, "pool") || !strcmp(w1, "batch"))
             snprintf(verb, sizeof(verb), "%s %s", w1, w2);
         else
             snprintf(verb, sizeof(verb), "%s", w1);
