@@ -130,7 +130,8 @@ static const struct {
                  FN(overview),     FN(workers),      FN(queue_view), FN(task_view),
                  FN(dead_letters), FN(audit_page),   FN(scheduled),  FN(sched_run_now),
                  FN(metrics),      FN(sched_delete), FN(cron_list),  FN(cron_pause),
-                 FN(cron_resume),  FN(cron_run),     FN(limit_list), FN(limit_remove)};
+                 FN(cron_resume),  FN(cron_run),     FN(limit_list), FN(limit_remove),
+                 FN(batch_show)};
 #undef FN
 
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns) {

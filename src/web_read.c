@@ -445,6 +445,23 @@ void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args
     read_start(w, req, &sp, args);
 }
 
+/* ================================================================= GET /api/batches/<id> */
+
+/* ?queue=Q: the batch's queue, required in the cluster layout (the batch lives in its slot). */
+void dtq_web_api_batch(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    read_spec sp = {0};
+    const char *args[] = {a->arg, NULL};
+    int bad;
+    if (!a->arg || !dtq_valid_name(a->arg, strlen(a->arg), 64)) {
+        dtq_web_reply_error(req, 400, "bad_request", "a batch id matches [A-Za-z0-9._:-]{1,64}");
+        return;
+    }
+    sp.queue = dtq_web_call_queue(w, req, a, &bad);
+    if (bad || !dtq_web_redis_up(w, req)) return;
+    sp.fn = w->fn.batch_show;
+    read_start(w, req, &sp, args);
+}
+
 /* ================================================================= GET /api/dlq, /api/audit */
 
 /* A stream id, or just its ms part. */

@@ -482,6 +482,18 @@ async function renderTask(id, queue) {
       t.ttl_ms >= 0 ? ' · expires in ' + fmtAge(t.ttl_ms) : '',
       t.due_ms ? h('span', { id: 'due' }, ' · due ', dueIn(t.due_ms, Date.now()),
         t.due_claimed ? ' (being enqueued)' : '') : '')];
+  if (t.fields.batch || t.fields.batch_callback) {
+    const b = t.fields.batch || t.fields.batch_callback;
+    parts.push(h('p', { id: 'task-batch' }, t.fields.batch ? 'member of batch ' : 'callback of batch ',
+      h('a', { href: batchHref(b, t.fields.queue) }, b)));
+  }
+  if (t.fields.progress) {
+    let p = {};
+    try { p = JSON.parse(t.fields.progress); } catch (e) { /* shown in the fields */ }
+    parts.push(h('p', { id: 'task-progress' }, 'progress ',
+      typeof p.fraction === 'number' ? progressBar(p.fraction) : '', ' ',
+      typeof p.fraction === 'number' ? Math.round(p.fraction * 100) + '%' : '', p.message ? ' · ' + p.message : ''));
+  }
   if (t.fields.last_error)
     parts.push(h('p.err', { id: 'last-error' }, (t.fields.last_error_class || '') + ': ' + t.fields.last_error));
   parts.push(h('h2', {}, 'Result'), t.result === null ? h('p.muted', {}, 'none (null, or not kept)') : h('pre', { id: 'result' }, pretty(t.result)));
@@ -505,6 +517,47 @@ async function renderTask(id, queue) {
         h('td.num', {}, e.attempt), h('td.mono', {}, e.worker_id || ''), h('td.mono', {}, e.metadata ? JSON.stringify(e.metadata) : ''))))));
     if (!t.events_complete) parts.push(h('p.muted', {}, 'Only the newest ' + t.events_scanned + ' events of the stream were searched.'));
   }
+  setView(...parts);
+}
+
+// ------------------------------------------------------------------ batches
+
+function batchHref(id, queue) {
+  return '#/batch/' + enc(id) + inQueue(queue);
+}
+
+// A bar filled to fraction (0..1) of its width (a <progress>: no inline style, which the
+// page's Content-Security-Policy refuses).
+function progressBar(fraction) {
+  const pct = Math.max(0, Math.min(100, fraction * 100));
+  return h('progress.progress', { value: pct.toFixed(1), max: '100' }, Math.round(pct) + '%');
+}
+
+// A batch (<ns>_batch_show, reference 4.5): how far it got, its counts, its callbacks and
+// its failed members, each one click from its task page.
+async function renderBatch(id, queue) {
+  const b = await api('/api/batches/' + enc(id) + inQueue(queue));
+  const done = b.total > 0 ? (b.total - b.pending) / b.total : 1;
+  const state = b.completed_at ? 'complete' : b.state;
+  const parts = [h('div.toolbar', {}, h('h1', {}, 'Batch ', h('span.mono', {}, b.id)), badge(state, state)),
+    h('p.muted', {}, 'queue ', h('a', { href: '#/queue/' + enc(b.queue || '') }, b.queue || '?'),
+      ' · created ', ago(b.created_at), b.completed_at ? ' · complete ' + ago(b.completed_at) : '',
+      b.description ? ' · ' + b.description : ''),
+    h('p', { id: 'batch-progress' }, progressBar(done), ' ', h('span', { id: 'batch-done' }, Math.round(done * 100) + '%'),
+      ' · ' + (b.total - b.pending) + ' of ' + b.total + ' ended'),
+    h('table', { id: 'batch-counts' }, h('tbody', {}, ['total', 'pending', 'succeeded', 'failed', 'dead_lettered'].map((k) =>
+      h('tr', { dataset: { count: k } }, h('th', {}, k), h('td.num', {}, String(b[k] || 0))))))];
+  const cbs = ['on_success', 'on_complete'].filter((w) => b[w]);
+  if (cbs.length) {
+    parts.push(h('h2', {}, 'Callbacks'), h('table', { id: 'batch-callbacks' }, h('tbody', {}, cbs.map((w) =>
+      h('tr', { dataset: { callback: w } }, h('th', {}, w), h('td', {}, b[w].task_type || '?'),
+        h('td', {}, b[w].task_id ? h('a', { href: taskHref(b[w].task_id, b.queue) }, b[w].task_id) : h('span.muted', {}, 'not yet')))))));
+  }
+  parts.push(h('h2', {}, 'Failed members'));
+  parts.push(b.failed_ids.length
+    ? h('ul', { id: 'batch-failed' }, b.failed_ids.map((t) => h('li', {}, h('a.mono', { href: taskHref(t, b.queue) }, t))))
+    : h('p.muted', { id: 'batch-failed-none' }, 'None.'));
+  if (b.failed_ids_truncated) parts.push(h('p.muted', {}, 'Only the first ' + b.failed_ids.length + ' are listed.'));
   setView(...parts);
 }
 
@@ -930,6 +983,7 @@ async function refresh() {
     if (parts.length === 0) await renderOverview();
     else if (parts[0] === 'queue' && parts[1]) await renderQueue(parts[1]);
     else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1], params.queue);
+    else if (parts[0] === 'batch' && parts[1]) await renderBatch(parts[1], params.queue);
     else if (parts[0] === 'dlq') await renderDlq(params);
     else if (SCHED_TABS[parts[0]]) await renderSched(parts[0], params);
     else if (parts[0] === 'periodic') await renderPeriodic();
@@ -953,7 +1007,7 @@ function route() {
   if (name === 'events') { renderEvents(); return; }
   refresh();
   if (name === 'overview' || name === 'queue') every(POLL_MS, refresh);
-  if (name === 'task') every(POLL_MS * 2, refresh);
+  if (name === 'task' || name === 'batch') every(POLL_MS * 2, refresh);
   if (name === 'periodic') every(POLL_MS * 2, refresh);
   if (name === 'limits') every(POLL_MS, refresh);
 }

@@ -160,6 +160,23 @@ check "$tmp/queue.html" "'mail-waiting' in row('task', 'mail-waiting') and 'p7' 
 browse "$base/#/task/no-such-task" "$tmp/missing.html"
 check "$tmp/missing.html" "'data-state=\"notfound\"' in dom and 'task no-such-task' in dom"
 
+echo "== a batch"
+rc FCALL dtq_batch 0 create default 3 echo '{"page":1}' echo '{"page":2}' \
+    fail '{"retryable":false,"message":"page 3 is corrupt"}' batch_id book-7 on_complete echo \
+    description 'the book' >"$tmp/batch.out"
+failed_member=$(sed -n 4p "$tmp/batch.out")
+batch_complete() { rc FCALL_RO dtq_batch_show 0 book-7 | grep -q '"completed_at"'; }
+wait_for "batch book-7 complete" batch_complete
+browse "$base/#/batch/book-7" "$tmp/batch.html"
+check "$tmp/batch.html" "'data-state=\"ready\"' in dom and 'the book' in dom and 'complete' in dom"
+check "$tmp/batch.html" "re.search(r'<progress[^>]*value=\"100.0\"', dom) and '3 of 3 ended' in dom"
+check "$tmp/batch.html" "'2' in row('count', 'succeeded') and '1' in row('count', 'dead_lettered')"
+check "$tmp/batch.html" "'href=\"#/task/$failed_member\"' in dom" # the failed member, one click away
+callback=$(rc FCALL_RO dtq_batch_show 0 book-7 | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["on_complete"]["task_id"])')
+check "$tmp/batch.html" "'echo' in row('callback', 'on_complete') and 'href=\"#/task/$callback\"' in dom"
+browse "$base/#/task/$failed_member" "$tmp/member.html"
+check "$tmp/member.html" "'member of batch' in dom and 'href=\"#/batch/book-7\"' in dom and 'page 3 is corrupt' in dom"
+
 echo "== screenshot"
 timeout 120 "$chromium" --headless --disable-gpu --no-sandbox --no-first-run \
     --user-data-dir="$tmp/profile-shot" --hide-scrollbars --window-size=1280,1000 \
@@ -248,7 +265,9 @@ mkdir -p "$tmp/profile-cdp"
 /usr/bin/python3 "$here/../support/web_cdp.py" "$chromium" "$tmp/profile-cdp" "$base" "$token" bad-card ||
     fail "the click through the DevTools protocol"
 status_is bad-card queued || fail "bad-card is $(rc HGET dtq:task:bad-card status), not queued"
-[ "$(rc XLEN dtq:stream:dead-letter)" = 0 ] || fail "the dead letter is still in the stream"
+# (the batch's dead-lettered member is the one entry left)
+[ "$(rc XLEN dtq:stream:dead-letter)" = 1 ] || fail "the dead letter is still in the stream"
+rc XRANGE dtq:stream:dead-letter - + | grep -qx "$failed_member" || fail "the batch's dead letter is gone"
 [ "$(rc XLEN dtq:stream:audit)" = $((audit_before + 1)) ] ||
     fail "want exactly one audit entry (the refused click must write nothing)"
 audit=$(rc XREVRANGE dtq:stream:audit + - COUNT 1 | tr '\n' ' ')
