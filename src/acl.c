@@ -40,7 +40,7 @@ static const char *const producer[] = {
     "+set", "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat", "+smembers",
     "%R~<p>:config", "%R~<p>:queue:*:mode", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "%R~<p>:workers", "%R~<p>:worker:*",
-    "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
+    "~<p>:idempotency:*", "~<p>:unique:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
     "%R~<p>:layout", "~<p>:queue:*:length", "&<p>:events", NULL};
 
 /* A plain XADD into the priority streams, nothing else. */

@@ -19,6 +19,8 @@ local DEPS =
   deps.DEPS
 local LEAN =
   lean.LEAN
+local UNIQUE =
+  unique.UNIQUE
 
 -- Enqueue options from args[first..]: a table, or nil and the INVALID_ARGUMENT message.
 -- `per_task` allows the options that name one task (idempotency_key, task_id).
@@ -50,11 +52,17 @@ local function enqueue_options(c, args, first, per_task)
     elseif per_task and name == 'on_failure' then
       if not DEPS.ON_FAILURE[v] then return nil, 'on_failure must be cancel, run or dead_letter' end
       o.on_failure = v
+    elseif UNIQUE.OPTIONS[name] then -- lib/unique.lua
+      if not per_task then return nil, name .. ' is refused in a bulk enqueue (a unique key names one task)' end
+      local why = UNIQUE.option(o, name, v)
+      if why then return nil, why end
     else
       return nil, 'unknown option ' .. name
     end
   end
   if o.on_failure and not o.after then return nil, 'on_failure needs after' end
+  local uwhy = UNIQUE.settle(o) -- before delay_ms's checks: a debounce's window is its delay
+  if uwhy then return nil, uwhy end
   if o.after and o.delay_ms and o.delay_ms > 0 then
     -- a waiting task starts when its parents are done: a delay would need the schedule
     -- to count from its release (enqueue it from the last parent's handler instead)
@@ -71,7 +79,8 @@ end
 
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
 Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
-task_id, limit_key, after, on_failure. Replies {task_id, 'created'|'duplicate'}. A task
+task_id, limit_key, after, on_failure, unique_for, unique_key, unique_mode. Replies
+{task_id, 'created'|'duplicate'|'debounced'} ('debounced': lib/unique.lua). A task
 `after` others is written waiting and wired to them (lib/deps.lua): it may be released,
 or ended, in this very call when its parents are done already. ]]
 local function enqueue(keys, args)
@@ -96,8 +105,9 @@ local function enqueue(keys, args)
   -- number (the XLEN sum heals it).
   if depth >= c.max_queue_depth then depth = qlen_resync(queue) end
   lean = lean and not (o.delay_ms and o.delay_ms > 0) -- a delayed task is a full one
-  if lean and (o.idempotency_key or o.task_id or o.after) then
-    local what = o.after and 'after' or o.task_id and 'task_id' or 'idempotency_key'
+  if lean and (o.idempotency_key or o.task_id or o.after or o.unique_for) then
+    local what = o.after and 'after' or o.task_id and 'task_id' or
+                 o.unique_for and 'unique_for' or 'idempotency_key'
     return opt_error(what .. ' is refused on lean queue ' .. queue ..
                      ' (a lean task keeps no record by id)')
   end
@@ -115,6 +125,12 @@ local function enqueue(keys, args)
         return {tostring(r.task_id), 'duplicate'}
       end
     end
+  end
+  local ulock
+  if o.unique_for then
+    local held
+    held, ulock = UNIQUE.check(c, now_ms(), queue, ttype, payload, o)
+    if held then return held end
   end
   if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
     return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
@@ -141,6 +157,7 @@ local function enqueue(keys, args)
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
   end
+  if ulock then UNIQUE.take(ulock, tkey or k('task', tid), tid, o) end
   if o.after then
     tkey = tkey or k('task', tid)
     redis.call('HSET', tkey, 'after', table.concat(o.after, ','), 'on_failure',

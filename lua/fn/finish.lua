@@ -24,6 +24,8 @@ local LIM =
   limits.LIM
 local LEAN =
   lean.LEAN
+local UNIQUE =
+  unique.UNIQUE
 
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
 for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/lua/finish.c
@@ -55,15 +57,16 @@ end
 -- limit_slots is read only when the task's queue has limits: a claim takes slots only then,
 -- and the slots of a limit removed since are healed when the limit comes back (heal).
 -- has_waiters: whether a task waits for this one (lib/deps.lua), which a success releases.
+-- unique_key: a unique task's key (lib/unique.lua), which its end gives back.
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
-                       'task_type', 'attempt', 'has_waiters'}
+                       'task_type', 'attempt', 'has_waiters', 'unique_key'}
 
 -- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
 -- FINISH_FIELDS (a success publishes its event from the values themselves).
 local function finish_hash(tid, v)
   return {id = tid, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
           idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
-          task_type = v[6] or nil, attempt = v[7] or nil}
+          task_type = v[6] or nil, attempt = v[7] or nil, unique_key = v[9] or nil}
 end
 
 -- Applies the finish record at args[b + 1 ..]; returns the task's new status, 'stale',
@@ -107,6 +110,7 @@ local function finish_one(c, ms, worker, args, b)
     redis.call('EXPIRE', tkey, fmt(c.task_retention_s))
     if v[3] then idem_set(finish_hash(tid, v), 'completed', ms) end
     if v[8] then note_ended(c, ms, tid, 'succeeded') end -- its waiters: at the call's end
+    if v[9] then UNIQUE.release(v[5], v[9], tid) end
     return 'succeeded'
   end
   local h = finish_hash(tid, v)
