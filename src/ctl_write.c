@@ -28,7 +28,10 @@ static const flag_opt task_opts[] = {{"--priority", "priority"},
                                      {"--idempotency-key", "idempotency_key"},
                                      {"--id", "task_id"},
                                      {"--after", "after"},
-                                     {"--on-failure", "on_failure"}};
+                                     {"--on-failure", "on_failure"},
+                                     {"--unique-for", "unique_for"},
+                                     {"--unique-key", "unique_key"},
+                                     {"--unique-mode", "unique_mode"}};
 #define NBULK_OPTS 6 /* enqueue-bulk takes the first six */
 #define NTASK_OPTS (sizeof(task_opts) / sizeof(task_opts[0]))
 
