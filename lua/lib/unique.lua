@@ -91,9 +91,12 @@ function UNIQUE.check(c, ms, queue, ttype, payload, o)
   return {tid, 'duplicate'}
 end
 
--- The new task `tid` takes the key (`lock` from UNIQUE.check).
+-- The new task `tid` takes the key (`lock` from UNIQUE.check). The window of a delayed task
+-- counts from its due time (a debounce's delay is its window).
 function UNIQUE.take(lock, tkey, tid, o)
-  redis.call('SET', lock, o.unique_mode .. ':' .. tid, 'EX', fmt(o.unique_for))
+  local ttl = o.unique_for
+  if o.delay_ms and o.unique_mode ~= 'debounce' then ttl = ttl + math.ceil(o.delay_ms / 1000) end
+  redis.call('SET', lock, o.unique_mode .. ':' .. tid, 'EX', fmt(ttl))
   redis.call('HSET', tkey, 'unique_key', o.unique_key, 'unique_mode', o.unique_mode)
 end
 

@@ -193,6 +193,9 @@ START_TEST(test_until_started) {
         "FCALL dtq_enqueue 0 us echo 1 unique_for 60 unique_key later unique_mode until_started "
         "delay_ms 60000 task_id s3");
     th_assert_field(C, "s3", "status", "pending");
+    /* its window counts from its due time */
+    ck_assert_int_gt(lock_ttl("us", "later"), 110);
+    ck_assert_int_le(lock_ttl("us", "later"), 120);
     ENQ("s3", "duplicate",
         "FCALL dtq_enqueue 0 us echo 1 unique_for 60 unique_key later unique_mode until_started");
 }
