@@ -53,7 +53,9 @@ local function enqueue_options(c, args, first, per_task)
       if not DEPS.ON_FAILURE[v] then return nil, 'on_failure must be cancel, run or dead_letter' end
       o.on_failure = v
     elseif UNIQUE.OPTIONS[name] then -- lib/unique.lua
-      if not per_task then return nil, name .. ' is refused in a bulk enqueue (a unique key names one task)' end
+      if not per_task then
+        return nil, name .. ' is refused in a bulk enqueue (a unique key names one task)'
+      end
       local why = UNIQUE.option(o, name, v)
       if why then return nil, why end
     else

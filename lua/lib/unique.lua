@@ -54,7 +54,9 @@ function UNIQUE.settle(o)
   end
   o.unique_mode = o.unique_mode or 'until_finished'
   if o.unique_mode == 'debounce' then
-    if o.delay_ms then return 'delay_ms is refused with unique_mode debounce (unique_for is its delay)' end
+    if o.delay_ms then
+      return 'delay_ms is refused with unique_mode debounce (unique_for is its delay)'
+    end
     if o.after then
       return 'unique_mode debounce is refused with after (a waiting task is in no schedule)'
     end
