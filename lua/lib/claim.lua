@@ -106,7 +106,9 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
                'max_attempts', sma, 'timeout_ms', sto, 'carrier', source)
   end
   h.attempt = attempt
-  if h.unique_key and h.unique_mode ~= 'until_finished' then -- lib/unique.lua: started
+  -- lib/unique.lua: a start gives an until_started key back. (Never on FULL.first's fast path:
+  -- a unique task's two fields make its hash's field count differ from CREATED_FIELDS.)
+  if h.unique_key and h.unique_mode ~= 'until_finished' then
     UNIQUE.release(h.queue, h.unique_key, tid)
   end
   emit(c, ms, 'TASK_STARTED', h, worker)
