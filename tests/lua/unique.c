@@ -310,6 +310,12 @@ START_TEST(test_stale_lock) {
     ENQ("g6", "created",
         "FCALL dtq_enqueue 0 st echo 1 unique_for 60 unique_key d unique_mode debounce task_id g6");
     lock_is("st", "d", "debounce:g6");
+    /* the cluster layout: the lock is in the queue's slot */
+    ENQ("c1", "created",
+        "FCALL dtq_enqueue 1 {dtq:q1} q1 echo 1 unique_for 60 unique_key k "
+        "task_id c1");
+    th_expect_str(th_cmd(C, "GET {dtq:q1}:unique:q1:k"), "until_finished:c1");
+    ENQ("c1", "duplicate", "FCALL dtq_enqueue 1 {dtq:q1} q1 echo 1 unique_for 60 unique_key k");
     /* g2's cancel after its lock was taken over by hand leaves the new holder alone */
     freeReplyObject(th_cmd(C, "SET dtq:unique:st:k until_finished:other"));
     th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 g2"), "cancelled");
