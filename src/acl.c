@@ -42,12 +42,12 @@ static const char *const producer[] = {
     "+set", "+zadd", "+xadd", "+publish", "+pubsub|numsub", "+pubsub|numpat", "+smembers",
     "%R~<p>:config", "%R~<p>:queue:*:mode", "%W~<p>:task:*", "%W~<p>:stream:*:p[0-9]", "%W~<p>:stream:events",
     "%R~<p>:workers", "%R~<p>:worker:*",
-    "~<p>:idempotency:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
+    "~<p>:idempotency:*", "~<p>:unique:*", "%W~<p>:queues", "~<p>:seq", "%W~<p>:retry:schedule",
     "%R~<p>:layout", "~<p>:queue:*:length", "&<p>:events",
     /* batches and chains: the batches, the waiters sets of a chain's links, and what a
      * batch complete at its close runs (its callbacks enqueued, its retention). Not `after`
      * naming an existing task: that reads the task's status, and task hashes are
-     * write-only here (the enqueue answers NOPERM; reference 16) */
+     * write-only here (the enqueue answers NOPERM; reference 17) */
     "~<p>:waiters:*", "~<p>:batch:*", "~<p>:batches", "+scard", "+hincrby", "+hgetall",
     "+hexists", "+srandmember", "+expire", NULL};
 

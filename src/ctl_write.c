@@ -29,7 +29,10 @@ static const flag_opt task_opts[] = {{"--priority", "priority"},
                                      {"--id", "task_id"},
                                      {"--after", "after"},
                                      {"--on-failure", "on_failure"},
-                                     {"--batch", "batch"}};
+                                     {"--batch", "batch"},
+                                     {"--unique-for", "unique_for"},
+                                     {"--unique-key", "unique_key"},
+                                     {"--unique-mode", "unique_mode"}};
 #define NBULK_OPTS 6 /* enqueue-bulk takes the first six */
 #define NTASK_OPTS (sizeof(task_opts) / sizeof(task_opts[0]))
 

@@ -137,6 +137,8 @@ static const ctl_verb verbs[] = {
              "[--limit-key K] [--idempotency-key K] [--id ID]\n"
              "[--after ID[,ID...] [--on-failure cancel|run|dead_letter]]\n"
              "[--batch ID]\n"
+             "[--unique-for S [--unique-key K]\n"
+             " [--unique-mode until_started|until_finished|debounce]]\n"
              "[--wait [--timeout S]] [--wait-replicas N]",
      .min = 3, .max = ANY, .run = ctl_enqueue, .connects = 1},
     {.name = "enqueue-bulk", .args = "<queue> <task_type>",

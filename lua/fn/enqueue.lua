@@ -22,10 +22,14 @@ local BATCH =
   batch.BATCH
 local LEAN =
   lean.LEAN
+local UNIQUE =
+  unique.UNIQUE
 
 --[[ FCALL <ns>_enqueue 0 <queue> <task_type> <payload-json> [option value]...
 Options: priority, max_attempts, timeout_ms, delay_ms, ttl_seconds, idempotency_key,
-task_id, limit_key, after, on_failure, batch (lib/batch.lua: the task joins that batch). Replies {task_id, 'created'|'duplicate'}. A task
+task_id, limit_key, after, on_failure, batch (lib/batch.lua: the task joins that batch),
+unique_for, unique_key, unique_mode. Replies {task_id, 'created'|'duplicate'|'debounced'}
+('debounced': lib/unique.lua). A task
 `after` others is written waiting and wired to them (lib/deps.lua): it may be released,
 or ended, in this very call when its parents are done already. ]]
 local function enqueue(keys, args)
@@ -50,9 +54,9 @@ local function enqueue(keys, args)
   -- number (the XLEN sum heals it).
   if depth >= c.max_queue_depth then depth = qlen_resync(queue) end
   lean = lean and not (o.delay_ms and o.delay_ms > 0) -- a delayed task is a full one
-  if lean and (o.idempotency_key or o.task_id or o.after or o.batch) then
+  if lean and (o.idempotency_key or o.task_id or o.after or o.batch or o.unique_for) then
     local what = o.after and 'after' or o.batch and 'batch' or o.task_id and 'task_id' or
-                 'idempotency_key'
+                 o.unique_for and 'unique_for' or 'idempotency_key'
     return opt_error(what .. ' is refused on lean queue ' .. queue ..
                      ' (a lean task keeps no record by id)')
   end
@@ -70,6 +74,12 @@ local function enqueue(keys, args)
         return {tostring(r.task_id), 'duplicate'}
       end
     end
+  end
+  local ulock
+  if o.unique_for then
+    local held
+    held, ulock = UNIQUE.check(c, now_ms(), queue, ttype, payload, o)
+    if held then return held end
   end
   if o.task_id and redis.call('EXISTS', k('task', o.task_id)) == 1 then
     return redis.error_reply('ID_EXISTS task ' .. o.task_id .. ' exists')
@@ -100,6 +110,7 @@ local function enqueue(keys, args)
     redis.call('SET', ikey, cjson.encode({task_id = tid, state = 'processing', updated_at = ms}),
                'EX', fmt(c.idem_ttl_s))
   end
+  if ulock then UNIQUE.take(ulock, tkey or k('task', tid), tid, o) end
   if o.batch then -- before the wiring, which may end it at once (a parent that failed)
     tkey = tkey or k('task', tid)
     BATCH.join(o.batch, tkey)

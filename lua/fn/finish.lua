@@ -26,6 +26,8 @@ local LIM =
   limits.LIM
 local LEAN =
   lean.LEAN
+local UNIQUE =
+  unique.UNIQUE
 
 --[[ The finish record: what the daemon's dtq_finish_record_encode() (src/finisher.c) sends
 for one finished attempt, FINISH_RECORD_FIELDS values in this order. tests/lua/finish.c
@@ -57,16 +59,18 @@ end
 -- limit_slots is read only when the task's queue has limits: a claim takes slots only then,
 -- and the slots of a limit removed since are healed when the limit comes back (heal).
 -- has_waiters: whether a task waits for this one (lib/deps.lua), which a success releases;
--- batch: the batch it is a member of (lib/batch.lua), which counts its end.
+-- batch: the batch it is a member of (lib/batch.lua), which counts its end; unique_key: a
+-- unique task's key (lib/unique.lua), which its end gives back.
 local FINISH_FIELDS = {'worker_id', 'cancel_requested', 'idempotency_key', 'status', 'queue',
-                       'task_type', 'attempt', 'has_waiters', 'batch'}
+                       'task_type', 'attempt', 'has_waiters', 'batch', 'unique_key'}
 
 -- The task as the idempotency record and the rarer outcomes need it, from the HMGET of
 -- FINISH_FIELDS (a success publishes its event from the values themselves).
 local function finish_hash(tid, v)
   return {id = tid, worker_id = v[1] or nil, cancel_requested = v[2] or nil,
           idempotency_key = v[3] or nil, status = v[4] or nil, queue = v[5] or nil,
-          task_type = v[6] or nil, attempt = v[7] or nil, batch = v[9]}
+          task_type = v[6] or nil, attempt = v[7] or nil, batch = v[9],
+          unique_key = v[10] or nil}
 end
 
 -- Applies the finish record at args[b + 1 ..]; returns the task's new status, 'stale',
@@ -111,6 +115,7 @@ local function finish_one(c, ms, worker, args, b)
     if v[3] then idem_set(finish_hash(tid, v), 'completed', ms) end
     if v[8] then note_ended(c, ms, tid, 'succeeded') end -- its waiters: at the call's end
     if v[9] then note_batch(ms, tkey, tid, 'succeeded', v[9]) end -- its batch: too
+    if v[10] then UNIQUE.release(v[5], v[10], tid) end
     return 'succeeded'
   end
   local h = finish_hash(tid, v)

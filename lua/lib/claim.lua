@@ -23,6 +23,8 @@ local LIM =
   limits.LIM
 local LEAN =
   lean.LEAN
+local UNIQUE =
+  unique.UNIQUE
 
 --[[ Whether a task whose entry was delivered may run now. Returns 'claim' (queued at the
 entry's attempt), 'adopt' (the entry carries a running attempt of a lost worker), or nil
@@ -104,6 +106,11 @@ local function claim_task(c, ms, worker, policy, stream, entry_id, tid, tkey, h,
                'max_attempts', sma, 'timeout_ms', sto, 'carrier', source)
   end
   h.attempt = attempt
+  -- lib/unique.lua: a start gives an until_started key back. (Never on FULL.first's fast path:
+  -- a unique task's two fields make its hash's field count differ from CREATED_FIELDS.)
+  if h.unique_key and h.unique_mode ~= 'until_finished' then
+    UNIQUE.release(h.queue, h.unique_key, tid)
+  end
   emit(c, ms, 'TASK_STARTED', h, worker)
   if h.parent_results then -- a released waiter: its parents' results go to its handler
     return {stream, entry_id, tid, h.queue, h.task_type, h.payload or '', attempt, ma, to, 0,

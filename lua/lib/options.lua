@@ -8,13 +8,15 @@ local ENQUEUE_LIMITS =
   task.ENQUEUE_LIMITS
 local DEPS =
   deps.DEPS
+local UNIQUE =
+  unique.UNIQUE
 
 -- The longest batch id (lib/batch.lua).
 local BATCH_ID_MAX = 64
 
 -- Enqueue options from args[first..]: a table, or nil and the INVALID_ARGUMENT message.
 -- `per_task` allows the options that name one task (idempotency_key, task_id, after,
--- on_failure, batch).
+-- on_failure, batch, and lib/unique.lua's).
 local function enqueue_options(c, args, first, per_task)
   local o = {priority = c.default_priority}
   if (#args - first + 1) % 2 ~= 0 then return nil, 'options come in name value pairs' end
@@ -48,11 +50,20 @@ local function enqueue_options(c, args, first, per_task)
     elseif per_task and name == 'on_failure' then
       if not DEPS.ON_FAILURE[v] then return nil, 'on_failure must be cancel, run or dead_letter' end
       o.on_failure = v
+    elseif UNIQUE.OPTIONS[name] then -- lib/unique.lua
+      if not per_task then
+        return nil, name .. ' is refused for a group of tasks (bulk, batch, chain: a unique ' ..
+                    'key names one task)'
+      end
+      local why = UNIQUE.option(o, name, v)
+      if why then return nil, why end
     else
       return nil, 'unknown option ' .. name
     end
   end
   if o.on_failure and not o.after then return nil, 'on_failure needs after' end
+  local uwhy = UNIQUE.settle(o) -- before delay_ms's checks: a debounce's window is its delay
+  if uwhy then return nil, uwhy end
   if o.after and o.delay_ms and o.delay_ms > 0 then
     -- a waiting task starts when its parents are done: a delay would need the schedule
     -- to count from its release (enqueue it from the last parent's handler instead)

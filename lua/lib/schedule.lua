@@ -13,6 +13,8 @@ local add_entry, queue_known =
 local dead_letter_poisoned, finish_terminal, in_cancelled, quarantine, read_task, task_poison =
   task.dead_letter_poisoned, task.finish_terminal, task.in_cancelled, task.quarantine,
   task.read_task, task.task_poison
+local UNIQUE =
+  unique.UNIQUE
 
 --[[ One task the scheduler (or <ns>_sched_run_now) takes out of the schedule, by its hash:
 gone/terminal -> drop; cancelled -> cancelled; TTL passed -> expired; already queued ->
@@ -53,6 +55,9 @@ local function promote_one(c, ms, worker, tid, source, meta)
     redis.call('HSET', tkey, 'status', 'queued', 'attempt', h.attempt, 'updated_at', fmt(ms))
     add_entry(h, tid)
     queue_known(h.queue)
+    if h.unique_mode == 'debounce' and h.unique_key then -- its window is over (lib/unique.lua)
+      UNIQUE.release(h.queue, h.unique_key, tid)
+    end
     emit(c, ms, etype, h, worker, meta)
     return 'queued'
   end

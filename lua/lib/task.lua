@@ -12,6 +12,8 @@ local emit, emit_task =
   events.emit, events.emit_task
 local stream_key =
   streams.stream_key
+local UNIQUE =
+  unique.UNIQUE
 
 --[[ Poisoned records. A task hash is read with read_task(): redis.pcall turns WRONGTYPE
 into a reply at no extra cost, and TYPE is asked only then, for the reason. task_poison()
@@ -173,7 +175,7 @@ end
 -- Ends a task in a terminal status other than dead_lettered: fields, TTL, idempotency.
 -- (No updated_at: finished_at is the time of the change; readers take the latest.)
 -- The funnel of every terminal transition but a success: a task that has waiters is noted
--- (note_ended) for their settling at the end of the call.
+-- (note_ended) for their settling at the end of the call; a unique task gives its key back.
 local function finish_terminal(c, tkey, h, status, ms, extra)
   local args = {'status', status, 'finished_at', fmt(ms)}
   for f, v in pairs(extra or {}) do
@@ -186,6 +188,7 @@ local function finish_terminal(c, tkey, h, status, ms, extra)
   idem_set(h, status == 'succeeded' and 'completed' or 'failed', ms)
   local tid = h.id or tkey:sub(#k('task', '') + 1)
   if redis.call('EXISTS', waiters_key(tid)) == 1 then note_ended(c, ms, tid, status) end
+  if h.unique_key then UNIQUE.release(h.queue, h.unique_key, tid) end -- lib/unique.lua
   note_batch(ms, tkey, tid, status, h.batch)
 end
 

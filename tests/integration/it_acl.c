@@ -304,7 +304,7 @@ START_TEST(test_acl_output_and_hash_tag) {
              "+get +mget +exists +xlen +incr +incrby +hset +sadd +set +zadd +xadd +publish "
              "+pubsub|numsub +pubsub|numpat +smembers %R~dtq:config %R~dtq:queue:*:mode "
              "%W~dtq:task:* %W~dtq:stream:*:p[0-9] %W~dtq:stream:events %R~dtq:workers "
-             "%R~dtq:worker:* ~dtq:idempotency:* %W~dtq:queues ~dtq:seq "
+             "%R~dtq:worker:* ~dtq:idempotency:* ~dtq:unique:* %W~dtq:queues ~dtq:seq "
              "%W~dtq:retry:schedule %R~dtq:layout ~dtq:queue:*:length &dtq:events "
              "~dtq:waiters:* ~dtq:batch:* ~dtq:batches +scard +hincrby +hgetall +hexists "
              "+srandmember +expire\n");
@@ -390,6 +390,19 @@ START_TEST(test_producer) {
                      "workers live): the task waits until one does\n");
     free(out);
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:events")), 4); /* TASK_QUEUED x4 */
+    /* unique keys: the lock, the task key's existence and the schedule, never the hash */
+    free(enqueue_as(p, "default echo {} unique_for 60 task_id p-u1"));
+    r = redisCommand(p, "FCALL dtq_enqueue 0 default echo {} unique_for 60");
+    ck_assert_str_eq(r->element[0]->str, "p-u1");
+    ck_assert_str_eq(r->element[1]->str, "duplicate");
+    freeReplyObject(r);
+    free(enqueue_as(p, "default echo {} unique_for 60 unique_mode debounce unique_key d "
+                       "task_id p-d1"));
+    r = redisCommand(p, "FCALL dtq_enqueue 0 default echo {\"v\":2} unique_for 60 unique_mode "
+                        "debounce unique_key d");
+    ck_assert_str_eq(r->element[1]->str, "debounced");
+    freeReplyObject(r);
+    th_assert_field(C, "p-d1", "payload", "{\"v\":2}");
     assert_no_denials("prod");
 
     /* batches and chains (a batch complete at its close enqueues its callback at once) */

@@ -184,6 +184,36 @@ START_TEST(test_enqueue_after) {
 }
 END_TEST
 
+/* enqueue --unique-for/--unique-key/--unique-mode: the holder's id for a duplicate, a
+ * debounce of a waiting task (queue held: no daemon serves it), a bad mode refused. */
+START_TEST(test_enqueue_unique) {
+    char *out;
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --id du1 --unique-for 60"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "du1 created"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --unique-for 60"), 0);
+    ck_assert_ptr_nonnull(strstr(out, "du1 duplicate"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out,
+                            "enqueue held echo 1 --id db1 --unique-for 60 --unique-key k "
+                            "--unique-mode debounce"),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "db1 created"));
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out,
+                            "--json enqueue held echo 2 --unique-for 60 --unique-key k "
+                            "--unique-mode debounce"),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "{\"task_id\":\"db1\",\"result\":\"debounced\"}"));
+    free(out);
+    th_assert_field(C, "db1", "payload", "2");
+    th_assert_field(C, "db1", "status", "pending");
+    ck_assert_int_eq(th_ctl(&R, &out, "enqueue held echo 1 --unique-for 60 --unique-mode once"), 1);
+    ck_assert_ptr_nonnull(strstr(out, "unique_mode must be until_started, until_finished or"));
+    free(out);
+}
+END_TEST
+
 START_TEST(test_dlq_queues_workers) {
     char *out;
     ck_assert_int_eq(
@@ -1306,6 +1336,7 @@ int main(void) {
     tcase_add_test(tc, test_enqueue_wait_and_show);
     tcase_add_test(tc, test_enqueue_bulk_from_stdin);
     tcase_add_test(tc, test_enqueue_after);
+    tcase_add_test(tc, test_enqueue_unique);
     tcase_add_test(tc, test_enqueue_wait_pipe_and_timeout);
     tcase_add_test(tc, test_show_renders_task_view);
     tcase_add_test(tc, test_show_times_due_and_errors);

@@ -43,6 +43,9 @@ _OPTIONS = (
     "idempotency_key",
     "task_id",
     "limit_key",
+    "unique_for",
+    "unique_key",
+    "unique_mode",
 )
 
 POLL_FIRST = 0.005
@@ -128,12 +131,18 @@ class Client:
         idempotency_key: str | None = None,
         task_id: str | None = None,
         limit_key: str | None = None,
+        unique_for: int | None = None,
+        unique_key: str | None = None,
+        unique_mode: str | None = None,
     ) -> str:
         """Enqueues a task and returns its id: ``FCALL <ns>_enqueue 0 queue task_type
         payload [option value]...`` (reference section 4.1). ``payload`` is any JSON value
         (serialised here); options left ``None`` are not sent. With an
         ``idempotency_key`` already used by a finished task, the id returned is that
-        task's (the Function answers ``duplicate``).
+        task's (the Function answers ``duplicate``). With ``unique_for`` (seconds; with
+        ``unique_key`` and ``unique_mode`` ``until_started``, ``until_finished`` or
+        ``debounce``, reference section 4.7), a key another task holds returns that task's
+        id (``duplicate``, or ``debounced`` when a debounce replaced its payload).
 
         Raises :class:`InvalidArgumentError`, :class:`PayloadTooLargeError`,
         :class:`QueueFullError`, :class:`IdempotencyInProgressError`,
@@ -152,6 +161,9 @@ class Client:
             idempotency_key,
             task_id,
             limit_key,
+            unique_for,
+            unique_key,
+            unique_mode,
         )
         for name, value in zip(_OPTIONS, values):
             if value is None:

@@ -161,6 +161,31 @@ class TestEnqueue(RedisTestCase):
         self.assertEqual(self.finish(claim, "succeeded", {"ok": 1}), "succeeded")
         self.assertEqual(self.client.enqueue("mail", "send_email", 1, idempotency_key="k1"), tid)
 
+    def test_unique(self) -> None:
+        tid = self.client.enqueue("mail", "send_email", 1, unique_for=60)
+        self.assertEqual(self.client.enqueue("mail", "send_email", 1, unique_for=60), tid)
+        first = self.client.enqueue(
+            "mail", "digest", {"n": 1}, unique_for=30, unique_key="u7", unique_mode="debounce"
+        )
+        again = self.client.enqueue(
+            "mail", "digest", {"n": 2}, unique_for=30, unique_key="u7", unique_mode="debounce"
+        )
+        self.assertEqual(again, first)
+        self.assertEqual(self.client.status(first), "pending")
+        self.assertEqual(json.loads(self.r.hget(f"dtq:task:{first}", "payload")), {"n": 2})
+        self.assertEqual(self.r.get("dtq:unique:mail:u7").decode(), f"debounce:{first}")
+        started = self.client.enqueue(
+            "other", "t", 1, unique_for=60, unique_key="s", unique_mode="until_started"
+        )
+        [(claimed, _, _, _)] = self.fetch("other")
+        self.assertEqual(claimed, started)  # its start gave the key back
+        self.assertNotEqual(
+            self.client.enqueue(
+                "other", "t", 1, unique_for=60, unique_key="s", unique_mode="until_started"
+            ),
+            started,
+        )
+
     def test_error_replies_become_exceptions(self) -> None:
         import dtq
 
