@@ -46,7 +46,7 @@ from .registry import handlers, task, types
 from .serve import PROTOCOL, VERSION, Context, classify, error_text, serve
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .client import Batch, Client
 
 __version__ = VERSION
 
@@ -60,6 +60,7 @@ __all__ = [
     "classify",
     "error_text",
     "Client",
+    "Batch",
     "VERSION",
     "PROTOCOL",
 ] + _errors.__all__
@@ -67,8 +68,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # The Client (and with it redis-py) is loaded only when asked for.
-    if name == "Client":
-        from .client import Client
+    if name in ("Client", "Batch"):
+        from . import client
 
-        return Client
+        return getattr(client, name)
     raise AttributeError(f"module 'dtq' has no attribute {name!r}")

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 from . import errors
 
-__all__ = ["Client"]
+__all__ = ["Client", "Batch"]
 
 _CODES: dict[str, type[errors.DtqError]] = {
     cls.code: cls
@@ -46,7 +47,47 @@ _OPTIONS = (
     "unique_for",
     "unique_key",
     "unique_mode",
+    "after",
+    "on_failure",
+    "batch",
 )
+
+# The options every task of a group (batch, chain) takes (reference sections 4.5, 4.6).
+_GROUP_OPTIONS = ("priority", "max_attempts", "timeout_ms", "delay_ms", "ttl_seconds", "limit_key")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch made by :meth:`Client.batch`: its id and its members' task ids, in order."""
+
+    id: str
+    task_ids: list[str]
+
+
+def _option_args(names: Sequence[str], values: Sequence[Any], what: str) -> list[str]:
+    """name value pairs of the options given (not None), as the Functions take them."""
+    args: list[str] = []
+    for name, value in zip(names, values):
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            raise TypeError(f"{what}: {name} must be a number or a string, not a bool")
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        args += [name, str(value)]
+    return args
+
+
+def _json(payload: Any) -> str:
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _group_args(tasks: Iterable[tuple[str, Any]]) -> list[Any]:
+    """n, then task_type payload for each (type, payload) of tasks."""
+    flat: list[Any] = []
+    for task_type, payload in tasks:
+        flat += [task_type, _json(payload)]
+    return [len(flat) // 2, *flat]
 
 POLL_FIRST = 0.005
 """The first wait of :meth:`Client.result` between two looks at the task (seconds)."""
@@ -134,6 +175,9 @@ class Client:
         unique_for: int | None = None,
         unique_key: str | None = None,
         unique_mode: str | None = None,
+        after: Sequence[str] | str | None = None,
+        on_failure: str | None = None,
+        batch: str | None = None,
     ) -> str:
         """Enqueues a task and returns its id: ``FCALL <ns>_enqueue 0 queue task_type
         payload [option value]...`` (reference section 4.1). ``payload`` is any JSON value
@@ -143,6 +187,9 @@ class Client:
         ``unique_key`` and ``unique_mode`` ``until_started``, ``until_finished`` or
         ``debounce``, reference section 4.7), a key another task holds returns that task's
         id (``duplicate``, or ``debounced`` when a debounce replaced its payload).
+        ``after`` (task ids) makes the task wait until they have succeeded, with
+        ``on_failure`` ``cancel``, ``run`` or ``dead_letter`` for when one of them ends
+        otherwise (section 4.4); ``batch`` joins an existing batch (section 4.5).
 
         Raises :class:`InvalidArgumentError`, :class:`PayloadTooLargeError`,
         :class:`QueueFullError`, :class:`IdempotencyInProgressError`,
@@ -150,8 +197,7 @@ class Client:
         :class:`FunctionsNotLoadedError`; ``TypeError``/``ValueError`` for a payload that
         is not JSON.
         """
-        body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        args: list[Any] = [queue, task_type, body]
+        args: list[Any] = [queue, task_type, _json(payload)]
         values = (
             priority,
             max_attempts,
@@ -164,15 +210,99 @@ class Client:
             unique_for,
             unique_key,
             unique_mode,
+            after,
+            on_failure,
+            batch,
         )
-        for name, value in zip(_OPTIONS, values):
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                raise TypeError(f"enqueue: {name} must be a number or a string, not a bool")
-            args += [name, str(value)]
-        reply = self._fcall("enqueue", *args)
+        reply = self._fcall("enqueue", *args, *_option_args(_OPTIONS, values, "enqueue"))
         return _text(reply[0])
+
+    def batch(
+        self,
+        queue: str,
+        tasks: Iterable[tuple[str, Any]],
+        *,
+        batch_id: str | None = None,
+        on_success: str | None = None,
+        on_success_payload: dict[str, Any] | None = None,
+        on_complete: str | None = None,
+        on_complete_payload: dict[str, Any] | None = None,
+        open: bool = False,
+        description: str | None = None,
+        **task_options: Any,
+    ) -> Batch:
+        """Makes a batch of ``tasks`` ((task_type, payload) pairs, at most 10,000) in one
+        atomic call: ``FCALL <ns>_batch 0 create`` (reference section 4.5). ``on_success``
+        names a task type enqueued into ``queue`` once when every member succeeded,
+        ``on_complete`` one enqueued once when every member ended; their payloads are the
+        given objects with a ``batch`` field (the counts and the failed members' ids).
+        ``open=True`` lets :meth:`batch_add` add members until :meth:`batch_close`.
+        ``task_options``: ``priority``, ``max_attempts``, ``timeout_ms``, ``delay_ms``,
+        ``ttl_seconds``, ``limit_key`` for every member."""
+        own = _option_args(
+            ("batch_id", "on_success", "on_success_payload", "on_complete", "on_complete_payload",
+             "open", "description"),
+            (batch_id, on_success, None if on_success_payload is None else _json(on_success_payload),
+             on_complete, None if on_complete_payload is None else _json(on_complete_payload),
+             "1" if open else None, description),
+            "batch",
+        )
+        reply = self._fcall("batch", "create", queue, *_group_args(tasks), *own,
+                            *self._task_options("batch", task_options))
+        ids = [_text(x) for x in reply]
+        return Batch(ids[0], ids[1:])
+
+    def batch_add(self, batch_id: str, queue: str, tasks: Iterable[tuple[str, Any]],
+                  **task_options: Any) -> list[str]:
+        """Adds members to a batch that is not complete (open, or closed with members
+        still pending: a member's handler may add more). Returns their ids."""
+        reply = self._fcall("batch", "add", batch_id, queue, *_group_args(tasks),
+                            *self._task_options("batch_add", task_options))
+        return [_text(x) for x in reply]
+
+    def batch_close(self, batch_id: str) -> str:
+        """Closes a batch: ``closed``, or ``complete`` when nothing was pending (its
+        callbacks are then enqueued)."""
+        return _text(self._fcall("batch", "close", batch_id))
+
+    def batch_show(self, batch_id: str) -> dict[str, Any]:
+        """The batch: ``FCALL_RO <ns>_batch_show`` as a dict (``total``, ``pending``,
+        ``succeeded``, ``failed``, ``dead_lettered``, ``completed_at``, ``on_success``,
+        ``on_complete``, ``failed_ids``...)."""
+        try:
+            text = self.redis.execute_command("FCALL_RO", f"{self.namespace}_batch_show", 0, batch_id)
+        except self._response_error as e:
+            mapped = map_error(e, self.namespace)
+            if mapped is e:
+                raise
+            raise mapped from None
+        return json.loads(_text(text))
+
+    def chain(
+        self,
+        queue: str,
+        tasks: Iterable[tuple[str, Any]],
+        *,
+        after: Sequence[str] | str | None = None,
+        on_failure: str | None = None,
+        **task_options: Any,
+    ) -> list[str]:
+        """Enqueues ``tasks`` ((task_type, payload) pairs) each waiting for the one before,
+        which hands it its result (``ctx.parent_results``): ``FCALL <ns>_chain`` (reference
+        section 4.6). ``after``: what the first waits for; ``on_failure``: every link's
+        (default ``cancel``: a link that fails ends the rest). Returns the ids in order."""
+        own = _option_args(("after", "on_failure"), (after, on_failure), "chain")
+        reply = self._fcall("chain", queue, *_group_args(tasks), *own,
+                            *self._task_options("chain", task_options))
+        return [_text(x) for x in reply]
+
+    @staticmethod
+    def _task_options(what: str, options: dict[str, Any]) -> list[str]:
+        unknown = sorted(set(options) - set(_GROUP_OPTIONS))
+        if unknown:
+            raise TypeError(f"{what}: unknown option(s) {', '.join(unknown)}; "
+                            f"a group's tasks take {', '.join(_GROUP_OPTIONS)}")
+        return _option_args(_GROUP_OPTIONS, [options.get(n) for n in _GROUP_OPTIONS], what)
 
     def status(self, task_id: str) -> str | None:
         """The task's status (``queued``, ``running``, ``succeeded``, ...), or ``None``

@@ -186,6 +186,45 @@ class TestEnqueue(RedisTestCase):
             started,
         )
 
+    def test_dependencies_batches_chains(self) -> None:
+        import dtq
+
+        parent = self.client.enqueue("flow", "step", {"n": 1})
+        child = self.client.enqueue("flow", "step", {"n": 2}, after=[parent], on_failure="run")
+        self.assertEqual(self.client.status(child), "waiting")
+        self.assertEqual(self.r.hget(f"dtq:task:{child}", "on_failure"), b"run")
+        b = self.client.batch("flow", [("page", {"p": 1}), ("page", {"p": 2})], batch_id="bk",
+                              on_complete="bind", on_complete_payload={"book": 7}, open=True,
+                              priority=9)
+        self.assertIsInstance(b, dtq.Batch)
+        self.assertEqual(b.id, "bk")
+        self.assertEqual(len(b.task_ids), 2)
+        self.assertEqual(self.r.hget(f"dtq:task:{b.task_ids[0]}", "priority"), b"9")
+        more = self.client.batch_add("bk", "flow", [("page", {"p": 3})])
+        joined = self.client.enqueue("flow", "page", {"p": 4}, batch="bk")
+        self.assertEqual(self.r.hget(f"dtq:task:{joined}", "batch"), b"bk")
+        self.assertEqual(self.client.batch_close("bk"), "closed")
+        shown = self.client.batch_show("bk")
+        self.assertEqual((shown["total"], shown["pending"], shown["state"]), (4, 4, "closed"))
+        self.assertEqual(len(more), 1)
+        links = self.client.chain("chained", [("a", 1), ("b", 2), ("c", 3)], max_attempts=2)
+        self.assertEqual([self.client.status(t) for t in links], ["queued", "waiting", "waiting"])
+        self.assertEqual(self.r.hget(f"dtq:task:{links[2]}", "after"), links[1].encode())
+        with self.assertRaises(dtq.NotFoundError):
+            self.client.batch_show("nosuch")
+        one = self.client.batch("solo", [("x", 1)], batch_id="done1", on_success="after_all")
+        [claim] = self.fetch("solo")
+        self.assertEqual(claim[0], one.task_ids[0])
+        self.assertEqual(self.finish(claim, "succeeded", {"ok": True}), "succeeded")
+        shown = self.client.batch_show("done1")
+        self.assertEqual((shown["succeeded"], shown["pending"]), (1, 0))
+        callback = shown["on_success"]["task_id"]
+        self.assertEqual(json.loads(self.r.hget(f"dtq:task:{callback}", "payload"))["batch"]["succeeded"], 1)
+        with self.assertRaises(dtq.WrongStateError):
+            self.client.batch_add("done1", "solo", [("x", 2)])
+        with self.assertRaises(TypeError):
+            self.client.chain("q", [("a", 1)], idempotency_key="k")
+
     def test_error_replies_become_exceptions(self) -> None:
         import dtq
 
