@@ -279,6 +279,8 @@ static void timeout_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Calls the handler of a run: a [handler:X] section's, else a pool's. */
+static void call_progress(dtq_handler_call *call, double fraction, const char *message);
+
 static void run_start(run *r) {
     dtq_executor *ex = r->ex;
     dtq_ctx *ctx = ex->ctx;
@@ -304,6 +306,7 @@ static void run_start(run *r) {
     r->call.task_type = t->task_type;
     r->call.payload = t->payload;
     r->call.payload_len = t->payload_len;
+    r->call.progress = call_progress;
     r->call.parent_results = t->parent_results;
     r->call.parent_results_len = t->parent_results_len;
     r->call.attempt = t->attempt;
@@ -397,6 +400,11 @@ static void on_progress(dtq_handler_call *call, double fraction, const char *mes
         evtimer_add(r->progress_ev, &tv);
         r->progress_waiting = 1;
     }
+}
+
+/* A handler's own report (exec's progress descriptor, a plugin): as a pool's. */
+static void call_progress(dtq_handler_call *call, double fraction, const char *message) {
+    on_progress(call, fraction, message, NULL);
 }
 
 /* The pools have announced their types: the runs that waited start, oldest first. */

@@ -19,13 +19,22 @@
 #include "spawn.h"
 #include "util.h"
 
+/* The descriptor a program reports progress on, one line per report: a fraction in [0, 1]
+ * or "-" for none, then optionally blanks and a message ("0.4 page 2 of 5"). A longer line
+ * than PROGRESS_LINE_MAX is cut; a line that does not parse is ignored. */
+#define PROGRESS_FD 3
+#define PROGRESS_LINE_MAX 256
+
 typedef struct job {
     struct job *next;
     dtq_exec *ex;
     dtq_handler_call *call; /* NULL once cancelled */
     pid_t pid;
-    int in_fd, out_fd, err_fd;
-    struct event *in_ev, *out_ev, *err_ev, *kill_ev;
+    int in_fd, out_fd, err_fd, prog_fd;
+    struct event *in_ev, *out_ev, *err_ev, *prog_ev, *kill_ev;
+    char prog_line[PROGRESS_LINE_MAX + 1]; /* the progress line being read */
+    size_t prog_len;
+    int prog_cut; /* the line went past PROGRESS_LINE_MAX: the rest up to its end is dropped */
     const char *payload; /* borrowed from the call; unused after cancel */
     size_t payload_len, payload_off;
     char *out;
@@ -51,10 +60,10 @@ struct dtq_exec {
 
 /* The task variables child_env() puts first, by name; the last only for a task that
  * waited for others (their results). */
-#define DTQ_EXEC_TASK_VARS 6
+#define DTQ_EXEC_TASK_VARS 7
 static const char *const task_vars[DTQ_EXEC_TASK_VARS] = {
-    "DTQ_TASK_ID=", "DTQ_TASK_TYPE=",    "DTQ_QUEUE=",
-    "DTQ_ATTEMPT=", "DTQ_MAX_ATTEMPTS=", "DTQ_PARENT_RESULTS="};
+    "DTQ_TASK_ID=",      "DTQ_TASK_TYPE=",      "DTQ_QUEUE=",      "DTQ_ATTEMPT=",
+    "DTQ_MAX_ATTEMPTS=", "DTQ_PARENT_RESULTS=", "DTQ_PROGRESS_FD="};
 
 dtq_exec_spec *dtq_exec_spec_new(const dtq_handler_conf *h, char *err, size_t errlen) {
     dtq_exec_spec *spec = dtq_xcalloc(1, sizeof(*spec));
@@ -100,6 +109,7 @@ static void job_free(job *j) {
     close_ev(&j->in_ev, &j->in_fd);
     close_ev(&j->out_ev, &j->out_fd);
     close_ev(&j->err_ev, &j->err_fd);
+    close_ev(&j->prog_ev, &j->prog_fd);
     if (j->kill_ev) event_free(j->kill_ev);
     free(j->out);
     free(j->err);
@@ -116,6 +126,7 @@ static void job_maybe_done(job *j) {
         return;
     }
     j->call = NULL;
+    close_ev(&j->prog_ev, &j->prog_fd); /* a report after the end would be of nothing */
     if (WIFSIGNALED(j->status)) {
         /* Not our signal (a cancelled job reports nothing): a unit stop, the OOM killer or
          * an operator. The executor and outcome.c decide what that means. */
@@ -233,6 +244,58 @@ static void stderr_cb(evutil_socket_t fd, short what, void *arg) {
     if (read_stderr(j) == 0) job_maybe_done(j);
 }
 
+/* One progress line: "<fraction>|- [message]" to the call's progress, if the daemon gave one. */
+static void progress_line(job *j) {
+    char *line = j->prog_line, *end, *msg;
+    double f = -1;
+    j->prog_line[j->prog_len] = 0;
+    while (*line == ' ' || *line == '\t') line++;
+    if (!*line) return;
+    if (*line == '-' && (line[1] == 0 || line[1] == ' ' || line[1] == '\t')) {
+        end = line + 1;
+    } else {
+        errno = 0;
+        f = strtod(line, &end);
+        if (end == line || errno || !(f >= 0 && f <= 1) || (*end && *end != ' ' && *end != '\t'))
+            return;
+    }
+    msg = end;
+    while (*msg == ' ' || *msg == '\t') msg++;
+    if (j->call && j->call->progress) j->call->progress(j->call, f, *msg ? msg : NULL);
+}
+
+/* Reads once from the progress pipe and reports each complete line. Returns 1 after data,
+ * 0 once the pipe is closed (its end or an error: the program may close it early, the
+ * attempt goes on), -1 when nothing is there now. */
+static int read_progress(job *j) {
+    char buf[4096];
+    ssize_t n = read(j->prog_fd, buf, sizeof(buf));
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return -1;
+        close_ev(&j->prog_ev, &j->prog_fd);
+        return 0;
+    }
+    for (ssize_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            if (!j->prog_cut) progress_line(j);
+            j->prog_len = 0;
+            j->prog_cut = 0;
+        } else if (j->prog_len < PROGRESS_LINE_MAX) {
+            j->prog_line[j->prog_len++] = buf[i] == '\r' ? ' ' : buf[i];
+        } else if (!j->prog_cut) {
+            progress_line(j); /* the first PROGRESS_LINE_MAX bytes */
+            j->prog_cut = 1;
+        }
+    }
+    return 1;
+}
+
+static void progress_cb(evutil_socket_t fd, short what, void *arg) {
+    DTQ_UNUSED(fd);
+    DTQ_UNUSED(what);
+    read_progress(arg);
+}
+
 static void kill_cb(evutil_socket_t fd, short what, void *arg) {
     job *j = arg;
     DTQ_UNUSED(fd);
@@ -262,7 +325,7 @@ static void job_cancel(dtq_handler_call *call) {
 static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call, int *own) {
     size_t n = 0;
     char **env;
-    int k = 5;
+    int k = 6;
     while (spec->prog.base_env[n]) n++;
     env = dtq_xcalloc(n + DTQ_EXEC_TASK_VARS + 1, sizeof(char *));
     env[0] = dtq_xasprintf("%s%s", task_vars[0], call->task_id);
@@ -270,6 +333,7 @@ static char **child_env(const dtq_exec_spec *spec, const dtq_handler_call *call,
     env[2] = dtq_xasprintf("%s%s", task_vars[2], call->queue);
     env[3] = dtq_xasprintf("%s%lld", task_vars[3], call->attempt);
     env[4] = dtq_xasprintf("%s%lld", task_vars[4], call->max_attempts);
+    env[5] = dtq_xasprintf("%s%d", task_vars[6], PROGRESS_FD);
     if (call->parent_results) /* at most 64 KiB (the Functions' bound): an argument's limit is 128
                                */
         env[k++] = dtq_xasprintf("%s%.*s", task_vars[5], (int)call->parent_results_len,
@@ -290,12 +354,13 @@ static void close_pipe(int p[2]) {
     close(p[1]);
 }
 
-/* The three pipes, close-on-exec from birth: a plugin's thread may fork and exec at any
- * moment, and a program that inherited a write end would hold back our EOF. On failure,
- * the pipes already made are closed and msg says which one failed. */
-static int make_pipes(int p[3][2], char *msg, size_t msglen) {
-    static const char *const names[3] = {"stdin", "stdout", "stderr"};
-    for (int i = 0; i < 3; i++)
+/* The four pipes (stdin, stdout, stderr, progress), close-on-exec from birth: a plugin's
+ * thread may fork and exec at any moment, and a program that inherited a write end would
+ * hold back our EOF. On failure, the pipes already made are closed and msg says which one
+ * failed. */
+static int make_pipes(int p[4][2], char *msg, size_t msglen) {
+    static const char *const names[4] = {"stdin", "stdout", "stderr", "progress"};
+    for (int i = 0; i < 4; i++)
         if (pipe2(p[i], O_CLOEXEC) != 0) {
             snprintf(msg, msglen, "exec: cannot create the %s pipe: %s", names[i], strerror(errno));
             while (i-- > 0) close_pipe(p[i]);
@@ -310,7 +375,7 @@ static void set_nonblock(int fd) {
 }
 
 void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *call) {
-    int p[3][2]; /* stdin, stdout, stderr: [0] read end, [1] write end */
+    int p[4][2]; /* stdin, stdout, stderr, progress: [0] read end, [1] write end */
     char **env, msg[320];
     job *j;
     pid_t pid;
@@ -333,11 +398,12 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     }
     env = child_env(spec, call, &own);
     rc = dtq_spawn(ex->spawner, spec->prog.argv, env, spec->prog.workdir,
-                   (const int[3]){p[0][0], p[1][1], p[2][1]}, 3, &pid);
+                   (const int[4]){p[0][0], p[1][1], p[2][1], p[3][1]}, 4, &pid);
     free_child_env(env, own);
     close(p[0][0]);
     close(p[1][1]);
     close(p[2][1]);
+    close(p[3][1]);
     if (rc != 0) {
         /* The program or its directory cannot be used: permanent, as an exit 127 was. A
          * lack of resources (EAGAIN, ENOMEM) is the machine's, so it is retried. */
@@ -348,6 +414,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
         if (p[0][1] >= 0) close(p[0][1]);
         close(p[1][0]);
         close(p[2][0]);
+        close(p[3][0]);
         call->complete(call, transient ? DTQ_HANDLER_RETRY : DTQ_HANDLER_FAIL, NULL, 0, msg);
         return;
     }
@@ -358,6 +425,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     j->in_fd = p[0][1];
     j->out_fd = p[1][0];
     j->err_fd = p[2][0];
+    j->prog_fd = p[3][0];
     j->out_max = spec->keep_stdout ? (size_t)ex->result_max_bytes : 0;
     j->payload = call->payload;
     j->payload_len = call->payload_len;
@@ -366,6 +434,7 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     memcpy(j->retry_exit_codes, spec->retry_exit_codes, sizeof(j->retry_exit_codes));
     set_nonblock(j->out_fd);
     set_nonblock(j->err_fd);
+    set_nonblock(j->prog_fd);
     /* A larger payload: what the pipe takes goes in at once, the rest as it drains. */
     if (j->in_fd >= 0) {
         set_nonblock(j->in_fd);
@@ -376,8 +445,10 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
     }
     j->out_ev = event_new(ex->base, j->out_fd, EV_READ | EV_PERSIST, stdout_cb, j);
     j->err_ev = event_new(ex->base, j->err_fd, EV_READ | EV_PERSIST, stderr_cb, j);
+    j->prog_ev = event_new(ex->base, j->prog_fd, EV_READ | EV_PERSIST, progress_cb, j);
     event_add(j->out_ev, NULL);
     event_add(j->err_ev, NULL);
+    event_add(j->prog_ev, NULL);
     j->next = ex->jobs;
     ex->jobs = j;
     call->handler_data = j;
@@ -387,6 +458,8 @@ void dtq_exec_start(dtq_exec *ex, const dtq_exec_spec *spec, dtq_handler_call *c
 /* After the child exits, whatever is already in the pipes is read and they are closed: a
  * grandchild that inherited them must not keep the attempt open. */
 static void drain_pipes(job *j) {
+    while (j->prog_fd >= 0) /* the last reports first; a grandchild's open end is not waited for */
+        if (read_progress(j) < 0) close_ev(&j->prog_ev, &j->prog_fd);
     while (j->out_fd >= 0)
         if (read_stdout(j) < 0) close_ev(&j->out_ev, &j->out_fd);
     while (j->err_fd >= 0)

@@ -56,6 +56,12 @@ struct dtq_handler_call {
      * Added after the fields above, so a plugin built against an older header still works. */
     const char *parent_results;
     size_t parent_results_len;
+
+    /* Set by the daemon: reports how far the attempt got, any number of times before
+     * complete (the daemon stores and publishes at most one report a second per task, the
+     * last one). fraction in [0, 1], or -1 for none; message NULL or text (copied, cut to
+     * 200 bytes). NULL in a daemon older than this field: check before calling. */
+    void (*progress)(dtq_handler_call *call, double fraction, const char *message);
 };
 
 /* The type of a handler entry point (plugin `symbol`). */

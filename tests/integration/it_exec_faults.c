@@ -342,10 +342,10 @@ static int made_cloexec(pid_t pid, const char *fd) {
     return (fl & O_CLOEXEC) != 0;
 }
 
-/* A program sees only 0, 1 and 2: nothing of the daemon's (Redis connections, libevent's
- * descriptors, another child's pipes) nor what the daemon inherited, however high. The
- * daemon's own sockets and pipes are close-on-exec. */
-START_TEST(test_child_sees_only_0_1_2) {
+/* A program sees only 0, 1, 2 and its progress descriptor 3: nothing of the daemon's (Redis
+ * connections, libevent's descriptors, another child's pipes) nor what the daemon
+ * inherited, however high. The daemon's own sockets and pipes are close-on-exec. */
+START_TEST(test_child_sees_only_0_1_2_3) {
     th_daemon d;
     char prog[400], ini[1024], *res;
     struct rlimit rl;
@@ -379,16 +379,16 @@ START_TEST(test_child_sees_only_0_1_2) {
     th_expect_status(C, "f1", "succeeded", 10000);
     th_expect_status(C, "f2", "succeeded", 10000);
     res = result_of("f1");
-    ck_assert_str_eq(res, "\"0,1,2\"");
+    ck_assert_str_eq(res, "\"0,1,2,3\"");
     free(res);
     res = result_of("f2");
-    ck_assert_str_eq(res, "\"0,1,2\"");
+    ck_assert_str_eq(res, "\"0,1,2,3\"");
     free(res);
     /* the daemon is non-dumpable: only root (CAP_SYS_PTRACE) reads its descriptors */
     snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)d.pid);
     dir = opendir(fddir);
     if (!dir && errno == EACCES && geteuid() != 0) {
-        fprintf(stderr, "test_child_sees_only_0_1_2: not root: the daemon's own descriptors "
+        fprintf(stderr, "test_child_sees_only_0_1_2_3: not root: the daemon's own descriptors "
                         "are not checked\n");
         ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
         return;
@@ -755,7 +755,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_stdout_capped_while_read);
-    tcase_add_test(tc, test_child_sees_only_0_1_2);
+    tcase_add_test(tc, test_child_sees_only_0_1_2_3);
     tcase_add_test(tc, test_child_signals_default);
     tcase_add_test(tc, test_section_env_overrides_inherited);
     tcase_add_test(tc, test_child_cannot_read_the_daemons_credentials);

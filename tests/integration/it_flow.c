@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -203,6 +204,54 @@ START_TEST(test_chain_of_50_in_order) {
 }
 END_TEST
 
+/* An exec program's progress (its descriptor 3, DTQ_PROGRESS_FD): stored in the task hash,
+ * published as TASK_PROGRESS; a line that does not parse is ignored. */
+START_TEST(test_exec_progress) {
+    th_daemon d;
+    char script[400], ini[2048], *p;
+    FILE *f;
+    cJSON *v;
+    install();
+    th_path(&R, "progress.sh", script, sizeof(script));
+    f = fopen(script, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\n[ \"$DTQ_PROGRESS_FD\" = 3 ] || exit 9\n"
+          "echo 'not a fraction' >&3\necho '1.5 too far' >&3\necho '0.5 half way' >&3\n"
+          "sleep 0.3\necho '{\"ok\":1}'\n",
+          f);
+    fclose(f);
+    ck_assert_int_eq(chmod(script, 0755), 0);
+    snprintf(ini, sizeof(ini),
+             "[worker]\nworker_id = w-prog\nheartbeat_interval_s = 1\nqueues = pq\n"
+             "[limits]\nevents_stream_maxlen = 1000\n[handler:report]\nexec = %s\n",
+             script);
+    th_daemon_start(&d, &R, ini);
+    th_daemon_wait_ready(C, "w-prog", 10000);
+    th_enqueue(C, "pq", "pr1", "report", "{}", NULL);
+    th_expect_status(C, "pr1", "succeeded", 15000);
+    p = th_task_field(C, "pr1", "progress");
+    ck_assert_ptr_nonnull(p);
+    v = cJSON_Parse(p);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_double_eq_tol(th_json_num(v, "fraction"), 0.5, 1e-9);
+    ck_assert_str_eq(th_json_str(v, "message"), "half way");
+    cJSON_Delete(v);
+    free(p);
+    {
+        redisReply *r = th_cmd(C, "XRANGE dtq:stream:events - +");
+        int n = 0;
+        for (size_t i = 0; i < r->elements; i++) {
+            const char *e = th_entry_field(r->element[i], "event"); /* the event's JSON */
+            if (e && strstr(e, "\"type\":\"TASK_PROGRESS\"") && strstr(e, "\"task_id\":\"pr1\""))
+                n++;
+        }
+        freeReplyObject(r);
+        ck_assert_int_eq(n, 1); /* the two bad lines reported nothing */
+    }
+    ck_assert_int_eq(th_daemon_stop(&d, SIGTERM, 10000), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("flow");
     TCase *tc = tcase_create("flow");
@@ -210,6 +259,7 @@ int main(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_batches_exactly_once_under_kills);
     tcase_add_test(tc, test_chain_of_50_in_order);
+    tcase_add_test(tc, test_exec_progress);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
