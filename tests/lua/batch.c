@@ -235,6 +235,39 @@ START_TEST(test_chain) {
 }
 END_TEST
 
+/* The cluster layout: a batch and its members live in their queue's slot; another queue's
+ * call does not find the batch, and says why; a chain too stays in its slot. */
+START_TEST(test_cluster_layout) {
+    redisReply *r = th_cmd(C, "FCALL dtq_batch 1 {dtq:cb} create cb 2 echo {} echo {} batch_id bc "
+                              "on_complete done");
+    char m1[64], m2[64];
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    snprintf(m1, sizeof(m1), "%s", r->element[1]->str);
+    snprintf(m2, sizeof(m2), "%s", r->element[2]->str);
+    freeReplyObject(r);
+    th_expect_str(th_cmd(C, "HGET {dtq:cb}:batch:bc total"), "2");
+    th_expect_str(th_cmd(C, "HGET {dtq:cb}:task:%s batch", m1), "bc");
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:batch:bc")), 0);
+    th_expect_refused(th_cmd(C, "FCALL dtq_enqueue 1 {dtq:other} other echo {} batch bc"),
+                      "NOT_FOUND batch bc does not exist in the slot of queue other (cluster "
+                      "layout: a batch holds tasks of its own queue only)");
+    th_expect_refused(th_cmd(C, "FCALL dtq_batch 1 {dtq:cb} add bc other 1 echo {}"),
+                      "INVALID_ARGUMENT queue 'other'");
+    /* both members cancelled in the slot: complete, the callback in the slot's queue */
+    th_expect_str(th_cmd(C, "FCALL dtq_cancel 1 {dtq:cb} %s", m1), "cancelled");
+    th_expect_str(th_cmd(C, "FCALL dtq_cancel 1 {dtq:cb} %s", m2), "cancelled");
+    th_expect_str(th_cmd(C, "HGET {dtq:cb}:batch:bc failed"), "2");
+    r = th_cmd(C, "HGET {dtq:cb}:batch:bc complete_task");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    th_expect_str(th_cmd(C, "HGET {dtq:cb}:task:%s task_type", r->str), "done");
+    freeReplyObject(r);
+    r = th_cmd(C, "FCALL dtq_chain 1 {dtq:cb} cb 2 echo {} echo {}");
+    ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+    th_expect_str(th_cmd(C, "HGET {dtq:cb}:task:%s status", r->element[1]->str), "waiting");
+    freeReplyObject(r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("lua_batch");
     TCase *tc = tcase_create("batch");
@@ -244,6 +277,7 @@ int main(void) {
     tcase_add_test(tc, test_open_add_close);
     tcase_add_test(tc, test_refusals_write_nothing);
     tcase_add_test(tc, test_chain);
+    tcase_add_test(tc, test_cluster_layout);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
