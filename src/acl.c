@@ -74,7 +74,7 @@ static const char *const worker[] = {
     "+set", "+get", "+del", "+exists", "+expire", "+pexpire", "+incr", "+incrby", "+type", "+time",
     "+publish", "+zadd", "+zrem", "+zrangebyscore", "+zcard", "+pubsub|numsub", "+pubsub|numpat",
     "+scard", "+smembers", "+srandmember", "+xinfo|consumers", "+xgroup|delconsumer", "+wait", "+xlen", "+hlen",
-    "+hincrby", "+hexists", /* batches: a member's end counted (lib/batch.lua) */
+    "+hincrby", "+hexists", "+hsetnx", /* batches: a member's end counted (lib/batch.lua) */
     /* limits (fetch, reap and finish under a limit): GCRA state, slot sets, their healing */
     "+zrange", "+zscore", "+zremrangebyscore",
     "~<p>:*", "&<p>:events", NULL};
@@ -91,7 +91,7 @@ static const char *const admin[] = {
     "+fcall|<ns>_cron_pause", "+fcall|<ns>_cron_resume", "+fcall|<ns>_cron_run",
     "+fcall|<ns>_queue_remove", "+fcall|<ns>_limit_set", "+fcall|<ns>_limit_remove",
     "+fcall|<ns>_queue_mode", "+fcall|<ns>_pool_restart", "+mget",
-    "+fcall|<ns>_batch", "+fcall|<ns>_chain", "+hincrby", "+hexists", "+srandmember", "+zadd",
+    "+fcall|<ns>_batch", "+fcall|<ns>_chain", "+hincrby", "+hexists", "+hsetnx", "+srandmember", "+zadd",
     "+fcall_ro|<ns>_stats", "+fcall_ro|<ns>_version", "+function|load", "+fcall|<ns>_layout",
     READ_FUNCTIONS,
     "+time", "+hgetall", "+hget", "+hmget", "+hset", "+hdel", "+get", "+set", "+del",

@@ -152,42 +152,55 @@ function BATCH.check(c, ms, bid)
 end
 
 --[[ The counting of the call's members' ends (call.ctx.batch_ends: batch id, task id,
-status, flat, with batch_ms the call's clock; noted by task.note_batch), run by the wrapper once the Function has run (and
-after the dependencies' settling, whose ends it counts too). A member counted before (it
-was requeued since) moves from its old count to the new one; the same end twice counts
-once. Then each batch touched is checked (BATCH.check). ]]
+status, flat, with batch_ms the call's clock; noted by task.note_batch), run by the wrapper
+once the Function has run (and after the dependencies' settling, whose ends it counts too).
+A member's first end is marked with HSETNX batch_counted (one command: the usual case); a
+member counted before (it was requeued since) moves from its old count to the new one, and
+the same end twice counts once. The counts of a batch change by one HINCRBY per count per
+call, however many of its members the call ended (a finish ends up to a fetch's worth).
+Then each batch touched is checked (BATCH.check). ]]
 function BATCH.settle()
   local cx = call.ctx
   local list, ms, c = cx.batch_ends, cx.batch_ms, load_config()
   cx.batch_ends = nil
-  local touched, order = {}, {}
+  local delta, order, live = {}, {}, {}
   for i = 1, #list, 3 do
     local bid, tid, st = list[i], list[i + 1], list[i + 2]
-    local bkey, tkey = BATCH.key(bid), k('task', tid)
-    if TERMINAL[st] and redis.call('EXISTS', bkey) == 1 then
-      local before = redis.pcall('HGET', tkey, 'batch_counted')
-      if type(before) ~= 'string' then before = nil end
-      if before ~= st then
-        if before then
-          redis.call('HINCRBY', bkey, bucket(before), -1)
-        else
-          redis.call('HINCRBY', bkey, 'pending', -1)
-        end
-        redis.call('HINCRBY', bkey, bucket(st), 1)
-        redis.call('HSET', tkey, 'batch_counted', st)
-        if st == 'succeeded' then
-          redis.call('SREM', BATCH.failed_key(bid), tid)
-        else
-          redis.call('SADD', BATCH.failed_key(bid), tid)
-        end
-        if not touched[bid] then
-          touched[bid] = true
+    if live[bid] == nil then live[bid] = redis.call('EXISTS', BATCH.key(bid)) == 1 end
+    if TERMINAL[st] and live[bid] then
+      local tkey = k('task', tid)
+      local before = nil
+      if redis.call('HSETNX', tkey, 'batch_counted', st) == 0 then
+        before = redis.call('HGET', tkey, 'batch_counted')
+        if before == st then before = false else redis.call('HSET', tkey, 'batch_counted', st) end
+      end
+      if before ~= false then
+        local d = delta[bid]
+        if not d then
+          d = {pending = 0, succeeded = 0, failed = 0, dead_lettered = 0}
+          delta[bid] = d
           order[#order + 1] = bid
         end
+        if before then
+          d[bucket(before)] = d[bucket(before)] - 1
+          if before ~= 'succeeded' and st == 'succeeded' then
+            redis.call('SREM', BATCH.failed_key(bid), tid)
+          end
+        else
+          d.pending = d.pending - 1
+        end
+        d[bucket(st)] = d[bucket(st)] + 1
+        if st ~= 'succeeded' then redis.call('SADD', BATCH.failed_key(bid), tid) end
       end
     end
   end
-  for _, bid in ipairs(order) do BATCH.check(c, ms, bid) end
+  for _, bid in ipairs(order) do
+    local bkey = BATCH.key(bid)
+    for f, v in pairs(delta[bid]) do
+      if v ~= 0 then redis.call('HINCRBY', bkey, f, v) end
+    end
+    BATCH.check(c, ms, bid)
+  end
 end
 call.settle_batches = BATCH.settle
 

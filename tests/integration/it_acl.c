@@ -855,6 +855,26 @@ START_TEST(test_worker_role_end_to_end) {
     th_assert_field(C, "e-flaky", "attempt", "2");
     th_expect_status(C, "e-later", "succeeded", 15000);
     th_expect_status(C, "e-dead", "dead_lettered", 15000);
+    /* a batch made by the producer, counted and called back by the worker's finishes, shown
+     * to the monitor */
+    {
+        redisContext *p = connect_as("prod");
+        r = redisCommand(p, "FCALL dtq_batch 0 create default 2 echo {} echo {} batch_id e-b "
+                            "on_complete echo on_success echo");
+        ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
+        freeReplyObject(r);
+        redisFree(p);
+        for (int i = 0; i < 150; i++) {
+            r = th_cmd(C, "HGET dtq:batch:e-b complete_task");
+            int done = r->type == REDIS_REPLY_STRING;
+            freeReplyObject(r);
+            if (done) break;
+            usleep(100000);
+        }
+        out = ctl_expect(0, "mon", "batch show e-b");
+        ck_assert_ptr_nonnull(strstr(out, "succeeded      2"));
+        free(out);
+    }
 
     /* the monitor reads */
     out = ctl_expect(0, "mon", "show e-ok");
