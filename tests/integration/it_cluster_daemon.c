@@ -416,6 +416,70 @@ END_TEST
 
 /* A namespace laid out for a single Redis with cluster_hash_tag ({ns}:config, no layout
  * marker) on the cluster: a daemon with the cluster URL refuses to start and says why. */
+/* Workflows on the cluster (issue 29): through dtqctl's cluster router, a batch in one
+ * shard's queue and a chain in another's, each in its queue's slot, run by a daemon to the
+ * batch's callback and the chain's last link; a task after a task of another queue is
+ * refused with the reason. */
+START_TEST(test_workflows_on_the_cluster) {
+    th_daemon a;
+    char path[400], args[600], *out, *save = NULL, *last = NULL, *cb;
+    FILE *f;
+    th_path(&R, "members.txt", path, sizeof(path));
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 20; i++) fprintf(f, "%s {\"i\":%d}\n", i % 10 == 3 ? "fail" : "echo", i);
+    fclose(f);
+    snprintf(args, sizeof(args), "batch create q2 --id cb1 --on-complete echo < %s", path);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 0);
+    ck_assert_msg(!strncmp(out, "batch cb1\n", 10), "%s", out);
+    free(out);
+    th_path(&R, "links.txt", path, sizeof(path));
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 5; i++) fprintf(f, "echo {\"link\":%d}\n", i);
+    fclose(f);
+    snprintf(args, sizeof(args), "chain q7 < %s", path);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 0);
+    for (char *t = strtok_r(out, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) last = t;
+    ck_assert_ptr_nonnull(last);
+    last = strdup(last);
+    free(out);
+    /* a task of q3 cannot wait for one of q7: another slot */
+    snprintf(args, sizeof(args), "enqueue q3 echo {} --after %s", last);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 1);
+    ck_assert_msg(strstr(out, "in the slot of queue q3 (cluster layout"), "%s", out);
+    free(out);
+
+    start_daemon(&a, "w-flow", NULL);
+    expect_status("q7", last, "succeeded", 20000);
+    for (int i = 0; i < 200; i++) {
+        redisReply *r = at("{dtq:q2}", "HGET {dtq:q2}:batch:cb1 complete_task");
+        int done = r->type == REDIS_REPLY_STRING;
+        freeReplyObject(r);
+        if (done) break;
+        th_sleep_ms(100);
+    }
+    ck_assert_int_eq(th_ctl(&R, &out, "batch show cb1 --queue q2 --json"), 0);
+    ck_assert_msg(strstr(out, "\"succeeded\":18") && strstr(out, "\"dead_lettered\":2") &&
+                      strstr(out, "\"pending\":0"),
+                  "%s", out);
+    free(out);
+    {
+        redisReply *r = at("{dtq:q2}", "HGET {dtq:q2}:batch:cb1 complete_task");
+        ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+        cb = strdup(r->str);
+        freeReplyObject(r);
+    }
+    expect_status("q2", cb, "succeeded", 20000);
+    out = field("q7", last, "parent_results");
+    ck_assert_ptr_nonnull(strstr(out, "{\"link\":3}"));
+    free(out);
+    free(cb);
+    free(last);
+    ck_assert_int_eq(th_daemon_stop(&a, SIGTERM, 10000), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_layout_refused) {
     char cfg[400], *out = NULL;
     FILE *f;
@@ -447,6 +511,7 @@ int main(void) {
     tcase_add_test(tc, test_wrong_layout_refused);
     tcase_add_test(tc, test_daemons_serve_every_shard);
     tcase_add_test(tc, test_stalled_shard_does_not_hold_others);
+    tcase_add_test(tc, test_workflows_on_the_cluster);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
