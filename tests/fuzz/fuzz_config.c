@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (dtq_config_handler(cfg, h->task_type) == NULL) abort();
         if (h->kind == DTQ_HANDLER_KIND_EXEC) {
             dtq_exec_spec *spec = dtq_exec_spec_new(h, err, sizeof(err));
-            if (spec && (!spec->argv || !spec->argv[0])) abort();
+            if (spec && (!spec->prog.argv || !spec->prog.argv[0])) abort();
             dtq_exec_spec_free(spec);
         }
     }
