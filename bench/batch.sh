@@ -2,8 +2,9 @@
 # Batches against plain tasks, in one sitting (issue 29): N no-op tasks enqueued in one call
 # (<ns>_enqueue_bulk) and drained, against a batch of N no-op members (<ns>_batch create, one
 # call) with an on_complete callback, drained until its callback has succeeded; alternated
-# ROUNDS times on one daemon, each timed from the daemon's first claim after the queue's
-# resume (a few tasks may already be claimed then: under 1% of N at the defaults). Then what waiting tasks
+# ROUNDS times on one daemon, each timed on Redis's clock from the first task's start to the
+# last end (the plain tasks'; the callback's for the batch). CPU is counted from the
+# daemon's first claim after the queue's resume. Then what waiting tasks
 # cost Redis while they wait: the commands Redis ran in IDLE_S seconds with the daemon
 # running and nothing to do, and again with N tasks waiting (`after`) for a parent that
 # does not run.
@@ -27,36 +28,43 @@ mapfile -t payloads < <(yes '{}' | head -n "$n")
 mapfile -t members < <(yes 'noop
 {}' | head -n $((2 * n)))
 
+# The span on Redis's clock from the first start to the last end among the tasks whose ids
+# are in file $1 (their hashes' started_at and finished_at), in ms.
+span_ms() {
+    awk '{ printf "HMGET dtq:task:%s started_at finished_at\n", $1 }' "$1" | rc |
+        awk 'NR % 2 == 1 { if (min == "" || $1 < min) min = $1 } NR % 2 == 0 { if ($1 > max) max = $1 }
+             END { print max - min }'
+}
+
 run_plain() {
     rc SET dtq:queue:default:paused 1 >/dev/null
-    rc FCALL dtq_enqueue_bulk 0 default noop "$n" "${payloads[@]}" >/dev/null
+    rc FCALL dtq_enqueue_bulk 0 default noop "$n" "${payloads[@]}" >"$tmp/ids"
     resume_and_wait_start "$n" # (the daemon notices a resume within its poll interval)
     cpu0=$(redis_cpu)
     wcpu0=$(proc_cpu "$wpid")
-    t0=$(now_ms)
     wait_drained
-    t1=$(now_ms)
 }
 
 run_batch() { # round
     rc SET dtq:queue:default:paused 1 >/dev/null
-    rc FCALL dtq_batch 0 create default "$n" "${members[@]}" batch_id "bench-$1" on_complete noop >/dev/null
+    rc FCALL dtq_batch 0 create default "$n" "${members[@]}" batch_id "bench-$1" on_complete noop |
+        tail -n +2 >"$tmp/ids"
     resume_and_wait_start "$n" # (the daemon notices a resume within its poll interval)
     cpu0=$(redis_cpu)
     wcpu0=$(proc_cpu "$wpid")
-    t0=$(now_ms)
     while :; do
         cb=$(rc HGET "dtq:batch:bench-$1" complete_task)
         [ -n "$cb" ] && [ "$(rc HGET "dtq:task:$cb" status)" = succeeded ] && break
         sleep 0.005
     done
-    t1=$(now_ms)
+    echo "$cb" >>"$tmp/ids" # the span ends with the callback's end
 }
 
 report() { # label
-    local ms=$((t1 - t0)) cpu1 wcpu1
+    local ms cpu1 wcpu1
     cpu1=$(redis_cpu)
     wcpu1=$(proc_cpu "$wpid")
+    ms=$(span_ms "$tmp/ids")
     awk -v l="$1" -v n="$n" -v ms="$ms" -v a="$cpu0" -v b="$cpu1" -v c="$wcpu0" -v d="$wcpu1" 'BEGIN {
         printf "%-6s %6d ms  %7.0f tasks/s  redis %.1f us/task  daemon %.1f us/task\n",
             l, ms, n * 1000 / (ms > 0 ? ms : 1), (b - a) * 1e6 / n, (d - c) * 1e6 / n }'

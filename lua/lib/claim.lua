@@ -212,7 +212,8 @@ end
 
 --[[ The full lane's fast path (FULL.first): the claim of a task delivered by dtq's own entry
 (task_id, attempt) whose hash is as create_task wrote it and untouched since: its ten
-fields (HLEN: CREATED_FIELDS), queued at attempt 1 in this queue and band. One HMGET of the fields that
+fields (HLEN: CREATED_FIELDS; one more for a batch's member, whose `batch` does not change
+its claim: lib/batch.lua), queued at attempt 1 in this queue and band. One HMGET of the fields that
 decide (the whole hash as a Lua table, and the poison check's field by field conversions,
 cost a third of a fetch); any other hash (options of its own, a later attempt, a limit's
 or a requeue's fields, damage) takes the general path, process_entry, which reads it again
@@ -225,9 +226,10 @@ function FULL.first(c, ms, worker, policy, stream, queue, band, entry_id, tid, a
   if attempt ~= '1' then return false end
   local tkey = k('task', tid)
   local h = redis.pcall('HMGET', tkey, 'id', 'queue', 'task_type', 'payload', 'status',
-                        'attempt', 'priority', 'created_at')
+                        'attempt', 'priority', 'created_at', 'batch')
   if h[5] ~= 'queued' or h[1] ~= tid or h[2] ~= queue or h[6] ~= '1' or h[7] ~= fmt(band) or
-      not h[3] or not h[4] or not h[8] or redis.call('HLEN', tkey) ~= CREATED_FIELDS then
+      not h[3] or not h[4] or not h[8] or
+      redis.call('HLEN', tkey) ~= CREATED_FIELDS + (h[9] and 1 or 0) then
     return false
   end
   local ttype, created = h[3], h[8]
