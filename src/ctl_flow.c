@@ -255,11 +255,9 @@ static void print_batch(const cJSON *b) {
         printf("  %-14s %lld\n", *c, cJSON_IsNumber(v) ? (long long)v->valuedouble : 0LL);
     }
     {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "total");
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "pending");
-        double total = cJSON_IsNumber(t) ? t->valuedouble : 0,
-               pend = cJSON_IsNumber(p) ? p->valuedouble : 0;
-        printf("  %-14s %.1f%%\n", "done", total > 0 ? 100.0 * (total - pend) / total : 100.0);
+        /* the ended members, and what the running ones last reported (<ns>_batch_show) */
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "progress");
+        printf("  %-14s %.1f%%\n", "done", cJSON_IsNumber(p) ? 100.0 * p->valuedouble : 0.0);
     }
     for (const char *const *f =
              (const char *const[]){"created_at", "closed_at", "completed_at", NULL};

@@ -537,7 +537,7 @@ function progressBar(fraction) {
 // its failed members, each one click from its task page.
 async function renderBatch(id, queue) {
   const b = await api('/api/batches/' + enc(id) + inQueue(queue));
-  const done = b.total > 0 ? (b.total - b.pending) / b.total : 1;
+  const done = typeof b.progress === 'number' ? b.progress : (b.total > 0 ? (b.total - b.pending) / b.total : 1);
   const state = b.completed_at ? 'complete' : b.state;
   const parts = [h('div.toolbar', {}, h('h1', {}, 'Batch ', h('span.mono', {}, b.id)), badge(state, state)),
     h('p.muted', {}, 'queue ', h('a', { href: '#/queue/' + enc(b.queue || '') }, b.queue || '?'),

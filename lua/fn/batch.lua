@@ -201,7 +201,8 @@ local function batch_fn(keys, args)
 end
 
 --[[ FCALL_RO <ns>_batch_show 0 <batch_id>: the batch as JSON {id, queue, state, total,
-pending, succeeded, failed, dead_lettered, created_at, closed_at, completed_at,
+pending, succeeded, failed, dead_lettered, progress (0-1: the ended members, and the
+fractions the running ones last reported), created_at, closed_at, completed_at,
 description, on_success {task_type, task_id}, on_complete {...}, failed_ids (sorted, at
 most FAILED_IDS_MAX), failed_ids_truncated}; NOT_FOUND when there is none. ]]
 local function batch_show(keys, args)
@@ -216,6 +217,13 @@ local function batch_show(keys, args)
                       'closed_at', 'completed_at'}) do
     out[f] = tonumber(b[f])
   end
+  -- how far it got: the ended members whole, the running ones by what they last reported
+  local running = 0
+  for _, f in ipairs(redis.call('HVALS', BATCH.progress_key(bid))) do
+    running = running + (tonumber(f) or 0)
+  end
+  local total = out.total or 0
+  out.progress = total > 0 and math.min(1, (total - (out.pending or 0) + running) / total) or 1
   for _, which in ipairs({'on_success', 'on_complete'}) do
     if b[which] then
       local ok, spec = pcall(cjson.decode, b[which])

@@ -10,6 +10,8 @@ local load_config =
   config.load_config
 local emit_task =
   events.emit_task
+local BATCH =
+  batch.BATCH
 
 -- The longest message kept (bytes); a longer one is cut.
 local PROGRESS_MESSAGE_MAX = 200
@@ -32,13 +34,18 @@ local function progress(keys, args)
   end
   if #message > PROGRESS_MESSAGE_MAX then message = message:sub(1, PROGRESS_MESSAGE_MAX) end
   local tkey = k('task', tid)
-  local v = redis.pcall('HMGET', tkey, 'status', 'worker_id', 'attempt', 'queue', 'task_type')
+  local v = redis.pcall('HMGET', tkey, 'status', 'worker_id', 'attempt', 'queue', 'task_type',
+                        'batch', 'batch_counted')
   if v.err or v[1] ~= 'running' or v[2] ~= worker or num(v[3]) ~= num(attempt) then
     return 'stale'
   end
   local ms = now_ms()
   local meta = {fraction = f, message = message ~= '' and message or nil, at = ms}
   redis.call('HSET', tkey, 'progress', cjson.encode(meta))
+  -- a batch's member not yet ended once: its fraction joins the batch's progress
+  if v[6] and not v[7] and f and redis.call('EXISTS', BATCH.key(v[6])) == 1 then
+    redis.call('HSET', BATCH.progress_key(v[6]), tid, tostring(f))
+  end
   emit_task(load_config(), ms, 'TASK_PROGRESS', tid, v[4], v[5], v[3], worker, meta)
   return 'ok'
 end

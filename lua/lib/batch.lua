@@ -27,6 +27,10 @@ local load_config =
                          specs, JSON {task_type, payload}), success_task and complete_task
                          (the callbacks' task ids, once enqueued), description.
   <p>:batch:<id>:failed  set: the members whose last end was not a success.
+  <p>:batch:<id>:progress  hash: member id -> the fraction its running attempt last reported
+                         (<ns>_progress), while it has not ended once (its first end deletes it):
+                         the batch's progress is (ended + the sum of these) / total. Its
+                         last field's HDEL deletes it.
   <p>:batches            sorted set: batch ids by creation time (the listing).
   member task hash       batch = <id>; batch_counted = the status its last end was counted as.
 A complete batch (closed, nothing pending) keeps its keys for task_retention_s. ]]
@@ -39,6 +43,7 @@ local BATCH = {
 function BATCH.key(bid) return k('batch', bid) end
 function BATCH.failed_key(bid) return k('batch', bid, 'failed') end
 function BATCH.index_key() return k('batches') end
+function BATCH.progress_key(bid) return k('batch', bid, 'progress') end
 function BATCH.valid_id(bid) return valid_name(bid, BATCH.ID_MAX) end
 
 -- The count field of a terminal status.
@@ -188,6 +193,7 @@ function BATCH.settle()
           end
         else
           d.pending = d.pending - 1
+          redis.call('HDEL', BATCH.progress_key(bid), tid) -- ended: counted whole from now
         end
         d[bucket(st)] = d[bucket(st)] + 1
         if st ~= 'succeeded' then redis.call('SADD', BATCH.failed_key(bid), tid) end

@@ -268,6 +268,38 @@ START_TEST(test_cluster_layout) {
 }
 END_TEST
 
+/* A batch's progress: its ended members whole, its running ones by their last report. */
+START_TEST(test_progress) {
+    redisReply *r, *f;
+    cJSON *b;
+    char tid[64];
+    th_queue_groups(C, "pg");
+    freeReplyObject(th_cmd(C, "FCALL dtq_batch 0 create pg 4 echo {} echo {} echo {} echo {} "
+                              "batch_id bp"));
+    r = fetch("w1", 1, "pg");
+    snprintf(tid, sizeof(tid), "%s", r->element[0]->element[0]->element[2]->str);
+    th_expect_str(th_cmd(C, "FCALL dtq_progress 0 w1 %s 1 0.5 half", tid), "ok");
+    b = show("bp");
+    ck_assert_double_eq_tol(th_json_num(b, "progress"), 0.125, 1e-9); /* (0 + 0.5) / 4 */
+    cJSON_Delete(b);
+    th_expect_str(th_cmd(C, "FCALL dtq_progress 0 w1 %s 1 0.75 more", tid), "ok");
+    b = show("bp");
+    ck_assert_double_eq_tol(th_json_num(b, "progress"), 0.1875, 1e-9); /* the last report */
+    cJSON_Delete(b);
+    f = finish_one("w1", r->element[0]->element[0], OK_, "", DTQ_RESULT_NONE);
+    freeReplyObject(f);
+    freeReplyObject(r);
+    b = show("bp");
+    ck_assert_double_eq_tol(th_json_num(b, "progress"), 0.25, 1e-9); /* ended: whole */
+    cJSON_Delete(b);
+    ck_assert_int_eq(th_int(th_cmd(C, "EXISTS dtq:batch:bp:progress")), 0);
+    run_n("pg", 3, OK_, NULL);
+    b = show("bp");
+    ck_assert_double_eq_tol(th_json_num(b, "progress"), 1.0, 1e-9);
+    cJSON_Delete(b);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("lua_batch");
     TCase *tc = tcase_create("batch");
@@ -278,6 +310,7 @@ int main(void) {
     tcase_add_test(tc, test_refusals_write_nothing);
     tcase_add_test(tc, test_chain);
     tcase_add_test(tc, test_cluster_layout);
+    tcase_add_test(tc, test_progress);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
