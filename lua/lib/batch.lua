@@ -116,11 +116,19 @@ local function fire(c, ms, b, which)
   table.sort(failed)
   local payload = spec.payload
   if type(payload) ~= 'table' then payload = {} end
-  payload.batch = {id = b.id, total = tonumber(b.total) or 0,
-                   succeeded = tonumber(b.succeeded) or 0, failed = tonumber(b.failed) or 0,
-                   dead_lettered = tonumber(b.dead_lettered) or 0, failed_ids = failed,
-                   callback = which}
-  local text = cjson.encode(payload):gsub('"failed_ids":{}', '"failed_ids":[]')
+  payload.batch = nil
+  -- the batch's part written here, its failed_ids as an array even when empty (cjson
+  -- writes an empty table as {}), then put into the caller's object as its `batch`
+  local ids = {}
+  for i, tid in ipairs(failed) do ids[i] = cjson.encode(tid) end
+  local info = cjson.encode({id = b.id, total = tonumber(b.total) or 0,
+                             succeeded = tonumber(b.succeeded) or 0,
+                             failed = tonumber(b.failed) or 0,
+                             dead_lettered = tonumber(b.dead_lettered) or 0, callback = which})
+  info = info:sub(1, -2) .. ',"failed_ids":[' .. table.concat(ids, ',') .. ']}'
+  local body = next(payload) and cjson.encode(payload) or '{}'
+  local text = body == '{}' and '{"batch":' .. info .. '}' or
+               body:sub(1, -2) .. ',"batch":' .. info .. '}'
   local tid, tkey = free_task_id(ms, fmt(ms) .. '-' .. next_seq())
   if not tid then error('ID_EXISTS every id minted was taken (<p>:seq rewound?)') end
   qlen_add(b.queue, create_task(c, ms, tid, b.queue, spec.task_type, text,

@@ -104,6 +104,11 @@ START_TEST(test_callbacks_exactly_once) {
     b = show("b1");
     ck_assert_int_eq(th_json_size(b, "failed_ids"), 0);
     ck_assert_str_eq(th_json_str(b, "on_complete.task_id"), cb);
+    payload = field(th_json_str(b, "on_success.task_id"), "payload"); /* no caller's payload */
+    ck_assert_msg(!strncmp(payload, "{\"batch\":{", 10) && strstr(payload, "\"failed_ids\":[]}") &&
+                      strstr(payload, "\"callback\":\"on_success\""),
+                  "%s", payload);
+    free(payload);
     cJSON_Delete(b);
     free(cb);
 }
