@@ -24,9 +24,10 @@ const char *const dtq_acl_roles[] = {"producer", "producer-raw", "worker",
     "+fcall_ro|<ns>_overview", "+fcall_ro|<ns>_workers", "+fcall_ro|<ns>_queue_view", \
     "+fcall_ro|<ns>_task_view", "+fcall_ro|<ns>_dead_letters", "+fcall_ro|<ns>_audit_page", \
     "+fcall_ro|<ns>_scheduled", "+fcall_ro|<ns>_metrics", "+fcall_ro|<ns>_cron_list", \
-    "+fcall_ro|<ns>_limit_list", "+fcall_ro|<ns>_served", "+fcall_ro|<ns>_batch_show"
+    "+fcall_ro|<ns>_limit_list", "+fcall_ro|<ns>_served", "+fcall_ro|<ns>_batch_show", \
+    "+fcall_ro|<ns>_batch_list"
 #define READ_COMMANDS "+sismember", "+xinfo|groups", "+pttl", "+zscore", "+zrank", "+zcount", \
-    "+scard", "+srandmember", "+hvals"
+    "+scard", "+srandmember", "+hvals", "+zrevrange"
 
 /* <ns>_enqueue and the commands it runs; <ns>_layout, which dtqctl calls before its first
  * write. The layout marker is read-only (%R~): a producer that could SET it would stop
@@ -49,7 +50,7 @@ static const char *const producer[] = {
      * naming an existing task: that reads the task's status, and task hashes are
      * write-only here (the enqueue answers NOPERM; reference 17) */
     "~<p>:waiters:*", "~<p>:batch:*", "~<p>:batches", "+scard", "+hincrby", "+hgetall",
-    "+hexists", "+srandmember", "+expire", "+hvals", NULL};
+    "+hexists", "+srandmember", "+expire", "+hvals", "+zrange", "+zrem", NULL};
 
 /* A plain XADD into the priority streams, nothing else. */
 static const char *const producer_raw[] = {"+xadd", "%W~<p>:stream:*:p[0-9]", NULL};

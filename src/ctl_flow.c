@@ -319,8 +319,47 @@ static int batch_by_id(ctl *x, const char *sub, int argc, char **argv) {
     return 0;
 }
 
+/* batch list [--queue Q] [--json]: the newest batches (<ns>_batch_list), a line each. */
+static int batch_list(ctl *x, int argc, char **argv) {
+    const char *queue = ctl_take_queue("batch list", &argc, argv);
+    const char *a[1] = {"200"};
+    cJSON *r, *b;
+    if (argc != 0) ctl_usage_error("batch list: want [--queue Q]");
+    queue = ctl_id_queue(x, queue);
+    r = ctl_read_model(x, queue, "batch_list", 1, a);
+    if (x->json) {
+        ctl_print_json(r);
+        cJSON_Delete(r);
+        return 0;
+    }
+    printf("%-24s %-16s %-9s %6s %8s %8s %9s %7s %5s\n", "BATCH", "QUEUE", "STATE", "DONE", "TOTAL",
+           "PENDING", "SUCCEEDED", "FAILED", "DEAD");
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(r, "batches")) {
+        double total = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "total"));
+        double pending = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "pending"));
+        const char *state =
+            cJSON_HasObjectItem(b, "completed_at")
+                ? "complete"
+                : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, "state"));
+        if (total != total) total = 0; /* NaN: absent */
+        if (pending != pending) pending = 0;
+        printf("%-24s %-16s %-9s %5.1f%% %8.0f %8.0f %9.0f %7.0f %5.0f\n",
+               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, "id")),
+               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, "queue")),
+               state ? state : "?", total > 0 ? 100.0 * (total - pending) / total : 100.0, total,
+               pending, cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "succeeded")),
+               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "failed")),
+               cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "dead_lettered")));
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "more")))
+        fprintf(stderr, "dtqctl: only the newest 200 batches are listed\n");
+    cJSON_Delete(r);
+    return 0;
+}
+
 int ctl_batch(ctl *x, const ctl_verb *v, int argc, char **argv) {
     if (!strcmp(v->sub, "create")) return batch_create(x, argc, argv);
+    if (!strcmp(v->sub, "list")) return batch_list(x, argc, argv);
     if (!strcmp(v->sub, "add")) return batch_add(x, argc, argv);
     return batch_by_id(x, v->sub, argc, argv);
 }

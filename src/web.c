@@ -211,6 +211,7 @@ static const route routes[] = {
     {{"api", "tasks", "*", "requeue"}, POST, dtq_web_api_task_write},
     {{"api", "tasks", "*", "discard"}, POST, dtq_web_api_task_write},
     {{"api", "tasks", "*", "cancel"}, POST, dtq_web_api_task_write},
+    {{"api", "batches"}, GET, dtq_web_api_batches},
     {{"api", "batches", "*"}, GET, dtq_web_api_batch},
     {{"api", "dlq"}, GET, dtq_web_api_dlq},
     {{"api", "dlq", "requeue-all"}, POST, dtq_web_api_dlq_requeue_all},

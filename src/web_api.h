@@ -38,6 +38,8 @@ void dtq_web_api_overview(dtq_web *w, struct evhttp_request *req, const dtq_web_
 void dtq_web_api_history(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
+/* GET /api/batches: <ns>_batch_list, the newest batches (reference 4.5) */
+void dtq_web_api_batches(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 /* GET /api/batches/<id>: <ns>_batch_show (reference 4.5) */
 void dtq_web_api_batch(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);
 void dtq_web_api_dlq(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a);

@@ -125,12 +125,13 @@ void dtq_web_reply_redis_error(struct evhttp_request *req, const char *err) {
 static const struct {
     const char *name;
     size_t off;
-} FUNCTIONS[] = {
-    FN(requeue),       FN(requeue_dlq), FN(discard),      FN(purge_dlq),    FN(cancel),
-    FN(pause),         FN(resume),      FN(stats),        FN(overview),     FN(workers),
-    FN(queue_view),    FN(task_view),   FN(dead_letters), FN(audit_page),   FN(scheduled),
-    FN(sched_run_now), FN(metrics),     FN(sched_delete), FN(cron_list),    FN(cron_pause),
-    FN(cron_resume),   FN(cron_run),    FN(limit_list),   FN(limit_remove), FN(batch_show)};
+} FUNCTIONS[] = {FN(requeue),      FN(requeue_dlq),  FN(discard),    FN(purge_dlq),
+                 FN(cancel),       FN(pause),        FN(resume),     FN(stats),
+                 FN(overview),     FN(workers),      FN(queue_view), FN(task_view),
+                 FN(dead_letters), FN(audit_page),   FN(scheduled),  FN(sched_run_now),
+                 FN(metrics),      FN(sched_delete), FN(cron_list),  FN(cron_pause),
+                 FN(cron_resume),  FN(cron_run),     FN(limit_list), FN(limit_remove),
+                 FN(batch_show),   FN(batch_list)};
 #undef FN
 
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns) {

@@ -53,7 +53,7 @@ typedef struct dtq_web_functions {
     char *metrics;                                         /* GET /metrics */
     char *cron_list, *cron_pause, *cron_resume, *cron_run; /* reference 5.8 */
     char *limit_list, *limit_remove;                       /* reference 5.7 */
-    char *batch_show;                                      /* reference 4.5 */
+    char *batch_show, *batch_list;                         /* reference 4.5 */
 } dtq_web_functions;
 
 void dtq_web_functions_init(dtq_web_functions *f, const char *ns);

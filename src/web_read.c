@@ -445,6 +445,24 @@ void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args
     read_start(w, req, &sp, args);
 }
 
+/* ================================================================= GET /api/batches */
+
+/* ?count=N (1-200, default 50); ?queue=Q required in the cluster layout (a queue's slot
+ * holds its batches). */
+void dtq_web_api_batches(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
+    read_spec sp = {0};
+    char count_s[32];
+    const char *args[] = {count_s, NULL};
+    int64_t count;
+    int bad;
+    if (dtq_web_query_int(req, a, "count", 50, 1, 200, &count) != 0) return;
+    snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
+    sp.queue = dtq_web_call_queue(w, req, a, &bad);
+    if (bad || !dtq_web_redis_up(w, req)) return;
+    sp.fn = w->fn.batch_list;
+    read_start(w, req, &sp, args);
+}
+
 /* ================================================================= GET /api/batches/<id> */
 
 /* ?queue=Q: the batch's queue, required in the cluster layout (the batch lives in its slot). */

@@ -533,6 +533,24 @@ function progressBar(fraction) {
   return h('progress.progress', { value: pct.toFixed(1), max: '100' }, Math.round(pct) + '%');
 }
 
+// The newest batches (<ns>_batch_list), each with its progress and counts.
+async function renderBatches() {
+  const r = await api('/api/batches');
+  const rows = r.batches.map((b) => {
+    const done = b.total > 0 ? (b.total - b.pending) / b.total : 1;
+    const st = b.completed_at ? 'complete' : b.state;
+    return h('tr', { dataset: { batch: b.id } }, h('td', {}, h('a.mono', { href: batchHref(b.id, b.queue) }, b.id)),
+      h('td', {}, b.queue || ''), h('td', {}, badge(st, st)), h('td', {}, progressBar(done)),
+      ...['total', 'pending', 'succeeded', 'failed', 'dead_lettered'].map((k) => h('td.num', {}, String(b[k] || 0))),
+      h('td', {}, ago(b.created_at)), h('td.muted', {}, b.description || ''));
+  });
+  setView(h('h1', {}, 'Batches'), rows.length
+    ? h('table', { id: 'batches' }, h('thead', {}, h('tr', {}, ['batch', 'queue', 'state', 'ended', 'total', 'pending', 'succeeded', 'failed', 'dead-lettered', 'created', ''].map((x) => h('th', {}, x)))),
+      h('tbody', {}, rows))
+    : h('p.muted', { id: 'batches-none' }, 'No batch yet (FCALL <ns>_batch, dtqctl batch create).'),
+  r.more ? h('p.muted', {}, 'Only the newest ' + rows.length + ' are listed.') : '');
+}
+
 // A batch (<ns>_batch_show, reference 4.5): how far it got, its counts, its callbacks and
 // its failed members, each one click from its task page.
 async function renderBatch(id, queue) {
@@ -984,6 +1002,7 @@ async function refresh() {
     else if (parts[0] === 'queue' && parts[1]) await renderQueue(parts[1]);
     else if (parts[0] === 'task' && parts[1]) await renderTask(parts[1], params.queue);
     else if (parts[0] === 'batch' && parts[1]) await renderBatch(parts[1], params.queue);
+    else if (parts[0] === 'batches') await renderBatches();
     else if (parts[0] === 'dlq') await renderDlq(params);
     else if (SCHED_TABS[parts[0]]) await renderSched(parts[0], params);
     else if (parts[0] === 'periodic') await renderPeriodic();
@@ -1007,7 +1026,7 @@ function route() {
   if (name === 'events') { renderEvents(); return; }
   refresh();
   if (name === 'overview' || name === 'queue') every(POLL_MS, refresh);
-  if (name === 'task' || name === 'batch') every(POLL_MS * 2, refresh);
+  if (name === 'task' || name === 'batch' || name === 'batches') every(POLL_MS * 2, refresh);
   if (name === 'periodic') every(POLL_MS * 2, refresh);
   if (name === 'limits') every(POLL_MS, refresh);
 }

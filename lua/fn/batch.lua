@@ -193,6 +193,10 @@ local function batch_fn(keys, args)
                unpack(fields))
     if own.open ~= '1' then redis.call('HSET', BATCH.key(bid), 'closed_at', fmt(ms)) end
     redis.call('ZADD', BATCH.index_key(), fmt(ms), bid)
+    -- the index's oldest entries whose batch has expired go (a few per create: bounded)
+    for _, old in ipairs(redis.call('ZRANGE', BATCH.index_key(), 0, 9)) do
+      if redis.call('EXISTS', BATCH.key(old)) == 0 then redis.call('ZREM', BATCH.index_key(), old) end
+    end
   end
   BATCH.joined(bid, #ids)
   BATCH.check(c, ms, bid)
@@ -239,6 +243,33 @@ local function batch_show(keys, args)
   out.failed_ids = failed
   out.failed_ids_truncated = nfailed > BATCH.FAILED_IDS_MAX
   return (cjson.encode(out):gsub('"failed_ids":{}', '"failed_ids":[]'))
+end
+
+local LIST_MAX = 200
+
+--[[ FCALL_RO <ns>_batch_list 0 [count]: the newest batches (<p>:batches, by creation time;
+count 1-LIST_MAX, default 50) as JSON {batches: [{id, queue, state, total, pending,
+succeeded, failed, dead_lettered, created_at, completed_at, description}], more}; a batch
+whose keys have expired is left out (its index entry stays until a batch create prunes). ]]
+local function batch_list(keys, args)
+  local count = args[1] and parse_int(args[1], 1, LIST_MAX) or 50
+  if not count then return opt_error('count must be an integer in [1, ' .. fmt(LIST_MAX) .. ']') end
+  local ids = redis.call('ZREVRANGE', BATCH.index_key(), 0, count)
+  local out, more = {}, #ids > count
+  for i = 1, math.min(#ids, count) do
+    local v = redis.call('HMGET', BATCH.key(ids[i]), 'queue', 'state', 'total', 'pending',
+                         'succeeded', 'failed', 'dead_lettered', 'created_at', 'completed_at',
+                         'description')
+    if v[1] then
+      out[#out + 1] = {id = ids[i], queue = v[1], state = v[2] or nil, total = tonumber(v[3]),
+                       pending = tonumber(v[4]), succeeded = tonumber(v[5]),
+                       failed = tonumber(v[6]), dead_lettered = tonumber(v[7]),
+                       created_at = tonumber(v[8]), completed_at = tonumber(v[9]),
+                       description = v[10] or nil}
+    end
+  end
+  if #out == 0 then return '{"batches":[],"more":' .. tostring(more) .. '}' end
+  return cjson.encode({batches = out, more = more})
 end
 
 local CHAIN_OPTIONS = {after = true, on_failure = true}
@@ -304,4 +335,5 @@ end
 
 reg('batch', batch_fn)
 reg('batch_show', batch_show, true)
+reg('batch_list', batch_list, true)
 reg('chain', chain)

@@ -307,7 +307,7 @@ START_TEST(test_acl_output_and_hash_tag) {
              "%R~dtq:worker:* ~dtq:idempotency:* ~dtq:unique:* %W~dtq:queues ~dtq:seq "
              "%W~dtq:retry:schedule %R~dtq:layout ~dtq:queue:*:length &dtq:events "
              "~dtq:waiters:* ~dtq:batch:* ~dtq:batches +scard +hincrby +hgetall +hexists "
-             "+srandmember +expire +hvals\n");
+             "+srandmember +expire +hvals +zrange +zrem\n");
     free(out);
     ck_assert_int_eq(th_run_dtqctl(&R, &out, "", "-n jobs acl producer-raw"), 0);
     ck_assert_str_eq(

@@ -706,6 +706,7 @@ START_TEST(test_help_is_the_table) {
         {"batch create", "batch create", "usage: dtqctl batch create <queue> [options]"},
         {"batch add", "batch add x", "usage: dtqctl batch add <batch_id> <queue> [options]"},
         {"batch close", "batch close", "usage: dtqctl batch close <batch_id> [options]"},
+        {"batch list", "batch list a b c d", "usage: dtqctl batch list [options]"},
         {"batch show", "batch show", "usage: dtqctl batch show <batch_id> [options]"},
         {"show", "show", "usage: dtqctl show <id> [options]"},
         {"cancel", "cancel a b", "usage: dtqctl cancel <id> [options]"},

@@ -176,6 +176,30 @@ START_TEST(test_refusals_write_nothing) {
                       "ID_EXISTS batch dup");
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:rq:p5")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:batches")), 1);
+    /* the list: newest first, a gone batch left out of it and pruned by the next create */
+    freeReplyObject(th_cmd(C, "FCALL dtq_batch 0 create rq 1 echo {} batch_id second"));
+    freeReplyObject(th_cmd(C, "FCALL dtq_batch 0 create rq 1 echo {} batch_id third"));
+    {
+        cJSON *l = th_read_json(C, NULL, "dtq_batch_list 0 2");
+        ck_assert_int_eq(th_json_size(l, "batches"), 2);
+        ck_assert_str_eq(th_json_str(l, "batches.0.id"), "third");
+        ck_assert_int_eq(th_json_int(l, "batches.1.total"), 1);
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(l, "more")));
+        cJSON_Delete(l);
+    }
+    freeReplyObject(th_cmd(C, "DEL dtq:batch:dup"));
+    {
+        cJSON *l = th_read_json(C, NULL, "dtq_batch_list 0");
+        ck_assert_int_eq(th_json_size(l, "batches"), 2); /* dup is gone */
+        cJSON_Delete(l);
+    }
+    freeReplyObject(th_cmd(C, "FCALL dtq_batch 0 create rq 1 echo {} batch_id fourth"));
+    {
+        redisReply *z = th_cmd(C, "ZSCORE dtq:batches dup");
+        ck_assert_int_eq(z->type, REDIS_REPLY_NIL); /* pruned */
+        freeReplyObject(z);
+    }
+    ck_assert_int_eq(th_int(th_cmd(C, "ZCARD dtq:batches")), 3);
 }
 END_TEST
 

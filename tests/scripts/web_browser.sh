@@ -174,6 +174,8 @@ check "$tmp/batch.html" "'2' in row('count', 'succeeded') and '1' in row('count'
 check "$tmp/batch.html" "'href=\"#/task/$failed_member\"' in dom" # the failed member, one click away
 callback=$(rc FCALL_RO dtq_batch_show 0 book-7 | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["on_complete"]["task_id"])')
 check "$tmp/batch.html" "'echo' in row('callback', 'on_complete') and 'href=\"#/task/$callback\"' in dom"
+browse "$base/#/batches" "$tmp/batches.html"
+check "$tmp/batches.html" "'complete' in row('batch', 'book-7') and 'the book' in row('batch', 'book-7') and 'href=\"#/batch/book-7\"' in dom"
 browse "$base/#/task/$failed_member" "$tmp/member.html"
 check "$tmp/member.html" "'member of batch' in dom and 'href=\"#/batch/book-7\"' in dom and 'page 3 is corrupt' in dom"
 
