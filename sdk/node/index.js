@@ -210,6 +210,42 @@ function envInt(name, dflt) {
   return n;
 }
 
+/**
+ * A task's context, the handler's second argument (see the Context typedef): frozen;
+ * `signal` is made on first use.
+ */
+class Context {
+  #task;
+
+  constructor(task) {
+    const msg = task.msg;
+    this.#task = task;
+    this.taskId = task.id;
+    this.queue = msg.queue;
+    this.taskType = msg.type;
+    this.attempt = msg.attempt;
+    this.maxAttempts = msg.max_attempts;
+    this.deadline = task.deadline === null ? null : new Date(task.deadline);
+    this.parentResults = msg.parent_results && typeof msg.parent_results === 'object'
+      ? msg.parent_results : {};
+    Object.freeze(this);
+  }
+
+  /** @returns {AbortSignal} aborted on a cancel from the daemon or at the deadline */
+  get signal() {
+    return this.#task.signal();
+  }
+
+  /**
+   * Reports progress.
+   * @param {number} [fraction] in [0, 1] (clamped)
+   * @param {string} [message] cut to 200 bytes
+   */
+  progress(fraction, message) {
+    this.#task.progress(fraction, message);
+  }
+}
+
 let serving = false;
 
 /**
@@ -268,7 +304,7 @@ function serve(options = {}) {
     constructor(msg) {
       this.msg = msg;
       this.id = msg.id;
-      this.controller = new AbortController();
+      this.controller = null; // made when the handler first asks for ctx.signal
       this.cancelReason = null;
       this.timer = null;
       this.deadline = Number.isFinite(msg.deadline_ms) ? msg.deadline_ms : null;
@@ -279,21 +315,30 @@ function serve(options = {}) {
         (this.deadline !== null && Date.now() >= this.deadline);
     }
 
-    context() {
-      const msg = this.msg;
-      return Object.freeze({
-        taskId: this.id,
-        queue: msg.queue,
-        taskType: msg.type,
-        attempt: msg.attempt,
-        maxAttempts: msg.max_attempts,
-        deadline: this.deadline === null ? null : new Date(this.deadline),
-        // a task enqueued `after` others: their results by task id (null for none)
-        parentResults: msg.parent_results && typeof msg.parent_results === 'object'
-          ? msg.parent_results : {},
-        signal: this.controller.signal,
-        progress: (fraction, message) => this.progress(fraction, message),
-      });
+    /**
+     * The task's AbortSignal. Made on first use, with the deadline's timer: most
+     * handlers never look, and a controller and a timer per task were a measurable
+     * part of a no-op task's cost.
+     */
+    signal() {
+      if (this.controller === null) {
+        this.controller = new AbortController();
+        if (this.cancelReason !== null) {
+          this.controller.abort(this.cancelError());
+        } else if (this.deadline !== null && held.get(this.id) === this) {
+          const ms = Math.max(0, this.deadline - Date.now());
+          if (ms < 2 ** 31) {
+            this.timer = setTimeout(() => this.controller.abort(
+              new DOMException('the task reached its deadline', 'TimeoutError')), ms);
+            this.timer.unref();
+          }
+        }
+      }
+      return this.controller.signal;
+    }
+
+    cancelError() {
+      return new DOMException(`the task was cancelled (${this.cancelReason})`, 'AbortError');
     }
 
     progress(fraction, message) {
@@ -312,19 +357,8 @@ function serve(options = {}) {
 
     async run() {
       running++;
-      if (this.deadline !== null) {
-        const ms = Math.max(0, this.deadline - Date.now());
-        // setTimeout's limit is 2^31-1 ms; a later deadline needs no timer.
-        if (ms < 2 ** 31) {
-          this.timer = setTimeout(() => this.controller.abort(
-            new DOMException('the task reached its deadline', 'TimeoutError')), ms);
-          this.timer.unref();
-        }
-      }
       let answer;
       try {
-        // Always settle asynchronously: a handler that returns or throws at once must
-        // not start the next waiting task inside this one's stack.
         await undefined;
         const fn = registry.get(this.msg.type);
         if (!fn) {
@@ -333,43 +367,40 @@ function serve(options = {}) {
             `(this process serves ${serves.length ? serves.join(', ') : 'none'})`);
         }
         const payload = this.msg.payload === undefined ? null : this.msg.payload;
-        const result = await fn(payload, this.context());
-        answer = okMessage(this.id, result);
+        const result = await fn(payload, new Context(this));
+        answer = okLine(this.id, result);
       } catch (err) {
-        answer = { t: 'fail', id: this.id, ...classify(err, this) };
+        answer = JSON.stringify({ t: 'fail', id: this.id, ...classify(err, this) }) + '\n';
       }
-      clearTimeout(this.timer);
+      if (this.timer !== null) clearTimeout(this.timer);
       held.delete(this.id);
       pendingProgress.delete(this.id);
-      send(answer);
+      write(answer);
       running--;
       next();
     }
 
     cancel(reason) {
       this.cancelReason = typeof reason === 'string' ? reason : 'cancelled';
-      this.controller.abort(new DOMException(`the task was cancelled (${this.cancelReason})`, 'AbortError'));
+      if (this.controller !== null) this.controller.abort(this.cancelError());
     }
   }
 
-  function okMessage(id, result) {
+  /** The ok line of a result, encoded once; or the fail line of one that cannot be. */
+  function okLine(id, result) {
     let text;
+    let why = null;
     try {
       text = result === undefined ? 'null' : JSON.stringify(result);
+      if (text === undefined) why = new TypeError(`the result is not JSON-serialisable: a ${typeof result}`);
     } catch (e) {
-      return { t: 'fail', id, retryable: false, error: errorText(
-        new TypeError(`the result is not JSON-serialisable: ${e && e.message}`)) };
+      why = new TypeError(`the result is not JSON-serialisable: ${e && e.message}`);
     }
-    if (text === undefined) {
-      return { t: 'fail', id, retryable: false, error: errorText(
-        new TypeError(`the result is not JSON-serialisable: a ${typeof result}`)) };
+    if (why === null && text.length > (MAX_LINE - 1024) / 3 && Buffer.byteLength(text) > MAX_LINE - 1024) {
+      why = new RangeError(`the result is ${Buffer.byteLength(text)} bytes, over the protocol's 16 MiB line`);
     }
-    // The answer's line must stay within 16 MiB.
-    if (Buffer.byteLength(text) > MAX_LINE - 1024) {
-      return { t: 'fail', id, retryable: false, error: errorText(
-        new RangeError(`the result is ${Buffer.byteLength(text)} bytes, over the protocol's 16 MiB line`)) };
-    }
-    return { t: 'ok', id, result: JSON.parse(text) };
+    if (why !== null) return JSON.stringify({ t: 'fail', id, retryable: false, error: errorText(why) }) + '\n';
+    return `{"t":"ok","id":${JSON.stringify(id)},"result":${text}}\n`;
   }
 
   function next() {
@@ -411,7 +442,7 @@ function serve(options = {}) {
         t.cancel(msg.reason);
         if (i >= 0) { // never started: answered at once, its handler not run
           held.delete(t.id);
-          send({ t: 'fail', id: t.id, ...classify(t.controller.signal.reason, t) });
+          send({ t: 'fail', id: t.id, ...classify(t.cancelError(), t) });
           next();
         }
       }

@@ -4,12 +4,14 @@
 descriptor 3, runs each task's handler and answers it with ``ok`` or ``fail``, and returns
 once descriptor 3 has ended and every task it held is answered.
 
-Design: one asyncio event loop in the calling thread owns the tasks held. A reader thread
-blocks on descriptor 3 and hands each parsed line to the loop; a writer thread owns
-descriptor 4, so that neither a slow daemon nor a handler stalls the other side. At most
-``inflight`` tasks run at once: ``async def`` handlers as asyncio tasks of the loop, plain
-``def`` handlers in a pool of ``inflight`` threads (a blocking handler never stalls the
-protocol). Descriptors 0-2 are never touched: what handlers print is the program's own.
+Design, for the least work per task: a reader thread blocks on descriptor 3 and starts
+each task itself, while fewer than ``inflight`` run: plain ``def`` handlers in threads of
+their own (at most ``inflight``; a blocking handler never stalls the protocol), ``async
+def`` handlers as asyncio tasks of one event loop in the calling thread (run concurrently).
+Whoever finishes a task writes its answer on descriptor 4 at once, without handing it to
+another thread (a plain task costs one thread hop; asyncio's executor cost three times
+the whole task). Descriptors 0-2 are never touched: what handlers print is the program's
+own.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import collections
 import json
 import os
 import queue
+import select
 import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
@@ -148,9 +150,8 @@ class Context:
     their results, ``None`` for one without; an empty dict otherwise).
     """
 
-    def __init__(self, server: _Server, held: _Held, msg: dict[str, Any]) -> None:
+    def __init__(self, server: _Server, msg: dict[str, Any]) -> None:
         self._server = server
-        self._held = held
         self.task_id: str = msg["id"]
         self.queue: str = str(msg.get("queue", ""))
         self.task_type: str = msg["type"]
@@ -160,10 +161,29 @@ class Context:
         self.deadline_ms: int | None = (
             int(dl) if isinstance(dl, (int, float)) and not isinstance(dl, bool) else None
         )
-        self.cancelled = threading.Event()
+        self._cancel_event: threading.Event | None = None  # made when first asked for
+        self._is_cancelled = False
         self.cancel_reason: str | None = None
         pr = msg.get("parent_results")
         self.parent_results: dict[str, Any] = pr if isinstance(pr, dict) else {}
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """A :class:`threading.Event`, set on the daemon's ``cancel`` (made on first use:
+        most handlers never wait on one)."""
+        with _CANCEL_LOCK:
+            if self._cancel_event is None:
+                self._cancel_event = threading.Event()
+                if self._is_cancelled:
+                    self._cancel_event.set()
+            return self._cancel_event
+
+    def _cancel(self, reason: Any) -> None:
+        with _CANCEL_LOCK:
+            self.cancel_reason = reason if isinstance(reason, str) else "cancelled"
+            self._is_cancelled = True
+            if self._cancel_event is not None:
+                self._cancel_event.set()
 
     @property
     def deadline(self) -> datetime | None:
@@ -177,7 +197,7 @@ class Context:
     def is_cancelled(self) -> bool:
         """Whether the daemon cancelled the task (stop as soon as you can: the answer is
         ignored, and the process is killed after ``kill_grace_ms``)."""
-        return self.cancelled.is_set()
+        return self._is_cancelled
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (negative once past), or ``None``."""
@@ -196,7 +216,7 @@ class Context:
                 msg["fraction"] = min(1.0, max(0.0, f))
         if message is not None:
             msg["message"] = _cut(str(message), PROGRESS_MESSAGE_BYTES)
-        self._server.writer.progress(self._held, msg)
+        self._server.writer.progress(self, msg)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return (
@@ -209,17 +229,22 @@ def _int(v: Any, default: int) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
-class _Held:
-    """A task sent to this process and not yet answered."""
+_CANCEL_LOCK = threading.Lock()
 
-    def __init__(self, server: _Server, msg: dict[str, Any]) -> None:
-        self.id: str = msg["id"]
+
+class _Held(Context):
+    """A task sent to this process and not yet answered: its context (the handler gets
+    this very object, so a task makes no reference cycle for the collector) and the
+    server's bookkeeping."""
+
+    def __init__(self, server: _Server, msg: dict[str, Any], handler: Handler | None) -> None:
+        super().__init__(server, msg)
+        self.id: str = self.task_id
         self.msg = msg
-        self.ctx = Context(server, self, msg)
+        self.handler = handler
         self.answered = False
         self.started = False
-        self.atask: asyncio.Task[None] | None = None  # an async handler's task
-        self.is_async = False
+        self.atask: asyncio.Task[Any] | None = None  # an async handler's task, while it runs
 
 
 # ------------------------------------------------------------------ descriptor 4
@@ -239,70 +264,110 @@ def _fatal(message: str) -> NoReturn:
 
 
 class _Writer:
-    """The owner of descriptor 4: a thread writes the lines queued, in order. Answers
-    are always queued; progress is coalesced (a task's latest report replaces an earlier
-    one not yet written, in the earlier one's place, so before the task's answer), and a
+    """The owner of descriptor 4. The thread that has a line writes it itself, at once,
+    under a lock (a handler thread its answer, the event loop an async task's): no thread
+    hop on the way out. Descriptor 4 is non-blocking, so a daemon that reads slowly
+    never stalls the caller: what the pipe does not take waits in a queue that a flusher
+    thread (started the first time it is needed) writes once the pipe has room, lines in
+    order; while lines wait, a task's progress reports are coalesced (the latest replaces
+    an earlier one not yet written, in its place, so before the task's answer), and a
     report made once its task is answered is dropped."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        os.set_blocking(fd, False)
         self.lock = threading.Lock()
-        self.items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.room = threading.Condition(self.lock)
+        self.pending: collections.deque[tuple[str, Any]] = collections.deque()
         self.latest: dict[_Held, dict[str, Any]] = {}
-        self.thread = threading.Thread(target=self._run, name="dtq-writer", daemon=True)
-        self.thread.start()
+        self.flusher: threading.Thread | None = None
+        self.closing = False
 
     def send(self, msg: dict[str, Any]) -> None:
-        self.items.put(("line", _dumps(msg)))
+        with self.lock:
+            self._emit(_dumps(msg))
 
     def answer(self, held: _Held, msg: dict[str, Any] | bytes) -> bool:
-        """Queues the answer of held (a message, or its line already encoded); False when
+        """Writes the answer of held (a message, or its line already encoded); False when
         it was answered already."""
+        data = msg if isinstance(msg, bytes) else _dumps(msg)
         with self.lock:
             if held.answered:
                 return False
             held.answered = True
-        self.items.put(("line", msg if isinstance(msg, bytes) else _dumps(msg)))
+            self._emit(data)
         return True
 
     def progress(self, held: _Held, msg: dict[str, Any]) -> None:
         with self.lock:
             if held.answered:
                 return
+            if not self.pending:
+                self._emit(_dumps(msg))
+                return
             queued = held in self.latest
             self.latest[held] = msg
-        if not queued:
-            self.items.put(("progress", held))
+            if not queued:
+                self.pending.append(("progress", held))
 
     def close(self) -> None:
-        """Writes what is queued, closes the descriptor and waits for the thread."""
-        self.items.put(("end", None))
-        self.thread.join()
+        """Writes what waits, closes the descriptor and waits for the flusher."""
+        with self.lock:
+            self.closing = True
+            self.room.notify()
+            flusher = self.flusher
+        if flusher is not None:
+            flusher.join()
+        else:
+            _close(self.fd)
 
-    def _run(self) -> None:
-        while True:
-            kind, item = self.items.get()
-            if kind == "end":
-                try:
-                    os.close(self.fd)
-                except OSError:
-                    pass
+    def _emit(self, data: bytes) -> None:
+        """Writes data now, or queues it (what the pipe did not take) behind what waits.
+        The lock is held."""
+        if not self.pending:
+            n = self._write(data)
+            if n == len(data):
                 return
-            if kind == "progress":
-                with self.lock:
-                    msg = self.latest.pop(item, None)
-                if msg is None:
-                    continue
-                data = _dumps(msg)
-            else:
-                data = item
-            view = memoryview(data)
-            try:
-                while view:
-                    n = os.write(self.fd, view)
-                    view = view[n:]
-            except OSError as e:
-                _fatal(f"cannot write to descriptor {self.fd}: {e}")
+            data = data[n:]
+        self.pending.append(("line", data))
+        if self.flusher is None:
+            self.flusher = threading.Thread(target=self._flush, name="dtq-writer", daemon=True)
+            self.flusher.start()
+        self.room.notify()
+
+    def _write(self, data: bytes | memoryview) -> int:
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+        except OSError as e:
+            _fatal(f"cannot write to descriptor {self.fd}: {e}")
+
+    def _flush(self) -> None:
+        while True:
+            with self.lock:
+                while not self.pending and not self.closing:
+                    self.room.wait()
+                if not self.pending:  # closing, and nothing waits
+                    _close(self.fd)
+                    return
+            select.select([], [self.fd], [])  # room in the pipe (or the daemon gone: EPIPE)
+            with self.lock:
+                while self.pending:
+                    kind, item = self.pending[0]
+                    data = item if kind == "line" else _dumps(self.latest.pop(item))
+                    n = self._write(data)
+                    if n < len(data):
+                        self.pending[0] = ("line", data[n:])
+                        break
+                    self.pending.popleft()
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _dumps(msg: dict[str, Any]) -> bytes:
@@ -358,29 +423,36 @@ def _parse(line: bytes) -> dict[str, Any]:
     return msg
 
 
-# ------------------------------------------------------------------ the loop
+# ------------------------------------------------------------------ the server
 
 
 class _Server:
+    """Who runs what. The reader thread takes each message as it is read and, under
+    ``lock``, starts a task while fewer than ``inflight`` run (the rest wait, in order): a
+    plain handler's task goes to the threads ``dtq-handler_N`` (at most ``inflight``,
+    started when first needed), which run it and write its answer; an ``async def``
+    handler's task goes to the event loop of the main thread. So a plain task costs one
+    thread hop in and none out, the least a handler that may block can cost."""
+
     def __init__(self, inflight: int, tasks_fd: int, replies_fd: int) -> None:
         self.inflight = inflight
         self.tasks_fd = tasks_fd
         self.handlers: dict[str, Handler] = handlers()
         self.writer = _Writer(replies_fd)
+        self.lock = threading.Lock()
         self.held: dict[str, _Held] = {}
         self.waiting: collections.deque[_Held] = collections.deque()
         self.running = 0
         self.ended = False
-        self.done: asyncio.Future[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.pool: ThreadPoolExecutor | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.work: queue.SimpleQueue[_Held | None] = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.done = self.loop.create_future()
-        if any(not h.is_async for h in self.handlers.values()):
-            self.pool = ThreadPoolExecutor(self.inflight, thread_name_prefix="dtq-handler")
         self.writer.send(
             {
                 "t": "hello",
@@ -390,54 +462,98 @@ class _Server:
                 "sdk": f"python dtq {VERSION}",
             }
         )
-        loop = self.loop
         threading.Thread(
-            target=_reader,
-            args=(self.tasks_fd, lambda m: loop.call_soon_threadsafe(self.on_message, m)),
-            name="dtq-reader",
-            daemon=True,
+            target=_reader, args=(self.tasks_fd, self.on_message), name="dtq-reader", daemon=True
         ).start()
         await self.done
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
+        for _ in self.threads:
+            self.work.put(None)
+        for t in self.threads:
+            t.join()
+
+    # --- the reader thread
 
     def on_message(self, msg: dict[str, Any] | None) -> None:
         if msg is None:
-            self.ended = True
-            self.pump()
+            with self.lock:
+                self.ended = True
+                self.pump()
             return
         t = msg.get("t")
         if t == "task":
             tid = msg.get("id")
             if not isinstance(tid, str) or not tid:
                 _fatal("a task without an id")
-            if not isinstance(msg.get("type"), str):
+            ttype = msg.get("type")
+            if not isinstance(ttype, str):
                 _fatal(f"task {tid} without a type")
-            if tid in self.held:
-                _fatal(f"task {tid} sent while it is held")
-            held = _Held(self, msg)
-            self.held[tid] = held
-            self.waiting.append(held)
-            self.pump()
+            with self.lock:
+                if tid in self.held:
+                    _fatal(f"task {tid} sent while it is held")
+                held = _Held(self, msg, self.handlers.get(ttype))
+                self.held[tid] = held
+                self.waiting.append(held)
+                self.pump()
         elif t == "cancel":
-            held = self.held.get(msg.get("id"))  # type: ignore[arg-type]
-            if held is not None:  # an id answered already: nothing to do
-                self.cancel(held, msg.get("reason"))
+            with self.lock:
+                held = self.held.get(msg.get("id"))  # type: ignore[arg-type]
+                if held is None:  # an id answered already: nothing to do
+                    return
+                held._cancel(msg.get("reason"))
+                if not held.started:  # never ran: answered at once
+                    self.waiting.remove(held)
+                    self.answer_locked(held, self.cancelled_fail(held))
+                    self.pump()
+                    return
+            if held.handler is not None and held.handler.is_async:
+                assert self.loop is not None
+                self.loop.call_soon_threadsafe(self.cancel_async, held)
         # any other type: ignored (a newer daemon may send more)
 
-    def cancel(self, held: _Held, reason: Any) -> None:
-        ctx = held.ctx
-        ctx.cancel_reason = reason if isinstance(reason, str) else "cancelled"
-        ctx.cancelled.set()
-        if not held.started:  # never ran: answered at once
-            self.waiting.remove(held)
-            self.answer(held, self.cancelled_fail(held))
+    def pump(self) -> None:
+        """Starts waiting tasks while slots are free; resolves done once the end of
+        descriptor 3 was read and every task is answered. The lock is held."""
+        while self.running < self.inflight and self.waiting:
+            held = self.waiting.popleft()
+            held.started = True
+            self.running += 1
+            if held.handler is not None and held.handler.is_async:
+                assert self.loop is not None
+                self.loop.call_soon_threadsafe(self.start_async, held)
+            else:
+                if len(self.threads) < self.inflight and len(self.threads) < self.running:
+                    th = threading.Thread(
+                        target=self.handler_thread, name=f"dtq-handler_{len(self.threads)}", daemon=True
+                    )
+                    self.threads.append(th)
+                    th.start()
+                self.work.put(held)
+        if self.ended and not self.held and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.finish)
+
+    def finish(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    # --- answers, from any thread
+
+    def answer(self, held: _Held, msg: dict[str, Any] | bytes) -> None:
+        """Writes held's answer and frees its slot."""
+        with self.lock:
+            self.running -= 1
+            self.answer_locked(held, msg)
             self.pump()
-        elif held.atask is not None:
-            held.atask.cancel()
+
+    def answer_locked(self, held: _Held, msg: dict[str, Any] | bytes) -> None:
+        """Forgets held and writes its answer, both under the lock: the daemon may send
+        the same id again as soon as it reads the answer, and the end is not resolved
+        before the last answer is written."""
+        if self.held.get(held.id) is held:
+            del self.held[held.id]
+        self.writer.answer(held, msg)
 
     def cancelled_fail(self, held: _Held) -> dict[str, Any]:
-        reason = held.ctx.cancel_reason
+        reason = held.cancel_reason
         return {
             "t": "fail",
             "id": held.id,
@@ -445,54 +561,71 @@ class _Server:
             "error": f"CancelledError: the task was cancelled ({reason})",
         }
 
-    def answer(self, held: _Held, msg: dict[str, Any] | bytes) -> None:
-        if self.writer.answer(held, msg) and self.held.get(held.id) is held:
-            del self.held[held.id]
+    def unknown_type(self, held: _Held) -> BaseException:
+        served = ", ".join(self.handlers) or "none"
+        return errors.PermanentError(
+            f"no handler for task type {json.dumps(held.msg['type'])} (this process serves {served})"
+        )
 
-    def pump(self) -> None:
-        while self.running < self.inflight and self.waiting:
-            held = self.waiting.popleft()
-            held.started = True
-            self.running += 1
-            atask = asyncio.ensure_future(self.run_task(held))
-            self.tasks.add(atask)
-            atask.add_done_callback(self.tasks.discard)
-        if self.ended and not self.held and self.done is not None and not self.done.done():
-            self.done.set_result(None)
+    # --- plain handlers: a thread each task
 
-    async def run_task(self, held: _Held) -> None:
-        msg = held.msg
+    def handler_thread(self) -> None:
+        while True:
+            held = self.work.get()
+            if held is None:
+                return
+            self.answer(held, self.run_plain(held))
+
+    def run_plain(self, held: _Held) -> dict[str, Any] | bytes:
+        handler = held.handler
         try:
-            handler = self.handlers.get(msg["type"])
             if handler is None:
-                served = ", ".join(self.handlers) or "none"
-                raise errors.PermanentError(
-                    f"no handler for task type {json.dumps(msg['type'])} "
-                    f"(this process serves {served})"
-                )
-            args: tuple[Any, ...] = (msg.get("payload"),)
-            if handler.takes_context:
-                args += (held.ctx,)
-            if handler.is_async:
-                result = await self.run_async(held, handler, args)
-            else:
-                assert self.loop is not None and self.pool is not None
-                result = await self.loop.run_in_executor(self.pool, _call, handler.fn, args)
+                raise self.unknown_type(held)
+            payload = held.msg.get("payload")
+            result = handler.fn(payload, held) if handler.takes_context else handler.fn(payload)
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                # a plain function that returned an awaitable: awaited on the loop
+                assert self.loop is not None
+                result = asyncio.run_coroutine_threadsafe(
+                    self.await_result(held, result), self.loop
+                ).result()
                 if isinstance(result, _Raised):
                     raise result.exc
-                if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-                    result = await self.run_async(held, None, (result,))
-            answer: dict[str, Any] | bytes = self.ok(held.id, result)
-        except asyncio.CancelledError as e:
-            if held.ctx.cancel_reason is not None:
-                answer = self.cancelled_fail(held)
-            else:
-                answer = {"t": "fail", "id": held.id, **classify(e)}
+            return self.ok(held.id, result)
         except BaseException as e:  # a handler's SystemExit fails its task, no more
-            answer = {"t": "fail", "id": held.id, **classify(e)}
-        self.running -= 1
+            return self.failed(held, e)
+
+    async def await_result(self, held: _Held, aw: Any) -> Any:
+        try:
+            return await self.run_async(held, None, (aw,))
+        except BaseException as e:
+            return _Raised(e)
+
+    def failed(self, held: _Held, e: BaseException) -> dict[str, Any]:
+        if isinstance(e, asyncio.CancelledError) and held.cancel_reason is not None:
+            return self.cancelled_fail(held)
+        return {"t": "fail", "id": held.id, **classify(e)}
+
+    # --- async handlers: tasks of the loop
+
+    def start_async(self, held: _Held) -> None:
+        atask = asyncio.ensure_future(self.run_task(held))
+        self.tasks.add(atask)
+        atask.add_done_callback(self.tasks.discard)
+
+    def cancel_async(self, held: _Held) -> None:
+        if held.atask is not None:
+            held.atask.cancel()
+
+    async def run_task(self, held: _Held) -> None:
+        assert held.handler is not None
+        try:
+            payload = held.msg.get("payload")
+            args: tuple[Any, ...] = (payload, held) if held.handler.takes_context else (payload,)
+            answer: dict[str, Any] | bytes = self.ok(held.id, await self.run_async(held, held.handler, args))
+        except BaseException as e:
+            answer = self.failed(held, e)
         self.answer(held, answer)
-        self.pump()
 
     async def run_async(self, held: _Held, handler: Handler | None, args: tuple[Any, ...]) -> Any:
         """Runs an async handler (or awaits the awaitable args[0] when handler is None)
@@ -502,7 +635,7 @@ class _Server:
 
         async def call() -> Any:
             aw = handler.fn(*args) if handler is not None else args[0]
-            dl = held.ctx.deadline_ms
+            dl = held.deadline_ms
             try:
                 if dl is None:
                     return await aw
@@ -515,7 +648,7 @@ class _Server:
 
         inner = asyncio.ensure_future(call())
         held.atask = inner
-        if held.ctx.is_cancelled:
+        if held.is_cancelled:
             inner.cancel()
         try:
             result = await inner
@@ -548,22 +681,13 @@ class _Server:
 
 
 class _Raised:
-    """An exception carried out of a handler as a value: out of a thread of the pool (so
-    that asyncio does not rebuild it without its traceback, as it does a TimeoutError),
-    or out of an asyncio task (so that a SystemExit does not stop the loop)."""
+    """An exception carried out of an asyncio task as a value (so that a SystemExit does
+    not stop the loop)."""
 
     __slots__ = ("exc",)
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
-
-
-def _call(fn: Any, args: tuple[Any, ...]) -> Any:
-    """Runs a plain handler in a thread of the pool."""
-    try:
-        return fn(*args)
-    except BaseException as e:
-        return _Raised(e)
 
 
 def _env_int(name: str, default: int) -> int:
