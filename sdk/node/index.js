@@ -494,6 +494,7 @@ function serve(options = {}) {
 }
 
 module.exports = {
+  ...require('./client.js'),
   task,
   serve,
   types,
