@@ -7,6 +7,7 @@
 
 #include "ctl.h"
 #include "util.h"
+#include "view_merge.h"
 
 /* The most tasks one Function call takes (lua/fn/batch.lua GROUP_MAX): a larger batch is
  * created open, filled by adds, then closed. */
@@ -319,14 +320,25 @@ static int batch_by_id(ctl *x, const char *sub, int argc, char **argv) {
     return 0;
 }
 
-/* batch list [--queue Q] [--json]: the newest batches (<ns>_batch_list), a line each. */
+#define BATCH_LIST_MAX 200
+
+static cJSON *merge_batches(cJSON *const *parts, int n) {
+    return dtq_view_merge_batches(parts, n, BATCH_LIST_MAX);
+}
+
+/* batch list [--queue Q] [--json]: the newest batches (<ns>_batch_list), a line each; the
+ * cluster layout: of every queue's slot, merged (view_merge.c), or of Q's alone. */
 static int batch_list(ctl *x, int argc, char **argv) {
     const char *queue = ctl_take_queue("batch list", &argc, argv);
-    const char *a[1] = {"200"};
+    char max[16];
+    const char *a[1] = {max};
     cJSON *r, *b;
     if (argc != 0) ctl_usage_error("batch list: want [--queue Q]");
-    queue = ctl_id_queue(x, queue);
-    r = ctl_read_model(x, queue, "batch_list", 1, a);
+    snprintf(max, sizeof(max), "%d", BATCH_LIST_MAX);
+    if (queue)
+        r = ctl_read_model(x, ctl_id_queue(x, queue), "batch_list", 1, a);
+    else
+        r = ctl_read_merged(x, "batch_list", 1, a, 0, NULL, merge_batches);
     if (x->json) {
         ctl_print_json(r);
         cJSON_Delete(r);
@@ -352,7 +364,7 @@ static int batch_list(ctl *x, int argc, char **argv) {
                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "dead_lettered")));
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "more")))
-        fprintf(stderr, "dtqctl: only the newest 200 batches are listed\n");
+        fprintf(stderr, "dtqctl: only the newest %d batches are listed\n", BATCH_LIST_MAX);
     cJSON_Delete(r);
     return 0;
 }

@@ -339,6 +339,22 @@ cJSON *dtq_view_merge_limits(cJSON *const *parts, int n) {
     return a;
 }
 
+/* The newest first (created_at, a number of ms), ties by id. */
+static int cmp_batch(const cJSON *a, const cJSON *b) {
+    double x = num(a, "created_at"), y = num(b, "created_at");
+    if (x != y) return x > y ? -1 : 1;
+    return strcmp(str_of(a, "id"), str_of(b, "id"));
+}
+
+cJSON *dtq_view_merge_batches(cJSON *const *parts, int n, int count) {
+    cJSON *o = cJSON_CreateObject(), *b = concat(parts, n, "batches");
+    int more = sort_array(b, cmp_batch, count);
+    for (int i = 0; i < n; i++) more |= cJSON_IsTrue(member(parts[i], "more"));
+    cJSON_AddItemToObject(o, "batches", b);
+    cJSON_AddBoolToObject(o, "more", more);
+    return o;
+}
+
 cJSON *dtq_view_merge_stats(cJSON *const *parts, int n) {
     cJSON *o = cJSON_CreateObject();
     const cJSON *f;

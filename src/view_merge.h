@@ -3,7 +3,7 @@
  * {ns} for the shared state alone (workers, the scheduler leader, the global audit); these
  * put such parts together into the single layout's shape, the one rule for each view.
  * dtq-web (web_read.c) and dtqctl (ctl_route.c: ctl_read_merged for queues, stats, cron
- * and limits; ctl_list_merged for the dead letters and the schedule) both merge here.
+ * limits and batches; ctl_list_merged for the dead letters and the schedule) both merge here.
  * Pure: parsed answers in (borrowed), a new object out, no I/O. Parts come in any order;
  * the {ns} part is one of them when the caller asked for it (a view of the queues alone,
  * like dtqctl's queues or the limits, has none).
@@ -48,6 +48,9 @@ cJSON *dtq_view_merge_scheduled(cJSON *const *parts, int n, int count);
 cJSON *dtq_view_merge_cron(cJSON *const *parts, int n);
 /* <ns>_limit_list (arrays): the limits by queue, each queue's in its own order. */
 cJSON *dtq_view_merge_limits(cJSON *const *parts, int n);
+/* <ns>_batch_list: the newest `count` batches of every part (by created_at, ties by id);
+ * more when a part had more or some were left out. */
+cJSON *dtq_view_merge_batches(cJSON *const *parts, int n, int count);
 /* <ns>_stats (its name/value pairs as objects, in their order): every name once, in the
  * order first seen; numbers summed (the namespace's counters: scheduled, claimed, dlq,
  * workers; a queue's queue:<q>:* pairs come from its own part), words (queue:<q>:mode)

@@ -32,7 +32,8 @@ typedef enum merge_kind {
     MERGE_STREAM_PAGES,
     MERGE_SCHEDULED,
     MERGE_CRON,
-    MERGE_LIMITS
+    MERGE_LIMITS,
+    MERGE_BATCHES
 } merge_kind;
 
 /* What a read calls and how it answers. */
@@ -182,6 +183,7 @@ static void fan_merge(dtq_rsteps *j) {
         case MERGE_SCHEDULED: s->body = dtq_view_merge_scheduled(p, n, s->sp.count); break;
         case MERGE_CRON: s->body = dtq_view_merge_cron(p, n); break;
         case MERGE_LIMITS: s->body = dtq_view_merge_limits(p, n); break;
+        case MERGE_BATCHES: s->body = dtq_view_merge_batches(p, n, s->sp.count); break;
         case MERGE_NONE: break;
         }
     }
@@ -447,19 +449,25 @@ void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args
 
 /* ================================================================= GET /api/batches */
 
-/* ?count=N (1-200, default 50); ?queue=Q required in the cluster layout (a queue's slot
- * holds its batches). */
+/* ?count=N (1-200, default 50). The cluster layout: every queue's slot holds its own
+ * batches, merged (the newest count of them all), or ?queue=Q's alone. */
 void dtq_web_api_batches(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     read_spec sp = {0};
     char count_s[32];
     const char *args[] = {count_s, NULL};
+    const char *queue = w->rc ? dtq_web_query(a, "queue") : NULL;
     int64_t count;
-    int bad;
     if (dtq_web_query_int(req, a, "count", 50, 1, 200, &count) != 0) return;
+    if (queue && *queue && !dtq_valid_queue_name(queue)) {
+        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
+        return;
+    }
     snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
-    sp.queue = dtq_web_call_queue(w, req, a, &bad);
-    if (bad || !dtq_web_redis_up(w, req)) return;
+    if (!dtq_web_redis_up(w, req)) return;
     sp.fn = w->fn.batch_list;
+    sp.queue = queue && *queue ? queue : NULL;
+    sp.merge = MERGE_BATCHES;
+    sp.count = (int)count;
     read_start(w, req, &sp, args);
 }
 

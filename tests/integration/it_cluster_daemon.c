@@ -418,8 +418,8 @@ END_TEST
  * marker) on the cluster: a daemon with the cluster URL refuses to start and says why. */
 /* Workflows on the cluster (issue 29): through dtqctl's cluster router, a batch in one
  * shard's queue and a chain in another's, each in its queue's slot, run by a daemon to the
- * batch's callback and the chain's last link; a task after a task of another queue is
- * refused with the reason. */
+ * batch's callback and the chain's last link; the batch list merged over the slots; a task
+ * after a task of another queue is refused with the reason. */
 START_TEST(test_workflows_on_the_cluster) {
     th_daemon a;
     char path[400], args[600], *out, *save = NULL, *last = NULL, *cb;
@@ -443,6 +443,23 @@ START_TEST(test_workflows_on_the_cluster) {
     for (char *t = strtok_r(out, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) last = t;
     ck_assert_ptr_nonnull(last);
     last = strdup(last);
+    free(out);
+    /* a second batch in q7's slot: the list merges every queue's slot, or shows one's */
+    th_path(&R, "two.txt", path, sizeof(path));
+    f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "echo {}\necho {}\n");
+    fclose(f);
+    snprintf(args, sizeof(args), "batch create q7 --id cb2 < %s", path);
+    ck_assert_int_eq(th_ctl(&R, &out, args), 0);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "batch list --json"), 0);
+    ck_assert_msg(strstr(out, "\"id\":\"cb1\"") && strstr(out, "\"id\":\"cb2\"") &&
+                      strstr(out, "\"more\":false"),
+                  "%s", out);
+    free(out);
+    ck_assert_int_eq(th_ctl(&R, &out, "batch list --queue q2"), 0);
+    ck_assert_msg(strstr(out, "cb1") && !strstr(out, "cb2"), "%s", out);
     free(out);
     /* a task of q3 cannot wait for one of q7: another slot */
     snprintf(args, sizeof(args), "enqueue q3 echo {} --after %s", last);

@@ -375,6 +375,17 @@ START_TEST(test_other_views) {
     a = GET(200, "/api/limits");
     ck_assert_int_eq(th_json_size(a, "limits"), 0);
     cJSON_Delete(a);
+    /* batches: every queue's slot merged (none made here), or one queue's */
+    a = GET(200, "/api/batches");
+    ck_assert_int_eq(th_json_size(a, "batches"), 0);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(a, "more")));
+    cJSON_Delete(a);
+    a = GET(200, "/api/batches?queue=%s", Q[DLQ_A]);
+    ck_assert_int_eq(th_json_size(a, "batches"), 0);
+    cJSON_Delete(a);
+    a = GET(400, "/api/batches?queue=bad%%20name");
+    ck_assert_str_eq(th_json_str(a, "error"), "bad_request");
+    cJSON_Delete(a);
 }
 END_TEST
 

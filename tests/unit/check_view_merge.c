@@ -231,6 +231,34 @@ START_TEST(test_limits) {
 }
 END_TEST
 
+START_TEST(test_batches) {
+    cJSON *parts[3], *m;
+    parts[0] = cJSON_Parse("{\"batches\":[{\"id\":\"b2\",\"created_at\":30},"
+                           "{\"id\":\"b1\",\"created_at\":10}],\"more\":false}");
+    parts[1] = cJSON_Parse("{\"batches\":[{\"id\":\"a\",\"created_at\":20},"
+                           "{\"id\":\"c\",\"created_at\":30}],\"more\":false}");
+    parts[2] = cJSON_Parse("{\"batches\":[],\"more\":false}"); /* {ns}'s: none */
+    m = dtq_view_merge_batches(parts, 3, 10);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(m, "batches")), 4);
+    ck_assert_str_eq(th_json_str(m, "batches.0.id"), "b2"); /* newest; ties by id */
+    ck_assert_str_eq(th_json_str(m, "batches.1.id"), "c");
+    ck_assert_str_eq(th_json_str(m, "batches.2.id"), "a");
+    ck_assert_str_eq(th_json_str(m, "batches.3.id"), "b1");
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(m, "more")));
+    cJSON_Delete(m);
+    m = dtq_view_merge_batches(parts, 3, 3); /* one left out: more */
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(m, "batches")), 3);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(m, "more")));
+    cJSON_Delete(m);
+    cJSON_Delete(parts[2]);
+    parts[2] = cJSON_Parse("{\"batches\":[],\"more\":true}"); /* a part had more */
+    m = dtq_view_merge_batches(parts, 3, 10);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(m, "more")));
+    cJSON_Delete(m);
+    for (int i = 0; i < 3; i++) cJSON_Delete(parts[i]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("view_merge");
     TCase *tc = tcase_create("core");
@@ -241,6 +269,7 @@ int main(void) {
     tcase_add_test(tc, test_overview_and_metrics);
     tcase_add_test(tc, test_stats);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_batches);
     suite_add_tcase(s, tc);
     return th_run_suite(s);
 }
