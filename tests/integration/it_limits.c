@@ -7,7 +7,6 @@
 #include <cjson/cJSON.h>
 #include <check.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,26 +19,6 @@ TH_LIBRARY_FIXTURE();
 
 #define POLICY "{\"d\":[5,30000],\"t\":{}}"
 
-static long long int_of(const char *fmt, ...) {
-    va_list ap;
-    redisReply *r;
-    va_start(ap, fmt);
-    r = redisvCommand(C, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "%s: %s", fmt, C->errstr);
-    return th_int(r);
-}
-
-static void enqueue(const char *queue, const char *type, const char *id, const char *opts) {
-    char cmd[256];
-    redisReply *r;
-    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s {} task_id %s %s", queue, type, id,
-             opts ? opts : "");
-    r = th_cmd(C, cmd);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
-}
-
 /* An enqueue with a payload and options as separate words. */
 static void enqueue_p(const char *queue, const char *type, const char *id, const char *payload,
                       const char *o1, const char *v1) {
@@ -49,26 +28,6 @@ static void enqueue_p(const char *queue, const char *type, const char *id, const
            : th_cmd(C, "FCALL dtq_enqueue 0 %s %s %s task_id %s", queue, type, payload, id);
     ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
     freeReplyObject(r);
-}
-
-static void field_is(const char *id, const char *field, const char *want) {
-    th_assert_field(C, id, field, want);
-}
-
-static void field_absent(const char *id, const char *field) {
-    char *v = th_task_field(C, id, field);
-    ck_assert_msg(v == NULL, "task %s: %s is '%s', want none", id, field, v ? v : "");
-}
-
-/* The JSON array of <ns>_limit_list. */
-static cJSON *limit_list(void) {
-    redisReply *r = th_cmd(C, "FCALL_RO dtq_limit_list 0");
-    cJSON *o;
-    ck_assert_msg(r->type == REDIS_REPLY_STRING, "limit_list: %s", r->str ? r->str : "");
-    o = cJSON_Parse(r->str);
-    ck_assert_msg(cJSON_IsArray(o), "limit_list: not a JSON array: %s", r->str);
-    freeReplyObject(r);
-    return o;
 }
 
 /* dtqctl limit set | list | remove, and enqueue --limit-key. */
@@ -90,7 +49,7 @@ START_TEST(test_dtqctl_limits) {
     ck_assert_int_eq(th_ctl(&R, &out, "limit set mail:x --rate 5/s --burst -1"), 1); /* refused */
     ck_assert_msg(strstr(out, "burst must be an integer"), "%s", out);
     free(out);
-    l = limit_list();
+    l = th_limit_list(C);
     ck_assert_int_eq(cJSON_GetArraySize(l), 3);
     ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 0), "concurrency"), 4);
     ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 1), "rate"), 5);
@@ -116,7 +75,7 @@ START_TEST(test_dtqctl_limits) {
     free(out);
     ck_assert_int_eq(th_ctl(&R, &out, "enqueue mail send {} --id e1 --limit-key cust-9"), 0);
     free(out);
-    field_is("e1", "limit_key", "cust-9");
+    th_assert_field(C, "e1", "limit_key", "cust-9");
 }
 END_TEST
 
@@ -187,9 +146,9 @@ START_TEST(test_rate_across_daemons) {
     for (int i = 0; i < NRATE; i++) {
         char id[16];
         snprintf(id, sizeof(id), "L%d", i);
-        enqueue("lim", "noop", id, NULL);
+        th_enqueue_with_id(C, "lim", "noop", id, NULL);
         snprintf(id, sizeof(id), "F%d", i);
-        enqueue("lim", "free", id, NULL);
+        th_enqueue_with_id(C, "lim", "free", id, NULL);
     }
     start_daemons(d, 3);
     for (int i = 0; i < NRATE; i++) {
@@ -208,7 +167,7 @@ START_TEST(test_rate_across_daemons) {
         starts[i] = field_ll(id, "started_at");
         f = field_ll(id, "finished_at");
         if (f > lim_end) lim_end = f;
-        field_is(id, "attempt", "1"); /* deferrals used no attempt */
+        th_assert_field(C, id, "attempt", "1"); /* deferrals used no attempt */
     }
     qsort(starts, NRATE, sizeof(starts[0]), cmp_ll);
     /* 200 at 20/s: the 200th starts at least 199 intervals after the first */
@@ -272,7 +231,7 @@ START_TEST(test_concurrency_across_daemons) {
         wait_succeeded(id, 40000);
         start[i] = field_ll(id, "started_at");
         end[i] = field_ll(id, "finished_at");
-        field_absent(id, "limited_by");
+        th_assert_no_field(C, id, "limited_by");
     }
     ck_assert_msg(max_overlap(start, end, NCONC) == 2, "the cap was never used in full");
     /* the lost attempt was adopted (attempt 2, its started_at the adoption) within the
@@ -281,14 +240,14 @@ START_TEST(test_concurrency_across_daemons) {
     {
         char id[16];
         snprintf(id, sizeof(id), "c%d", victim);
-        field_is(id, "attempt", "2");
+        th_assert_field(C, id, "attempt", "2");
     }
     ck_assert_msg(start[victim] > killed_at && start[victim] - killed_at <= 3000 + 1500 + 2000,
                   "adopted %lld ms after the kill", start[victim] - killed_at);
     start[NCONC] = killed_at;
     end[NCONC] = start[victim];
     ck_assert_msg(max_overlap(start, end, NCONC + 1) <= 2, "more than 2 ran at once");
-    ck_assert_int_eq(int_of("EXISTS dtq:limit:lim/t:sleep/run"), 0); /* all slots back */
+    ck_assert_int_eq(th_intf(C, "EXISTS dtq:limit:lim/t:sleep/run"), 0); /* all slots back */
     free(victim_worker);
     for (int i = 0; i < 3; i++)
         if (d[i].pid > 0) th_daemon_stop(&d[i], SIGTERM, 10000);

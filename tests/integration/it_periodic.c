@@ -15,28 +15,6 @@
 
 TH_LIBRARY_FIXTURE();
 
-/* The fire times of the tasks of schedule `name`, sorted, into out (at most max); n. */
-static int fire_times(const char *name, int64_t *out, int max) {
-    redisReply *keys = th_cmd(C, "KEYS dtq:task:*");
-    int n = 0;
-    for (size_t i = 0; i < keys->elements; i++) {
-        redisReply *f = th_cmd(C, "HMGET %s cron fire_time", keys->element[i]->str);
-        if (f->element[0]->type == REDIS_REPLY_STRING && !strcmp(f->element[0]->str, name)) {
-            ck_assert_int_lt(n, max);
-            out[n++] = atoll(f->element[1]->str);
-        }
-        freeReplyObject(f);
-    }
-    freeReplyObject(keys);
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
-            int64_t t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
-    return n;
-}
-
 /* ----------------------------------------------------------------- daemons */
 
 #define CRON_WORKER_INI(id)                                                                        \
@@ -91,7 +69,7 @@ START_TEST(test_every_second_across_leader_kill) {
         th_daemon_stop(&a, SIGTERM, 10000);
     }
     t1 = th_redis_ms(C);
-    n = fire_times("tick", f, 64);
+    n = th_cron_fire_times(C, "tick", f, 64);
     /* every second of the window exactly once (the first fire is anchor + 1 s) */
     assert_one_per_second(f, n, t0 + 1000, t1 - 2000);
     ck_assert_int_ge(n, 10);
@@ -124,7 +102,7 @@ START_TEST(test_catch_up_after_downtime) {
     th_sleep_ms(3000);
     th_daemon_stop(&d, SIGTERM, 10000);
     for (int k = 0; k < 3; k++) {
-        int n = fire_times(names[k], f[k], 64), first_gap = -1;
+        int n = th_cron_fire_times(C, names[k], f[k], 64), first_gap = -1;
         missing[k] = 0;
         for (int i = 1; i < n; i++) {
             ck_assert_msg(f[k][i] != f[k][i - 1], "%s: fire time twice", names[k]);

@@ -36,28 +36,6 @@ static char *gen_of(const char *queue, const char *name) {
     return g;
 }
 
-/* The fire times of the tasks of schedule `name`, sorted, into out (at most max); n. */
-static int fire_times(const char *name, int64_t *out, int max) {
-    redisReply *keys = th_cmd(C, "KEYS dtq:task:*");
-    int n = 0;
-    for (size_t i = 0; i < keys->elements; i++) {
-        redisReply *f = th_cmd(C, "HMGET %s cron fire_time", keys->element[i]->str);
-        if (f->element[0]->type == REDIS_REPLY_STRING && !strcmp(f->element[0]->str, name)) {
-            ck_assert_int_lt(n, max);
-            out[n++] = atoll(f->element[1]->str);
-        }
-        freeReplyObject(f);
-    }
-    freeReplyObject(keys);
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
-            int64_t t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
-    return n;
-}
-
 /* FCALL dtq_cron_fire for the schedule, with `next` ("" for none), no error, and the fire
  * times in `fires` (space separated); the number fired. */
 static long long fire(const char *queue, const char *name, const char *gen, long long grace,
@@ -165,7 +143,7 @@ START_TEST(test_fire_once_and_never_early) {
     /* a stale generation (the schedule changed since cron_due) writes nothing */
     snprintf(fires, sizeof(fires), "%lld", (long long)(now - 500));
     ck_assert_int_eq(fire("q", "tick", "999", 60000, next, fires), 0);
-    ck_assert_int_eq(fire_times("tick", f, 8), 2);
+    ck_assert_int_eq(th_cron_fire_times(C, "tick", f, 8), 2);
     ck_assert_int_eq(f[0], now - 2000);
     ck_assert_int_eq(f[1], now - 1000);
     s = schedule("tick", &root);
@@ -211,23 +189,23 @@ START_TEST(test_catch_up_policies) {
     int64_t f[16], newest;
     int n;
     catch_up_fired("s_all", "all", 2500, &newest);
-    ck_assert_int_eq(fire_times("s_all", f, 16), 6);
+    ck_assert_int_eq(th_cron_fire_times(C, "s_all", f, 16), 6);
     /* skip: of the missed ones the latest runs, once; the two on time run as usual... */
     catch_up_fired("s_skip", "skip", 2500, &newest);
-    n = fire_times("s_skip", f, 16);
+    n = th_cron_fire_times(C, "s_skip", f, 16);
     ck_assert_int_eq(n, 3);
     ck_assert_int_eq(f[0], newest);
     /* ... and with nothing on time, the latest missed one alone */
     catch_up_fired("s_skip2", "skip", 500, &newest);
-    n = fire_times("s_skip2", f, 16);
+    n = th_cron_fire_times(C, "s_skip2", f, 16);
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(f[0], newest);
     catch_up_fired("s_none", "none", 2500, &newest);
-    n = fire_times("s_none", f, 16);
+    n = th_cron_fire_times(C, "s_none", f, 16);
     ck_assert_int_eq(n, 2);
     ck_assert_int_gt(f[0], newest);
     catch_up_fired("s_none2", "none", 500, &newest);
-    ck_assert_int_eq(fire_times("s_none2", f, 16), 0);
+    ck_assert_int_eq(th_cron_fire_times(C, "s_none2", f, 16), 0);
 }
 END_TEST
 
@@ -247,7 +225,7 @@ START_TEST(test_generations_and_error_reset) {
     ck_assert_str_ne(g_old, g_new);
     snprintf(fires, sizeof(fires), "%lld", (long long)(now - 500));
     ck_assert_int_eq(fire("q", "re", g_old, 60000, "", fires), 0);
-    ck_assert_int_eq(fire_times("re", f, 4), 0);
+    ck_assert_int_eq(th_cron_fire_times(C, "re", f, 4), 0);
     /* an error recorded, then the same set again: cleared and planned afresh */
     r = th_cmd(C, "FCALL dtq_cron_fire 0 w1 re q %s 1000 %s %s", g_new, "", "spec: broken");
     freeReplyObject(r);

@@ -41,32 +41,12 @@ static void expect_err(const char *prefix, const char *needle, const char *fmt, 
     freeReplyObject(r);
 }
 
-static long long int_of(const char *fmt, ...) {
-    va_list ap;
-    redisReply *r;
-    va_start(ap, fmt);
-    r = redisvCommand(C, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "%s: %s", fmt, C->errstr);
-    return th_int(r);
-}
-
 /* A ZSCORE (a number as a string): the score, or -1 when there is none. */
 static long long score_of(const char *key, const char *member) {
     redisReply *r = th_cmd(C, "ZSCORE %s %s", key, member);
     long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
     freeReplyObject(r);
     return v;
-}
-
-static void enqueue(const char *queue, const char *type, const char *id, const char *opts) {
-    char cmd[256];
-    redisReply *r;
-    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s {} task_id %s %s", queue, type, id,
-             opts ? opts : "");
-    r = th_cmd(C, cmd);
-    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
-    freeReplyObject(r);
 }
 
 /* Fetches up to n tasks of `queue` as w1; returns the reply (the caller frees). */
@@ -81,26 +61,6 @@ static size_t claimed_n(const redisReply *r) {
 
 static const char *claimed_id(const redisReply *r, size_t i) {
     return r->element[0]->element[i]->element[2]->str;
-}
-
-static void field_is(const char *id, const char *field, const char *want) {
-    th_assert_field(C, id, field, want);
-}
-
-static void field_absent(const char *id, const char *field) {
-    char *v = th_task_field(C, id, field);
-    ck_assert_msg(v == NULL, "task %s: %s is '%s', want none", id, field, v ? v : "");
-}
-
-/* The JSON array of <ns>_limit_list. */
-static cJSON *limit_list(void) {
-    redisReply *r = th_cmd(C, "FCALL_RO dtq_limit_list 0");
-    cJSON *o;
-    ck_assert_msg(r->type == REDIS_REPLY_STRING, "limit_list: %s", r->str ? r->str : "");
-    o = cJSON_Parse(r->str);
-    ck_assert_msg(cJSON_IsArray(o), "limit_list: not a JSON array: %s", r->str);
-    freeReplyObject(r);
-    return o;
 }
 
 /* Finishes the claimed task i of r as w1 with `outcome`; returns the reply's word. */
@@ -143,14 +103,14 @@ START_TEST(test_limit_set_refusals) {
     expect_err("INVALID_ARGUMENT", "queue name", "FCALL dtq_limit_set 0 me q/x %s concurrency 1",
                "");
     expect_err("INVALID_ARGUMENT", "task_type", "FCALL dtq_limit_set 0 me q a/b concurrency 1");
-    ck_assert_int_eq(int_of("EXISTS dtq:limits:q dtq:limits"), 0); /* nothing written */
+    ck_assert_int_eq(th_intf(C, "EXISTS dtq:limits:q dtq:limits"), 0); /* nothing written */
     expect_err("NOT_FOUND", "q:send", "FCALL dtq_limit_remove 0 me q send");
 
     th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 alice q send concurrency 3"), "set");
     th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 alice q send rate 10 period_ms 1000"),
                   "set"); /* replaces */
     {
-        cJSON *l = limit_list();
+        cJSON *l = th_limit_list(C);
         ck_assert_int_eq(cJSON_GetArraySize(l), 1);
         ck_assert(cJSON_IsNull(th_json_at(cJSON_GetArrayItem(l, 0), "concurrency")));
         ck_assert_int_eq((int)th_json_num(cJSON_GetArrayItem(l, 0), "rate"), 10);
@@ -158,7 +118,7 @@ START_TEST(test_limit_set_refusals) {
     }
     th_expect_str(th_cmd(C, "FCALL dtq_limit_remove 0 alice q send"), "removed");
     expect_err("NOT_FOUND", "q:send", "FCALL dtq_limit_remove 0 alice q send");
-    ck_assert_int_eq(int_of("EXISTS dtq:limits:q dtq:limits"), 0); /* the index too */
+    ck_assert_int_eq(th_intf(C, "EXISTS dtq:limits:q dtq:limits"), 0); /* the index too */
     { /* audited: two sets and a remove, by alice, with the target */
         redisReply *a = th_cmd(C, "XRANGE dtq:stream:audit - +");
         int sets = 0, removes = 0;
@@ -190,12 +150,12 @@ START_TEST(test_limit_list_shape) {
                ""),
         "set");
     th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me mail send concurrency 1 per_key 1"), "set");
-    enqueue("mail", "send", "a1", "limit_key cust1");
-    enqueue("mail", "send", "a2", "limit_key cust2");
+    th_enqueue_with_id(C, "mail", "send", "a1", "limit_key cust1");
+    th_enqueue_with_id(C, "mail", "send", "a2", "limit_key cust2");
     r = fetch("mail", 10);
     ck_assert_int_eq((int)claimed_n(r), 2);
     freeReplyObject(r);
-    l = limit_list();
+    l = th_limit_list(C);
     ck_assert_int_eq(cJSON_GetArraySize(l), 2);
     q = cJSON_GetArrayItem(l, 0); /* the queue-wide limit first */
     ck_assert_str_eq(th_json_at(q, "queue")->valuestring, "mail");
@@ -240,32 +200,32 @@ START_TEST(test_deferral_uses_no_attempt) {
     redisReply *r;
     char *w;
     th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q %s concurrency 1", ""), "set");
-    enqueue("q", "echo", "t1", NULL);
-    enqueue("q", "echo", "t2", NULL);
+    th_enqueue_with_id(C, "q", "echo", "t1", NULL);
+    th_enqueue_with_id(C, "q", "echo", "t2", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     ck_assert_str_eq(claimed_id(r, 0), "t1");
-    field_is("t1", "limit_slots", "dtq:limit:q/*/run");
-    field_is("t2", "status", "pending");
-    field_is("t2", "attempt", "1");
-    field_is("t2", "limited_by", "concurrency:q");
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/*/run"), 1);
+    th_assert_field(C, "t1", "limit_slots", "dtq:limit:q/*/run");
+    th_assert_field(C, "t2", "status", "pending");
+    th_assert_field(C, "t2", "attempt", "1");
+    th_assert_field(C, "t2", "limited_by", "concurrency:q");
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/*/run"), 1);
     ck_assert_msg(score_of("dtq:retry:schedule", "t2") > 0, "t2 is not in the schedule");
     /* its entry acknowledged and deleted: only t1's (pending) is left */
-    ck_assert_int_eq(int_of("XLEN dtq:stream:q:p5"), 1);
+    ck_assert_int_eq(th_intf(C, "XLEN dtq:stream:q:p5"), 1);
     w = finish(r, 0, DTQ_OUTCOME_SUCCEEDED);
     ck_assert_str_eq(w, "succeeded");
     free(w);
     freeReplyObject(r);
-    ck_assert_int_eq(int_of("EXISTS dtq:limit:q/*/run"), 0); /* released, the set gone */
+    ck_assert_int_eq(th_intf(C, "EXISTS dtq:limit:q/*/run"), 0); /* released, the set gone */
     r = th_cmd(C, "FCALL dtq_sched_run_now 0 me t2");
     freeReplyObject(r);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     ck_assert_str_eq(claimed_id(r, 0), "t2");
     ck_assert_int_eq(r->element[0]->element[0]->element[6]->integer, 1); /* attempt 1 */
-    field_is("t2", "attempt", "1");
-    field_absent("t2", "limited_by");
+    th_assert_field(C, "t2", "attempt", "1");
+    th_assert_no_field(C, "t2", "limited_by");
     freeReplyObject(r);
 }
 END_TEST
@@ -282,21 +242,21 @@ START_TEST(test_slots_released) {
         char id[16];
         char *w;
         snprintf(id, sizeof(id), "s%d", i);
-        enqueue("q", "work", id, NULL);
+        th_enqueue_with_id(C, "q", "work", id, NULL);
         r = fetch("q", 10);
         ck_assert_msg(claimed_n(r) == 1, "%s: not claimed", id);
-        ck_assert_int_eq(int_of("ZCARD dtq:limit:q/t:work/run"), 1);
+        ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/t:work/run"), 1);
         if (ends[i] == DTQ_OUTCOME_CANCELLED)
             th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 %s", id), "cancel_requested");
         w = finish(r, 0, ends[i]);
         ck_assert_str_eq(w, words[i]);
         free(w);
-        ck_assert_msg(int_of("ZCARD dtq:limit:q/t:work/run") == 0, "%s: slot held after %s", id,
+        ck_assert_msg(th_intf(C, "ZCARD dtq:limit:q/t:work/run") == 0, "%s: slot held after %s", id,
                       words[i]);
         freeReplyObject(r);
     }
     /* a hand-back (drain) */
-    enqueue("q", "work", "h1", NULL);
+    th_enqueue_with_id(C, "q", "work", "h1", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     {
@@ -306,11 +266,11 @@ START_TEST(test_slots_released) {
         ck_assert_str_eq(h->element[0]->str, "queued");
         freeReplyObject(h);
     }
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/t:work/run"), 0);
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/t:work/run"), 0);
     freeReplyObject(r);
     r = fetch("q", 10); /* the handed-back attempt runs again, with the slot */
     ck_assert_int_eq((int)claimed_n(r), 1);
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/t:work/run"), 1);
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/t:work/run"), 1);
     freeReplyObject(r);
 }
 END_TEST
@@ -319,16 +279,16 @@ END_TEST
 START_TEST(test_stale_slot_healed) {
     redisReply *r;
     th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q %s concurrency 1", ""), "set");
-    enqueue("q", "echo", "gone", NULL);
+    th_enqueue_with_id(C, "q", "echo", "gone", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     freeReplyObject(r);
     freeReplyObject(th_cmd(C, "DEL dtq:task:gone"));
-    enqueue("q", "echo", "next", NULL);
+    th_enqueue_with_id(C, "q", "echo", "next", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     ck_assert_str_eq(claimed_id(r, 0), "next");
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/*/run"), 1);
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/*/run"), 1);
     ck_assert_msg(score_of("dtq:limit:q/*/run", "next") > 0, "next holds no slot");
     freeReplyObject(r);
 }
@@ -338,12 +298,12 @@ END_TEST
  * entry of the queue's band, the running attempt's carrier among them. */
 static void claim_then_trim(const char *queue, const char *id, const char *opts) {
     redisReply *r;
-    enqueue(queue, "echo", id, opts);
+    th_enqueue_with_id(C, queue, "echo", id, opts);
     r = fetch(queue, 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     freeReplyObject(r);
     freeReplyObject(th_cmd(C, "XADD dtq:stream:%s:p5 MAXLEN 0 * task_type echo payload {}", queue));
-    ck_assert_int_eq(int_of("XLEN dtq:stream:%s:p5", queue), 0);
+    ck_assert_int_eq(th_intf(C, "XLEN dtq:stream:%s:p5", queue), 0);
 }
 
 /* A running attempt nothing can end any more (issue 27.4): its entry deleted by a producer's
@@ -358,38 +318,38 @@ START_TEST(test_lost_attempt_without_entry_frees_its_slot) {
         th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me %s %s concurrency 1", *q, ""), "set");
     freeReplyObject(th_cmd(C, "HSET dtq:worker:w1 pid 1")); /* w1 lives */
     claim_then_trim("q", "lost", NULL);
-    enqueue("q", "echo", "next", NULL);
+    th_enqueue_with_id(C, "q", "echo", "next", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 0); /* deferred: the live worker's attempt holds */
     freeReplyObject(r);
-    field_is("lost", "status", "running");
+    th_assert_field(C, "lost", "status", "running");
     freeReplyObject(th_cmd(C, "DEL dtq:worker:w1")); /* w1 is gone (SIGKILL, its key expired) */
-    enqueue("q", "echo", "next2", NULL);
+    th_enqueue_with_id(C, "q", "echo", "next2", NULL);
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     ck_assert_str_eq(claimed_id(r, 0), "next2");
     freeReplyObject(r);
-    field_is("lost", "status", "queued");
-    field_is("lost", "attempt", "2");
+    th_assert_field(C, "lost", "status", "queued");
+    th_assert_field(C, "lost", "attempt", "2");
     hist = th_task_field(C, "lost", "history");
     ck_assert_ptr_nonnull(strstr(hist, "\"class\":\"worker_lost\""));
     free(hist);
     ck_assert_msg(score_of("dtq:limit:q/*/run", "next2") > 0, "next2 holds no slot");
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/*/run"), 1);
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/*/run"), 1);
     /* the last attempt: dead-lettered worker_lost */
     claim_then_trim("q2", "last", "max_attempts 1");
-    enqueue("q2", "echo", "after", NULL);
+    th_enqueue_with_id(C, "q2", "echo", "after", NULL);
     r = fetch("q2", 10);
     ck_assert_int_eq((int)claimed_n(r), 1);
     ck_assert_str_eq(claimed_id(r, 0), "after");
     freeReplyObject(r);
-    field_is("last", "status", "dead_lettered");
-    field_is("last", "last_error_class", "worker_lost");
+    th_assert_field(C, "last", "status", "dead_lettered");
+    th_assert_field(C, "last", "last_error_class", "worker_lost");
     /* a cancel ends it at once */
     claim_then_trim("q3", "ghost", NULL);
     th_expect_str(th_cmd(C, "FCALL dtq_cancel 0 ghost"), "cancelled");
-    field_is("ghost", "status", "cancelled");
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q3/*/run"), 0);
+    th_assert_field(C, "ghost", "status", "cancelled");
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q3/*/run"), 0);
 }
 END_TEST
 
@@ -398,11 +358,11 @@ END_TEST
 START_TEST(test_per_key) {
     redisReply *r;
     th_expect_str(th_cmd(C, "FCALL dtq_limit_set 0 me q t concurrency 1 per_key 1"), "set");
-    enqueue("q", "t", "a1", "limit_key A");
-    enqueue("q", "t", "a2", "limit_key A");
-    enqueue("q", "t", "b1", "limit_key B");
-    enqueue("q", "t", "n1", NULL);
-    enqueue("q", "t", "n2", NULL);
+    th_enqueue_with_id(C, "q", "t", "a1", "limit_key A");
+    th_enqueue_with_id(C, "q", "t", "a2", "limit_key A");
+    th_enqueue_with_id(C, "q", "t", "b1", "limit_key B");
+    th_enqueue_with_id(C, "q", "t", "n1", NULL);
+    th_enqueue_with_id(C, "q", "t", "n2", NULL);
     freeReplyObject(
         th_cmd(C, "XADD dtq:stream:q:p5 * task_type t payload {} task_id r1 limit_key A"));
     freeReplyObject(
@@ -411,19 +371,19 @@ START_TEST(test_per_key) {
     r = fetch("q", 10);
     ck_assert_int_eq((int)claimed_n(r), 4); /* a1, b1, n1, r2 */
     freeReplyObject(r);
-    field_is("a1", "status", "running");
-    field_is("b1", "status", "running");
-    field_is("n1", "status", "running");
-    field_is("r2", "status", "running");
-    field_is("a2", "limited_by", "concurrency:q:t/A");
-    field_is("n2", "limited_by", "concurrency:q:t/");
-    field_is("r1", "limited_by", "concurrency:q:t/A");
-    field_is("r1", "status", "pending");
-    field_is("r1", "payload", "{}"); /* the raw entry's task kept its payload */
-    field_is("r1", "limit_key", "A");
-    field_is("a1", "limit_slots", "dtq:limit:q/t:t/run/A");
-    field_is("n1", "limit_slots", "dtq:limit:q/t:t/run/");
-    ck_assert_int_eq(int_of("ZCARD dtq:limit:q/t:t/keys"), 4); /* A, B, C and %s */
+    th_assert_field(C, "a1", "status", "running");
+    th_assert_field(C, "b1", "status", "running");
+    th_assert_field(C, "n1", "status", "running");
+    th_assert_field(C, "r2", "status", "running");
+    th_assert_field(C, "a2", "limited_by", "concurrency:q:t/A");
+    th_assert_field(C, "n2", "limited_by", "concurrency:q:t/");
+    th_assert_field(C, "r1", "limited_by", "concurrency:q:t/A");
+    th_assert_field(C, "r1", "status", "pending");
+    th_assert_field(C, "r1", "payload", "{}"); /* the raw entry's task kept its payload */
+    th_assert_field(C, "r1", "limit_key", "A");
+    th_assert_field(C, "a1", "limit_slots", "dtq:limit:q/t:t/run/A");
+    th_assert_field(C, "n1", "limit_slots", "dtq:limit:q/t:t/run/");
+    ck_assert_int_eq(th_intf(C, "ZCARD dtq:limit:q/t:t/keys"), 4); /* A, B, C and %s */
 }
 END_TEST
 
@@ -437,7 +397,7 @@ START_TEST(test_rate_deferrals_spaced) {
     for (int i = 0; i < 6; i++) {
         char id[8];
         snprintf(id, sizeof(id), "r%d", i);
-        enqueue("q", "echo", id, NULL);
+        th_enqueue_with_id(C, "q", "echo", id, NULL);
     }
     t0 = th_redis_ms(C);
     r = fetch("q", 10);
@@ -446,9 +406,9 @@ START_TEST(test_rate_deferrals_spaced) {
     for (int i = 2; i < 6; i++) {
         char id[8];
         snprintf(id, sizeof(id), "r%d", i);
-        field_is(id, "status", "pending");
-        field_is(id, "attempt", "1");
-        field_is(id, "limited_by", "rate:q");
+        th_assert_field(C, id, "status", "pending");
+        th_assert_field(C, id, "attempt", "1");
+        th_assert_field(C, id, "limited_by", "rate:q");
         due[i - 2] = score_of("dtq:retry:schedule", id);
     }
     /* the first token after the burst comes 500 ms after the first start: */
@@ -462,7 +422,7 @@ START_TEST(test_rate_deferrals_spaced) {
     ck_assert_int_eq((int)claimed_n(r), 0);
     freeReplyObject(r);
     ck_assert_int_eq(score_of("dtq:retry:schedule", "r5"), due[3] + 500);
-    field_is("r5", "attempt", "1");
+    th_assert_field(C, "r5", "attempt", "1");
 }
 END_TEST
 
@@ -473,12 +433,12 @@ START_TEST(test_unlimited_unchanged) {
     for (int i = 0; i < 5; i++) {
         char id[8];
         snprintf(id, sizeof(id), "u%d", i);
-        enqueue("free", "echo", id, NULL);
+        th_enqueue_with_id(C, "free", "echo", id, NULL);
     }
     r = fetch("free", 10);
     ck_assert_int_eq((int)claimed_n(r), 5);
     freeReplyObject(r);
-    field_absent("u0", "limit_slots");
+    th_assert_no_field(C, "u0", "limit_slots");
     r = th_cmd(C, "KEYS dtq:limit*");
     ck_assert_int_eq((int)r->elements, 0);
     freeReplyObject(r);
@@ -486,14 +446,14 @@ START_TEST(test_unlimited_unchanged) {
     for (int i = 0; i < 4; i++) {
         char id[8];
         snprintf(id, sizeof(id), "m%d", i);
-        enqueue("mixed", i < 2 ? "slow" : "fast", id, NULL);
+        th_enqueue_with_id(C, "mixed", i < 2 ? "slow" : "fast", id, NULL);
     }
     r = fetch("mixed", 10);
     ck_assert_int_eq((int)claimed_n(r), 3); /* m0, m2, m3: m1 waits */
     freeReplyObject(r);
-    field_is("m1", "status", "pending");
-    field_absent("m2", "limit_slots");
-    field_absent("m2", "limited_by");
+    th_assert_field(C, "m1", "status", "pending");
+    th_assert_no_field(C, "m2", "limit_slots");
+    th_assert_no_field(C, "m2", "limited_by");
 }
 END_TEST
 

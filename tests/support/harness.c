@@ -742,6 +742,63 @@ void th_assert_field(redisContext *c, const char *task_id, const char *field, co
     free(v);
 }
 
+void th_assert_no_field(redisContext *c, const char *task_id, const char *field) {
+    char *v = th_task_field(c, task_id, field);
+    ck_assert_msg(v == NULL, "task %s: %s is '%s', want none", task_id, field, v ? v : "");
+}
+
+long long th_intf(redisContext *c, const char *fmt, ...) {
+    va_list ap;
+    redisReply *r;
+    va_start(ap, fmt);
+    r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r != NULL, "%s: %s", fmt, c->errstr);
+    return th_int(r);
+}
+
+void th_enqueue_with_id(redisContext *c, const char *queue, const char *type, const char *id,
+                        const char *opts) {
+    char cmd[256];
+    redisReply *r;
+    snprintf(cmd, sizeof(cmd), "FCALL dtq_enqueue 0 %s %s {} task_id %s %s", queue, type, id,
+             opts ? opts : "");
+    r = th_cmd(c, cmd);
+    ck_assert_msg(r->type == REDIS_REPLY_ARRAY, "enqueue %s: %s", id, r->str);
+    freeReplyObject(r);
+}
+
+cJSON *th_limit_list(redisContext *c) {
+    redisReply *r = th_cmd(c, "FCALL_RO dtq_limit_list 0");
+    cJSON *o;
+    ck_assert_msg(r->type == REDIS_REPLY_STRING, "limit_list: %s", r->str ? r->str : "");
+    o = cJSON_Parse(r->str);
+    ck_assert_msg(cJSON_IsArray(o), "limit_list: not a JSON array: %s", r->str);
+    freeReplyObject(r);
+    return o;
+}
+
+int th_cron_fire_times(redisContext *c, const char *name, int64_t *out, int max) {
+    redisReply *keys = th_cmd(c, "KEYS dtq:task:*");
+    int n = 0;
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *f = th_cmd(c, "HMGET %s cron fire_time", keys->element[i]->str);
+        if (f->element[0]->type == REDIS_REPLY_STRING && !strcmp(f->element[0]->str, name)) {
+            ck_assert_int_lt(n, max);
+            out[n++] = atoll(f->element[1]->str);
+        }
+        freeReplyObject(f);
+    }
+    freeReplyObject(keys);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int64_t t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
 int th_run_suite(Suite *s) {
     SRunner *sr = srunner_create(s);
     int failed;

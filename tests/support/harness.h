@@ -252,6 +252,19 @@ char *th_read_file(const char *path);
 long long th_int(redisReply *r);
 /* Fails unless HGET dtq:task:<id> <field> equals want. */
 void th_assert_field(redisContext *c, const char *task_id, const char *field, const char *want);
+/* Fails unless dtq:task:<id> has no field `field`. */
+void th_assert_no_field(redisContext *c, const char *task_id, const char *field);
+/* The integer reply of a command (fails the test otherwise). */
+long long th_intf(redisContext *c, const char *fmt, ...);
+/* FCALL dtq_enqueue 0 <queue> <type> {} task_id <id> [opts: "name value ..."]; fails the
+ * test unless it is accepted. */
+void th_enqueue_with_id(redisContext *c, const char *queue, const char *type, const char *id,
+                        const char *opts);
+/* <ns>_limit_list's JSON array (caller deletes). */
+cJSON *th_limit_list(redisContext *c);
+/* The fire times of the tasks of periodic schedule `name` (their hashes' fire_time),
+ * sorted, into out (at most max; more fails the test); how many. */
+int th_cron_fire_times(redisContext *c, const char *name, int64_t *out, int max);
 /* One item of a Lua table constructor: `name = value` (name "" for a bare value). The
  * value is the source text, quotes (or an inner table's braces) included; a ['x'] or
  * ["x"] key is given as x. */
