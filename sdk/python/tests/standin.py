@@ -21,7 +21,10 @@ PYTHON = os.environ.get("DTQ_TEST_PYTHON", sys.executable)
 class Pool:
     """One handler process and the daemon's ends of its two pipes."""
 
-    def __init__(self, *modules: str, inflight: int = 1, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *modules: str, inflight: int = 1, env: dict[str, str] | None = None, read: bool = True
+    ) -> None:
+        """read=False: descriptor 4 is not read until :meth:`start_reading` (a slow daemon)."""
         tasks_r, self.tasks_w = os.pipe()
         self.replies_r, replies_w = os.pipe()
         # Numbers above 4 in the child before they are moved onto 3 and 4.
@@ -62,13 +65,17 @@ class Pool:
         self.out = b""
         self.err = b""
         self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        if read:
+            self._reader.start()
         self._stdio = [
             threading.Thread(target=self._drain, args=(self.proc.stdout, "out"), daemon=True),
             threading.Thread(target=self._drain, args=(self.proc.stderr, "err"), daemon=True),
         ]
         for t in self._stdio:
             t.start()
+
+    def start_reading(self) -> None:
+        self._reader.start()
 
     def _read(self) -> None:
         with os.fdopen(self.replies_r, "rb") as f:

@@ -256,6 +256,32 @@ class TestOutput(ServeTestCase):
         if prog[0].get("message") == "half way":
             self.assertEqual(prog[0]["fraction"], 0.5)
 
+    def test_progress_while_the_daemon_reads_slowly_is_coalesced(self) -> None:
+        # 3,000 reports of ~200 bytes (~600 KB) while descriptor 4 is not read: the pipe
+        # fills, the handler never blocks, only each task's latest report waits, and the
+        # answers come after their reports, in order.
+        p = Pool("handlers", inflight=2, read=False)
+        self.addCleanup(p.close)
+        p.task("f-1", "flood", {"n": 3000})
+        p.task("f-2", "echo", "after")
+        time.sleep(1.0)  # both answered by now, into a full pipe
+        p.start_reading()
+        self.assertEqual(p.hello()["t"], "hello")
+        msgs = []
+        while len([m for m in msgs if m["t"] != "progress"]) < 2:
+            msgs.append(p.recv())
+        prog = [m for m in msgs if m["t"] == "progress"]
+        self.assertLess(len(prog), 3000)  # coalesced
+        self.assertTrue(all(m["id"] == "f-1" for m in prog))
+        self.assertEqual(prog[-1]["fraction"], 1.0)
+        self.assertTrue(prog[-1]["message"].startswith("step 3000 "))
+        ok = next(i for i, m in enumerate(msgs) if m.get("id") == "f-1" and m["t"] == "ok")
+        self.assertGreater(ok, max(i for i, m in enumerate(msgs) if m["t"] == "progress"))
+        self.assertEqual(msgs[ok]["result"], "flooded")
+        self.assertIn({"t": "ok", "id": "f-2", "result": "after"}, msgs)
+        p.end()
+        self.assertEqual(p.wait(), 0)
+
 
 class TestCancel(ServeTestCase):
     def test_cancel_sets_the_flag(self) -> None:
