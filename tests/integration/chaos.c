@@ -9,8 +9,10 @@
  * O_APPEND write before it does anything), the third one behind a TCP relay that cuts
  * connections on command. A producer enqueues tasks (Function with explicit ids, with
  * idempotency keys and duplicate enqueues, raw XADD entries with and without task_id,
- * malformed raw entries, delayed tasks, and a fifth of them into the lean queue ql, where
- * a success leaves no hash and its TASK_SUCCEEDED event stands for it) while a fault
+ * malformed raw entries, delayed tasks, a fifth of them into the lean queue ql, where
+ * a success leaves no hash and its TASK_SUCCEEDED event stands for it, and members of one
+ * batch of qa, made open at the start and closed once the producer is done, whose
+ * on_complete callback must run exactly once with the batch's counts) while a fault
  * schedule runs: SIGKILL, SIGSTOP +
  * SIGCONT and SIGTERM of daemons with replacements (same or new worker id), connection
  * cuts (CLIENT KILL TYPE normal, and the relay cutting right after a chosen command so its
@@ -231,14 +233,18 @@ typedef enum how {
     H_FCALL_ID,    /* dtq_enqueue with task_id (a lost reply is retried: ID_EXISTS) */
     H_FCALL_IDEM,  /* dtq_enqueue with an idempotency key, minted id, duplicate enqueues */
     H_FCALL_BOTH,  /* task_id and an idempotency key; duplicates carry other task_ids */
+    H_BATCH,       /* dtq_enqueue with task_id into the round's batch (reference 4.5) */
     H_RAW_ID,      /* XADD with task_id; sometimes the same entry twice */
     H_RAW_DERIVED, /* XADD without task_id: the id is <queue>:p<band>:<entry-id> */
     H_RAW_IDEM,    /* XADD without task_id, with an idempotency key, sometimes twice */
     H_RAW_BAD,     /* a malformed raw entry, with task_id */
-    H_LEAN         /* dtq_enqueue into the lean queue ql: the id is <queue>:p<band>:<entry-id> */
+    H_LEAN,        /* dtq_enqueue into the lean queue ql: the id is <queue>:p<band>:<entry-id> */
+    H_BATCH_SEED,  /* the batch's first member, made by <ns>_batch create at the start */
+    H_BATCH_CB     /* the batch's on_complete callback: enqueued by the Functions, once */
 } how;
-static const char *const HOW_NAMES[] = {"fcall-id",    "fcall-idem", "fcall-id+idem", "raw-id",
-                                        "raw-derived", "raw-idem",   "raw-malformed", "fcall-lean"};
+static const char *const HOW_NAMES[] = {
+    "fcall-id", "fcall-idem",    "fcall-id+idem", "fcall-batch",  "raw-id",        "raw-derived",
+    "raw-idem", "raw-malformed", "fcall-lean",    "batch-create", "batch-callback"};
 
 typedef struct task {
     int ref; /* payload {"ref":"r<ref>"} names the logical task */
@@ -355,6 +361,7 @@ enum {
     C_NO_RUN,
     C_DAEMON_EXIT,
     C_LOG_BAD,
+    C_BATCH,
     C_NCHECKS
 };
 static const char *const CHECK_NAMES[C_NCHECKS] = {
@@ -371,10 +378,11 @@ static const char *const CHECK_NAMES[C_NCHECKS] = {
     "attempts beyond max_attempts in handler.log",
     "terminal by a handler outcome without that attempt's run",
     "daemons that exited on their own or failed",
-    "malformed handler.log lines"};
-static const char *const CHECK_SHORT[C_NCHECKS] = {"lost",   "twice",   "wrong", "pending", "xlen",
-                                                   "sched",  "claimed", "dlq",   "dup",     "unexp",
-                                                   "beyond", "norun",   "exits", "logbad"};
+    "malformed handler.log lines",
+    "batch counts vs its members, the callback's payload (mismatches)"};
+static const char *const CHECK_SHORT[C_NCHECKS] = {
+    "lost", "twice", "wrong",  "pending", "xlen",  "sched",  "claimed", "dlq",
+    "dup",  "unexp", "beyond", "norun",   "exits", "logbad", "batch"};
 
 /* ----------------------------------------------------------------- the round's world */
 
@@ -400,6 +408,8 @@ typedef struct world {
     int unexpected_exits;
     int producer_errors;
     int enqueue_retries, ambiguous, dups_sent;
+    char batch_id[48]; /* "" when the round has no batch (fewer than 10 tasks) */
+    int batch_closed;
 } world;
 
 static world *g_world; /* for the exit hook */
@@ -719,8 +729,22 @@ static void gen_tasks(world *w, rng *r) {
             t->ndups = rng_pct(r, 60) ? rng_range(r, 1, MAX_DUPS) : 0;
         else if (t->how == H_RAW_IDEM || t->how == H_RAW_ID)
             t->ndups = rng_pct(r, 30) ? 1 : 0;
+        /* half of qa's fcall-id tasks that a handler ends join the batch */
+        if (t->how == H_FCALL_ID && t->queue == 0 && t->kind != K_NOHANDLER && rng_pct(r, 50))
+            t->how = H_BATCH;
         t->due_ms = (int64_t)i * w->enqueue_end_ms / n;
         for (int d = 0; d < t->ndups; d++) t->dup_due_ms[d] = t->due_ms + rng_range(r, 10, 6000);
+    }
+    if (n >= 10) { /* the last two: the batch's first member and its callback (no producer) */
+        snprintf(w->batch_id, sizeof(w->batch_id), "chaos-%" PRIu64, w->seed);
+        for (int i = n - 2; i < n; i++) {
+            task *t = &w->tasks[i];
+            memset(t, 0, sizeof(*t));
+            t->ref = i;
+            t->kind = K_OK;
+            t->how = i == n - 2 ? H_BATCH_SEED : H_BATCH_CB;
+            t->due_ms = w->enqueue_end_ms;
+        }
     }
 }
 
@@ -980,7 +1004,9 @@ static sent send_task(world *w, task *t, int dup) {
             argv[argc++] = "max_attempts";
             argv[argc++] = mx;
         }
-    } else if (t->how <= H_FCALL_BOTH) {
+    } else if (t->how == H_BATCH_SEED || t->how == H_BATCH_CB) {
+        return SENT_OK; /* made by batch_create */
+    } else if (t->how <= H_BATCH) {
         snprintf(prio, sizeof(prio), "%d", t->band);
         snprintf(delay, sizeof(delay), "%d", t->delay_ms);
         argv[argc++] = "FCALL";
@@ -1003,9 +1029,13 @@ static sent send_task(world *w, task *t, int dup) {
             argv[argc++] = "task_id";
             argv[argc++] = id;
         }
-        if (t->how != H_FCALL_ID) {
+        if (t->how == H_FCALL_IDEM || t->how == H_FCALL_BOTH) {
             argv[argc++] = "idempotency_key";
             argv[argc++] = key;
+        }
+        if (t->how == H_BATCH) {
+            argv[argc++] = "batch";
+            argv[argc++] = w->batch_id;
         }
     } else {
         argv[argc++] = "XADD";
@@ -1051,7 +1081,7 @@ static sent send_task(world *w, task *t, int dup) {
             w->producer_errors++;
             res = SENT_RETRY;
         }
-    } else if (t->how <= H_FCALL_BOTH) {
+    } else if (t->how <= H_BATCH) {
         const char *got = NULL;
         int created = 0;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
@@ -1143,6 +1173,52 @@ static int producer_done(world *w, int next) {
     return 1;
 }
 
+/* The round's batch (reference 4.5), made open before the producer starts, with its first
+ * member (ntasks-2) and an on_complete callback of type ok whose payload names ntasks-1:
+ * exactly one task hash must carry that ref. 0 when made (or when there is no batch). */
+static int batch_create(world *w) {
+    task *seed = &w->tasks[w->ntasks - 2], *cb = &w->tasks[w->ntasks - 1];
+    char seed_payload[128], cb_payload[128];
+    if (!w->batch_id[0]) return 0;
+    payload_of(seed, seed_payload, sizeof(seed_payload));
+    payload_of(cb, cb_payload, sizeof(cb_payload));
+    for (int tries = 0; tries < 100 && !interrupted; tries++) {
+        redisReply *r = cmd(w,
+                            "FCALL dtq_batch 0 create qa 1 ok %s batch_id %s open 1 on_complete ok "
+                            "on_complete_payload %s",
+                            seed_payload, w->batch_id, cb_payload);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+            task_add_id(seed, r->element[1]->str);
+            seed->confirmed = cb->confirmed = 1;
+            freeReplyObject(r);
+            return 0;
+        }
+        if (r && r->type == REDIS_REPLY_ERROR) fprintf(stderr, "chaos: batch create: %s\n", r->str);
+        freeReplyObject(r);
+        sleep_ms(100);
+    }
+    w->producer_errors++;
+    return -1;
+}
+
+/* Closes the batch once every member was sent (a close sent again answers as the first). */
+static void batch_close(world *w) {
+    redisReply *r;
+    if (!w->batch_id[0] || w->batch_closed) return;
+    r = cmd(w, "FCALL dtq_batch 0 close %s", w->batch_id);
+    if (r && r->type == REDIS_REPLY_STATUS) r->type = REDIS_REPLY_STRING;
+    if (r && r->type == REDIS_REPLY_STRING &&
+        (!strcmp(r->str, "closed") || !strcmp(r->str, "complete"))) {
+        w->batch_closed = 1;
+        note("batch %s closed: %s", w->batch_id, r->str);
+    } else if (r && r->type == REDIS_REPLY_ERROR && !refused_error(r)) {
+        fprintf(stderr, "chaos: batch close: %s\n", r->str);
+        w->producer_errors++;
+        w->batch_closed = 1;
+    }
+    freeReplyObject(r);
+}
+
 /* ---------------------------------------------------------------------- settle, read */
 
 static int is_terminal(const char *s) {
@@ -1179,6 +1255,12 @@ static long long unsettled_tasks(world *w) {
     redisContext *c = rc(w);
     long long open = 0;
     if (!c) return -1;
+    if (w->batch_id[0] && w->tasks[w->ntasks - 1].nids == 0) { /* the callback, once made */
+        redisReply *r = cmd(w, "HGET dtq:batch:%s complete_task", w->batch_id);
+        if (r && r->type == REDIS_REPLY_STRING) task_add_id(&w->tasks[w->ntasks - 1], r->str);
+        freeReplyObject(r);
+        if (!(c = rc(w))) return -1;
+    }
     for (int i = 0; i < w->ntasks; i++)
         for (int j = 0; j < w->tasks[i].nids; j++)
             redisAppendCommand(c, "HGET dtq:task:%s status", w->tasks[i].ids[j]);
@@ -1397,6 +1479,73 @@ static int explained_by_fault(world *w, const thash *h, event_rec *ev, int nev) 
     return 0;
 }
 
+/* One mismatch of the batch check: counted and said. */
+static void batch_mismatch(world *w, const char *what, long long got, long long want) {
+    if (got == want) return;
+    w->res->checks[C_BATCH]++;
+    fprintf(stderr, "chaos: batch %s: %s is %lld, want %lld\n", w->batch_id, what, got, want);
+}
+
+static long long json_num(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+}
+
+/* The batch's counts (<ns>_batch_show) against its members' hashes, and its callback's
+ * payload against the counts: each a mismatch. The callback ran exactly once is the
+ * lost and duplicate checks' (it is a task of the round, ref ntasks-1). */
+static void check_batch(world *w, const thash *hs) {
+    long long members = 0, ok = 0, failed = 0, dead = 0;
+    redisReply *r;
+    cJSON *show, *cb_payload;
+    const task *cb;
+    if (!w->batch_id[0]) return;
+    for (int i = 0; i < w->ntasks; i++) {
+        const task *t = &w->tasks[i];
+        const char *st;
+        if (!(t->how == H_BATCH || t->how == H_BATCH_SEED) || !t->confirmed) continue;
+        members++;
+        st = t->hash >= 0 ? hs[t->hash].status : NULL;
+        if (!st || !is_terminal(st)) continue; /* counted as lost already */
+        if (!strcmp(st, "succeeded"))
+            ok++;
+        else if (!strcmp(st, "dead_lettered"))
+            dead++;
+        else
+            failed++;
+    }
+    r = cmd(w, "FCALL_RO dtq_batch_show 0 %s", w->batch_id);
+    show = r && r->type == REDIS_REPLY_STRING ? cJSON_Parse(r->str) : NULL;
+    if (!show) {
+        w->res->checks[C_BATCH]++;
+        fprintf(stderr, "chaos: batch %s: batch_show: %s\n", w->batch_id,
+                r && r->type == REDIS_REPLY_ERROR ? r->str : "no JSON");
+        freeReplyObject(r);
+        return;
+    }
+    freeReplyObject(r);
+    batch_mismatch(w, "total", json_num(show, "total"), members);
+    batch_mismatch(w, "pending", json_num(show, "pending"), 0);
+    batch_mismatch(w, "succeeded", json_num(show, "succeeded"), ok);
+    batch_mismatch(w, "failed", json_num(show, "failed"), failed);
+    batch_mismatch(w, "dead_lettered", json_num(show, "dead_lettered"), dead);
+    cb = &w->tasks[w->ntasks - 1];
+    cb_payload = cb->hash >= 0 && hs[cb->hash].payload ? cJSON_Parse(hs[cb->hash].payload) : NULL;
+    if (cb_payload) { /* none: the lost check has counted it */
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(cb_payload, "batch");
+        batch_mismatch(w, "the callback's batch.total", json_num(b, "total"), members);
+        batch_mismatch(w, "the callback's batch.succeeded", json_num(b, "succeeded"), ok);
+        batch_mismatch(w, "the callback's failed_ids",
+                       cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(b, "failed_ids")),
+                       failed + dead < 1000 ? failed + dead : 1000);
+        cJSON_Delete(cb_payload);
+    }
+    printf("info  batch %s: %lld members (%lld succeeded, %lld failed, %lld dead-lettered), "
+           "callback %s\n",
+           w->batch_id, members, ok, failed, dead, cb->nids > 0 ? cb->ids[0] : "(none)");
+    cJSON_Delete(show);
+}
+
 static void run_checks(world *w) {
     round_result *res = w->res;
     int nh = 0, nls = 0, nev = 0;
@@ -1561,6 +1710,8 @@ static void run_checks(world *w) {
         }
     }
 
+    check_batch(w, hs);
+
     /* the dead-letter stream against the hashes */
     {
         char start[64] = "-";
@@ -1678,6 +1829,10 @@ static void self_test_inject(world *w, long long *expect) {
     freeReplyObject(
         cmd(w, "XREADGROUP GROUP workers selftest COUNT 10 STREAMS dtq:stream:qa:p0 >"));
     freeReplyObject(cmd(w, "XADD dtq:stream:dead-letter * task_id selftest-d"));
+    if (w->batch_id[0]) /* a member's end counted twice */
+        freeReplyObject(cmd(w, "HINCRBY dtq:batch:%s succeeded 1", w->batch_id));
+    else
+        expect[C_BATCH] = 0;
 }
 
 /* ------------------------------------------------------------------------- the round */
@@ -1787,6 +1942,7 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
         return 1;
     }
     round_t0 = th_now_ms(); /* the schedules count from here */
+    batch_create(w);
     note("seed %" PRIu64 ": %d tasks, %d faults, fault window %" PRId64 " ms, dir %s", seed,
          w->ntasks, w->nfaults, w->fault_end_ms, w->dir);
 
@@ -1800,7 +1956,8 @@ static int run_round(options *opt, uint64_t seed, round_result *res) {
             run_fault(w, &w->faults[w->next_fault++]);
         run_followups(w, over);
         produce(w, &next);
-        if (over && producer_done(w, next)) break;
+        if (producer_done(w, next)) batch_close(w);
+        if (over && producer_done(w, next) && (w->batch_closed || !w->batch_id[0])) break;
         if (th_now_ms() > hard_deadline) {
             fprintf(stderr, "chaos: the producer did not finish in time\n");
             break;
