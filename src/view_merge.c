@@ -339,11 +339,12 @@ cJSON *dtq_view_merge_limits(cJSON *const *parts, int n) {
     return a;
 }
 
-/* The newest first (created_at, a number of ms), ties by id. */
+/* The newest first (created_at, a number of ms), ties by id, also descending: the order of
+ * one part's ZREVRANGE. */
 static int cmp_batch(const cJSON *a, const cJSON *b) {
     double x = num(a, "created_at"), y = num(b, "created_at");
     if (x != y) return x > y ? -1 : 1;
-    return strcmp(str_of(a, "id"), str_of(b, "id"));
+    return strcmp(str_of(b, "id"), str_of(a, "id"));
 }
 
 cJSON *dtq_view_merge_batches(cJSON *const *parts, int n, int count) {

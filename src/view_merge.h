@@ -48,7 +48,8 @@ cJSON *dtq_view_merge_scheduled(cJSON *const *parts, int n, int count);
 cJSON *dtq_view_merge_cron(cJSON *const *parts, int n);
 /* <ns>_limit_list (arrays): the limits by queue, each queue's in its own order. */
 cJSON *dtq_view_merge_limits(cJSON *const *parts, int n);
-/* <ns>_batch_list: the newest `count` batches of every part (by created_at, ties by id);
+/* <ns>_batch_list: the newest `count` batches of every part (by created_at, then id, both
+ * descending, as ZREVRANGE orders one part);
  * more when a part had more or some were left out. */
 cJSON *dtq_view_merge_batches(cJSON *const *parts, int n, int count);
 /* <ns>_stats (its name/value pairs as objects, in their order): every name once, in the

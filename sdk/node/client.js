@@ -122,10 +122,15 @@ function json(value, what) {
   return text;
 }
 
+/** The options whose value is a JSON text (the callbacks' payloads), and the one flag. */
+const JSON_OPTIONS = new Set(['onSuccessPayload', 'onCompletePayload']);
+const FLAG_OPTIONS = new Set(['open']);
+
 /**
  * name value pairs of the options given, as the Functions take them. Options of the
- * table `known` only; undefined and null are not sent; arrays are joined with commas;
- * objects (callback payloads) are JSON.
+ * table `known` only; undefined and null are not sent; the callbacks' payloads are JSON;
+ * `open` is a boolean; arrays (`after`) are joined with commas; other values are numbers
+ * or strings (a boolean or an object is a TypeError, as in the Python SDK).
  */
 function optionArgs(options, known, what) {
   const names = new Map(known);
@@ -135,11 +140,19 @@ function optionArgs(options, known, what) {
     if (fn === undefined) {
       throw new TypeError(`${what}: unknown option ${js}; it takes ${known.map(([n]) => n).join(', ')}`);
     }
-    if (value === undefined || value === null || value === false) continue;
-    if (value === true) args.push(fn, '1');
-    else if (Array.isArray(value)) args.push(fn, value.map(String).join(','));
-    else if (typeof value === 'object') args.push(fn, json(value, what));
-    else args.push(fn, String(value));
+    if (value === undefined || value === null) continue;
+    if (JSON_OPTIONS.has(js)) {
+      args.push(fn, json(value, what));
+    } else if (FLAG_OPTIONS.has(js)) {
+      if (typeof value !== 'boolean') throw new TypeError(`${what}: ${js} must be a boolean`);
+      if (value) args.push(fn, '1');
+    } else if (Array.isArray(value)) {
+      args.push(fn, value.map(String).join(','));
+    } else if (typeof value === 'number' || typeof value === 'string') {
+      args.push(fn, String(value));
+    } else {
+      throw new TypeError(`${what}: ${js} must be a number or a string, not a ${typeof value}`);
+    }
   }
   return args;
 }
@@ -216,14 +229,26 @@ class Client {
    */
   static async connect(url = 'redis://localhost:6379/0', options = {}) {
     const redis = loadRedis();
-    const c = redis.createClient(redisOptions(url));
+    const opts = redisOptions(url);
+    let connected = false;
     let lastError = null;
-    c.on('error', (e) => { lastError = e; }); // node-redis reconnects; a call still fails
+    // The first connect fails at once (node-redis would retry it for ever); once
+    // connected, a lost connection is made again in the background (50 ms doubling to
+    // 2 s), and a call made meanwhile fails rather than waiting in a queue: as redis-py.
+    opts.socket = {
+      ...opts.socket,
+      reconnectStrategy: (retries) => (connected ? Math.min(50 * 2 ** retries, 2000)
+        : new Error('the first connect failed')),
+    };
+    opts.disableOfflineQueue = true;
+    const c = redis.createClient(opts);
+    c.on('error', (e) => { lastError = e; });
     try {
       await c.connect();
     } catch (e) {
       throw lastError || e;
     }
+    connected = true;
     return new Client(c, { ...options, ErrorReply: redis.ErrorReply });
   }
 

@@ -228,6 +228,12 @@ class Context {
     this.deadline = task.deadline === null ? null : new Date(task.deadline);
     this.parentResults = msg.parent_results && typeof msg.parent_results === 'object'
       ? msg.parent_results : {};
+    /**
+     * Reports progress: `fraction` in [0, 1] (clamped), `message` cut to 200 bytes. An
+     * own property, so that `const { progress } = ctx` works.
+     * @type {(fraction?: number, message?: string) => void}
+     */
+    this.progress = (fraction, message) => task.progress(fraction, message);
     Object.freeze(this);
   }
 
@@ -236,14 +242,6 @@ class Context {
     return this.#task.signal();
   }
 
-  /**
-   * Reports progress.
-   * @param {number} [fraction] in [0, 1] (clamped)
-   * @param {string} [message] cut to 200 bytes
-   */
-  progress(fraction, message) {
-    this.#task.progress(fraction, message);
-  }
 }
 
 let serving = false;

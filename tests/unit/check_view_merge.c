@@ -240,8 +240,8 @@ START_TEST(test_batches) {
     parts[2] = cJSON_Parse("{\"batches\":[],\"more\":false}"); /* {ns}'s: none */
     m = dtq_view_merge_batches(parts, 3, 10);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(m, "batches")), 4);
-    ck_assert_str_eq(th_json_str(m, "batches.0.id"), "b2"); /* newest; ties by id */
-    ck_assert_str_eq(th_json_str(m, "batches.1.id"), "c");
+    ck_assert_str_eq(th_json_str(m, "batches.0.id"), "c"); /* newest; ties by id, descending */
+    ck_assert_str_eq(th_json_str(m, "batches.1.id"), "b2");
     ck_assert_str_eq(th_json_str(m, "batches.2.id"), "a");
     ck_assert_str_eq(th_json_str(m, "batches.3.id"), "b1");
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(m, "more")));

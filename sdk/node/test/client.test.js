@@ -39,6 +39,14 @@ async function until(what, fn, ms = 10000) {
   }
 }
 
+test('connect fails at once when nothing listens, with the socket\'s error', { skip: (() => {
+  try { require.resolve('redis'); return false; } catch { return 'no node-redis'; }
+})() }, async () => {
+  const start = Date.now();
+  await assert.rejects(dtq.Client.connect('redis://127.0.0.1:1/0'), (e) => e.code === 'ECONNREFUSED');
+  assert.ok(Date.now() - start < 5000);
+});
+
 const why = missing();
 if (why && REQUIRE) throw new Error(why);
 
@@ -170,6 +178,8 @@ test('the Node Client against a real daemon', { skip: why || false, timeout: 900
     await assert.rejects(client.enqueue('q', 't', 1, { taskId: 'dup' }), dtq.IdExistsError);
     await assert.rejects(client.enqueue('q', 't', 1, { priorty: 3 }), /unknown option priorty/);
     await assert.rejects(client.enqueue('q', 't', () => 1), TypeError);
+    await assert.rejects(client.enqueue('q', 't', 1, { priority: true }), /priority must be a number or a string/);
+    await assert.rejects(client.batch('q', [['t', 1]], { open: 'yes' }), /open must be a boolean/);
     const other = new dtq.Client(client.redis, { namespace: 'other' });
     await assert.rejects(other.enqueue('q', 't', 1), (e) => {
       assert.ok(e instanceof dtq.FunctionsNotLoadedError, e);

@@ -344,6 +344,8 @@ class _Writer:
             _fatal(f"cannot write to descriptor {self.fd}: {e}")
 
     def _flush(self) -> None:
+        room = select.poll()  # not select(): a descriptor may be above 1023
+        room.register(self.fd, select.POLLOUT)
         while True:
             with self.lock:
                 while not self.pending and not self.closing:
@@ -351,7 +353,7 @@ class _Writer:
                 if not self.pending:  # closing, and nothing waits
                     _close(self.fd)
                     return
-            select.select([], [self.fd], [])  # room in the pipe (or the daemon gone: EPIPE)
+            room.poll()  # room in the pipe (or the daemon gone: EPIPE)
             with self.lock:
                 while self.pending:
                     kind, item = self.pending[0]
@@ -402,7 +404,12 @@ def _reader(fd: int, deliver: Any) -> None:
             line = bytes(buf[pos:nl])
             pos = nl + 1
             start = pos
-            deliver(_parse(line))
+            msg = _parse(line)
+            try:
+                deliver(msg)
+            except Exception as e:  # a message of the right shape with wrong values
+                _fatal(f"cannot take a message ({type(e).__name__}: {e}): "
+                       f"{_cut(line.decode('utf-8', 'replace'), 200)}")
         del buf[:pos]
         if len(buf) > MAX_LINE:
             _fatal(f"a line of more than {MAX_LINE} bytes")
@@ -505,9 +512,10 @@ class _Server:
                     self.answer_locked(held, self.cancelled_fail(held))
                     self.pump()
                     return
-            if held.handler is not None and held.handler.is_async:
-                assert self.loop is not None
-                self.loop.call_soon_threadsafe(self.cancel_async, held)
+            # a running task awaited on the loop (an async handler, or the awaitable a plain
+            # one returned) is cancelled there; a plain handler sees the flag
+            assert self.loop is not None
+            self.loop.call_soon_threadsafe(self.cancel_async, held)
         # any other type: ignored (a newer daemon may send more)
 
     def pump(self) -> None:

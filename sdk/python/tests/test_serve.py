@@ -308,6 +308,25 @@ class TestCancel(ServeTestCase):
         self.assertTrue(a["retryable"])  # reason timeout
         self.assertTrue(a["error"].startswith("CancelledError: the task was cancelled (timeout)"), a["error"])
 
+    def test_cancel_stops_the_awaitable_a_plain_handler_returned(self) -> None:
+        p = self.pool()
+        p.hello()
+        p.task("c-5", "returns_awaitable")
+        time.sleep(0.3)
+        start = time.monotonic()
+        p.send({"t": "cancel", "id": "c-5", "reason": "cancelled"})
+        a = p.answer()
+        self.assertLess(time.monotonic() - start, 2)
+        self.assertEqual((a["t"], a["retryable"]), ("fail", False))
+        self.assertTrue(a["error"].startswith("CancelledError: the task was cancelled (cancelled)"), a["error"])
+
+    def test_a_cancel_with_a_bad_id_is_a_protocol_error(self) -> None:
+        p = self.pool()
+        p.hello()
+        p.send({"t": "cancel", "id": ["not", "a", "string"]})
+        self.assertEqual(p.wait(), 70)
+        self.assertIn(b"cannot take a message", p.err)
+
     def test_cancel_of_a_waiting_task(self) -> None:
         p = self.pool(inflight=1)
         p.hello()
