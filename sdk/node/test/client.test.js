@@ -10,6 +10,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn, execFileSync } = require('node:child_process');
@@ -70,7 +71,11 @@ test('the Node Client against a real daemon', { skip: why || false, timeout: 900
     redis.kill('SIGKILL');
     fs.rmSync(dir, { recursive: true, force: true });
   });
-  await until('redis-server', () => fs.existsSync(sock));
+  // until it accepts: the socket file exists from bind(), a moment before listen()
+  await until('redis-server', () => new Promise((resolve) => {
+    const s = net.connect(sock, () => { s.destroy(); resolve(true); });
+    s.on('error', () => resolve(false));
+  }));
   const url = `unix://${sock}`;
   execFileSync(DTQCTL, ['-u', url, 'functions', 'install'], { stdio: 'pipe' });
   const ini = path.join(dir, 'worker.ini');

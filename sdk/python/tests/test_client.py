@@ -59,12 +59,23 @@ class RedisTestCase(unittest.TestCase):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        # Until it answers: the socket file exists from bind(), a moment before listen().
         deadline = time.monotonic() + 10
-        while not os.path.exists(cls.sock):
+        while not cls._answers():
             if time.monotonic() > deadline or cls.server.poll() is not None:
                 cls.tearDownClass()
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.02)
+
+    @classmethod
+    def _answers(cls) -> bool:
+        import redis
+
+        try:
+            with redis.Redis(unix_socket_path=cls.sock) as r:
+                return bool(r.ping())
+        except redis.exceptions.ConnectionError:
+            return False
 
     @classmethod
     def tearDownClass(cls) -> None:
