@@ -128,7 +128,8 @@ test('the Node Client against a real daemon', { skip: why || false, timeout: 900
       { batchId: 'nb1', onComplete: 'bound', onCompletePayload: { book: 7 }, open: true, maxAttempts: 1 });
     assert.equal(b.id, 'nb1');
     assert.equal(b.taskIds.length, 2);
-    assert.equal(await client.redis.hGet(`dtq:task:${b.taskIds[0]}`, 'max_attempts'), '1');
+    // own_max_attempts: the producer's value, written at once (max_attempts only when fetched)
+    assert.equal(await client.redis.hGet(`dtq:task:${b.taskIds[0]}`, 'own_max_attempts'), '1');
     const [added] = await client.batchAdd('nb1', 'flow', [['double', { n: 2 }]]);
     const joined = await client.enqueue('flow', 'double', { n: 3 }, { batch: 'nb1' });
     assert.equal(await client.result(added, { timeoutMs: 20000 }), 4);
