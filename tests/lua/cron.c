@@ -10,12 +10,6 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-static void expect_error(redisReply *r, const char *prefix) {
-    ck_assert_msg(r->type == REDIS_REPLY_ERROR, "want %s, got type %d", prefix, r->type);
-    ck_assert_msg(strstr(r->str, prefix) != NULL, "want %s, got %s", prefix, r->str);
-    freeReplyObject(r);
-}
-
 /* cron_list's schedule `name` as JSON (caller deletes the root in *root). */
 static const cJSON *schedule(const char *name, cJSON **root) {
     redisReply *r = th_cmd(C, "FCALL_RO dtq_cron_list 0 %s", name);
@@ -74,18 +68,18 @@ START_TEST(test_set_refusals_and_replace) {
     cJSON *root;
     const cJSON *s;
     char *g1, *g2;
-    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a bad:name %s q t {}", "@every 1s"),
-                 "INVALID_ARGUMENT name");
-    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {", "@every 1s"),
-                 "INVALID_ARGUMENT payload");
-    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} catch_up later", "@every 1s"),
-                 "INVALID_ARGUMENT catch_up");
-    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz ../etc", "@every 1s"),
-                 "INVALID_ARGUMENT tz");
-    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} priority 99", "@every 1s"),
-                 "INVALID_ARGUMENT priority");
-    expect_error(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} color red", "@every 1s"),
-                 "INVALID_ARGUMENT unknown option color");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_set 0 a bad:name %s q t {}", "@every 1s"),
+                      "INVALID_ARGUMENT name");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {", "@every 1s"),
+                      "INVALID_ARGUMENT payload");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} catch_up later", "@every 1s"),
+                      "INVALID_ARGUMENT catch_up");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz ../etc", "@every 1s"),
+                      "INVALID_ARGUMENT tz");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} priority 99", "@every 1s"),
+                      "INVALID_ARGUMENT priority");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} color red", "@every 1s"),
+                      "INVALID_ARGUMENT unknown option color");
     th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"),
                   "created");
     th_expect_str(th_cmd(C, "FCALL dtq_cron_set 0 a n %s q t {} tz Europe/Berlin", "0 3 * * *"),
@@ -117,7 +111,7 @@ START_TEST(test_set_refusals_and_replace) {
     cJSON_Delete(root);
     /* every change is audited */
     ck_assert_int_eq(th_int(th_cmd(C, "XLEN dtq:stream:audit")), 4); /* not for `unchanged` */
-    expect_error(th_cmd(C, "FCALL dtq_cron_remove 0 a nope"), "NOT_FOUND");
+    th_expect_refused(th_cmd(C, "FCALL dtq_cron_remove 0 a nope"), "NOT_FOUND");
     ck_assert_int_eq(th_int(th_cmd(C, "FCALL dtq_cron_remove 0 a n")), 1);
     ck_assert_int_eq(th_int(th_cmd(C, "HLEN dtq:crons")), 0);
 }

@@ -24,8 +24,6 @@ TH_LIBRARY_FIXTURE();
 
 /* ----------------------------------------------------------------- helpers */
 
-/* ----------------------------------------------------------------- helpers */
-
 /* The command must be refused with an error starting with `prefix` and holding `needle`. */
 static void expect_err(const char *prefix, const char *needle, const char *fmt, ...) {
     va_list ap;
