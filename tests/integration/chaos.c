@@ -11,8 +11,9 @@
  * idempotency keys and duplicate enqueues, raw XADD entries with and without task_id,
  * malformed raw entries, delayed tasks, a fifth of them into the lean queue ql, where
  * a success leaves no hash and its TASK_SUCCEEDED event stands for it, and members of one
- * batch of qa, made open at the start and closed once the producer is done, whose
- * on_complete callback must run exactly once with the batch's counts) while a fault
+ * batch, made open at the start and closed once the producer is done (about 1,000 of qa's
+ * and qb's tasks in a full round; duplicate enqueues sent into it must not join it again),
+ * whose on_complete callback must run exactly once with the batch's counts) while a fault
  * schedule runs: SIGKILL, SIGSTOP +
  * SIGCONT and SIGTERM of daemons with replacements (same or new worker id), connection
  * cuts (CLIENT KILL TYPE normal, and the relay cutting right after a chosen command so its
@@ -257,6 +258,7 @@ typedef struct task {
     int delay_ms;
     int bad; /* malformed flavour */
     int ndups;
+    int in_batch;   /* fcall-id+idem sent with `batch`, its duplicates too (H_BATCH: by id alone) */
     int64_t due_ms; /* when the producer sends it (round time) */
     int64_t dup_due_ms[MAX_DUPS];
     int dups_done;
@@ -729,9 +731,17 @@ static void gen_tasks(world *w, rng *r) {
             t->ndups = rng_pct(r, 60) ? rng_range(r, 1, MAX_DUPS) : 0;
         else if (t->how == H_RAW_IDEM || t->how == H_RAW_ID)
             t->ndups = rng_pct(r, 30) ? 1 : 0;
-        /* half of qa's fcall-id tasks that a handler ends join the batch */
-        if (t->how == H_FCALL_ID && t->queue == 0 && t->kind != K_NOHANDLER && rng_pct(r, 50))
-            t->how = H_BATCH;
+        /* Three in four of the tasks enqueued by id, or by id and key, that a handler ends
+         * join the batch, in either queue: about 1,000 members in a full round. The latter's
+         * duplicates (another id, the same key) are sent with `batch` too, and must not
+         * join it again. */
+        if (t->queue != LEAN_QUEUE && t->kind != K_NOHANDLER &&
+            (t->how == H_FCALL_ID || t->how == H_FCALL_BOTH) && rng_pct(r, 75)) {
+            if (t->how == H_FCALL_ID)
+                t->how = H_BATCH;
+            else
+                t->in_batch = 1;
+        }
         t->due_ms = (int64_t)i * w->enqueue_end_ms / n;
         for (int d = 0; d < t->ndups; d++) t->dup_due_ms[d] = t->due_ms + rng_range(r, 10, 6000);
     }
@@ -1033,7 +1043,7 @@ static sent send_task(world *w, task *t, int dup) {
             argv[argc++] = "idempotency_key";
             argv[argc++] = key;
         }
-        if (t->how == H_BATCH) {
+        if (t->how == H_BATCH || t->in_batch) {
             argv[argc++] = "batch";
             argv[argc++] = w->batch_id;
         }
@@ -1509,7 +1519,8 @@ static void check_batch(world *w, const thash *hs) {
     for (int i = 0; i < w->ntasks; i++) {
         const task *t = &w->tasks[i];
         const char *st;
-        if (!(t->how == H_BATCH || t->how == H_BATCH_SEED) || !t->confirmed) continue;
+        if (!(t->how == H_BATCH || t->how == H_BATCH_SEED || t->in_batch) || !t->confirmed)
+            continue;
         members++;
         st = t->hash >= 0 ? hs[t->hash].status : NULL;
         if (!st || !is_terminal(st)) continue; /* counted as lost already */
