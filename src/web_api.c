@@ -42,17 +42,23 @@ int dtq_web_redis_up(dtq_web *w, struct evhttp_request *req) {
     return 1;
 }
 
-const char *dtq_web_call_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a,
-                               int *bad) {
+const char *dtq_web_query_queue(struct evhttp_request *req, const dtq_web_args *a, int *bad) {
     const char *q = dtq_web_query(a, "queue");
     *bad = 0;
-    if (q && *q && !dtq_valid_queue_name(q)) {
+    if (!q || !*q) return NULL;
+    if (!dtq_valid_queue_name(q)) {
         dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
         *bad = 1;
         return NULL;
     }
-    if (!w->rc) return NULL;
-    if (!q || !*q) {
+    return q;
+}
+
+const char *dtq_web_call_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a,
+                               int *bad) {
+    const char *q = dtq_web_query_queue(req, a, bad);
+    if (*bad || !w->rc) return NULL;
+    if (!q) {
         dtq_web_reply_error(req, 400, "bad_request",
                             "this namespace is laid out for Redis Cluster: name the queue with "
                             "?queue=Q (task ids and schedule names are unique per queue)");

@@ -105,6 +105,9 @@ int dtq_web_redis_up(dtq_web *w, struct evhttp_request *req);
  * with *bad set after answering 400 (missing on a cluster, or not a queue name). */
 const char *dtq_web_call_queue(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a,
                                int *bad);
+/* ?queue=Q as a read over every queue takes it: NULL when absent or empty, Q when a queue
+ * name, else NULL with *bad set after answering 400. */
+const char *dtq_web_query_queue(struct evhttp_request *req, const dtq_web_args *a, int *bad);
 /* The query parameter `name`, NULL when absent. */
 const char *dtq_web_query(const dtq_web_args *a, const char *name);
 /* The integer parameter `name` (def when absent or empty) in [min, max]: 0, or -1 after

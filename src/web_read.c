@@ -366,14 +366,11 @@ void dtq_web_api_overview(dtq_web *w, struct evhttp_request *req, const dtq_web_
 /* ================================================================= GET /api/history */
 
 void dtq_web_api_history(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
-    const char *queue = dtq_web_query(a, "queue");
+    int bad;
+    const char *queue = dtq_web_query_queue(req, a, &bad);
     cJSON *o, *arr;
     int n = dtq_web_history_len(w->history);
-    if (queue && !*queue) queue = NULL;
-    if (queue && !dtq_valid_queue_name(queue)) {
-        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
-        return;
-    }
+    if (bad) return;
     o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "interval_s", (double)w->cfg->web_sample_interval_s);
     if (queue)
@@ -455,17 +452,13 @@ void dtq_web_api_batches(dtq_web *w, struct evhttp_request *req, const dtq_web_a
     read_spec sp = {0};
     char count_s[32];
     const char *args[] = {count_s, NULL};
-    const char *queue = w->rc ? dtq_web_query(a, "queue") : NULL;
+    int bad = 0;
     int64_t count;
     if (dtq_web_query_int(req, a, "count", 50, 1, 200, &count) != 0) return;
-    if (queue && *queue && !dtq_valid_queue_name(queue)) {
-        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
-        return;
-    }
+    if (w->rc) sp.queue = dtq_web_query_queue(req, a, &bad); /* cluster: one queue's */
+    if (bad || !dtq_web_redis_up(w, req)) return;
     snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
-    if (!dtq_web_redis_up(w, req)) return;
     sp.fn = w->fn.batch_list;
-    sp.queue = queue && *queue ? queue : NULL;
     sp.merge = MERGE_BATCHES;
     sp.count = (int)count;
     read_start(w, req, &sp, args);
@@ -507,8 +500,9 @@ static void page_stream(dtq_web *w, struct evhttp_request *req, const dtq_web_ar
                         const char *fn, const char *filter_param) {
     const char *cursor = dtq_web_query(a, "cursor"), *order = dtq_web_query(a, "order");
     const char *value = dtq_web_query(a, filter_param);
-    const char *queue = w->rc ? dtq_web_query(a, "queue") : NULL; /* cluster: one queue's */
+    const char *queue = NULL;
     int64_t count;
+    int bad = 0;
     char count_s[32], cap[32];
     if (dtq_web_query_int(req, a, "count", 50, 1, DTQ_WEB_PAGE_MAX, &count) != 0) return;
     if (cursor && *cursor && !valid_stream_id(cursor)) {
@@ -525,11 +519,8 @@ static void page_stream(dtq_web *w, struct evhttp_request *req, const dtq_web_ar
                             filter_param);
         return;
     }
-    if (queue && *queue && !dtq_valid_queue_name(queue)) {
-        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
-        return;
-    }
-    if (!dtq_web_redis_up(w, req)) return;
+    if (w->rc) queue = dtq_web_query_queue(req, a, &bad); /* cluster: one queue's */
+    if (bad || !dtq_web_redis_up(w, req)) return;
     snprintf(count_s, sizeof(count_s), "%lld", (long long)count);
     snprintf(cap, sizeof(cap), "%d", DTQ_WEB_FIELD_MAX);
     {
@@ -541,7 +532,7 @@ static void page_stream(dtq_web *w, struct evhttp_request *req, const dtq_web_ar
                               cap,
                               NULL};
         sp.fn = fn;
-        sp.queue = queue && *queue ? queue : NULL;
+        sp.queue = queue;
         sp.merge = MERGE_STREAM_PAGES;
         sp.count = (int)count;
         sp.oldest = order && !strcmp(order, "oldest");
@@ -628,19 +619,15 @@ void dtq_web_api_scheduled(dtq_web *w, struct evhttp_request *req, const dtq_web
 void dtq_web_api_cron(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     read_spec sp = {0};
     const char *args[] = {a->arg ? a->arg : "", NULL};
-    const char *queue = w->rc ? dtq_web_query(a, "queue") : NULL; /* cluster: one queue's */
+    int bad = 0;
     if (a->arg && !dtq_web_valid_cron_name(a->arg)) {
         dtq_web_reply_error(req, 400, "bad_request",
                             "a schedule name matches [A-Za-z0-9._-]{1,64}");
         return;
     }
-    if (queue && *queue && !dtq_valid_queue_name(queue)) {
-        dtq_web_reply_error(req, 400, "bad_request", "queue must match [A-Za-z0-9._:-]{1,128}");
-        return;
-    }
-    if (!dtq_web_redis_up(w, req)) return;
+    if (w->rc) sp.queue = dtq_web_query_queue(req, a, &bad); /* cluster: one queue's */
+    if (bad || !dtq_web_redis_up(w, req)) return;
     sp.fn = w->fn.cron_list;
-    sp.queue = queue && *queue ? queue : NULL;
     sp.merge = MERGE_CRON;
     sp.named = a->arg != NULL;
     read_start(w, req, &sp, args);
