@@ -93,23 +93,25 @@ const TERMINAL = new Map([
   ['expired', TaskExpiredError],
 ]);
 
-/** enqueue's options: the JavaScript name and the Function's. */
-const ENQUEUE_OPTIONS = [
+/** enqueue's options: the JavaScript name -> the Function's. */
+const ENQUEUE_OPTIONS = new Map([
   ['priority', 'priority'], ['maxAttempts', 'max_attempts'], ['timeoutMs', 'timeout_ms'],
   ['delayMs', 'delay_ms'], ['ttlSeconds', 'ttl_seconds'], ['idempotencyKey', 'idempotency_key'],
   ['taskId', 'task_id'], ['limitKey', 'limit_key'], ['uniqueFor', 'unique_for'],
   ['uniqueKey', 'unique_key'], ['uniqueMode', 'unique_mode'], ['after', 'after'],
   ['onFailure', 'on_failure'], ['batch', 'batch'],
-];
+]);
 /** The options every task of a group (batch, chain) takes (sections 4.5, 4.6). */
-const GROUP_OPTIONS = ENQUEUE_OPTIONS.filter(([js]) =>
-  ['priority', 'maxAttempts', 'timeoutMs', 'delayMs', 'ttlSeconds', 'limitKey'].includes(js));
-const BATCH_OPTIONS = [
+const GROUP_OPTIONS = new Map([...ENQUEUE_OPTIONS].filter(([js]) =>
+  ['priority', 'maxAttempts', 'timeoutMs', 'delayMs', 'ttlSeconds', 'limitKey'].includes(js)));
+/** A batch's options and its members'; a chain's and its links' (the Functions take the
+ * pairs in any order). */
+const BATCH_OPTIONS = new Map([
   ['batchId', 'batch_id'], ['onSuccess', 'on_success'], ['onSuccessPayload', 'on_success_payload'],
   ['onComplete', 'on_complete'], ['onCompletePayload', 'on_complete_payload'], ['open', 'open'],
-  ['description', 'description'],
-];
-const CHAIN_OPTIONS = [['after', 'after'], ['onFailure', 'on_failure']];
+  ['description', 'description'], ...GROUP_OPTIONS,
+]);
+const CHAIN_OPTIONS = new Map([['after', 'after'], ['onFailure', 'on_failure'], ...GROUP_OPTIONS]);
 
 /** Result polling: the first wait, doubled up to the last (ms). */
 const POLL_FIRST_MS = 5;
@@ -128,17 +130,16 @@ const FLAG_OPTIONS = new Set(['open']);
 
 /**
  * name value pairs of the options given, as the Functions take them. Options of the
- * table `known` only; undefined and null are not sent; the callbacks' payloads are JSON;
+ * table `names` only; undefined and null are not sent; the callbacks' payloads are JSON;
  * `open` is a boolean; arrays (`after`) are joined with commas; other values are numbers
  * or strings (a boolean or an object is a TypeError, as in the Python SDK).
  */
-function optionArgs(options, known, what) {
-  const names = new Map(known);
+function optionArgs(options, names, what) {
   const args = [];
   for (const [js, value] of Object.entries(options || {})) {
     const fn = names.get(js);
     if (fn === undefined) {
-      throw new TypeError(`${what}: unknown option ${js}; it takes ${known.map(([n]) => n).join(', ')}`);
+      throw new TypeError(`${what}: unknown option ${js}; it takes ${[...names.keys()].join(', ')}`);
     }
     if (value === undefined || value === null) continue;
     if (JSON_OPTIONS.has(js)) {
@@ -167,15 +168,6 @@ function groupArgs(tasks, what) {
     flat.push(t[0], json(t[1], what));
   }
   return [String(flat.length / 2), ...flat];
-}
-
-/** Options of one group from a mixed options object: those in `own`, and the rest. */
-function split(options, own) {
-  const mine = {};
-  const rest = {};
-  const names = new Set(own.map(([js]) => js));
-  for (const [k, v] of Object.entries(options || {})) (names.has(k) ? mine : rest)[k] = v;
-  return [mine, rest];
 }
 
 /** node-redis, required when first needed (serving needs no dependency). */
@@ -215,7 +207,7 @@ class Client {
     this.redis = redis;
     this.namespace = options.namespace || 'dtq';
     this.prefix = options.clusterHashTag ? `{${this.namespace}}` : this.namespace;
-    this.ErrorReply = options.ErrorReply || (redis.constructor && redis.constructor.ErrorReply);
+    this.ErrorReply = loadRedis().ErrorReply; // the error replies: mapped; other errors as they are
   }
 
   /**
@@ -249,7 +241,7 @@ class Client {
       throw lastError || e;
     }
     connected = true;
-    return new Client(c, { ...options, ErrorReply: redis.ErrorReply });
+    return new Client(c, options);
   }
 
   /** Closes the connection once the calls under way are answered. */
@@ -259,7 +251,7 @@ class Client {
 
   /** The dtq error of an error reply (its first word a code of section 5.2), else err. */
   mapError(err) {
-    if (!(err instanceof Error) || (this.ErrorReply && !(err instanceof this.ErrorReply))) return err;
+    if (!(err instanceof this.ErrorReply)) return err;
     const text = err.message;
     const sp = text.indexOf(' ');
     const code = sp < 0 ? text : text.slice(0, sp);
@@ -310,9 +302,8 @@ class Client {
    * @returns {Promise<{id: string, taskIds: string[]}>}
    */
   async batch(queue, tasks, options) {
-    const [own, task] = split(options, BATCH_OPTIONS);
     const reply = await this.fcall('FCALL', 'batch', ['create', queue, ...groupArgs(tasks, 'batch'),
-      ...optionArgs(own, BATCH_OPTIONS, 'batch'), ...optionArgs(task, GROUP_OPTIONS, 'batch')]);
+      ...optionArgs(options, BATCH_OPTIONS, 'batch')]);
     const ids = reply.map(String);
     return { id: ids[0], taskIds: ids.slice(1) };
   }
@@ -351,20 +342,20 @@ class Client {
    * @param {Array<[string, any]>} tasks [taskType, payload] pairs
    * @param {object} [options] `after` (what the first waits for), `onFailure` (every
    *   link's; default `cancel`), and every link's `priority`, `maxAttempts`,
-   *   `timeoutMs`, `delayMs`, `ttlSeconds`, `limitKey`
+   *   `timeoutMs`, `ttlSeconds`, `limitKey` (`delayMs` is refused: a link runs when the
+   *   one before has succeeded)
    * @returns {Promise<string[]>} the ids, in order
    */
   async chain(queue, tasks, options) {
-    const [own, task] = split(options, CHAIN_OPTIONS);
     const reply = await this.fcall('FCALL', 'chain', [queue, ...groupArgs(tasks, 'chain'),
-      ...optionArgs(own, CHAIN_OPTIONS, 'chain'), ...optionArgs(task, GROUP_OPTIONS, 'chain')]);
+      ...optionArgs(options, CHAIN_OPTIONS, 'chain')]);
     return reply.map(String);
   }
 
   /** @returns {Promise<string|null>} the task's status, or null when it does not exist */
   async status(taskId) {
     const s = await this.redis.hGet(`${this.prefix}:task:${taskId}`, 'status');
-    return s === undefined || s === null ? null : s;
+    return s ?? null;
   }
 
   /**
