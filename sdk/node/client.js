@@ -27,9 +27,9 @@ class NotFoundError extends DtqError {}
 class WrongStateError extends DtqError {}
 class NotEmptyError extends DtqError {}
 class PayloadTooLargeError extends DtqError {}
-/** The queue is at max_queue_depth: worth another try later. */
+/** The queue is at max_queue_depth: worth another try later (a handler that throws it is retried). */
 class QueueFullError extends DtqError {}
-/** A task with that idempotency key is being made right now: try again. */
+/** A task with that idempotency key is being made right now: try again (retried, thrown by a handler). */
 class IdempotencyInProgressError extends DtqError {}
 class IdExistsError extends DtqError {}
 /** The namespace's Functions are not in this Redis (`dtqctl functions install`). */

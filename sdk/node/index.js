@@ -24,8 +24,16 @@ const PROGRESS_MESSAGE_BYTES = 200;
 /** EX_SOFTWARE: the status of a process that met a protocol error. */
 const EXIT_PROTOCOL = 70;
 
+/** Codes (`err.code`) worth another attempt: the socket's, and the dtq Client's QUEUE_FULL
+ * and IDEMPOTENCY_IN_PROGRESS (retryable in the Python SDK too). */
 const RETRYABLE_CODES = new Set([
   'ETIMEDOUT', 'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN',
+  'QUEUE_FULL', 'IDEMPOTENCY_IN_PROGRESS',
+]);
+/** node-redis's connection errors, by class name (they carry no code; serving loads no
+ * node-redis), as the Python SDK retries redis-py's ConnectionError and TimeoutError. */
+const RETRYABLE_CLASSES = new Set([
+  'ClientOfflineError', 'SocketClosedUnexpectedlyError', 'ConnectionTimeoutError',
 ]);
 
 /**
@@ -113,6 +121,7 @@ function isTransient(err, task) {
     if (e instanceof RetryableError) return true;
     if (e instanceof PermanentError) return false;
     if (typeof e.code === 'string' && RETRYABLE_CODES.has(e.code)) return true;
+    if (e.constructor && RETRYABLE_CLASSES.has(e.constructor.name)) return true;
     if (e.name === 'TimeoutError') return true;
     if (e.name === 'AbortError' && task && task.timedOut()) return true;
   }

@@ -10,6 +10,14 @@ test('classify: what retries and what does not', () => {
     assert.equal(classify(coded(code)).retryable, true, code);
   }
   assert.equal(classify(coded('ENOENT')).retryable, false);
+  // a follow-up enqueue refused for now, or node-redis offline: retried, as in Python
+  const { QueueFullError, IdempotencyInProgressError, InvalidArgumentError } = require('../client.js');
+  assert.equal(classify(new QueueFullError('QUEUE_FULL q', 'QUEUE_FULL')).retryable, true);
+  assert.equal(classify(new IdempotencyInProgressError('IDEMPOTENCY_IN_PROGRESS 1-1',
+    'IDEMPOTENCY_IN_PROGRESS')).retryable, true);
+  assert.equal(classify(new InvalidArgumentError('INVALID_ARGUMENT x', 'INVALID_ARGUMENT')).retryable, false);
+  class ClientOfflineError extends Error {}
+  assert.equal(classify(new ClientOfflineError('The client is offline')).retryable, true);
   assert.equal(classify(new RetryableError('x')).retryable, true);
   assert.equal(classify(new PermanentError('x', { cause: coded('ECONNRESET') })).retryable, false);
   assert.equal(classify(new Error('wrapped', { cause: coded('ECONNRESET') })).retryable, true);
