@@ -6,12 +6,13 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "task.h"
 #include "util.h"
 #include "view_merge.h"
 
-/* The most tasks one Function call takes (lua/fn/batch.lua GROUP_MAX): a larger batch is
- * created open, filled by adds, then closed. */
-#define GROUP_CHUNK 10000
+/* The most tasks one Function call takes: a larger batch is created open, filled by adds,
+ * then closed. */
+#define GROUP_CHUNK DTQ_GROUP_MAX
 
 typedef struct group {
     char **words; /* type, payload, type, payload... (owned) */
@@ -320,10 +321,8 @@ static int batch_by_id(ctl *x, const char *sub, int argc, char **argv) {
     return 0;
 }
 
-#define BATCH_LIST_MAX 200
-
 static cJSON *merge_batches(cJSON *const *parts, int n) {
-    return dtq_view_merge_batches(parts, n, BATCH_LIST_MAX);
+    return dtq_view_merge_batches(parts, n, DTQ_BATCH_LIST_MAX);
 }
 
 /* batch list [--queue Q] [--json]: the newest batches (<ns>_batch_list), a line each; the
@@ -334,7 +333,7 @@ static int batch_list(ctl *x, int argc, char **argv) {
     const char *a[1] = {max};
     cJSON *r, *b;
     if (argc != 0) ctl_usage_error("batch list: want [--queue Q]");
-    snprintf(max, sizeof(max), "%d", BATCH_LIST_MAX);
+    snprintf(max, sizeof(max), "%d", DTQ_BATCH_LIST_MAX);
     if (queue)
         r = ctl_read_model(x, ctl_id_queue(x, queue), "batch_list", 1, a);
     else
@@ -364,7 +363,7 @@ static int batch_list(ctl *x, int argc, char **argv) {
                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(b, "dead_lettered")));
     }
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "more")))
-        fprintf(stderr, "dtqctl: only the newest %d batches are listed\n", BATCH_LIST_MAX);
+        fprintf(stderr, "dtqctl: only the newest %d batches are listed\n", DTQ_BATCH_LIST_MAX);
     cJSON_Delete(r);
     return 0;
 }

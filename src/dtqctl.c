@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "redis_url.h"
 #include "scripts.h"
+#include "task.h"
 #include "tls.h"
 #include "util.h"
 
@@ -168,7 +169,7 @@ static const ctl_verb verbs[] = {
      .help = "no more members: complete once none is pending",
      .min = 1, .max = 3, .run = ctl_batch, .connects = 1},
     {.name = "batch", .sub = "list", .opts = "[--queue Q] [--json]",
-     .help = "the newest 200 batches with their counts (a cluster:\nevery queue's merged, or Q's)",
+     .help = "the newest " DTQ_STR(DTQ_BATCH_LIST_MAX) " batches with their counts (a cluster:\nevery queue's merged, or Q's)",
      .min = 0, .max = 3, .run = ctl_batch, .connects = 1},
     {.name = "batch", .sub = "show", .args = "<batch_id>", .opts = "[--queue Q] [--json]",
      .help = "counts, callbacks and failed members (Q: the\nbatch's queue, needed on a cluster)",

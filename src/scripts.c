@@ -98,8 +98,11 @@ static char *constants_block(size_t *len) {
     lua_word(f, DTQ_GROUP);
     fprintf(f, ", BANDS = %d, BAND_NAMES = {", DTQ_BANDS);
     for (int b = 0; b < DTQ_BANDS; b++) fprintf(f, b ? ", 'p%d'" : "[0] = 'p%d'", b);
-    fprintf(f, "}, MAX_ATTEMPTS = %d, NAME_MAX = %d, ID_MAX = %d, TERMINAL = {", DTQ_MAX_ATTEMPTS,
-            DTQ_NAME_MAX, DTQ_ID_MAX);
+    fprintf(
+        f,
+        "}, MAX_ATTEMPTS = %d, NAME_MAX = %d, ID_MAX = %d, GROUP_MAX = %d, BATCH_LIST_MAX = %d, "
+        "TERMINAL = {",
+        DTQ_MAX_ATTEMPTS, DTQ_NAME_MAX, DTQ_ID_MAX, DTQ_GROUP_MAX, DTQ_BATCH_LIST_MAX);
     t = (table){f, 0};
     for (const char *const *s = dtq_task_terminal_statuses; *s; s++) {
         item(&t);

@@ -27,6 +27,12 @@ typedef struct dtq_task {
 /* The bound of attempt and timeout_ms (2^53, the Functions' integers). */
 #define DTQ_TASK_INT_MAX ((int64_t)1 << 53)
 
+/* Workflow bounds, the Functions' (lua/fn/batch.lua, through CONST): the most tasks one
+ * <ns>_batch or <ns>_chain call takes (dtqctl sends a larger batch in calls of this many),
+ * and the most batches one <ns>_batch_list answers. */
+#define DTQ_GROUP_MAX 10000
+#define DTQ_BATCH_LIST_MAX 200
+
 /* Decodes one claimed-task array; NULL (with err filled) when it is malformed: not an array
  * of 9 (or of 10, the last 1 for a lean task, or of 11, a released waiter's: 0 and its
  * parent_results), a field of the wrong type, or attempt, max_attempts

@@ -9,6 +9,9 @@
 #define DTQ_OK 0
 #define DTQ_ERR -1
 #define DTQ_UNUSED(x) (void)(x)
+/* A numeric constant as a string literal (help texts name the bounds they show). */
+#define DTQ_STR_(x) #x
+#define DTQ_STR(x) DTQ_STR_(x)
 
 #define DTQ_NAME_MAX 128 /* queue and task type names */
 #define DTQ_ID_MAX 64    /* task ids */

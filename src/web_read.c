@@ -14,6 +14,7 @@
 #include "rcluster.h"
 #include "reply_class.h"
 #include "scope.h"
+#include "task.h"
 #include "util.h"
 #include "view_merge.h"
 #include "web_api.h"
@@ -446,7 +447,7 @@ void dtq_web_api_task(dtq_web *w, struct evhttp_request *req, const dtq_web_args
 
 /* ================================================================= GET /api/batches */
 
-/* ?count=N (1-200, default 50). The cluster layout: every queue's slot holds its own
+/* ?count=N (1-DTQ_BATCH_LIST_MAX, default 50). The cluster layout: every queue's slot holds its own
  * batches, merged (the newest count of them all), or ?queue=Q's alone. */
 void dtq_web_api_batches(dtq_web *w, struct evhttp_request *req, const dtq_web_args *a) {
     read_spec sp = {0};
@@ -454,7 +455,7 @@ void dtq_web_api_batches(dtq_web *w, struct evhttp_request *req, const dtq_web_a
     const char *args[] = {count_s, NULL};
     int bad = 0;
     int64_t count;
-    if (dtq_web_query_int(req, a, "count", 50, 1, 200, &count) != 0) return;
+    if (dtq_web_query_int(req, a, "count", 50, 1, DTQ_BATCH_LIST_MAX, &count) != 0) return;
     if (w->rc) sp.queue = dtq_web_query_queue(req, a, &bad); /* cluster: one queue's */
     if (bad || !dtq_web_redis_up(w, req)) return;
     snprintf(count_s, sizeof(count_s), "%lld", (long long)count);

@@ -1,6 +1,11 @@
 -- lua/fn/batch.lua
 -- FCALL <ns>_batch (create, add, close), FCALL_RO <ns>_batch_show and FCALL <ns>_chain:
 -- groups of tasks made in one atomic call (lib/batch.lua, lib/deps.lua).
+-- GROUP_MAX: the most tasks one call makes (as <ns>_enqueue_bulk); LIST_MAX: the most
+-- batches one <ns>_batch_list answers. Their owner is C (task.h), which dtqctl and dtq-web
+-- read too.
+local GROUP_MAX, LIST_MAX =
+  CONST.GROUP_MAX, CONST.BATCH_LIST_MAX
 local fmt, is_name, NAME_RULE, now_ms, opt_error, parse_int =
   util.fmt, util.is_name, util.NAME_RULE, util.now_ms, util.opt_error, util.parse_int
 local SCOPE, k =
@@ -24,8 +29,6 @@ local BATCH =
 local LEAN =
   lean.LEAN
 
--- The most tasks one call makes (as <ns>_enqueue_bulk).
-local GROUP_MAX = 10000
 local DESCRIPTION_MAX = 200
 
 --[[ The tasks of args[at..]: n, then n pairs task_type payload, in a queue. Returns the
@@ -245,7 +248,6 @@ local function batch_show(keys, args)
   return (cjson.encode(out):gsub('"failed_ids":{}', '"failed_ids":[]'))
 end
 
-local LIST_MAX = 200
 
 --[[ FCALL_RO <ns>_batch_list 0 [count]: the newest batches (<p>:batches, by creation time;
 count 1-LIST_MAX, default 50) as JSON {batches: [{id, queue, state, total, pending,

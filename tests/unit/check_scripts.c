@@ -61,6 +61,9 @@ START_TEST(test_library_constants) {
     ck_assert_ptr_nonnull(strstr(lib, want));
     snprintf(want, sizeof(want), ", ID_MAX = %d, ", DTQ_ID_MAX);
     ck_assert_ptr_nonnull(strstr(lib, want));
+    snprintf(want, sizeof(want), ", GROUP_MAX = %d, BATCH_LIST_MAX = %d, ", DTQ_GROUP_MAX,
+             DTQ_BATCH_LIST_MAX);
+    ck_assert_ptr_nonnull(strstr(lib, want));
     snprintf(want, sizeof(want), "default_max_attempts = {1, %d}", DTQ_MAX_ATTEMPTS);
     ck_assert_ptr_nonnull(strstr(lib, want));
     snprintf(want, sizeof(want), "default_priority = {0, %d}", DTQ_BANDS - 1);
