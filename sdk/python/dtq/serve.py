@@ -235,16 +235,17 @@ _CANCEL_LOCK = threading.Lock()
 class _Held(Context):
     """A task sent to this process and not yet answered: its context (the handler gets
     this very object, so a task makes no reference cycle for the collector) and the
-    server's bookkeeping."""
+    server's bookkeeping, in private names (a handler that sets ``ctx.id`` must not
+    change where its answer goes)."""
 
     def __init__(self, server: _Server, msg: dict[str, Any], handler: Handler | None) -> None:
         super().__init__(server, msg)
-        self.id: str = self.task_id
-        self.msg = msg
-        self.handler = handler
-        self.answered = False
-        self.started = False
-        self.atask: asyncio.Task[Any] | None = None  # an async handler's task, while it runs
+        self._id: str = self.task_id
+        self._msg = msg
+        self._handler = handler
+        self._answered = False
+        self._started = False
+        self._atask: asyncio.Task[Any] | None = None  # an async handler's task, while it runs
 
 
 # ------------------------------------------------------------------ descriptor 4
@@ -292,15 +293,15 @@ class _Writer:
         it was answered already."""
         data = msg if isinstance(msg, bytes) else _dumps(msg)
         with self.lock:
-            if held.answered:
+            if held._answered:
                 return False
-            held.answered = True
+            held._answered = True
             self._emit(data)
         return True
 
     def progress(self, held: _Held, msg: dict[str, Any]) -> None:
         with self.lock:
-            if held.answered:
+            if held._answered:
                 return
             if not self.pending:
                 self._emit(_dumps(msg))
@@ -507,7 +508,7 @@ class _Server:
                 if held is None:  # an id answered already: nothing to do
                     return
                 held._cancel(msg.get("reason"))
-                if not held.started:  # never ran: answered at once
+                if not held._started:  # never ran: answered at once
                     self.waiting.remove(held)
                     self.answer_locked(held, self.cancelled_fail(held))
                     self.pump()
@@ -523,9 +524,9 @@ class _Server:
         descriptor 3 was read and every task is answered. The lock is held."""
         while self.running < self.inflight and self.waiting:
             held = self.waiting.popleft()
-            held.started = True
+            held._started = True
             self.running += 1
-            if held.handler is not None and held.handler.is_async:
+            if held._handler is not None and held._handler.is_async:
                 assert self.loop is not None
                 self.loop.call_soon_threadsafe(self.start_async, held)
             else:
@@ -556,15 +557,15 @@ class _Server:
         """Forgets held and writes its answer, both under the lock: the daemon may send
         the same id again as soon as it reads the answer, and the end is not resolved
         before the last answer is written."""
-        if self.held.get(held.id) is held:
-            del self.held[held.id]
+        if self.held.get(held._id) is held:
+            del self.held[held._id]
         self.writer.answer(held, msg)
 
     def cancelled_fail(self, held: _Held) -> dict[str, Any]:
         reason = held.cancel_reason
         return {
             "t": "fail",
-            "id": held.id,
+            "id": held._id,
             "retryable": reason == "timeout",
             "error": f"CancelledError: the task was cancelled ({reason})",
         }
@@ -572,7 +573,7 @@ class _Server:
     def unknown_type(self, held: _Held) -> BaseException:
         served = ", ".join(self.handlers) or "none"
         return errors.PermanentError(
-            f"no handler for task type {json.dumps(held.msg['type'])} (this process serves {served})"
+            f"no handler for task type {json.dumps(held._msg['type'])} (this process serves {served})"
         )
 
     # --- plain handlers: a thread each task
@@ -585,11 +586,11 @@ class _Server:
             self.answer(held, self.run_plain(held))
 
     def run_plain(self, held: _Held) -> dict[str, Any] | bytes:
-        handler = held.handler
+        handler = held._handler
         try:
             if handler is None:
                 raise self.unknown_type(held)
-            payload = held.msg.get("payload")
+            payload = held._msg.get("payload")
             result = handler.fn(payload, held) if handler.takes_context else handler.fn(payload)
             if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                 # a plain function that returned an awaitable: awaited on the loop
@@ -599,7 +600,7 @@ class _Server:
                 ).result()
                 if isinstance(result, _Raised):
                     raise result.exc
-            return self.ok(held.id, result)
+            return self.ok(held._id, result)
         except BaseException as e:  # a handler's SystemExit fails its task, no more
             return self.failed(held, e)
 
@@ -612,7 +613,7 @@ class _Server:
     def failed(self, held: _Held, e: BaseException) -> dict[str, Any]:
         if isinstance(e, asyncio.CancelledError) and held.cancel_reason is not None:
             return self.cancelled_fail(held)
-        return {"t": "fail", "id": held.id, **classify(e)}
+        return {"t": "fail", "id": held._id, **classify(e)}
 
     # --- async handlers: tasks of the loop
 
@@ -622,15 +623,15 @@ class _Server:
         atask.add_done_callback(self.tasks.discard)
 
     def cancel_async(self, held: _Held) -> None:
-        if held.atask is not None:
-            held.atask.cancel()
+        if held._atask is not None:
+            held._atask.cancel()
 
     async def run_task(self, held: _Held) -> None:
-        assert held.handler is not None
+        assert held._handler is not None
         try:
-            payload = held.msg.get("payload")
-            args: tuple[Any, ...] = (payload, held) if held.handler.takes_context else (payload,)
-            answer: dict[str, Any] | bytes = self.ok(held.id, await self.run_async(held, held.handler, args))
+            payload = held._msg.get("payload")
+            args: tuple[Any, ...] = (payload, held) if held._handler.takes_context else (payload,)
+            answer: dict[str, Any] | bytes = self.ok(held._id, await self.run_async(held, held._handler, args))
         except BaseException as e:
             answer = self.failed(held, e)
         self.answer(held, answer)
@@ -655,13 +656,13 @@ class _Server:
                 return _Raised(e)
 
         inner = asyncio.ensure_future(call())
-        held.atask = inner
+        held._atask = inner
         if held.is_cancelled:
             inner.cancel()
         try:
             result = await inner
         finally:
-            held.atask = None
+            held._atask = None
         if isinstance(result, _Raised):
             raise result.exc
         return result

@@ -80,6 +80,16 @@ class TestAnswers(ServeTestCase):
         self.assertEqual(r["deadline"], "2026-12-01T00:07:31.041000+00:00")
         self.assertTrue(r["thread"].startswith("dtq-handler"), r["thread"])
 
+    def test_a_handler_that_sets_attributes_on_its_context(self) -> None:
+        # the server's bookkeeping is private: the answer still goes to the task's id, and
+        # the task counts as answered (the process exits at the end of descriptor 3)
+        p = self.pool()
+        p.hello()
+        p.task("9-2", "scribble_ctx", None)
+        self.assertEqual(p.answer(), {"t": "ok", "id": "9-2", "result": "noted"})
+        p.end()
+        self.assertEqual(p.wait(), 0)
+
     def test_unknown_message_type_is_ignored(self) -> None:
         p = self.pool()
         p.hello()
