@@ -495,10 +495,10 @@ class _Server:
             ttype = msg.get("type")
             if not isinstance(ttype, str):
                 _fatal(f"task {tid} without a type")
+            held = _Held(self, msg, self.handlers.get(ttype))  # outside the lock: its parse
             with self.lock:
                 if tid in self.held:
                     _fatal(f"task {tid} sent while it is held")
-                held = _Held(self, msg, self.handlers.get(ttype))
                 self.held[tid] = held
                 self.waiting.append(held)
                 self.pump()
@@ -530,7 +530,7 @@ class _Server:
                 assert self.loop is not None
                 self.loop.call_soon_threadsafe(self.start_async, held)
             else:
-                if len(self.threads) < self.inflight and len(self.threads) < self.running:
+                if len(self.threads) < self.running:  # running <= inflight: one thread a slot
                     th = threading.Thread(
                         target=self.handler_thread, name=f"dtq-handler_{len(self.threads)}", daemon=True
                     )
