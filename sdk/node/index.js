@@ -334,7 +334,7 @@ function serve(options = {}) {
           this.controller.abort(this.cancelError());
         } else if (this.deadline !== null && held.get(this.id) === this) {
           const ms = Math.max(0, this.deadline - Date.now());
-          if (ms < 2 ** 31) {
+          if (ms < 2 ** 31) { // setTimeout's limit; a later deadline needs no timer
             this.timer = setTimeout(() => this.controller.abort(
               new DOMException('the task reached its deadline', 'TimeoutError')), ms);
             this.timer.unref();
@@ -366,6 +366,8 @@ function serve(options = {}) {
       running++;
       let answer;
       try {
+        // settle asynchronously always: a handler that returns or throws at once must not
+        // start the next waiting task inside this one's stack
         await undefined;
         const fn = registry.get(this.msg.type);
         if (!fn) {
@@ -403,6 +405,8 @@ function serve(options = {}) {
     } catch (e) {
       why = new TypeError(`the result is not JSON-serialisable: ${e && e.message}`);
     }
+    // the answer's line stays within 16 MiB (a string's UTF-8 bytes are at most three
+    // times its length: they are counted only when they could be over)
     if (why === null && text.length > (MAX_LINE - 1024) / 3 && Buffer.byteLength(text) > MAX_LINE - 1024) {
       why = new RangeError(`the result is ${Buffer.byteLength(text)} bytes, over the protocol's 16 MiB line`);
     }
