@@ -586,29 +586,25 @@ class _Server:
             self.answer(held, self.run_plain(held))
 
     def run_plain(self, held: _Held) -> dict[str, Any] | bytes:
-        handler = held._handler
         try:
-            if handler is None:
+            if held._handler is None:
                 raise self.unknown_type(held)
-            payload = held._msg.get("payload")
-            result = handler.fn(payload, held) if handler.takes_context else handler.fn(payload)
+            result = self.invoke(held)
             if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                 # a plain function that returned an awaitable: awaited on the loop
                 assert self.loop is not None
-                result = asyncio.run_coroutine_threadsafe(
-                    self.await_result(held, result), self.loop
-                ).result()
-                if isinstance(result, _Raised):
-                    raise result.exc
+                return asyncio.run_coroutine_threadsafe(self.settle(held, result), self.loop).result()
             return self.ok(held._id, result)
         except BaseException as e:  # a handler's SystemExit fails its task, no more
             return self.failed(held, e)
 
-    async def await_result(self, held: _Held, aw: Any) -> Any:
-        try:
-            return await self.run_async(held, None, (aw,))
-        except BaseException as e:
-            return _Raised(e)
+    @staticmethod
+    def invoke(held: _Held) -> Any:
+        """Calls the task's handler with the payload, and the context if it takes one."""
+        h = held._handler
+        assert h is not None
+        payload = held._msg.get("payload")
+        return h.fn(payload, held) if h.takes_context else h.fn(payload)
 
     def failed(self, held: _Held, e: BaseException) -> dict[str, Any]:
         if isinstance(e, asyncio.CancelledError) and held.cancel_reason is not None:
@@ -627,45 +623,37 @@ class _Server:
             held._atask.cancel()
 
     async def run_task(self, held: _Held) -> None:
-        assert held._handler is not None
         try:
-            payload = held._msg.get("payload")
-            args: tuple[Any, ...] = (payload, held) if held._handler.takes_context else (payload,)
-            answer: dict[str, Any] | bytes = self.ok(held._id, await self.run_async(held, held._handler, args))
+            aw = self.invoke(held)
         except BaseException as e:
-            answer = self.failed(held, e)
-        self.answer(held, answer)
+            self.answer(held, self.failed(held, e))
+            return
+        self.answer(held, await self.settle(held, aw))
 
-    async def run_async(self, held: _Held, handler: Handler | None, args: tuple[Any, ...]) -> Any:
-        """Runs an async handler (or awaits the awaitable args[0] when handler is None)
-        as its own asyncio task, which a cancel cancels; past the deadline it raises
-        TimeoutError (retryable)."""
-        assert self.loop is not None
-
-        async def call() -> Any:
-            aw = handler.fn(*args) if handler is not None else args[0]
-            dl = held.deadline_ms
-            try:
-                if dl is None:
-                    return await aw
-                when = self.loop.time() + (dl / 1000 - time.time())  # type: ignore[union-attr]
-                async with asyncio.timeout_at(when):
-                    return await aw
-            except (SystemExit, KeyboardInterrupt) as e:
-                # asyncio would let these stop the whole loop: they fail this task only
-                return _Raised(e)
-
-        inner = asyncio.ensure_future(call())
-        held._atask = inner
-        if held.is_cancelled:
-            inner.cancel()
+    async def settle(self, held: _Held, aw: Any) -> dict[str, Any] | bytes:
+        """Awaits an async handler's coroutine, or the awaitable a plain one returned, in
+        the current asyncio task, which a cancel cancels; past the deadline it raises
+        TimeoutError (retryable). Returns the answer: the ok line, or the failure (a
+        SystemExit fails this task only: caught here, it never reaches the loop, which
+        asyncio would let it stop)."""
+        held._atask = asyncio.current_task()
         try:
-            result = await inner
+            if held.is_cancelled:  # cancelled before it started: it does not start
+                if asyncio.iscoroutine(aw):
+                    aw.close()
+                raise asyncio.CancelledError
+            dl = held.deadline_ms
+            if dl is None:
+                result = await aw
+            else:
+                assert self.loop is not None
+                async with asyncio.timeout_at(self.loop.time() + (dl / 1000 - time.time())):
+                    result = await aw
+            return self.ok(held._id, result)
+        except BaseException as e:
+            return self.failed(held, e)
         finally:
             held._atask = None
-        if isinstance(result, _Raised):
-            raise result.exc
-        return result
 
     @staticmethod
     def ok(tid: str, result: Any) -> dict[str, Any] | bytes:
@@ -687,16 +675,6 @@ class _Server:
         return (
             '{"t":"ok","id":' + json.dumps(tid, ensure_ascii=False) + ',"result":' + text + "}\n"
         ).encode("utf-8", "surrogatepass")
-
-
-class _Raised:
-    """An exception carried out of an asyncio task as a value (so that a SystemExit does
-    not stop the loop)."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 def _env_int(name: str, default: int) -> int:
