@@ -146,7 +146,8 @@ class Pool:
         if self.proc.poll() is None:
             self.proc.kill()
         self.wait()
-        self._reader.join(5)
+        if self._reader.is_alive():  # never started with read=False and no start_reading()
+            self._reader.join(5)
 
 
 def _dup_high(fd: int) -> int:
